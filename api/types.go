@@ -1,0 +1,126 @@
+// Package api holds the wire types of zeish's public REST API, shared by the
+// server and the Go SDK. openapi.yaml beside this file is the contract they
+// describe; a test keeps the two and the server's routes in step.
+package api
+
+import (
+	"time"
+
+	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/sandbox"
+)
+
+// BasePath is where the control-plane API lives.
+const BasePath = "/api/v1"
+
+// DataPath is where the data plane (exec, files, processes) lives.
+const DataPath = "/data/v1"
+
+// ErrorBody is the envelope of every error response.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail names the stable code and says what went wrong.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Health is GET /healthz.
+type Health struct {
+	Status  string `json:"status"` // "ok"
+	Version string `json:"version"`
+	Accel   string `json:"accel"` // "kvm" or "tcg"
+	VMM     string `json:"vmm"`   // "qemu"
+}
+
+// CreateSandboxRequest is POST /public/sandboxes.
+type CreateSandboxRequest struct {
+	Template      string            `json:"template,omitempty"` // default "base"
+	Name          string            `json:"name,omitempty"`
+	Size          string            `json:"size,omitempty"` // small (default), medium, large
+	VCPUs         int               `json:"vcpus,omitempty"`
+	MemoryMiB     int               `json:"memory_mib,omitempty"`
+	DiskMiB       int               `json:"disk_mib,omitempty"`
+	Region        string            `json:"region,omitempty"`
+	Env           map[string]string `json:"env,omitempty"`
+	Secrets       map[string]string `json:"secrets,omitempty"`
+	GitRepo       string            `json:"git_repo,omitempty"`
+	GitBranch     string            `json:"git_branch,omitempty"`
+	PRNumber      int               `json:"pr_number,omitempty"`
+	MaxCostMicros int64             `json:"max_cost_micros,omitempty"`
+	Browser       bool              `json:"browser,omitempty"`
+	Desktop       bool              `json:"desktop,omitempty"`
+	Metadata      map[string]string `json:"metadata,omitempty"`
+}
+
+// SandboxList is GET /public/sandboxes.
+type SandboxList struct {
+	Sandboxes []sandbox.Sandbox `json:"sandboxes"`
+}
+
+// WaitRequest is POST /public/sandboxes/{id}/wait: block until the sandbox
+// settles (is in no transition), or reaches State if given.
+type WaitRequest struct {
+	State          sandbox.State `json:"state,omitempty"`
+	TimeoutSeconds int           `json:"timeout_seconds,omitempty"` // default 120, at most 600
+}
+
+// AccessRequest is POST /public/sandboxes/{id}/access.
+type AccessRequest struct {
+	TTLSeconds int `json:"ttl_seconds,omitempty"` // default 900, at most 3600
+}
+
+// Access is a short-lived data-plane credential for one sandbox.
+type Access struct {
+	URL       string    `json:"url"` // base of the data plane for this sandbox
+	Token     string    `json:"token"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// ExecRequest is POST {access.url}/exec.
+type ExecRequest struct {
+	Argv           []string          `json:"argv"`
+	Env            map[string]string `json:"env,omitempty"`
+	Cwd            string            `json:"cwd,omitempty"`
+	Stdin          []byte            `json:"stdin,omitempty"` // base64 in JSON
+	TimeoutSeconds float64           `json:"timeout_seconds,omitempty"`
+}
+
+// Exec event types, one JSON object per line of the exec response.
+const (
+	EventStdout = "stdout"
+	EventStderr = "stderr"
+	EventExit   = "exit"
+	EventError  = "error"
+)
+
+// ExecEvent is one line of the exec response stream (application/x-ndjson).
+type ExecEvent struct {
+	Type   string            `json:"type"`
+	Data   []byte            `json:"data,omitempty"`   // stdout, stderr (base64 in JSON)
+	Result *guest.ExecResult `json:"result,omitempty"` // exit
+	Error  *ErrorDetail      `json:"error,omitempty"`  // error
+}
+
+// FileList is GET {access.url}/files/list.
+type FileList struct {
+	Files []guest.FileInfo `json:"files"`
+}
+
+// MkdirRequest is POST {access.url}/files/mkdir.
+type MkdirRequest struct {
+	Path    string `json:"path"`
+	Parents bool   `json:"parents,omitempty"`
+}
+
+// ProcessList is GET {access.url}/processes.
+type ProcessList struct {
+	Processes []guest.Process `json:"processes"`
+}
+
+// KillRequest is POST {access.url}/processes/{pid}/kill.
+type KillRequest struct {
+	Signal string `json:"signal,omitempty"` // default "KILL"
+}

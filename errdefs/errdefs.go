@@ -1,0 +1,91 @@
+// Package errdefs defines the error classes and stable error codes that zeish
+// uses everywhere. Errors are wrapped at their source with %w; the HTTP layer
+// maps a class to a status in one place, and the SDK maps a code back to the
+// same sentinel, so errors.Is(err, errdefs.ErrNodeFull) works on both sides.
+package errdefs
+
+import "errors"
+
+// Class groups codes that share an HTTP status and a meaning for callers.
+type Class int
+
+const (
+	ClassInternal Class = iota
+	ClassInvalid
+	ClassUnauthenticated
+	ClassPermissionDenied
+	ClassNotFound
+	ClassConflict
+	ClassResourceExhausted
+	ClassRateLimited
+	ClassUnavailable
+	ClassGone
+)
+
+// Error is a sentinel: one stable API code in one class.
+type Error struct {
+	Code  string
+	Class Class
+	Doc   string // one line for the API reference
+}
+
+func (e *Error) Error() string { return e.Code }
+
+var all []*Error
+
+func def(code string, class Class, doc string) *Error {
+	e := &Error{Code: code, Class: class, Doc: doc}
+	all = append(all, e)
+	return e
+}
+
+// The codes the API can return. Keep api/openapi.yaml's ErrorCode enum in step
+// (a test checks it).
+var (
+	ErrInternal        = def("internal", ClassInternal, "An unexpected server error; the message says what failed.")
+	ErrInvalidArgument = def("invalid_argument", ClassInvalid, "The request is malformed: unknown field, bad value or missing field.")
+	ErrUnknownTemplate = def("unknown_template", ClassInvalid, "The template named in the request does not exist.")
+	ErrUnauthenticated = def("unauthenticated", ClassUnauthenticated, "No API key or token, or one that is not valid.")
+	ErrTokenExpired    = def("token_expired", ClassUnauthenticated, "The data-plane token has expired; request a new one with /access.")
+	ErrForbidden       = def("forbidden", ClassPermissionDenied, "The credential is valid but may not do this.")
+	ErrNotFound        = def("not_found", ClassNotFound, "No such object (or it belongs to another account).")
+	ErrFileNotFound    = def("file_not_found", ClassNotFound, "No such file or directory inside the sandbox.")
+	ErrInvalidState    = def("invalid_state", ClassConflict, "The object is not in a state that allows this operation.")
+	ErrNameTaken       = def("name_taken", ClassConflict, "The name is already used.")
+	ErrFileExists      = def("file_exists", ClassConflict, "A file already exists at that path inside the sandbox.")
+	ErrNodeFull        = def("node_full", ClassConflict, "The host has no free memory for this sandbox.")
+	ErrLimitReached    = def("limit_reached", ClassConflict, "A per-object limit is reached (for example 20 snapshots per sandbox).")
+	ErrRunningSlots    = def("running_slots_full", ClassConflict, "The account has no free running slot.")
+	ErrRateLimited     = def("rate_limited", ClassRateLimited, "Too many creates in a short time; retry after Retry-After seconds.")
+	ErrDailyCap        = def("daily_cap_reached", ClassRateLimited, "The account's daily create cap is reached.")
+	ErrTimeout         = def("timeout", ClassUnavailable, "The operation did not finish in time.")
+	ErrUnavailable     = def("unavailable", ClassUnavailable, "A dependency (the VM, its agent, the store) is not reachable now.")
+)
+
+// All returns every defined code, for docs and conformance tests.
+func All() []*Error { return append([]*Error(nil), all...) }
+
+// ByCode returns the sentinel for an API code, or nil.
+func ByCode(code string) *Error {
+	for _, e := range all {
+		if e.Code == code {
+			return e
+		}
+	}
+	return nil
+}
+
+// Of returns the zeish error that err wraps, or ErrInternal.
+func Of(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return ErrInternal
+}
+
+// Is reports whether err belongs to class c.
+func Is(err error, c Class) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Class == c
+}

@@ -1,0 +1,72 @@
+// Package guest is the contract between zeish and sandboxd, the agent inside
+// every guest: the wire protocol over the single virtio-serial channel, the
+// agent's server side and the host's client.
+package guest
+
+import (
+	"time"
+)
+
+// ExecRequest starts a process in the guest.
+type ExecRequest struct {
+	Argv    []string          `json:"argv"`
+	Env     map[string]string `json:"env,omitempty"`
+	Cwd     string            `json:"cwd,omitempty"`
+	Timeout time.Duration     `json:"timeout,omitempty"` // 0: no limit
+}
+
+// ExecResult is how a process ended.
+type ExecResult struct {
+	ExitCode   int    `json:"exit_code"` // -1 if killed by a signal
+	Signal     string `json:"signal,omitempty"`
+	TimedOut   bool   `json:"timed_out"`
+	PID        int    `json:"pid"`
+	DurationMS int64  `json:"duration_ms"`
+}
+
+// FileInfo describes one file in the guest.
+type FileInfo struct {
+	Name    string    `json:"name"`
+	Path    string    `json:"path"`
+	Size    int64     `json:"size"`
+	Mode    string    `json:"mode"` // like "-rw-r--r--"
+	Perm    uint32    `json:"perm"` // permission bits, e.g. 0644
+	IsDir   bool      `json:"is_dir"`
+	ModTime time.Time `json:"mod_time"`
+	Symlink string    `json:"symlink,omitempty"`
+}
+
+// Process is one entry of the guest's process list.
+type Process struct {
+	PID     int      `json:"pid"`
+	PPID    int      `json:"ppid"`
+	Command string   `json:"command"`
+	Argv    []string `json:"argv"`
+}
+
+// Config is what the host tells the guest after every boot, fork and restore,
+// before the sandbox is reported running.
+type Config struct {
+	Hostname string            `json:"hostname"`
+	Time     time.Time         `json:"time"`    // the host's clock now
+	Entropy  []byte            `json:"entropy"` // fresh random bytes to reseed the kernel RNG
+	Env      map[string]string `json:"env"`     // default environment of every exec (vars and secrets)
+	Network  *Network          `json:"network,omitempty"`
+}
+
+// Network is the guest's network identity.
+type Network struct {
+	Interface string `json:"interface"` // "eth0"
+	MAC       string `json:"mac"`
+	Address   string `json:"address"` // CIDR, "10.0.2.15/24"
+	Gateway   string `json:"gateway,omitempty"`
+}
+
+// Info is what the guest reports about itself.
+type Info struct {
+	KernelRelease string  `json:"kernel_release"`
+	Hostname      string  `json:"hostname"`
+	BootID        string  `json:"boot_id"`
+	UptimeSeconds float64 `json:"uptime_seconds"`
+	AgentVersion  string  `json:"agent_version"`
+}
