@@ -25,6 +25,17 @@ type Capabilities struct {
 	Suspend  bool   `json:"suspend"`   // save a VM to disk and resume it later
 }
 
+// RunState is what the VMM reports about a live VM's CPUs.
+type RunState string
+
+const (
+	RunStateRunning RunState = "running"
+	RunStatePaused  RunState = "paused"
+	// RunStateOther covers the VMM's transient or special states (for QEMU:
+	// inmigrate, postmigrate, shutdown, internal-error, …).
+	RunStateOther RunState = "other"
+)
+
 // Spec says what to boot.
 type Spec struct {
 	ID         string `json:"id"`  // sandbox id; names files and tags the process for recovery
@@ -63,6 +74,9 @@ type Driver interface {
 	// Pause freezes the guest's CPUs; Resume lets them run again.
 	Pause(ctx context.Context, h *Handle) error
 	Resume(ctx context.Context, h *Handle) error
+	// State asks the VMM whether h's guest runs or is paused, e.g. to restore
+	// a sandbox's state after zeishd restarts. It fails if the VMM is gone.
+	State(ctx context.Context, h *Handle) (RunState, error)
 	// DialAgent connects to the guest-agent channel of h.
 	DialAgent(ctx context.Context, h *Handle) (net.Conn, error)
 	// Destroy stops the VM (politely, then by force) and removes every file

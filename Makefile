@@ -1,0 +1,35 @@
+# zeish: `make run` installs what is missing, builds and runs zeishd;
+# `make test` runs the whole suite.
+export PATH := /usr/local/go/bin:$(PATH)
+GO      ?= go
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/zeish/zeish/internal/version.Version=$(VERSION)
+
+.PHONY: all deps build run test vet bench clean
+
+all: build
+
+deps:
+	@./scripts/deps.sh
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -o bin/sandboxd ./cmd/sandboxd
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/zeishd ./cmd/zeishd
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/zeishctl ./cmd/zeishctl
+
+run: deps build
+	./bin/zeishd
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l .)" || (echo "gofmt needed:"; gofmt -l .; exit 1)
+
+# VM tests share two cores: -p 2 keeps at most two test binaries at once.
+test: deps vet
+	$(GO) test -p 2 -timeout 30m ./...
+
+bench: deps build
+	$(GO) run ./bench
+
+clean:
+	rm -rf bin

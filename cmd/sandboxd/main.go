@@ -1,0 +1,109 @@
+// Command sandboxd is the agent inside every zeish guest. In the VM it is
+// /sbin/init: as PID 1 it sets up the machine, runs the agent as a child
+// and reaps orphans. Outside a VM it serves a given port or socket, for
+// development and tests. Build it static: CGO_ENABLED=0.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/zeish/zeish/guest"
+)
+
+// version is set at build time: -ldflags "-X main.version=…".
+var version = "dev"
+
+const portName = "agent" // the virtserialport name=… on QEMU's command line
+
+func main() {
+	if os.Getpid() == 1 {
+		runInit() // never returns: PID 1 exiting panics the kernel
+	}
+	var (
+		showVersion = flag.Bool("version", false, "print the version and exit")
+		agent       = flag.Bool("agent", false, "serve the virtio-serial port named "+portName+" (what PID 1 runs)")
+		port        = flag.String("port", "", "serve this port file or char device")
+		listen      = flag.String("listen", "", "serve connections on unix:PATH (development)")
+	)
+	flag.Parse()
+	if *showVersion {
+		fmt.Println("sandboxd", version)
+		return
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "sandboxd")
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	srv := guest.NewServer(log, version)
+
+	var err error
+	switch {
+	case *agent:
+		err = serveAgentPort(ctx, log, srv)
+	case *port != "":
+		err = servePort(ctx, log, srv, *port)
+	case *listen != "":
+		err = serveListen(ctx, log, srv, *listen)
+	default:
+		flag.Usage()
+		os.Exit(2)
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		log.Error("agent stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+func servePort(ctx context.Context, log *slog.Logger, srv *guest.Server, path string) error {
+	f, err := openPort(path)
+	if err != nil {
+		return err
+	}
+	log.Info("serving port", "path", path, "version", version)
+	// A blocking read on the port cannot be interrupted, so on shutdown the
+	// server is left to the process exit instead of waited for.
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ServePort(ctx, f) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func serveListen(ctx context.Context, log *slog.Logger, srv *guest.Server, addr string) error {
+	path, ok := strings.CutPrefix(addr, "unix:")
+	if !ok {
+		return fmt.Errorf("--listen %q: only unix:PATH is supported", addr)
+	}
+	os.Remove(path) // a stale socket from an earlier run
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return err
+	}
+	context.AfterFunc(ctx, func() { ln.Close() })
+	log.Info("listening", "path", path, "version", version)
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		go func() {
+			if err := srv.ServeConn(ctx, conn); err != nil && ctx.Err() == nil {
+				log.Info("connection ended", "err", err)
+			}
+		}()
+	}
+}

@@ -1,0 +1,167 @@
+// Command zeishd is zeish's server: the REST API, the store and the node that
+// runs VMs, in one process.
+//
+// Configuration is by environment: ZEISH_DATA_DIR (default /var/lib/zeish for
+// root), ZEISH_LISTEN (default 127.0.0.1:7420), ZEISH_PUBLIC_URL, ZEISH_SANDBOXD
+// (the guest agent binary; default: sandboxd beside zeishd), ZEISH_ACCEL
+// (kvm|tcg; default: kvm when /dev/kvm works), ZEISH_TEMPLATE_CACHE (where
+// built templates are kept; default <data dir>/templates), ZEISH_BOOT_TIMEOUT
+// (boot to guest-agent answer; default 3m), ZEISH_LOG_LEVEL (debug|info|warn).
+//
+// SIGINT/SIGTERM stop the API and drop agent connections; running sandboxes
+// keep running, and the next zeishd finds them again.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/zeish/zeish/internal/catalog"
+	"github.com/zeish/zeish/internal/node"
+	"github.com/zeish/zeish/internal/server"
+	"github.com/zeish/zeish/internal/store/sqlite"
+	"github.com/zeish/zeish/internal/version"
+	zeish "github.com/zeish/zeish/sdk/go"
+	"github.com/zeish/zeish/template"
+	"github.com/zeish/zeish/vmm"
+	"github.com/zeish/zeish/vmm/qemu"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if len(os.Args) > 1 && (os.Args[1] == "--version" || os.Args[1] == "version") {
+		fmt.Println("zeishd", version.Version)
+		return
+	}
+	if err := run(ctx); err != nil {
+		slog.Error("zeishd", "err", err)
+		os.Exit(1)
+	}
+}
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func logger() *slog.Logger {
+	var level slog.Level
+	level.UnmarshalText([]byte(env("ZEISH_LOG_LEVEL", "info")))
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+func run(ctx context.Context) error {
+	log := logger()
+	slog.SetDefault(log)
+	dataDir := env("ZEISH_DATA_DIR", zeish.DefaultDataDir())
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return err
+	}
+	st, err := sqlite.Open(ctx, filepath.Join(dataDir, "zeish.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	keyPath, err := server.EnsureAdmin(ctx, st, dataDir)
+	if err != nil {
+		return err
+	}
+	nodeID, err := nodeID(dataDir)
+	if err != nil {
+		return err
+	}
+	driver, err := qemu.New(qemu.Options{Accel: vmm.Accel(env("ZEISH_ACCEL", "")), TCGTBSizeMiB: 128, Logger: log})
+	if err != nil {
+		return err
+	}
+	sandboxd, err := sandboxdPath()
+	if err != nil {
+		return err
+	}
+	cat := catalog.New(st, template.BaseOptions{
+		CacheDir: env("ZEISH_TEMPLATE_CACHE", filepath.Join(dataDir, "templates")), SandboxdPath: sandboxd, Logger: log,
+	})
+	bootTimeout, err := time.ParseDuration(env("ZEISH_BOOT_TIMEOUT", "3m"))
+	if err != nil {
+		return fmt.Errorf("ZEISH_BOOT_TIMEOUT: %w", err)
+	}
+	n := node.New(node.Options{ID: nodeID, DataDir: dataDir, Store: st, Driver: driver, Templates: cat,
+		Logger: log, BootTimeout: bootTimeout})
+	defer n.Close() // after the HTTP server is down: VMs keep running
+	if err := n.Recover(ctx); err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	// Build (or find) the base template now so the first create is quick.
+	go cat.Prepare(context.WithoutCancel(ctx))
+
+	ln, err := net.Listen("tcp", env("ZEISH_LISTEN", "127.0.0.1:7420"))
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(server.Options{Store: st, Node: n, Catalog: cat, DataDir: dataDir,
+		Version: version.Version, PublicURL: os.Getenv("ZEISH_PUBLIC_URL"), Logger: log})
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	caps := driver.Capabilities()
+	log.Info("zeishd listening", "addr", "http://"+ln.Addr().String(), "data_dir", dataDir, "node", nodeID,
+		"vmm", caps.Name, "accel", caps.Accel, "admin_key", keyPath, "version", version.Version)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down; running sandboxes keep running")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// nodeID is kept in the data dir so sandboxes keep their host across restarts.
+func nodeID(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, "node.id")
+	if b, err := os.ReadFile(path); err == nil {
+		return strings.TrimSpace(string(b)), nil
+	}
+	host, _ := os.Hostname()
+	id := "node-" + strings.ToLower(strings.SplitN(host, ".", 2)[0])
+	if host == "" {
+		id = "node-local"
+	}
+	return id, os.WriteFile(path, []byte(id+"\n"), 0o600)
+}
+
+// sandboxdPath finds the guest agent binary the base template installs.
+func sandboxdPath() (string, error) {
+	if p := os.Getenv("ZEISH_SANDBOXD"); p != "" {
+		return p, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(filepath.Dir(exe), "sandboxd")
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("guest agent %s not found (build it with `make build`, or set ZEISH_SANDBOXD): %w", p, err)
+	}
+	return p, nil
+}

@@ -1,0 +1,309 @@
+// Package e2e proves zeish's features end to end: real zeishd and zeishctl
+// binaries, real QEMU VMs booted from the real base template, driven through
+// the public API.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/internal/testenv"
+	zeish "github.com/zeish/zeish/sdk/go"
+)
+
+// bin holds the binaries built once for the package.
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "zeish-e2e-bin-")
+	if err != nil {
+		panic(err)
+	}
+	bin = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+var buildOnce sync.Once
+var buildErr error
+
+func buildBinaries(t *testing.T) {
+	t.Helper()
+	buildOnce.Do(func() {
+		for _, b := range []struct{ name, pkg string }{{"zeishd", "./cmd/zeishd"}, {"zeishctl", "./cmd/zeishctl"}} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(bin, b.name), b.pkg)
+			cmd.Dir = ".."
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("build %s: %v\n%s", b.name, err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+}
+
+// server is one zeishd process with its own data dir.
+type server struct {
+	t       *testing.T
+	dataDir string
+	addr    string
+	env     []string
+	cmd     *exec.Cmd
+	log     *bytes.Buffer
+	exited  chan struct{}
+	key     string
+	client  *zeish.Client
+	seen    map[string]bool
+}
+
+// startServer runs zeishd on a fresh data dir. The base template comes from
+// the shared test cache, so it is built once across runs. On cleanup every
+// sandbox is deleted, zeishd stops, and any VM process or RAM file it left is
+// removed (and reported as a failure).
+func startServer(t *testing.T, extraEnv ...string) *server {
+	t.Helper()
+	testenv.RequireQEMU(t)
+	buildBinaries(t)
+	tpl := testenv.BaseTemplate(t) // builds sandboxd + template into the shared cache
+	dataDir, err := os.MkdirTemp("", "zeish-e2e-data-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &server{t: t, dataDir: dataDir, addr: freeAddr(t), seen: map[string]bool{}}
+	s.env = append(os.Environ(),
+		"ZEISH_DATA_DIR="+dataDir,
+		"ZEISH_LISTEN="+s.addr,
+		"ZEISH_SANDBOXD="+testenv.SandboxdBinary(t),
+		"ZEISH_TEMPLATE_CACHE="+filepath.Dir(tpl.Dir),
+		"ZEISH_LOG_LEVEL=debug",
+	)
+	s.env = append(s.env, extraEnv...)
+	t.Cleanup(func() { s.cleanup() })
+	s.start()
+	key, err := os.ReadFile(filepath.Join(dataDir, "admin.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.key = strings.TrimSpace(string(key))
+	s.client = zeish.NewClient(s.url(), s.key)
+	return s
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func (s *server) url() string { return "http://" + s.addr + api.BasePath }
+
+// start launches zeishd and waits for /healthz.
+func (s *server) start() {
+	s.t.Helper()
+	s.log = &bytes.Buffer{}
+	s.cmd = exec.Command(filepath.Join(bin, "zeishd"))
+	s.cmd.Env = s.env
+	lw := &lockedWriter{w: s.log}
+	s.cmd.Stdout, s.cmd.Stderr = lw, lw
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	s.exited = make(chan struct{})
+	go func() { s.cmd.Wait(); close(s.exited) }()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + s.addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		select {
+		case <-s.exited:
+			s.t.Fatalf("zeishd exited at start:\n%s", s.logText())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	s.t.Fatalf("zeishd did not answer /healthz:\n%s", s.logText())
+}
+
+// stop sends SIGTERM and waits for zeishd to exit.
+func (s *server) stop() {
+	s.t.Helper()
+	if s.cmd == nil {
+		return
+	}
+	s.remember()
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.exited
+		s.t.Errorf("zeishd did not exit within 30s of SIGTERM")
+	}
+	s.cmd = nil
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (s *server) logText() string {
+	if lw, ok := s.cmd.Stderr.(*lockedWriter); ok {
+		lw.mu.Lock()
+		defer lw.mu.Unlock()
+	}
+	return s.log.String()
+}
+
+func (s *server) cleanup() {
+	t := s.t
+	s.remember()
+	if s.cmd != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		list, err := s.client.ListSandboxes(ctx, zeish.ListOptions{})
+		if err == nil {
+			for _, sb := range list {
+				if _, err := s.client.DeleteSandbox(ctx, sb.ID, zeish.Wait()); err != nil {
+					t.Errorf("cleanup: delete %s: %v", sb.ID, err)
+				}
+			}
+		}
+		cancel()
+		if t.Failed() {
+			t.Logf("zeishd log:\n%s", tail(s.logText(), 8000))
+		}
+		s.stop()
+	}
+	if pids := vmProcesses(s.dataDir); len(pids) > 0 {
+		t.Errorf("cleanup: VM processes left behind: %v", pids)
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	if files := s.shmFiles(); len(files) > 0 {
+		t.Errorf("cleanup: RAM files left in /dev/shm: %v", files)
+		for _, f := range files {
+			os.Remove(f)
+		}
+	}
+	os.RemoveAll(s.dataDir)
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// vmProcesses lists processes whose command line mentions dir.
+func vmProcesses(dir string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscan(e.Name(), &pid); err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(cmdline, []byte(dir+"/")) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// shmFiles lists guest RAM files of every sandbox this server ever had.
+func (s *server) shmFiles() []string {
+	var out []string
+	for id := range s.seen {
+		m, _ := filepath.Glob("/dev/shm/*" + id + "*")
+		out = append(out, m...)
+	}
+	return out
+}
+
+// remember records the ids of every sandbox the server knows, so cleanup can
+// look for their files even after zeishd stopped.
+func (s *server) remember() {
+	if s.cmd == nil {
+		return
+	}
+	var list api.SandboxList
+	req, _ := http.NewRequest("GET", s.url()+"/public/sandboxes?include_destroyed=true", nil)
+	req.Header.Set("Authorization", "Bearer "+s.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	json.NewDecoder(resp.Body).Decode(&list)
+	for _, sb := range list.Sandboxes {
+		s.seen[sb.ID] = true
+	}
+}
+
+// do sends a raw API request (for shapes the SDK would never send) and
+// decodes the JSON answer into out when it is non-nil.
+func (s *server) do(t *testing.T, method, path, token string, body any, out any) int {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		j, _ := json.Marshal(b)
+		rd = bytes.NewReader(j)
+	}
+	u := path
+	if !strings.HasPrefix(path, "http") {
+		u = "http://" + s.addr + path
+	}
+	req, _ := http.NewRequest(method, u, rd)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if out != nil {
+		raw, _ := io.ReadAll(resp.Body)
+		if err := json.Unmarshal(raw, out); err != nil {
+			t.Fatalf("%s %s: decode %q: %v", method, path, raw, err)
+		}
+	}
+	return resp.StatusCode
+}

@@ -1,0 +1,174 @@
+package guest
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/zeish/zeish/errdefs"
+)
+
+// One yamux stream carries one request. The host writes a JSON header line
+// (request), then both sides exchange chunks:
+//
+//	kind u8 | length u32 | payload
+//
+// Simple calls answer with one result or error chunk. Streaming calls send
+// data chunks and finish with an explicit eof/result/error chunk, so a stream
+// that just ends (peer gone, call cancelled) is never mistaken for success.
+const (
+	chunkData    byte = 'd' // file bytes or stdin
+	chunkEOF     byte = 'z' // end of the data chunks
+	chunkStdout  byte = 'o'
+	chunkStderr  byte = 'e'
+	chunkStarted byte = 's' // exec: JSON {"pid":…}
+	chunkResult  byte = 'r' // JSON result of the op
+	chunkError   byte = 'x' // JSON wireError; ends the call
+
+	maxChunk       = 32 << 10
+	maxChunkHeader = 5
+	maxJSONChunk   = 16 << 20
+)
+
+// Operations.
+const (
+	opInfo      = "info"
+	opConfigure = "configure"
+	opExec      = "exec"
+	opReadFile  = "read"
+	opWriteFile = "write"
+	opStat      = "stat"
+	opList      = "list"
+	opMkdir     = "mkdir"
+	opRemove    = "remove"
+	opProcesses = "ps"
+	opKill      = "kill"
+)
+
+// request is the header line of a stream.
+type request struct {
+	Op        string       `json:"op"`
+	Path      string       `json:"path,omitempty"`
+	Perm      uint32       `json:"perm,omitempty"`
+	Parents   bool         `json:"parents,omitempty"`
+	Recursive bool         `json:"recursive,omitempty"`
+	PID       int          `json:"pid,omitempty"`
+	Signal    string       `json:"signal,omitempty"`
+	Group     bool         `json:"group,omitempty"` // kill: the process group of a running exec
+	Exec      *ExecRequest `json:"exec,omitempty"`
+	Config    *Config      `json:"config,omitempty"`
+}
+
+type started struct {
+	PID int `json:"pid"`
+}
+
+// wireError carries an errdefs code across the channel.
+type wireError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// toWire keeps the class of err (an errdefs sentinel wrapped in it, else
+// internal) and its message.
+func toWire(err error) wireError {
+	return wireError{Code: errdefs.Of(err).Code, Message: err.Error()}
+}
+
+// fromWire rebuilds an error that errors.Is the same sentinel on the host.
+func fromWire(w wireError) error {
+	sentinel := errdefs.ByCode(w.Code)
+	if sentinel == nil {
+		sentinel = errdefs.ErrInternal
+	}
+	return &guestError{msg: w.Message, sentinel: sentinel}
+}
+
+type guestError struct {
+	msg      string
+	sentinel *errdefs.Error
+}
+
+func (e *guestError) Error() string { return e.msg }
+func (e *guestError) Unwrap() error { return e.sentinel }
+
+// chunkWriter writes chunks to a stream; safe for concurrent use so stdout
+// and stderr of one exec can share a stream.
+type chunkWriter struct {
+	mu  sync.Mutex
+	w   io.Writer
+	buf []byte
+}
+
+func (cw *chunkWriter) chunk(kind byte, p []byte) error {
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	for first := true; first || len(p) > 0; first = false {
+		n := min(len(p), maxChunk)
+		cw.buf = append(cw.buf[:0], kind, 0, 0, 0, 0)
+		binary.BigEndian.PutUint32(cw.buf[1:5], uint32(n))
+		cw.buf = append(cw.buf, p[:n]...)
+		if _, err := cw.w.Write(cw.buf); err != nil {
+			return err
+		}
+		p = p[n:]
+	}
+	return nil
+}
+
+func (cw *chunkWriter) json(kind byte, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return cw.chunk(kind, b)
+}
+
+func (cw *chunkWriter) fail(err error) error { return cw.json(chunkError, toWire(err)) }
+
+// kindWriter is an io.Writer that sends everything as chunks of one kind.
+type kindWriter struct {
+	cw   *chunkWriter
+	kind byte
+}
+
+func (k kindWriter) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if err := k.cw.chunk(k.kind, p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// readChunk reads one chunk; buf is reused for its payload when big enough.
+func readChunk(r *bufio.Reader, buf []byte) (byte, []byte, error) {
+	var hdr [maxChunkHeader]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return 0, nil, err
+	}
+	n := int(binary.BigEndian.Uint32(hdr[1:]))
+	if n > maxJSONChunk {
+		return 0, nil, fmt.Errorf("chunk of %d bytes: too large", n)
+	}
+	if cap(buf) < n {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return 0, nil, unexpected(err)
+	}
+	return hdr[0], buf, nil
+}
+
+func unexpected(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}

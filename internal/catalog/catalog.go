@@ -1,0 +1,124 @@
+// Package catalog resolves template names to bootable artifacts. The built-in
+// "base" template is built from the host's Debian packages on first use (or
+// ahead of time by Prepare) and rebuilt when its inputs change; the result is
+// recorded in the store so the API can list it.
+package catalog
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+	"github.com/zeish/zeish/template"
+)
+
+// BaseName is the built-in template's name.
+const BaseName = "base"
+
+// Catalog is the node's view of templates.
+type Catalog struct {
+	store store.Store
+	opts  template.BaseOptions
+	log   *slog.Logger
+
+	mu   sync.Mutex
+	base *sandbox.Template
+	// building is closed when the build in progress ends.
+	building chan struct{}
+	err      error
+}
+
+// New returns a catalog that builds base with opts.
+func New(s store.Store, opts template.BaseOptions) *Catalog {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Catalog{store: s, opts: opts, log: log}
+}
+
+// Known reports whether name is a template (without building anything), so
+// the API can refuse an unknown one at once.
+func (c *Catalog) Known(ctx context.Context, name string) error {
+	if name == BaseName {
+		return nil
+	}
+	if _, err := c.store.GetTemplate(ctx, name); err != nil {
+		return fmt.Errorf("template %q does not exist: %w", name, errdefs.ErrUnknownTemplate)
+	}
+	return nil
+}
+
+// Get returns name's artifacts, building base if needed.
+func (c *Catalog) Get(ctx context.Context, name string) (sandbox.Template, error) {
+	if name != BaseName {
+		t, err := c.store.GetTemplate(ctx, name)
+		if err != nil {
+			return t, fmt.Errorf("template %q: %w", name, errdefs.ErrUnknownTemplate)
+		}
+		return t, nil
+	}
+	return c.Prepare(ctx)
+}
+
+// Prepare builds base unless it is built, sharing one build between callers.
+func (c *Catalog) Prepare(ctx context.Context) (sandbox.Template, error) {
+	c.mu.Lock()
+	if c.base != nil {
+		t := *c.base
+		c.mu.Unlock()
+		return t, nil
+	}
+	if c.building == nil {
+		c.building = make(chan struct{})
+		go c.build()
+	}
+	done := c.building
+	c.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return sandbox.Template{}, ctx.Err()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.base == nil {
+		return sandbox.Template{}, c.err
+	}
+	return *c.base, nil
+}
+
+// build runs under no request's context: a client that gives up must not
+// abort a build others wait for.
+func (c *Catalog) build() {
+	start := time.Now()
+	a, err := template.BuildBase(context.Background(), c.opts)
+	var t sandbox.Template
+	if err == nil {
+		t = sandbox.Template{
+			ID: sandbox.PrefixTemplate + a.Hash[:20], Name: BaseName,
+			Kernel: a.Kernel, Initrd: a.Initrd, BaseDisk: a.BaseDisk, KernelArgs: a.KernelArgs,
+			Hash: a.Hash, DiskMiB: a.DiskMiB, CreatedAt: time.Now().UTC(),
+		}
+		if old, gerr := c.store.GetTemplate(context.Background(), BaseName); gerr == nil && old.Hash == t.Hash {
+			t.CreatedAt = old.CreatedAt
+		}
+		err = c.store.PutTemplate(context.Background(), t)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.err = fmt.Errorf("build template base: %w", err)
+		c.log.Error("template base failed", "err", err)
+	} else {
+		c.base = &t
+		c.log.Info("template base ready", "hash", t.Hash[:12], "took", time.Since(start).Round(time.Millisecond))
+	}
+	close(c.building)
+	c.building = nil // a failed build is retried by the next caller
+}

@@ -1,0 +1,183 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/rollback"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+	"github.com/zeish/zeish/vmm"
+)
+
+// Create records a new sandbox in state starting and boots it in the
+// background. r comes validated from the API edge (name, size, template, env);
+// Create fills in what the node owns: id, host, hostname, MAC, address.
+func (n *Node) Create(ctx context.Context, r *store.SandboxRecord) (*store.SandboxRecord, error) {
+	now := time.Now().UTC()
+	r.ID = sandbox.NewID(sandbox.PrefixSandbox)
+	if r.Name == "" {
+		r.Name = sandbox.NewName()
+	}
+	r.Hostname = r.Name
+	r.Host = n.opts.ID
+	r.Region = n.opts.Region
+	r.Accel = string(n.opts.Driver.Capabilities().Accel)
+	r.State = sandbox.StateStarting
+	r.CreatedAt, r.UpdatedAt = now, now
+	r.MAC = sandbox.NewMAC()
+	r.Address = newAddress()
+	if r.Env == nil {
+		r.Env = map[string]string{}
+	}
+	if r.Metadata == nil {
+		r.Metadata = map[string]string{}
+	}
+	if err := n.opts.Store.CreateSandbox(ctx, r); err != nil {
+		return nil, err
+	}
+	n.log.Info("create", logSandbox, r.ID, "name", r.Name, "template", r.Template, "memory_mib", r.MemoryMiB)
+	n.run(r.ID, func(ctx context.Context) { n.boot(ctx, r) })
+	return r, nil
+}
+
+// newAddress picks the guest's address in 10.88.0.0/16. The NIC is isolated
+// (nothing routes to it yet), so the address is an identity, unique per
+// sandbox with high probability.
+func newAddress() string {
+	b := make([]byte, 2)
+	rand.Read(b)
+	if b[1] == 0 || b[1] == 255 {
+		b[1] = 1
+	}
+	return fmt.Sprintf("10.88.%d.%d", b[0], b[1])
+}
+
+// boot starts a VM for r and waits for its agent; any failure rolls back every
+// step and leaves the sandbox in state error with the reason.
+func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
+	start := time.Now()
+	err := func() (err error) {
+		var undo rollback.Stack
+		defer undo.OnError(ctx, &err)
+		tpl, err := n.opts.Templates.Get(ctx, r.Template)
+		if err != nil {
+			return fmt.Errorf("template %s: %w", r.Template, err)
+		}
+		dir := n.sandboxDir(r.ID)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		undo.Add(removeDir(dir))
+		h, err := n.opts.Driver.Start(ctx, vmm.Spec{
+			ID: r.ID, Dir: dir,
+			Kernel: tpl.Kernel, Initrd: tpl.Initrd, KernelArgs: tpl.KernelArgs, BaseDisk: tpl.BaseDisk,
+			DiskMiB: r.DiskMiB, MemoryMiB: r.MemoryMiB, VCPUs: r.VCPUs, MAC: r.MAC,
+		})
+		if err != nil {
+			return err
+		}
+		undo.Add(func(ctx context.Context) error { return n.opts.Driver.Destroy(ctx, h) })
+		if err := writeHandleFile(dir, h); err != nil {
+			return err
+		}
+		if err := n.saveHandle(ctx, r.ID, h); err != nil {
+			return err
+		}
+		undo.Add(func(ctx context.Context) error { return n.saveHandle(ctx, r.ID, nil) })
+		if err := n.attach(ctx, r.ID, h); err != nil {
+			return err
+		}
+		undo.Release()
+		return nil
+	}()
+	if err != nil {
+		n.log.Error("boot failed", logSandbox, r.ID, "err", err)
+		n.setState(ctx, r.ID, sandbox.StateError, "boot failed: "+err.Error(), nil)
+		return
+	}
+	n.setState(ctx, r.ID, sandbox.StateRunning, "", nil)
+	n.log.Info("running", logSandbox, r.ID, "boot_ms", time.Since(start).Milliseconds())
+}
+
+func (n *Node) saveHandle(ctx context.Context, id string, h *vmm.Handle) error {
+	_, err := n.opts.Store.UpdateSandbox(context.WithoutCancel(ctx), id, func(r *store.SandboxRecord) error {
+		return r.SetHandle(h)
+	})
+	return err
+}
+
+// attach connects to the guest agent of a started VM and hands the guest its
+// identity (hostname, clock, entropy, network, environment).
+func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
+	r, err := n.opts.Store.GetSandbox(ctx, id)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, n.opts.BootTimeout)
+	defer cancel()
+	c, err := guest.Connect(cctx, dialer(n, h))
+	if err != nil {
+		if !n.opts.Driver.Alive(h) {
+			return fmt.Errorf("the VM exited before its agent answered: %w", errdefs.ErrUnavailable)
+		}
+		if errors.Is(cctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("the guest agent did not answer within %s: %w", n.opts.BootTimeout, errdefs.ErrTimeout)
+		}
+		return err
+	}
+	entropy := make([]byte, 64)
+	rand.Read(entropy)
+	cfg := guest.Config{
+		Hostname: r.Hostname,
+		Time:     time.Now().UTC(),
+		Entropy:  entropy,
+		Env:      guestEnv(r),
+		Network:  &guest.Network{Interface: "eth0", MAC: r.MAC, Address: r.Address + "/16"},
+	}
+	if err := c.Configure(ctx, cfg); err != nil {
+		c.Close()
+		return fmt.Errorf("configure guest: %w", err)
+	}
+	n.setAgent(id, c)
+	return nil
+}
+
+func (n *Node) setAgent(id string, c *guest.Client) {
+	n.mu.Lock()
+	old := n.agents[id]
+	n.agents[id] = c
+	n.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+}
+
+func (n *Node) dropAgent(id string) {
+	n.mu.Lock()
+	c := n.agents[id]
+	delete(n.agents, id)
+	n.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+// guestEnv is the default environment of every exec: the sandbox's variables
+// and its secrets (secrets win on a clash).
+func guestEnv(r *store.SandboxRecord) map[string]string {
+	env := make(map[string]string, len(r.Env)+len(r.SecretEnv))
+	for k, v := range r.Env {
+		env[k] = v
+	}
+	for k, v := range r.SecretEnv {
+		env[k] = v
+	}
+	return env
+}

@@ -1,0 +1,178 @@
+// Package node runs sandboxes on one host: it boots them through a vmm.Driver,
+// keeps their guest-agent connections, moves them through their states
+// (persisting every step, so nothing is lost across a zeishd restart) and finds
+// its VMs again after a restart.
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+	"github.com/zeish/zeish/vmm"
+)
+
+// Log attribute keys.
+const (
+	logSandbox = "sandbox"
+	logNode    = "node"
+)
+
+// Templates resolves a template name to bootable artifacts, building the
+// built-in one on first use.
+type Templates interface {
+	Get(ctx context.Context, name string) (sandbox.Template, error)
+}
+
+// Options configure a Node.
+type Options struct {
+	ID          string // node id, shown as a sandbox's host
+	Region      string
+	DataDir     string // sandboxes live in <DataDir>/sandboxes/<id>
+	Store       store.Store
+	Driver      vmm.Driver
+	Templates   Templates
+	Logger      *slog.Logger
+	BootTimeout time.Duration // guest boot to agent answer; default 3 minutes (TCG on a busy host is slow)
+}
+
+// Node runs the sandboxes of one host.
+type Node struct {
+	opts  Options
+	log   *slog.Logger
+	watch *watcher
+
+	// life is the node's lifetime: background operations run under it, never
+	// under a request's context.
+	life context.Context
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+
+	mu     sync.Mutex
+	ops    map[string]*op           // the operation in progress per sandbox
+	agents map[string]*guest.Client // live agent connections
+}
+
+// op is one background operation on a sandbox; only one runs at a time.
+type op struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New makes a node; call Recover before serving.
+func New(opts Options) *Node {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.BootTimeout == 0 {
+		opts.BootTimeout = 3 * time.Minute
+	}
+	if opts.Region == "" {
+		opts.Region = "local"
+	}
+	life, stop := context.WithCancel(context.Background())
+	return &Node{
+		opts:   opts,
+		log:    opts.Logger.With(logNode, opts.ID),
+		watch:  newWatcher(),
+		life:   life,
+		stop:   stop,
+		ops:    map[string]*op{},
+		agents: map[string]*guest.Client{},
+	}
+}
+
+// Capabilities reports what the node's driver can do.
+func (n *Node) Capabilities() vmm.Capabilities { return n.opts.Driver.Capabilities() }
+
+// Region is the node's region label.
+func (n *Node) Region() string { return n.opts.Region }
+
+// Close cancels operations in progress, waits for them and drops agent
+// connections. Running VMs keep running: a restarted zeishd finds them again.
+func (n *Node) Close() {
+	n.stop()
+	n.wg.Wait()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for id, c := range n.agents {
+		c.Close()
+		delete(n.agents, id)
+	}
+}
+
+func (n *Node) sandboxDir(id string) string {
+	return filepath.Join(n.opts.DataDir, "sandboxes", id)
+}
+
+// run starts fn as the sandbox's background operation. It waits for any
+// earlier operation on the same sandbox to end first.
+func (n *Node) run(id string, fn func(ctx context.Context)) {
+	ctx, cancel := context.WithCancel(n.life)
+	o := &op{cancel: cancel, done: make(chan struct{})}
+	n.mu.Lock()
+	prev := n.ops[id]
+	n.ops[id] = o
+	n.mu.Unlock()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer cancel()
+		defer close(o.done)
+		if prev != nil {
+			<-prev.done
+		}
+		fn(ctx)
+		n.mu.Lock()
+		if n.ops[id] == o {
+			delete(n.ops, id)
+		}
+		n.mu.Unlock()
+	}()
+}
+
+// cancelOp cancels the operation in progress on id, if any.
+func (n *Node) cancelOp(id string) {
+	n.mu.Lock()
+	o := n.ops[id]
+	n.mu.Unlock()
+	if o != nil {
+		o.cancel()
+	}
+}
+
+// setState persists a state change and wakes the sandbox's waiters.
+func (n *Node) setState(ctx context.Context, id string, st sandbox.State, reason string, edit func(*store.SandboxRecord)) (*store.SandboxRecord, error) {
+	r, err := n.opts.Store.UpdateSandbox(context.WithoutCancel(ctx), id, func(r *store.SandboxRecord) error {
+		r.State = st
+		r.StateReason = reason
+		r.UpdatedAt = time.Now().UTC()
+		if edit != nil {
+			edit(r)
+		}
+		return nil
+	})
+	if err != nil {
+		n.log.Error("persist state", logSandbox, id, "state", st, "err", err)
+		return nil, err
+	}
+	n.log.Info("state", logSandbox, id, "state", st, "reason", reason)
+	n.watch.notify(id)
+	return r, nil
+}
+
+func removeDir(dir string) func(context.Context) error {
+	return func(context.Context) error {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("remove %s: %w", dir, err)
+		}
+		return nil
+	}
+}

@@ -1,0 +1,156 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+	"github.com/zeish/zeish/vmm"
+)
+
+const handleFile = "handle.json"
+
+func dialer(n *Node, h *vmm.Handle) func(ctx context.Context) (net.Conn, error) {
+	return func(ctx context.Context) (net.Conn, error) { return n.opts.Driver.DialAgent(ctx, h) }
+}
+
+// Recover reconciles the store with the VMs that really run, after zeishd
+// (re)starts: running VMs are re-attached, half-done operations are finished
+// or failed with a reason, and whatever belongs to no live sandbox (a VMM
+// process, a sandbox folder) is removed.
+func (n *Node) Recover(ctx context.Context) error {
+	rows, err := n.opts.Store.ListSandboxes(ctx, store.SandboxFilter{})
+	if err != nil {
+		return err
+	}
+	live := map[string]bool{}
+	for _, r := range rows {
+		if r.Host != n.opts.ID {
+			continue
+		}
+		h, err := r.VMHandle()
+		if err != nil {
+			return err
+		}
+		alive := h != nil && n.opts.Driver.Alive(h)
+		if alive {
+			live[r.ID] = true
+		}
+		n.recoverOne(ctx, r, h, alive)
+	}
+	n.sweepDirs(ctx, live)
+	n.sweepProcesses(live)
+	return nil
+}
+
+func (n *Node) recoverOne(ctx context.Context, r *store.SandboxRecord, h *vmm.Handle, alive bool) {
+	log := n.log.With(logSandbox, r.ID, "state", r.State, "alive", alive)
+	switch {
+	case r.State == sandbox.StateDeleting:
+		log.Info("recover: finishing delete")
+		n.run(r.ID, func(ctx context.Context) { n.destroy(context.WithoutCancel(ctx), r.ID) })
+	case alive && (r.State == sandbox.StateRunning || r.State == sandbox.StateStarting):
+		log.Info("recover: re-attaching")
+		n.run(r.ID, func(ctx context.Context) {
+			if err := n.attach(ctx, r.ID, h); err != nil {
+				n.failLost(ctx, r.ID, h, "agent did not answer after zeishd restart: "+err.Error())
+				return
+			}
+			n.setState(ctx, r.ID, sandbox.StateRunning, "", nil)
+		})
+	case alive && r.State == sandbox.StatePaused:
+		log.Info("recover: paused VM found")
+	case h != nil && !alive && r.State != sandbox.StateError:
+		log.Warn("recover: VM is gone")
+		n.failLost(ctx, r.ID, h, "the VM was not running when zeishd restarted")
+	}
+}
+
+// failLost marks a sandbox whose VM is lost as error and removes what is left
+// of the VM, so no file outlives it.
+func (n *Node) failLost(ctx context.Context, id string, h *vmm.Handle, reason string) {
+	ctx = context.WithoutCancel(ctx)
+	if err := n.opts.Driver.Destroy(ctx, h); err != nil {
+		n.log.Error("clean up lost VM", logSandbox, id, "err", err)
+	}
+	os.RemoveAll(n.sandboxDir(id))
+	n.setState(ctx, id, sandbox.StateError, reason, func(r *store.SandboxRecord) { r.Handle = nil })
+}
+
+// sweepDirs removes sandbox folders that belong to no live sandbox, stopping
+// a VM whose handle one still holds (zeishd died between launch and persisting).
+func (n *Node) sweepDirs(ctx context.Context, live map[string]bool) {
+	root := filepath.Join(n.opts.DataDir, "sandboxes")
+	entries, _ := os.ReadDir(root)
+	for _, e := range entries {
+		id := e.Name()
+		if live[id] {
+			continue
+		}
+		r, err := n.opts.Store.GetSandbox(ctx, id)
+		if err == nil && r.State != sandbox.StateDestroyed && r.State != sandbox.StateError {
+			continue // its own recovery handles it
+		}
+		if b, err := os.ReadFile(filepath.Join(root, id, handleFile)); err == nil {
+			var h vmm.Handle
+			if json.Unmarshal(b, &h) == nil {
+				n.opts.Driver.Destroy(ctx, &h)
+			}
+		}
+		n.log.Warn("recover: removing orphaned sandbox folder", logSandbox, id)
+		os.RemoveAll(filepath.Join(root, id))
+	}
+}
+
+// sweepProcesses kills VMM processes started from this data dir for sandboxes
+// that are not live: a crash can leave one behind before its handle was saved.
+func (n *Node) sweepProcesses(live map[string]bool) {
+	marker := []byte(filepath.Join(n.opts.DataDir, "sandboxes") + "/")
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		i := bytes.Index(cmdline, marker)
+		if i < 0 {
+			continue
+		}
+		rest := string(cmdline[i+len(marker):])
+		id, _, _ := strings.Cut(rest, "/")
+		if live[id] {
+			continue
+		}
+		n.log.Warn("recover: killing orphaned VMM process", logSandbox, id, "pid", pid)
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			n.log.Error("kill orphan", "pid", pid, "err", err)
+		}
+	}
+}
+
+// writeHandleFile keeps a copy of the handle beside the VM's files, so a
+// crash before the store has it still lets recovery stop the VM.
+func writeHandleFile(dir string, h *vmm.Handle) error {
+	b, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, handleFile), b, 0o600); err != nil {
+		return fmt.Errorf("write handle: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,125 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+)
+
+// Delete moves a sandbox to deleting and, in the background, stops its VM,
+// removes every file of it and marks it destroyed (the row stays for lineage
+// and billing). An operation in progress (a boot) is cancelled first.
+func (n *Node) Delete(ctx context.Context, id string) (*store.SandboxRecord, error) {
+	r, err := n.opts.Store.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
+		switch r.State {
+		case sandbox.StateDestroyed:
+			return fmt.Errorf("sandbox %s is already destroyed: %w", id, errdefs.ErrNotFound)
+		case sandbox.StateDeleting:
+			return nil
+		}
+		r.State = sandbox.StateDeleting
+		r.StateReason = ""
+		r.UpdatedAt = time.Now().UTC()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.watch.notify(id)
+	n.cancelOp(id)
+	n.run(id, func(ctx context.Context) { n.destroy(context.WithoutCancel(ctx), id) })
+	return r, nil
+}
+
+// destroy tears down the sandbox's VM and files and marks it destroyed.
+func (n *Node) destroy(ctx context.Context, id string) {
+	n.dropAgent(id)
+	r, err := n.opts.Store.GetSandbox(ctx, id)
+	if err != nil {
+		n.log.Error("destroy: read", logSandbox, id, "err", err)
+		return
+	}
+	h, err := r.VMHandle()
+	if err == nil && h != nil {
+		err = n.opts.Driver.Destroy(ctx, h)
+	}
+	if err == nil {
+		err = removeDir(n.sandboxDir(id))(ctx)
+	}
+	if err != nil {
+		n.log.Error("destroy", logSandbox, id, "err", err)
+		n.setState(ctx, id, sandbox.StateError, "delete failed: "+err.Error(), nil)
+		return
+	}
+	now := time.Now().UTC()
+	n.setState(ctx, id, sandbox.StateDestroyed, "", func(r *store.SandboxRecord) {
+		r.Handle = nil
+		r.DestroyedAt = &now
+	})
+}
+
+// Get reads a sandbox.
+func (n *Node) Get(ctx context.Context, id string) (*store.SandboxRecord, error) {
+	return n.opts.Store.GetSandbox(ctx, id)
+}
+
+// Wait blocks until the sandbox settles (is in no transition) or reaches want
+// if it is given, or until ctx ends.
+func (n *Node) Wait(ctx context.Context, id string, want sandbox.State) (*store.SandboxRecord, error) {
+	for {
+		changed := n.watch.changed(id)
+		r, err := n.opts.Store.GetSandbox(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if want == "" && r.State.Settled() || r.State == want {
+			return r, nil
+		}
+		if want != "" && r.State.Settled() && r.State != sandbox.StatePaused && r.State != sandbox.StateRunning && r.State != sandbox.StateStopped {
+			// error or destroyed: the wanted state will never come.
+			return r, nil
+		}
+		if err := n.waitChange(ctx, id, changed); err != nil {
+			return r, fmt.Errorf("sandbox %s is still %s: %w", id, r.State, errdefs.ErrTimeout)
+		}
+	}
+}
+
+// Agent returns a live connection to the sandbox's guest agent, reconnecting
+// if the last one broke. The sandbox must be running.
+func (n *Node) Agent(ctx context.Context, id string) (*guest.Client, error) {
+	r, err := n.opts.Store.GetSandbox(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if r.State != sandbox.StateRunning {
+		return nil, fmt.Errorf("sandbox %s is %s, not running: %w", id, r.State, errdefs.ErrInvalidState)
+	}
+	n.mu.Lock()
+	c := n.agents[id]
+	n.mu.Unlock()
+	if c != nil {
+		select {
+		case <-c.Done():
+		default:
+			return c, nil
+		}
+	}
+	h, err := r.VMHandle()
+	if err != nil || h == nil {
+		return nil, fmt.Errorf("sandbox %s has no VM: %w", id, errdefs.ErrUnavailable)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err = guest.Connect(cctx, dialer(n, h))
+	if err != nil {
+		return nil, fmt.Errorf("reconnect to the agent of %s: %w", id, err)
+	}
+	n.setAgent(id, c)
+	return c, nil
+}

@@ -1,0 +1,181 @@
+package server
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+)
+
+// AdminKeyFile is where the first admin API key is written, mode 0600.
+const AdminKeyFile = "admin.key"
+
+const keyPrefix = "zk_"
+
+// NewAPIKey returns a fresh key and its stored hash.
+func NewAPIKey() (key, hash string) {
+	b := make([]byte, 24)
+	rand.Read(b)
+	key = keyPrefix + base64.RawURLEncoding.EncodeToString(b)
+	return key, HashKey(key)
+}
+
+// HashKey is how keys are stored: never in the clear.
+func HashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// EnsureAdmin makes sure the admin account exists and that the key in
+// <dataDir>/admin.key (created on first start) opens it.
+func EnsureAdmin(ctx context.Context, s store.Store, dataDir string) (keyPath string, err error) {
+	keyPath = filepath.Join(dataDir, AdminKeyFile)
+	key, err := readKeyFile(keyPath)
+	if errors.Is(err, os.ErrNotExist) {
+		key, _ = NewAPIKey()
+		if err := os.WriteFile(keyPath, []byte(key+"\n"), 0o600); err != nil {
+			return "", fmt.Errorf("write admin key: %w", err)
+		}
+	} else if err != nil {
+		return "", err
+	}
+	const adminID = sandbox.PrefixAccount + "admin"
+	if _, err := s.GetAccount(ctx, adminID); errors.Is(err, errdefs.ErrNotFound) {
+		if err := s.CreateAccount(ctx, store.Account{ID: adminID, Name: "admin", Admin: true, CreatedAt: time.Now().UTC()}); err != nil {
+			return "", err
+		}
+	} else if err != nil {
+		return "", err
+	}
+	if _, err := s.AccountByKeyHash(ctx, HashKey(key)); errors.Is(err, errdefs.ErrUnauthenticated) {
+		err = s.CreateAPIKey(ctx, store.APIKey{ID: sandbox.NewID(sandbox.PrefixKey), AccountID: adminID,
+			Hash: HashKey(key), Prefix: key[:8], CreatedAt: time.Now().UTC()})
+		if err != nil {
+			return "", err
+		}
+	} else if err != nil {
+		return "", err
+	}
+	return keyPath, nil
+}
+
+func readKeyFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	key := strings.TrimSpace(string(b))
+	if !strings.HasPrefix(key, keyPrefix) {
+		return "", fmt.Errorf("%s does not hold a zeish key", path)
+	}
+	return key, nil
+}
+
+func bearer(r *http.Request) (string, error) {
+	h := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok || tok == "" {
+		return "", fmt.Errorf("missing Authorization: Bearer header: %w", errdefs.ErrUnauthenticated)
+	}
+	return tok, nil
+}
+
+type ctxKey int
+
+const accountKey ctxKey = 0
+
+func accountFrom(ctx context.Context) store.Account {
+	a, _ := ctx.Value(accountKey).(store.Account)
+	return a
+}
+
+// withAccount authenticates an API key and puts its account in the context.
+func (s *Server) withAccount(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		key, err := bearer(r)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		a, err := s.store.AccountByKeyHash(r.Context(), HashKey(key))
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), accountKey, a)))
+	}
+}
+
+// Data-plane tokens are "zdp_<sandbox>.<account>.<unix expiry>.<mac>": signed
+// with a key kept in the data dir, so they need no store lookup and die with
+// their expiry (and with the sandbox, which the handler checks).
+const tokenPrefix = "zdp_"
+
+type tokenSigner struct{ key []byte }
+
+func loadTokenKey(dataDir string) (*tokenSigner, error) {
+	path := filepath.Join(dataDir, "token.key")
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		b = make([]byte, 32)
+		rand.Read(b)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			return nil, fmt.Errorf("write token key: %w", err)
+		}
+	} else if err != nil {
+		return nil, err
+	}
+	if len(b) < 32 {
+		return nil, fmt.Errorf("%s is too short", path)
+	}
+	return &tokenSigner{key: b}, nil
+}
+
+func (t *tokenSigner) mac(payload string) string {
+	m := hmac.New(sha256.New, t.key)
+	m.Write([]byte(payload))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+func (t *tokenSigner) issue(sandboxID, accountID string, exp time.Time) string {
+	payload := fmt.Sprintf("%s.%s.%d", sandboxID, accountID, exp.Unix())
+	return tokenPrefix + payload + "." + t.mac(payload)
+}
+
+// verify checks a token for sandboxID and returns its account.
+func (t *tokenSigner) verify(token, sandboxID string, now time.Time) (accountID string, err error) {
+	rest, ok := strings.CutPrefix(token, tokenPrefix)
+	parts := strings.Split(rest, ".")
+	if !ok || len(parts) != 4 {
+		return "", fmt.Errorf("malformed data-plane token: %w", errdefs.ErrUnauthenticated)
+	}
+	payload := strings.Join(parts[:3], ".")
+	if !hmac.Equal([]byte(parts[3]), []byte(t.mac(payload))) {
+		return "", fmt.Errorf("data-plane token signature is not valid: %w", errdefs.ErrUnauthenticated)
+	}
+	if parts[0] != sandboxID {
+		return "", fmt.Errorf("this data-plane token is for another sandbox: %w", errdefs.ErrUnauthenticated)
+	}
+	exp, err := strconv.ParseInt(parts[2], 10, 64)
+	if err != nil {
+		return "", fmt.Errorf("malformed data-plane token: %w", errdefs.ErrUnauthenticated)
+	}
+	if now.Unix() >= exp {
+		return "", fmt.Errorf("data-plane token expired at %s: %w", time.Unix(exp, 0).UTC().Format(time.RFC3339), errdefs.ErrTokenExpired)
+	}
+	return parts[1], nil
+}

@@ -1,0 +1,304 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+)
+
+const (
+	maxEnvVars     = 128
+	maxMetadata    = 64
+	maxValueLength = 4096
+)
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+
+func checkVars(field string, m map[string]string, max int, keyPattern *regexp.Regexp) error {
+	if len(m) > max {
+		return invalid("%s: at most %d entries", field, max)
+	}
+	for k, v := range m {
+		if !keyPattern.MatchString(k) {
+			return invalid("%s: %q is not a valid name", field, k)
+		}
+		if len(v) > maxValueLength || strings.ContainsRune(v, 0) {
+			return invalid("%s: value of %q is too long or holds a NUL byte", field, k)
+		}
+	}
+	return nil
+}
+
+var metadataKey = regexp.MustCompile(`^[A-Za-z0-9_.\-/]{1,128}$`)
+
+// newRecord validates a create request and turns it into a record for the node.
+func (s *Server) newRecord(ctx context.Context, acct store.Account, req api.CreateSandboxRequest) (*store.SandboxRecord, error) {
+	if req.Template == "" {
+		req.Template = "base"
+	}
+	if err := s.opts.Catalog.Known(ctx, req.Template); err != nil {
+		return nil, err
+	}
+	if req.Name != "" {
+		if err := sandbox.CheckName(req.Name); err != nil {
+			return nil, err
+		}
+	}
+	size, err := sandbox.ResolveSize(req.Size, req.VCPUs, req.MemoryMiB, req.DiskMiB)
+	if err != nil {
+		return nil, err
+	}
+	if req.Region != "" && req.Region != s.node.Region() {
+		return nil, invalid("region %q: no node serves it (this server has %q)", req.Region, s.node.Region())
+	}
+	if err := checkVars("env", req.Env, maxEnvVars, envName); err != nil {
+		return nil, err
+	}
+	if err := checkVars("secrets", req.Secrets, maxEnvVars, envName); err != nil {
+		return nil, err
+	}
+	if err := checkVars("metadata", req.Metadata, maxMetadata, metadataKey); err != nil {
+		return nil, err
+	}
+	switch {
+	case req.PRNumber < 0:
+		return nil, invalid("pr_number must not be negative")
+	case req.MaxCostMicros < 0:
+		return nil, invalid("max_cost_micros must not be negative")
+	case len(req.GitRepo) > 1024 || len(req.GitBranch) > 256:
+		return nil, invalid("git_repo or git_branch is too long")
+	}
+	return &store.SandboxRecord{
+		Sandbox: sandbox.Sandbox{
+			AccountID: acct.ID, Name: req.Name, Template: req.Template,
+			VCPUs: size.VCPUs, MemoryMiB: size.MemoryMiB, DiskMiB: size.DiskMiB,
+			Env: req.Env, GitRepo: req.GitRepo, GitBranch: req.GitBranch, PRNumber: req.PRNumber,
+			MaxCostMicros: req.MaxCostMicros, Browser: req.Browser, Desktop: req.Desktop, Metadata: req.Metadata,
+		},
+		SecretEnv: req.Secrets,
+	}, nil
+}
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
+	var req api.CreateSandboxRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	wait, err := waitParam(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	rec, err := s.newRecord(r.Context(), accountFrom(r.Context()), req)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	rec, err = s.node.Create(r.Context(), rec)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	s.answer(w, r, rec, wait)
+}
+
+// answer returns a sandbox after an asynchronous call: at once (202), or
+// once it settled when the client asked to wait (200).
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, rec *store.SandboxRecord, wait bool) {
+	if !wait {
+		writeJSON(w, http.StatusAccepted, rec.Sandbox)
+		return
+	}
+	ctx, cancel := waitContext(r.Context(), 600)
+	defer cancel()
+	rec, err := s.node.Wait(ctx, rec.ID, "")
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec.Sandbox)
+}
+
+func waitParam(r *http.Request) (bool, error) {
+	v := r.URL.Query().Get("wait")
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, invalid("wait=%q: want true or false", v)
+	}
+	return b, nil
+}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := store.SandboxFilter{AccountID: accountFrom(r.Context()).ID}
+	if v := q.Get("state"); v != "" {
+		for _, st := range strings.Split(v, ",") {
+			if !validState(sandbox.State(st)) {
+				writeError(w, r, invalid("state %q is not a sandbox state", st))
+				return
+			}
+			f.States = append(f.States, sandbox.State(st))
+		}
+	}
+	if v := q.Get("include_destroyed"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, r, invalid("include_destroyed=%q: want true or false", v))
+			return
+		}
+		f.IncludeDestroyed = b
+	}
+	rows, err := s.store.ListSandboxes(r.Context(), f)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	out := api.SandboxList{Sandboxes: []sandbox.Sandbox{}}
+	for _, row := range rows {
+		out.Sandboxes = append(out.Sandboxes, row.Sandbox)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func validState(st sandbox.State) bool {
+	switch st {
+	case sandbox.StateStarting, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopping,
+		sandbox.StateStopped, sandbox.StateDeleting, sandbox.StateDestroyed, sandbox.StateError:
+		return true
+	}
+	return false
+}
+
+// ownSandbox loads the sandbox named in the path if it belongs to the caller's
+// account; another account's sandbox is indistinguishable from none.
+func (s *Server) ownSandbox(r *http.Request) (*store.SandboxRecord, error) {
+	id := r.PathValue("id")
+	if err := sandbox.CheckID(sandbox.PrefixSandbox, id); err != nil {
+		return nil, err
+	}
+	rec, err := s.store.GetSandbox(r.Context(), id)
+	if err != nil {
+		return nil, err
+	}
+	if rec.AccountID != accountFrom(r.Context()).ID {
+		return nil, fmt.Errorf("sandbox %s not found: %w", id, errdefs.ErrNotFound)
+	}
+	return rec, nil
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.ownSandbox(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec.Sandbox)
+}
+
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
+	wait, err := waitParam(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	rec, err := s.ownSandbox(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	rec, err = s.node.Delete(r.Context(), rec.ID)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	s.answer(w, r, rec, wait)
+}
+
+func (s *Server) waitSandbox(w http.ResponseWriter, r *http.Request) {
+	var req api.WaitRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if req.State != "" && !validState(req.State) {
+		writeError(w, r, invalid("state %q is not a sandbox state", req.State))
+		return
+	}
+	if req.TimeoutSeconds < 0 || req.TimeoutSeconds > 600 {
+		writeError(w, r, invalid("timeout_seconds must be within 0..600"))
+		return
+	}
+	rec, err := s.ownSandbox(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	ctx, cancel := waitContext(r.Context(), req.TimeoutSeconds)
+	defer cancel()
+	rec, err = s.node.Wait(ctx, rec.ID, req.State)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec.Sandbox)
+}
+
+const (
+	defaultTokenTTL = 15 * time.Minute
+	maxTokenTTL     = time.Hour
+)
+
+func (s *Server) access(w http.ResponseWriter, r *http.Request) {
+	var req api.AccessRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	ttl := defaultTokenTTL
+	if req.TTLSeconds != 0 {
+		ttl = time.Duration(req.TTLSeconds) * time.Second
+	}
+	if ttl <= 0 || ttl > maxTokenTTL {
+		writeError(w, r, invalid("ttl_seconds must be within 1..%d", int(maxTokenTTL.Seconds())))
+		return
+	}
+	rec, err := s.ownSandbox(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if rec.State != sandbox.StateRunning {
+		writeError(w, r, fmt.Errorf("sandbox %s is %s; data-plane access needs it running: %w", rec.ID, rec.State, errdefs.ErrInvalidState))
+		return
+	}
+	exp := time.Now().Add(ttl).UTC().Truncate(time.Second)
+	writeJSON(w, http.StatusOK, api.Access{
+		URL:       s.publicURL(r) + api.DataPath + "/sandboxes/" + rec.ID,
+		Token:     s.tokens.issue(rec.ID, rec.AccountID, exp),
+		ExpiresAt: exp,
+	})
+}
+
+func (s *Server) publicURL(r *http.Request) string {
+	if s.opts.PublicURL != "" {
+		return strings.TrimSuffix(s.opts.PublicURL, "/")
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}

@@ -1,0 +1,157 @@
+// Package server is zeish's HTTP API: the control plane under /api/v1 (API-key
+// auth), the data plane under /data/v1 (short-lived per-sandbox tokens) and
+// /healthz. Handlers validate at the edge, call the node and map errors to
+// statuses in one place (errors.go).
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/catalog"
+	"github.com/zeish/zeish/internal/node"
+	"github.com/zeish/zeish/internal/store"
+)
+
+// Options configure a Server.
+type Options struct {
+	Store   store.Store
+	Node    *node.Node
+	Catalog *catalog.Catalog
+	DataDir string
+	Version string
+	// PublicURL is the server's address as clients reach it (for data-plane
+	// URLs); empty means "from the request's Host".
+	PublicURL string
+	Logger    *slog.Logger
+}
+
+// Server serves the API.
+type Server struct {
+	opts   Options
+	store  store.Store
+	node   *node.Node
+	tokens *tokenSigner
+	log    *slog.Logger
+}
+
+// New makes a server; the data dir holds its token-signing key.
+func New(opts Options) (*Server, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	t, err := loadTokenKey(opts.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{opts: opts, store: opts.Store, node: opts.Node, tokens: t, log: opts.Logger}, nil
+}
+
+// Routes lists every route the server serves, as "METHOD /path"; the OpenAPI
+// document is tested against it.
+func (s *Server) Routes() []string {
+	var out []string
+	for _, r := range s.routes() {
+		out = append(out, r.pattern)
+	}
+	return out
+}
+
+type route struct {
+	pattern string
+	handler http.HandlerFunc
+}
+
+func (s *Server) routes() []route {
+	const p = api.BasePath + "/public"
+	const d = api.DataPath + "/sandboxes/{id}"
+	return []route{
+		{"GET /healthz", s.health},
+		{"POST " + p + "/sandboxes", s.withAccount(s.createSandbox)},
+		{"GET " + p + "/sandboxes", s.withAccount(s.listSandboxes)},
+		{"GET " + p + "/sandboxes/{id}", s.withAccount(s.getSandbox)},
+		{"DELETE " + p + "/sandboxes/{id}", s.withAccount(s.deleteSandbox)},
+		{"POST " + p + "/sandboxes/{id}/wait", s.withAccount(s.waitSandbox)},
+		{"POST " + p + "/sandboxes/{id}/access", s.withAccount(s.access)},
+		{"POST " + d + "/exec", s.withToken(s.exec)},
+		{"GET " + d + "/files", s.withToken(s.readFile)},
+		{"PUT " + d + "/files", s.withToken(s.writeFile)},
+		{"DELETE " + d + "/files", s.withToken(s.removeFile)},
+		{"GET " + d + "/files/list", s.withToken(s.listFiles)},
+		{"GET " + d + "/files/stat", s.withToken(s.statFile)},
+		{"POST " + d + "/files/mkdir", s.withToken(s.mkdir)},
+		{"GET " + d + "/processes", s.withToken(s.processes)},
+		{"POST " + d + "/processes/{pid}/kill", s.withToken(s.kill)},
+	}
+}
+
+// Handler returns the HTTP handler with every route.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	for _, r := range s.routes() {
+		mux.HandleFunc(r.pattern, r.handler)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, invalidRoute(r))
+	})
+	return s.logRequests(mux)
+}
+
+func invalidRoute(r *http.Request) error {
+	return &routeError{r.Method + " " + r.URL.Path}
+}
+
+type routeError struct{ route string }
+
+func (e *routeError) Error() string {
+	return "no such route: " + e.route + ": " + errdefs.ErrNotFound.Code
+}
+func (e *routeError) Unwrap() error { return errdefs.ErrNotFound }
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+// Flush and Unwrap keep streaming (exec output, downloads) working through
+// the recorder.
+func (r *statusRecorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+func (s *Server) logRequests(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, status: 200}
+		h.ServeHTTP(rec, r)
+		// Never log query strings or headers: they may carry tokens.
+		s.log.Debug("http", "method", r.Method, "path", r.URL.Path, "status", rec.status,
+			"ms", time.Since(start).Milliseconds())
+	})
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	c := s.node.Capabilities()
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: s.opts.Version, Accel: string(c.Accel), VMM: c.Name})
+}
+
+// requestContext bounds waits a client asked for.
+func waitContext(ctx context.Context, seconds int) (context.Context, context.CancelFunc) {
+	if seconds <= 0 {
+		seconds = 120
+	}
+	return context.WithTimeout(ctx, time.Duration(seconds)*time.Second)
+}

@@ -1,0 +1,135 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+)
+
+// Sandboxes are stored as one JSON document plus the columns we query on, so a
+// new field needs no migration.
+
+// CreateSandbox inserts r.
+func (s *Store) CreateSandbox(ctx context.Context, r *store.SandboxRecord) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = s.db.ExecContext(ctx, `INSERT INTO sandboxes (id, account_id, name, state, parent_id, created_at, data)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`, r.ID, r.AccountID, r.Name, r.State, nullable(r.ParentID),
+		r.CreatedAt.UTC().Format(timeFormat), string(data))
+	if isUniqueViolation(err) {
+		if strings.Contains(err.Error(), "sandboxes.id") {
+			return fmt.Errorf("sandbox id %s exists: %w", r.ID, errdefs.ErrInternal)
+		}
+		return fmt.Errorf("a sandbox named %q exists: %w", r.Name, errdefs.ErrNameTaken)
+	}
+	return err
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// GetSandbox reads one sandbox.
+func (s *Store) GetSandbox(ctx context.Context, id string) (*store.SandboxRecord, error) {
+	return getSandbox(ctx, s.db, id)
+}
+
+type queryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func getSandbox(ctx context.Context, q queryer, id string) (*store.SandboxRecord, error) {
+	var data string
+	if err := q.QueryRowContext(ctx, `SELECT data FROM sandboxes WHERE id = ?`, id).Scan(&data); err != nil {
+		return nil, notFound("sandbox", id, err)
+	}
+	var r store.SandboxRecord
+	if err := json.Unmarshal([]byte(data), &r); err != nil {
+		return nil, fmt.Errorf("decode sandbox %s: %w", id, err)
+	}
+	return &r, nil
+}
+
+// ListSandboxes returns the sandboxes that match f, oldest first.
+func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*store.SandboxRecord, error) {
+	var where []string
+	var args []any
+	if f.AccountID != "" {
+		where = append(where, "account_id = ?")
+		args = append(args, f.AccountID)
+	}
+	if len(f.States) > 0 {
+		marks := make([]string, len(f.States))
+		for i, st := range f.States {
+			marks[i] = "?"
+			args = append(args, string(st))
+		}
+		where = append(where, "state IN ("+strings.Join(marks, ",")+")")
+	} else if !f.IncludeDestroyed {
+		where = append(where, "state != ?")
+		args = append(args, string(sandbox.StateDestroyed))
+	}
+	q := `SELECT data FROM sandboxes`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY created_at, id"
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*store.SandboxRecord
+	for rows.Next() {
+		var data string
+		if err := rows.Scan(&data); err != nil {
+			return nil, err
+		}
+		r := new(store.SandboxRecord)
+		if err := json.Unmarshal([]byte(data), r); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// UpdateSandbox applies fn to the stored sandbox in one transaction.
+func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*store.SandboxRecord) error) (*store.SandboxRecord, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	r, err := getSandbox(ctx, tx, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := fn(r); err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET name = ?, state = ?, parent_id = ?, data = ? WHERE id = ?`,
+		r.Name, r.State, nullable(r.ParentID), string(data), id)
+	if isUniqueViolation(err) {
+		return nil, fmt.Errorf("a sandbox named %q exists: %w", r.Name, errdefs.ErrNameTaken)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return r, tx.Commit()
+}

@@ -1,0 +1,188 @@
+// Package sqlite implements store.Store on an embedded SQLite database
+// (modernc.org/sqlite: pure Go, no cgo).
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+)
+
+var _ store.Store = (*Store)(nil)
+
+// Store is a store.Store on one SQLite file.
+type Store struct {
+	db *sql.DB
+}
+
+// migrations run in order once each; never edit one that has shipped.
+var migrations = []string{
+	`CREATE TABLE accounts (
+		id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, admin INTEGER NOT NULL, created_at TEXT NOT NULL);
+	CREATE TABLE api_keys (
+		id TEXT PRIMARY KEY, account_id TEXT NOT NULL REFERENCES accounts(id), hash TEXT NOT NULL UNIQUE,
+		prefix TEXT NOT NULL, created_at TEXT NOT NULL, revoked_at TEXT);
+	CREATE TABLE templates (name TEXT PRIMARY KEY, data TEXT NOT NULL);
+	CREATE TABLE sandboxes (
+		id TEXT PRIMARY KEY, account_id TEXT NOT NULL, name TEXT NOT NULL, state TEXT NOT NULL,
+		parent_id TEXT, created_at TEXT NOT NULL, data TEXT NOT NULL);
+	CREATE UNIQUE INDEX sandboxes_live_name ON sandboxes(account_id, name) WHERE state != 'destroyed';
+	CREATE INDEX sandboxes_parent ON sandboxes(parent_id);`,
+}
+
+// Open opens (creating if needed) the database at path and migrates it.
+func Open(ctx context.Context, path string) (*Store, error) {
+	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	// One writer at a time is SQLite's model; a single connection avoids
+	// SQLITE_BUSY between our own goroutines.
+	db.SetMaxOpenConns(1)
+	s := &Store{db: db}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	var version int
+	if err := s.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	for i := version; i < len(migrations); i++ {
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migration %d: %w", i+1, err)
+		}
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, i+1)); err != nil {
+			tx.Rollback()
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+const timeFormat = time.RFC3339Nano
+
+func isUniqueViolation(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+}
+
+func notFound(what, id string, err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%s %s not found: %w", what, id, errdefs.ErrNotFound)
+	}
+	return fmt.Errorf("read %s %s: %w", what, id, err)
+}
+
+// CreateAccount inserts a.
+func (s *Store) CreateAccount(ctx context.Context, a store.Account) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO accounts (id, name, admin, created_at) VALUES (?, ?, ?, ?)`,
+		a.ID, a.Name, a.Admin, a.CreatedAt.UTC().Format(timeFormat))
+	if isUniqueViolation(err) {
+		return fmt.Errorf("account %q: %w", a.Name, errdefs.ErrNameTaken)
+	}
+	return err
+}
+
+// GetAccount reads one account.
+func (s *Store) GetAccount(ctx context.Context, id string) (store.Account, error) {
+	row := s.db.QueryRowContext(ctx, `SELECT id, name, admin, created_at FROM accounts WHERE id = ?`, id)
+	a, err := scanAccount(row)
+	if err != nil {
+		return store.Account{}, notFound("account", id, err)
+	}
+	return a, nil
+}
+
+func scanAccount(row interface{ Scan(...any) error }) (store.Account, error) {
+	var a store.Account
+	var created string
+	if err := row.Scan(&a.ID, &a.Name, &a.Admin, &created); err != nil {
+		return a, err
+	}
+	a.CreatedAt, _ = time.Parse(timeFormat, created)
+	return a, nil
+}
+
+// CreateAPIKey inserts k (its hash only).
+func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO api_keys (id, account_id, hash, prefix, created_at) VALUES (?, ?, ?, ?, ?)`,
+		k.ID, k.AccountID, k.Hash, k.Prefix, k.CreatedAt.UTC().Format(timeFormat))
+	return err
+}
+
+// AccountByKeyHash finds the account that owns a live key.
+func (s *Store) AccountByKeyHash(ctx context.Context, hash string) (store.Account, error) {
+	row := s.db.QueryRowContext(ctx, `SELECT a.id, a.name, a.admin, a.created_at FROM accounts a
+		JOIN api_keys k ON k.account_id = a.id WHERE k.hash = ? AND k.revoked_at IS NULL`, hash)
+	a, err := scanAccount(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return a, fmt.Errorf("unknown or revoked API key: %w", errdefs.ErrUnauthenticated)
+	}
+	return a, err
+}
+
+// PutTemplate inserts or replaces a template by name.
+func (s *Store) PutTemplate(ctx context.Context, t sandbox.Template) error {
+	data, err := json.Marshal(newTemplateRow(t))
+	if err != nil {
+		return err
+	}
+	_, err = s.db.ExecContext(ctx, `INSERT INTO templates (name, data) VALUES (?, ?)
+		ON CONFLICT(name) DO UPDATE SET data = excluded.data`, t.Name, string(data))
+	return err
+}
+
+// templateRow keeps the fields the API hides (paths) when stored.
+type templateRow struct {
+	sandbox.Template
+	Kernel     string `json:"kernel"`
+	Initrd     string `json:"initrd"`
+	BaseDisk   string `json:"base_disk"`
+	KernelArgs string `json:"kernel_args"`
+}
+
+func newTemplateRow(t sandbox.Template) templateRow {
+	return templateRow{Template: t, Kernel: t.Kernel, Initrd: t.Initrd, BaseDisk: t.BaseDisk, KernelArgs: t.KernelArgs}
+}
+
+// GetTemplate reads a template by name.
+func (s *Store) GetTemplate(ctx context.Context, name string) (sandbox.Template, error) {
+	var data string
+	err := s.db.QueryRowContext(ctx, `SELECT data FROM templates WHERE name = ?`, name).Scan(&data)
+	if err != nil {
+		return sandbox.Template{}, notFound("template", name, err)
+	}
+	var row templateRow
+	if err := json.Unmarshal([]byte(data), &row); err != nil {
+		return sandbox.Template{}, err
+	}
+	t := row.Template
+	t.Kernel, t.Initrd, t.BaseDisk, t.KernelArgs = row.Kernel, row.Initrd, row.BaseDisk, row.KernelArgs
+	return t, nil
+}

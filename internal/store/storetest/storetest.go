@@ -1,0 +1,146 @@
+// Package storetest is the conformance suite every store.Store implementation runs.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+)
+
+// Run runs the suite; open returns a new, empty store each call.
+func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	t.Run("accounts and keys", func(t *testing.T) { testAccounts(t, open(t)) })
+	t.Run("templates", func(t *testing.T) { testTemplates(t, open(t)) })
+	t.Run("sandboxes", func(t *testing.T) { testSandboxes(t, open(t)) })
+}
+
+func testAccounts(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	now := time.Now().UTC()
+	if err := s.CreateAccount(ctx, store.Account{ID: "acc_1", Name: "one", CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateAccount(ctx, store.Account{ID: "acc_2", Name: "one", CreatedAt: now}); !errors.Is(err, errdefs.ErrNameTaken) {
+		t.Fatalf("duplicate account name: got %v, want name_taken", err)
+	}
+	if err := s.CreateAPIKey(ctx, store.APIKey{ID: "key_1", AccountID: "acc_1", Hash: "h1", Prefix: "zk_ab", CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.AccountByKeyHash(ctx, "h1")
+	if err != nil || a.ID != "acc_1" || a.Name != "one" {
+		t.Fatalf("AccountByKeyHash = %+v, %v", a, err)
+	}
+	if _, err := s.AccountByKeyHash(ctx, "nope"); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Fatalf("unknown key: got %v, want unauthenticated", err)
+	}
+	if _, err := s.GetAccount(ctx, "acc_x"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("unknown account: got %v, want not_found", err)
+	}
+}
+
+func testTemplates(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	tpl := sandbox.Template{ID: "tpl_1", Name: "base", Kernel: "/k", Initrd: "/i", BaseDisk: "/d", KernelArgs: "quiet", Hash: "h1", DiskMiB: 1024}
+	if err := s.PutTemplate(ctx, tpl); err != nil {
+		t.Fatal(err)
+	}
+	tpl.Hash, tpl.BaseDisk = "h2", "/d2"
+	if err := s.PutTemplate(ctx, tpl); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetTemplate(ctx, "base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Hash != "h2" || got.BaseDisk != "/d2" || got.Kernel != "/k" || got.KernelArgs != "quiet" {
+		t.Fatalf("GetTemplate = %+v", got)
+	}
+	if _, err := s.GetTemplate(ctx, "other"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("unknown template: got %v", err)
+	}
+}
+
+func testSandboxes(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mk := func(id, name, acc string, at time.Time) *store.SandboxRecord {
+		return &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: id, Name: name, AccountID: acc, State: sandbox.StateStarting,
+			Env: map[string]string{"A": "1"}, CreatedAt: at}, MAC: "52:54:00:00:00:01"}
+	}
+	t0 := time.Now().UTC()
+	for i, r := range []*store.SandboxRecord{
+		mk("sbx_a", "alpha", "acc_1", t0),
+		mk("sbx_b", "beta", "acc_1", t0.Add(time.Second)),
+		mk("sbx_c", "alpha", "acc_2", t0.Add(2*time.Second)), // same name, other account
+	} {
+		if err := s.CreateSandbox(ctx, r); err != nil {
+			t.Fatalf("create %d: %v", i, err)
+		}
+	}
+	if err := s.CreateSandbox(ctx, mk("sbx_d", "alpha", "acc_1", t0)); !errors.Is(err, errdefs.ErrNameTaken) {
+		t.Fatalf("duplicate live name: got %v, want name_taken", err)
+	}
+	got, err := s.GetSandbox(ctx, "sbx_a")
+	if err != nil || got.Name != "alpha" || got.Env["A"] != "1" || got.MAC == "" {
+		t.Fatalf("GetSandbox = %+v, %v", got, err)
+	}
+	if _, err := s.GetSandbox(ctx, "sbx_zz"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("unknown sandbox: got %v", err)
+	}
+
+	// An aborted update changes nothing.
+	boom := errors.New("boom")
+	if _, err := s.UpdateSandbox(ctx, "sbx_a", func(r *store.SandboxRecord) error { r.State = sandbox.StateError; return boom }); !errors.Is(err, boom) {
+		t.Fatalf("aborted update: %v", err)
+	}
+	if got, _ := s.GetSandbox(ctx, "sbx_a"); got.State != sandbox.StateStarting {
+		t.Fatalf("aborted update leaked state %s", got.State)
+	}
+
+	// Destroying frees the name.
+	if _, err := s.UpdateSandbox(ctx, "sbx_a", func(r *store.SandboxRecord) error {
+		r.State = sandbox.StateDestroyed
+		r.Handle = nil
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateSandbox(ctx, mk("sbx_e", "alpha", "acc_1", t0.Add(3*time.Second))); err != nil {
+		t.Fatalf("name of a destroyed sandbox should be free: %v", err)
+	}
+
+	cases := []struct {
+		name   string
+		filter store.SandboxFilter
+		want   []string
+	}{
+		{"account live", store.SandboxFilter{AccountID: "acc_1"}, []string{"sbx_b", "sbx_e"}},
+		{"account all", store.SandboxFilter{AccountID: "acc_1", IncludeDestroyed: true}, []string{"sbx_a", "sbx_b", "sbx_e"}},
+		{"every account", store.SandboxFilter{}, []string{"sbx_b", "sbx_c", "sbx_e"}},
+		{"by state", store.SandboxFilter{States: []sandbox.State{sandbox.StateDestroyed}}, []string{"sbx_a"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			list, err := s.ListSandboxes(ctx, c.filter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, r := range list {
+				ids = append(ids, r.ID)
+			}
+			if len(ids) != len(c.want) {
+				t.Fatalf("got %v, want %v", ids, c.want)
+			}
+			for i := range ids {
+				if ids[i] != c.want[i] {
+					t.Fatalf("got %v, want %v", ids, c.want)
+				}
+			}
+		})
+	}
+}

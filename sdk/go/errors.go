@@ -1,0 +1,76 @@
+package zeish
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/errdefs"
+)
+
+// APIError is an error response from zeishd. It unwraps to the errdefs
+// sentinel of its Code, so errors.Is(err, errdefs.ErrNotFound) works.
+type APIError struct {
+	Status  int    // HTTP status; 200 for an error reported inside an exec stream
+	Code    string // stable code, one of errdefs.All()
+	Message string // what went wrong, for humans
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("zeish: %s: %s", e.Code, e.Message)
+}
+
+// Unwrap returns the errdefs sentinel for e.Code, or nil for a code this
+// version of the SDK does not know.
+func (e *APIError) Unwrap() error {
+	// A nil *errdefs.Error must not become a non-nil error interface.
+	if s := errdefs.ByCode(e.Code); s != nil {
+		return s
+	}
+	return nil
+}
+
+// maxErrorBody bounds how much of an error response is read: a misbehaving
+// proxy must not make the client swallow an unbounded page.
+const maxErrorBody = 64 << 10
+
+// decodeError turns a non-2xx response into an *APIError. Responses that are
+// not zeish's JSON envelope (a proxy's 502 page, say) still get a code,
+// derived from the status, so errors.Is keeps working.
+func decodeError(resp *http.Response) error {
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	var body api.ErrorBody
+	if json.Unmarshal(raw, &body) == nil && body.Error.Code != "" {
+		return &APIError{Status: resp.StatusCode, Code: body.Error.Code, Message: body.Error.Message}
+	}
+	msg := strings.TrimSpace(string(raw))
+	if msg == "" {
+		msg = http.StatusText(resp.StatusCode)
+	}
+	return &APIError{Status: resp.StatusCode, Code: codeForStatus(resp.StatusCode), Message: msg}
+}
+
+func codeForStatus(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return errdefs.ErrInvalidArgument.Code
+	case http.StatusUnauthorized:
+		return errdefs.ErrUnauthenticated.Code
+	case http.StatusForbidden:
+		return errdefs.ErrForbidden.Code
+	case http.StatusNotFound:
+		return errdefs.ErrNotFound.Code
+	case http.StatusConflict:
+		return errdefs.ErrInvalidState.Code
+	case http.StatusTooManyRequests:
+		return errdefs.ErrRateLimited.Code
+	case http.StatusBadGateway, http.StatusServiceUnavailable:
+		return errdefs.ErrUnavailable.Code
+	case http.StatusGatewayTimeout:
+		return errdefs.ErrTimeout.Code
+	}
+	return errdefs.ErrInternal.Code
+}

@@ -1,0 +1,22 @@
+package zeish
+
+import (
+	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/sandbox"
+)
+
+// Aliases of the wire and domain types, so most programs need to import only
+// this package. They are the very same types the server serialises.
+type (
+	Sandbox              = sandbox.Sandbox
+	State                = sandbox.State
+	Health               = api.Health
+	CreateSandboxRequest = api.CreateSandboxRequest
+	WaitRequest          = api.WaitRequest
+	Access               = api.Access
+	ExecRequest          = api.ExecRequest
+	ExecResult           = guest.ExecResult
+	FileInfo             = guest.FileInfo
+	Process              = guest.Process
+)

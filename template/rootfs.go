@@ -1,0 +1,185 @@
+package template
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// DiskMiB is the size of the base root filesystem. Sandboxes with bigger
+// disks get a bigger overlay and the agent grows the filesystem online with
+// the resize2fs shipped in the image.
+const DiskMiB = 1024
+
+type etcFile struct{ path, data string }
+
+// etcFiles are the static configuration files of the base image. Hostname,
+// hosts and resolv.conf are placeholders the agent rewrites per sandbox.
+var etcFiles = []etcFile{
+	{"/etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"},
+	{"/etc/group", "root:x:0:\nnogroup:x:65534:\n"},
+	{"/etc/hostname", "zeish\n"},
+	{"/etc/hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tzeish\n"},
+	{"/etc/resolv.conf", "# replaced by sandboxd when the network is configured\nnameserver 10.0.2.3\n"},
+	{"/etc/os-release", "NAME=\"zeish base\"\nID=zeish\nVERSION_ID=1\nPRETTY_NAME=\"zeish base\"\nHOME_URL=\"https://github.com/zeish/zeish\"\n"},
+	{"/etc/profile", "export PATH=/usr/sbin:/usr/bin:/sbin:/bin\nexport HOME=${HOME:-/root}\n"},
+}
+
+// rootDirs are created with these permissions (umask does not apply).
+var rootDirs = []struct {
+	path string
+	perm os.FileMode
+}{
+	{"bin", 0o755}, {"sbin", 0o755}, {"usr", 0o755}, {"usr/bin", 0o755}, {"usr/sbin", 0o755},
+	{"etc", 0o755}, {"root", 0o700}, {"home", 0o755}, {"tmp", 0o777 | os.ModeSticky},
+	{"var", 0o755}, {"var/tmp", 0o777 | os.ModeSticky}, {"proc", 0o555}, {"sys", 0o555},
+	{"dev", 0o755}, {"run", 0o755}, {"mnt", 0o755},
+}
+
+// stageRootfs fills dir with the tree that mkfs.ext4 -d copies into the image.
+func stageRootfs(ctx context.Context, dir string, in *inputs) error {
+	for _, d := range rootDirs {
+		p := filepath.Join(dir, d.path)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return err
+		}
+		if err := os.Chmod(p, d.perm); err != nil {
+			return err
+		}
+	}
+	if err := writeGuestFile(dir, "/bin/busybox", in.Busybox, 0o755); err != nil {
+		return err
+	}
+	out, err := exec.CommandContext(ctx, in.BusyboxPath, "--list-full").Output()
+	if err != nil {
+		return fmt.Errorf("%s --list-full: %w", in.BusyboxPath, err)
+	}
+	for _, applet := range strings.Fields(string(out)) {
+		// init is the agent's; linuxrc only matters for initrd images.
+		if applet == "sbin/init" || applet == "linuxrc" || applet == "bin/busybox" {
+			continue
+		}
+		if err := guestSymlink(dir, "/"+applet, "/bin/busybox"); err != nil {
+			return err
+		}
+	}
+	// Real files replace applet symlinks of the same name.
+	for _, f := range in.Resize2fs {
+		if err := writeGuestFile(dir, f.GuestPath, f.Data, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := writeGuestFile(dir, "/usr/sbin/sandboxd", in.Sandboxd, 0o755); err != nil {
+		return err
+	}
+	if err := guestSymlink(dir, "/sbin/init", "/usr/sbin/sandboxd"); err != nil {
+		return err
+	}
+	for _, f := range etcFiles {
+		if err := writeGuestFile(dir, f.path, []byte(f.data), 0o644); err != nil {
+			return err
+		}
+	}
+	// resize2fs (online) and mount look for mounted filesystems here.
+	return guestSymlink(dir, "/etc/mtab", "/proc/self/mounts")
+}
+
+func writeGuestFile(root, guestPath string, data []byte, perm os.FileMode) error {
+	p := filepath.Join(root, guestPath)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	if err := os.WriteFile(p, data, perm); err != nil {
+		return err
+	}
+	return os.Chmod(p, perm)
+}
+
+func guestSymlink(root, guestPath, target string) error {
+	p := filepath.Join(root, guestPath)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return os.Symlink(target, p)
+}
+
+// makeDisk turns the staged tree into an ext4 filesystem without mounting
+// anything (mkfs.ext4 -d), then into a qcow2 image that sandboxes' overlays
+// use as their read-only backing file.
+func makeDisk(ctx context.Context, stage, qcow2, hash string) error {
+	mkfs, err := findTool("mkfs.ext4", "e2fsprogs")
+	if err != nil {
+		return err
+	}
+	qemuImg, err := findTool("qemu-img", "qemu-utils")
+	if err != nil {
+		return err
+	}
+	raw := qcow2 + ".raw"
+	defer os.Remove(raw)
+	f, err := os.Create(raw)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(DiskMiB << 20) // sparse: only what mkfs writes takes space
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	// A UUID derived from the hash keeps rebuilds of the same inputs alike.
+	uuid := fmt.Sprintf("%s-%s-4%s-8%s-%s", hash[0:8], hash[8:12], hash[13:16], hash[17:20], hash[20:32])
+	// -m 0: a sandbox has a single user, reserved blocks would only waste
+	// space. root_owner: the root directory belongs to root even when the
+	// builder is not root.
+	if err := run(ctx, mkfs, "-q", "-F", "-t", "ext4", "-L", "zeish-root", "-m", "0", "-U", uuid,
+		"-E", "root_owner=0:0,hash_seed="+uuid, "-d", stage, raw); err != nil {
+		return err
+	}
+	if err := run(ctx, qemuImg, "convert", "-q", "-f", "raw", "-O", "qcow2", raw, qcow2); err != nil {
+		return err
+	}
+	return syncFile(qcow2)
+}
+
+// findTool looks in PATH and then in the sbin folders, which are missing
+// from PATH for non-root users on Debian.
+func findTool(name, pkg string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	for _, d := range []string{"/usr/sbin", "/sbin", "/usr/bin", "/bin"} {
+		p := filepath.Join(d, name)
+		if st, err := os.Stat(p); err == nil && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%w: %s not found (apt-get install %s)", ErrMissingInput, name, pkg)
+}
+
+func run(ctx context.Context, name string, args ...string) error {
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", filepath.Base(name), strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func syncFile(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}

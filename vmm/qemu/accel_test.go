@@ -1,0 +1,87 @@
+package qemu
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/vmm"
+)
+
+func TestDetectAccel(t *testing.T) {
+	dir := t.TempDir()
+	rw := filepath.Join(dir, "kvm-rw")
+	if err := os.WriteFile(rw, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ro := filepath.Join(dir, "kvm-ro")
+	if err := os.WriteFile(ro, nil, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "none")
+	roOpens := false // root opens 0400 files read-write anyway
+	if f, err := os.OpenFile(ro, os.O_RDWR, 0); err == nil {
+		roOpens = true
+		f.Close()
+	}
+
+	tests := []struct {
+		name      string
+		requested vmm.Accel
+		kvm       string
+		want      vmm.Accel
+		wantErr   bool
+	}{
+		{"auto picks kvm when it opens read-write", "", rw, vmm.AccelKVM, false},
+		{"auto falls back to tcg without /dev/kvm", "", missing, vmm.AccelTCG, false},
+		{"tcg on request even with kvm", vmm.AccelTCG, rw, vmm.AccelTCG, false},
+		{"kvm on request", vmm.AccelKVM, rw, vmm.AccelKVM, false},
+		{"kvm on request without /dev/kvm fails", vmm.AccelKVM, missing, "", true},
+		{"unknown accel fails", "hvf", rw, "", true},
+	}
+	if !roOpens {
+		tests = append(tests, struct {
+			name      string
+			requested vmm.Accel
+			kvm       string
+			want      vmm.Accel
+			wantErr   bool
+		}{"auto needs read-write, not read-only", "", ro, vmm.AccelTCG, false})
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := detectAccel(tc.requested, tc.kvm)
+			if tc.wantErr {
+				if !errors.Is(err, errdefs.ErrInvalidArgument) {
+					t.Fatalf("err = %v, want ErrInvalidArgument", err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("detectAccel = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestRollbackRunsNewestFirst(t *testing.T) {
+	var order []int
+	var r rollback
+	for i := range 3 {
+		r.push(func() error { order = append(order, i); return nil })
+	}
+	r.push(func() error { return errors.New("boom") })
+	if err := r.run(); err == nil {
+		t.Error("run hid an undo's error")
+	}
+	if len(order) != 3 || order[0] != 2 || order[2] != 0 {
+		t.Errorf("undo order = %v, want [2 1 0]", order)
+	}
+	r.push(func() error { t.Error("released undo ran"); return nil })
+	r.release()
+	if err := r.run(); err != nil {
+		t.Error(err)
+	}
+}

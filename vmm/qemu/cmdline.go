@@ -1,0 +1,119 @@
+package qemu
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/zeish/zeish/vmm"
+)
+
+// QEMU ids and node names the rest of the driver (and fork, next) refers to.
+const (
+	memBackendID  = "mem"        // the guest RAM object; fork maps the same file in clones
+	diskFileNode  = "disk0-file" // protocol node of the writable overlay
+	diskNode      = "disk0"      // format node: the one blockdev-snapshot-sync swaps
+	qmpChardevID  = "qmp"
+	agentChardev  = "agent"
+	agentPortName = "agent" // what the guest finds in /sys/class/virtio-ports/*/name
+	netdevID      = "net0"
+)
+
+// launchConfig is everything one QEMU command line is made of. It holds
+// resolved absolute paths only; buildArgs never touches the filesystem.
+type launchConfig struct {
+	Tag          string // "zeish-<id>": -name and thread name; Alive looks for it
+	Accel        vmm.Accel
+	TCGTBSizeMiB int // TCG translation cache; 0 = QEMU's default
+	VCPUs        int
+	MemoryMiB    int
+	MemFile      string
+	// MemShared maps MemFile share=on (a VM that owns its RAM file). A clone
+	// started from a template maps the template's file share=off instead.
+	MemShared     bool
+	Kernel        string
+	Initrd        string
+	KernelArgs    string
+	Disk          string
+	MAC           string
+	QMPSocket     string
+	AgentSocket   string
+	ConsoleLog    string
+	PIDFile       string
+	IncomingDefer bool // -incoming defer: wait for migrate-incoming (fork clones)
+}
+
+// nameArg is the value of -name. Alive matches it exactly in /proc/<pid>/cmdline.
+func nameArg(tag string) string { return tag + ",process=" + tag }
+
+// qmpChardevArg is the value of the QMP -chardev; its socket path is unique
+// to one VM, so together with nameArg it identifies our process.
+func qmpChardevArg(path string) string {
+	return "socket,id=" + qmpChardevID + ",path=" + path + ",server=on,wait=off"
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// buildArgs returns QEMU's argv (without argv[0]). Paths must not contain
+// commas (QEMU's option separator); Start rejects such paths.
+func buildArgs(c launchConfig) []string {
+	accel := string(c.Accel)
+	if c.Accel == vmm.AccelTCG && c.TCGTBSizeMiB > 0 {
+		accel += ",tb-size=" + strconv.Itoa(c.TCGTBSizeMiB)
+	}
+	args := []string{
+		"-name", nameArg(c.Tag),
+		"-nodefaults", "-no-user-config",
+		"-display", "none", "-vga", "none",
+		"-no-reboot",
+		// QEMU forks, setsid()s and returns only once its setup succeeded: the
+		// VM outlives zeishd, and setup errors reach us on stderr.
+		"-daemonize",
+		"-pidfile", c.PIDFile,
+		"-machine", "q35,memory-backend=" + memBackendID,
+		"-accel", accel,
+	}
+	if c.Accel == vmm.AccelKVM {
+		args = append(args, "-cpu", "host")
+	}
+	args = append(args,
+		"-smp", strconv.Itoa(c.VCPUs),
+		"-m", fmt.Sprintf("%dM", c.MemoryMiB),
+		"-object", fmt.Sprintf("memory-backend-file,id=%s,size=%dM,mem-path=%s,share=%s",
+			memBackendID, c.MemoryMiB, c.MemFile, onOff(c.MemShared)),
+		"-kernel", c.Kernel,
+	)
+	if c.Initrd != "" {
+		args = append(args, "-initrd", c.Initrd)
+	}
+	if c.KernelArgs != "" {
+		args = append(args, "-append", c.KernelArgs)
+	}
+	nic := "virtio-net-pci,netdev=" + netdevID
+	if c.MAC != "" {
+		nic += ",mac=" + c.MAC
+	}
+	args = append(args,
+		"-blockdev", "driver=file,node-name="+diskFileNode+",filename="+c.Disk,
+		"-blockdev", "driver=qcow2,node-name="+diskNode+",file="+diskFileNode,
+		"-device", "virtio-blk-pci,drive="+diskNode+",id=vda",
+		"-chardev", qmpChardevArg(c.QMPSocket),
+		"-mon", "chardev="+qmpChardevID+",mode=control",
+		"-chardev", "socket,id="+agentChardev+",path="+c.AgentSocket+",server=on,wait=off",
+		"-device", "virtio-serial-pci,id=vser0",
+		"-device", "virtserialport,chardev="+agentChardev+",name="+agentPortName,
+		// restrict=on: the guest reaches neither the host nor anything beyond it.
+		"-netdev", "user,id="+netdevID+",restrict=on",
+		"-device", nic,
+		"-device", "virtio-rng-pci",
+		"-serial", "file:"+c.ConsoleLog,
+	)
+	if c.IncomingDefer {
+		args = append(args, "-incoming", "defer")
+	}
+	return args
+}

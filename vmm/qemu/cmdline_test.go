@@ -1,0 +1,161 @@
+package qemu
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/zeish/zeish/vmm"
+)
+
+func baseLaunchConfig() launchConfig {
+	return launchConfig{
+		Tag:         "zeish-sbx1",
+		Accel:       vmm.AccelTCG,
+		VCPUs:       2,
+		MemoryMiB:   512,
+		MemFile:     "/dev/shm/zeish-sbx1-ab.mem",
+		MemShared:   true,
+		Kernel:      "/k/vmlinuz",
+		Initrd:      "/k/initrd",
+		KernelArgs:  "console=ttyS0 quiet",
+		Disk:        "/vm/disk.qcow2",
+		MAC:         "52:54:00:aa:bb:cc",
+		QMPSocket:   "/vm/qmp.sock",
+		AgentSocket: "/vm/agent.sock",
+		ConsoleLog:  "/vm/console.log",
+		PIDFile:     "/vm/qemu.pid",
+	}
+}
+
+// optionValue returns the value following the first opt whose value starts with prefix.
+func optionValues(args []string, opt string) []string {
+	var vals []string
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == opt {
+			vals = append(vals, args[i+1])
+		}
+	}
+	return vals
+}
+
+func TestBuildArgs(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*launchConfig)
+		want   map[string][]string // option → values that must all be present
+		absent []string            // options that must not appear
+		flags  []string            // bare flags that must appear
+	}{
+		{
+			name: "tcg default",
+			want: map[string][]string{
+				"-name":    {"zeish-sbx1,process=zeish-sbx1"},
+				"-machine": {"q35,memory-backend=mem"},
+				"-accel":   {"tcg"},
+				"-smp":     {"2"},
+				"-m":       {"512M"},
+				"-object":  {"memory-backend-file,id=mem,size=512M,mem-path=/dev/shm/zeish-sbx1-ab.mem,share=on"},
+				"-kernel":  {"/k/vmlinuz"},
+				"-initrd":  {"/k/initrd"},
+				"-append":  {"console=ttyS0 quiet"},
+				"-blockdev": {
+					"driver=file,node-name=disk0-file,filename=/vm/disk.qcow2",
+					"driver=qcow2,node-name=disk0,file=disk0-file",
+				},
+				"-device": {
+					"virtio-blk-pci,drive=disk0,id=vda",
+					"virtio-serial-pci,id=vser0",
+					"virtserialport,chardev=agent,name=agent",
+					"virtio-net-pci,netdev=net0,mac=52:54:00:aa:bb:cc",
+					"virtio-rng-pci",
+				},
+				"-chardev": {
+					"socket,id=qmp,path=/vm/qmp.sock,server=on,wait=off",
+					"socket,id=agent,path=/vm/agent.sock,server=on,wait=off",
+				},
+				"-mon":     {"chardev=qmp,mode=control"},
+				"-netdev":  {"user,id=net0,restrict=on"},
+				"-serial":  {"file:/vm/console.log"},
+				"-pidfile": {"/vm/qemu.pid"},
+				"-display": {"none"},
+				"-vga":     {"none"},
+			},
+			absent: []string{"-cpu", "-incoming"},
+			flags:  []string{"-nodefaults", "-no-user-config", "-no-reboot", "-daemonize"},
+		},
+		{
+			name:   "kvm uses the host cpu",
+			mutate: func(c *launchConfig) { c.Accel = vmm.AccelKVM; c.TCGTBSizeMiB = 64 },
+			want:   map[string][]string{"-accel": {"kvm"}, "-cpu": {"host"}},
+		},
+		{
+			name:   "tcg translation cache",
+			mutate: func(c *launchConfig) { c.TCGTBSizeMiB = 64 },
+			want:   map[string][]string{"-accel": {"tcg,tb-size=64"}},
+		},
+		{
+			name:   "no initrd, no append, no mac",
+			mutate: func(c *launchConfig) { c.Initrd, c.KernelArgs, c.MAC = "", "", "" },
+			want:   map[string][]string{"-device": {"virtio-net-pci,netdev=net0"}},
+			absent: []string{"-initrd", "-append"},
+		},
+		{
+			name: "clone maps the template privately and waits for its state",
+			mutate: func(c *launchConfig) {
+				c.MemShared = false
+				c.IncomingDefer = true
+			},
+			want: map[string][]string{
+				"-object":   {"memory-backend-file,id=mem,size=512M,mem-path=/dev/shm/zeish-sbx1-ab.mem,share=off"},
+				"-incoming": {"defer"},
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := baseLaunchConfig()
+			if tc.mutate != nil {
+				tc.mutate(&c)
+			}
+			args := buildArgs(c)
+			for opt, vals := range tc.want {
+				got := optionValues(args, opt)
+				for _, v := range vals {
+					if !slices.Contains(got, v) {
+						t.Errorf("%s %q missing; have %q", opt, v, got)
+					}
+				}
+			}
+			for _, opt := range tc.absent {
+				if slices.Contains(args, opt) {
+					t.Errorf("%s present: %q", opt, optionValues(args, opt))
+				}
+			}
+			for _, f := range tc.flags {
+				if !slices.Contains(args, f) {
+					t.Errorf("flag %s missing", f)
+				}
+			}
+			if !identityOf(c.Tag, c.QMPSocket).matches(append([]string{"qemu"}, args...)) {
+				t.Errorf("argv does not carry the identity Alive looks for: %q", strings.Join(args, " "))
+			}
+		})
+	}
+}
+
+func TestIdentityRejectsOtherVMs(t *testing.T) {
+	args := append([]string{"qemu"}, buildArgs(baseLaunchConfig())...)
+	for _, id := range []identity{
+		identityOf("zeish-sbx2", "/vm/qmp.sock"),
+		identityOf("zeish-sbx1", "/other/qmp.sock"),
+		identityOf("zeish-sbx", "/vm/qmp.sock"),
+	} {
+		if id.matches(args) {
+			t.Errorf("%+v matches a command line that is not its own", id)
+		}
+	}
+	if (identity{name: "x", chardev: "y"}).matches(nil) {
+		t.Error("identity matches an empty command line (zombie)")
+	}
+}

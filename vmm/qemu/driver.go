@@ -1,0 +1,126 @@
+// Package qemu is the QEMU driver of vmm: it builds the command line, makes
+// each VM's files (qcow2 overlay, guest-RAM file in /dev/shm, sockets), runs
+// QEMU as a daemon that outlives zeishd, and controls it over QMP.
+//
+// Guest RAM is always a share=on memory-backend-file so that a running VM can
+// later be forked by saving only its device state (x-ignore-shared) while
+// clones map the same file copy-on-write.
+package qemu
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/vmm"
+)
+
+// Options configures a Driver. Zero values pick the defaults.
+type Options struct {
+	QEMUPath    string // default "qemu-system-x86_64" from PATH
+	QEMUImgPath string // default "qemu-img" from PATH
+	ShmDir      string // where guest-RAM files live; default /dev/shm
+	Accel       vmm.Accel
+	// TCGTBSizeMiB caps QEMU's TCG translation cache (its largest own
+	// allocation); 0 keeps QEMU's default. Ignored under KVM.
+	TCGTBSizeMiB int
+	Logger       *slog.Logger
+}
+
+// Driver runs VMs as QEMU processes on this host.
+type Driver struct {
+	qemuPath    string
+	qemuImgPath string
+	shmDir      string
+	accel       vmm.Accel
+	tbSizeMiB   int
+	log         *slog.Logger
+	qmpLocks    sync.Map // QMP socket path → chan struct{} (one session at a time)
+
+	afterLaunch func() // test hook: runs once QEMU has daemonized
+}
+
+var _ vmm.Driver = (*Driver)(nil)
+
+// Log attribute keys.
+const (
+	logKeySandbox = "sandbox"
+	logKeyPID     = "pid"
+)
+
+// New checks that QEMU is installed and chooses the accelerator.
+func New(opts Options) (*Driver, error) {
+	d := &Driver{
+		qemuPath:    opts.QEMUPath,
+		qemuImgPath: opts.QEMUImgPath,
+		shmDir:      opts.ShmDir,
+		tbSizeMiB:   opts.TCGTBSizeMiB,
+		log:         opts.Logger,
+	}
+	if d.qemuPath == "" {
+		d.qemuPath = "qemu-system-x86_64"
+	}
+	if d.qemuImgPath == "" {
+		d.qemuImgPath = "qemu-img"
+	}
+	if d.shmDir == "" {
+		d.shmDir = "/dev/shm"
+	}
+	if d.log == nil {
+		d.log = slog.Default()
+	}
+	var err error
+	for _, p := range []*string{&d.qemuPath, &d.qemuImgPath} {
+		if *p, err = lookPath(*p); err != nil {
+			return nil, err
+		}
+	}
+	if d.shmDir, err = filepath.Abs(d.shmDir); err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(d.shmDir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("shm dir %s: %w: not a directory", d.shmDir, errdefs.ErrInvalidArgument)
+	}
+	if d.accel, err = detectAccel(opts.Accel, kvmDevice); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Capabilities reports the driver's name and accelerator. Fork and suspend
+// are not implemented yet.
+func (d *Driver) Capabilities() vmm.Capabilities {
+	return vmm.Capabilities{Name: "qemu", Accel: d.accel}
+}
+
+// Names of the files a VM has in its spec.Dir. Fixed names: one VM per Dir.
+const (
+	diskName    = "disk.qcow2"
+	qmpName     = "qmp.sock"
+	agentName   = "agent.sock"
+	consoleName = "console.log"
+	pidName     = "qemu.pid"
+)
+
+// ConsoleLog is the path of h's serial console log (the guest kernel's output
+// when its command line has console=ttyS0): cite its tail in boot errors.
+func (d *Driver) ConsoleLog(h *vmm.Handle) string {
+	return filepath.Join(h.Spec.Dir, consoleName)
+}
+
+func pidFile(h *vmm.Handle) string { return filepath.Join(h.Spec.Dir, pidName) }
+
+func tagOf(id string) string { return "zeish-" + id }
+
+func idOf(h *vmm.Handle) identity { return identityOf(tagOf(h.Spec.ID), h.QMPSocket) }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

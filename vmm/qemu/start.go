@@ -1,0 +1,207 @@
+package qemu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/vmm"
+)
+
+// qmpReadyTimeout bounds the first QMP handshake after launch.
+const qmpReadyTimeout = 10 * time.Second
+
+// maxSocketPath is sun_path's limit (108 bytes with the NUL).
+const maxSocketPath = 107
+
+var validID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// validate checks spec and returns it with absolute paths (QEMU's daemon
+// chdirs to /).
+func validate(spec vmm.Spec) (vmm.Spec, error) {
+	bad := func(format string, a ...any) (vmm.Spec, error) {
+		return vmm.Spec{}, fmt.Errorf("vm spec: %w: %s", errdefs.ErrInvalidArgument, fmt.Sprintf(format, a...))
+	}
+	if !validID.MatchString(spec.ID) {
+		return bad("id %q: want 1-64 of [A-Za-z0-9_-]", spec.ID)
+	}
+	if spec.MemoryMiB <= 0 || spec.VCPUs <= 0 || spec.DiskMiB < 0 {
+		return bad("memory_mib %d, vcpus %d, disk_mib %d: want positive sizes", spec.MemoryMiB, spec.VCPUs, spec.DiskMiB)
+	}
+	for _, p := range []*string{&spec.Dir, &spec.Kernel, &spec.Initrd, &spec.BaseDisk} {
+		if *p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return bad("path %q: %v", *p, err)
+		}
+		if strings.ContainsAny(abs, ",\x00\n") {
+			return bad("path %q: commas and newlines are not allowed", abs)
+		}
+		*p = abs
+	}
+	if fi, err := os.Stat(spec.Dir); spec.Dir == "" || err != nil || !fi.IsDir() {
+		return bad("dir %q is not a directory", spec.Dir)
+	}
+	if n := len(filepath.Join(spec.Dir, agentName)); n > maxSocketPath {
+		return bad("dir %q is too long for a unix socket path (%d > %d bytes)", spec.Dir, n, maxSocketPath)
+	}
+	for name, p := range map[string]string{"kernel": spec.Kernel, "initrd": spec.Initrd, "base disk": spec.BaseDisk} {
+		if p == "" {
+			if name == "initrd" {
+				continue
+			}
+			return bad("%s missing", name)
+		}
+		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+			return bad("%s %q is not a readable file", name, p)
+		}
+	}
+	return spec, nil
+}
+
+// Start creates the VM's overlay and launches QEMU. It returns once QMP
+// answers; the guest may still be booting. On any failure, ctx's end
+// included, everything it made is removed and any QEMU it ran is killed.
+func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (_ *vmm.Handle, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("start vm %q: %w", spec.ID, err)
+	}
+	spec, err = validate(spec)
+	if err != nil {
+		return nil, err
+	}
+	h := &vmm.Handle{
+		Spec:        spec,
+		Accel:       d.accel,
+		QMPSocket:   filepath.Join(spec.Dir, qmpName),
+		AgentSocket: filepath.Join(spec.Dir, agentName),
+		MemFile:     filepath.Join(d.shmDir, fmt.Sprintf("zeish-%s-%s.mem", spec.ID, randomHex(4))),
+		Disk:        filepath.Join(spec.Dir, diskName),
+	}
+	log := d.log.With(logKeySandbox, spec.ID)
+	began := time.Now()
+
+	var undo rollback
+	defer func() {
+		if err == nil {
+			return
+		}
+		// Teardown must finish even though ctx may be what failed us.
+		if rbErr := undo.run(); rbErr != nil {
+			log.Error("vm start rollback incomplete", "err", rbErr)
+			err = errors.Join(err, rbErr)
+		}
+		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+			err = fmt.Errorf("%w (then: %w)", ctxErr, err)
+		}
+		err = fmt.Errorf("start vm %q: %w", spec.ID, err)
+	}()
+
+	if err := d.createOverlay(ctx, &undo, h); err != nil {
+		return nil, fmt.Errorf("overlay: %w", err)
+	}
+
+	undo.push(func() error {
+		d.forgetQMP(h.QMPSocket)
+		return removeFiles(h.MemFile, h.QMPSocket, h.AgentSocket, pidFile(h), d.ConsoleLog(h))
+	})
+	// Stale files of an earlier VM in this Dir would mislead us (pidfile) or
+	// block QEMU (sockets).
+	if err := removeFiles(h.QMPSocket, h.AgentSocket, pidFile(h), d.ConsoleLog(h)); err != nil {
+		return nil, err
+	}
+
+	args := buildArgs(launchConfig{
+		Tag:          tagOf(spec.ID),
+		Accel:        d.accel,
+		TCGTBSizeMiB: d.tbSizeMiB,
+		VCPUs:        spec.VCPUs,
+		MemoryMiB:    spec.MemoryMiB,
+		MemFile:      h.MemFile,
+		MemShared:    true,
+		Kernel:       spec.Kernel,
+		Initrd:       spec.Initrd,
+		KernelArgs:   spec.KernelArgs,
+		Disk:         h.Disk,
+		MAC:          spec.MAC,
+		QMPSocket:    h.QMPSocket,
+		AgentSocket:  h.AgentSocket,
+		ConsoleLog:   d.ConsoleLog(h),
+		PIDFile:      pidFile(h),
+	})
+	id := idOf(h)
+	undo.push(func() error {
+		pid, _ := readPIDFile(pidFile(h))
+		return killTagged(id, pid)
+	})
+	if err := launch(ctx, d.qemuPath, args); err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
+	launched := time.Since(began)
+	if d.afterLaunch != nil {
+		d.afterLaunch()
+	}
+
+	if h.PID, err = readPIDFile(pidFile(h)); err != nil {
+		return nil, fmt.Errorf("qemu daemonized but: %w", err)
+	}
+	if !isOurs(h.PID, id) {
+		return nil, fmt.Errorf("qemu pid %d: %w: not running after setup", h.PID, errdefs.ErrUnavailable)
+	}
+
+	qctx, cancel := context.WithTimeout(ctx, qmpReadyTimeout)
+	defer cancel()
+	var st qmpStatus
+	if err := d.withMonitor(qctx, h.QMPSocket, func(m *monitor) error {
+		return m.execute(qctx, "query-status", nil, &st)
+	}); err != nil {
+		return nil, fmt.Errorf("first qmp contact: %w", err)
+	}
+	// A cancel that lands after the last step still abandons the launch, so
+	// callers can rely on "ctx ended ⇒ nothing left".
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("after qmp ready: %w", err)
+	}
+	undo.release()
+	log.Info("vm started", logKeyPID, h.PID, "accel", d.accel,
+		"launch_ms", launched.Milliseconds(), "qmp_ready_ms", time.Since(began).Milliseconds())
+	return h, nil
+}
+
+// createOverlay makes the VM's qcow2 overlay on top of the base disk.
+func (d *Driver) createOverlay(ctx context.Context, undo *rollback, h *vmm.Handle) error {
+	args := []string{"create", "-q", "-f", "qcow2", "-b", h.Spec.BaseDisk, "-F", "qcow2", h.Disk}
+	if h.Spec.DiskMiB > 0 {
+		args = append(args, strconv.Itoa(h.Spec.DiskMiB)+"M")
+	}
+	if _, err := os.Lstat(h.Disk); err == nil {
+		return fmt.Errorf("overlay %s: %w: already exists", h.Disk, errdefs.ErrInvalidState)
+	}
+	undo.push(func() error { return removeFiles(h.Disk) })
+	out, err := exec.CommandContext(ctx, d.qemuImgPath, args...).CombinedOutput()
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("qemu-img create overlay: %w: %s", err, tail(string(out), 1024))
+	}
+	return nil
+}
+
+func lookPath(name string) (string, error) {
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w: %w", name, errdefs.ErrUnavailable, err)
+	}
+	return p, nil
+}
