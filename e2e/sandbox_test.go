@@ -198,7 +198,7 @@ func TestSandbox(t *testing.T) {
 	})
 
 	// A background process started now must survive the zeishd restart.
-	if _, _, res := run(t, conn, "sh", "-c", "nohup sh -c 'while true; do date +%s > /root/tick; sleep 1; done' >/dev/null 2>&1 &"); res.ExitCode != 0 {
+	if _, _, res := run(t, conn, "sh", "-c", "sh -c 'while true; do date +%s > /root/tick; sleep 1; done' </dev/null >/dev/null 2>&1 &"); res.ExitCode != 0 {
 		t.Fatalf("start ticker: %+v", res)
 	}
 

@@ -59,6 +59,8 @@ func newAddress() string {
 	return fmt.Sprintf("10.88.%d.%d", b[0], b[1])
 }
 
+var starting = []sandbox.State{sandbox.StateStarting}
+
 // boot starts a VM for r and waits for its agent; any failure rolls back every
 // step and leaves the sandbox in state error with the reason.
 func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
@@ -99,10 +101,10 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 	}()
 	if err != nil {
 		n.log.Error("boot failed", logSandbox, r.ID, "err", err)
-		n.setState(ctx, r.ID, sandbox.StateError, "boot failed: "+err.Error(), nil)
+		n.transition(ctx, r.ID, starting, sandbox.StateError, "boot failed: "+err.Error(), nil)
 		return
 	}
-	n.setState(ctx, r.ID, sandbox.StateRunning, "", nil)
+	n.transition(ctx, r.ID, starting, sandbox.StateRunning, "", nil)
 	n.log.Info("running", logSandbox, r.ID, "boot_ms", time.Since(start).Milliseconds())
 }
 
@@ -120,6 +122,8 @@ func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
 	if err != nil {
 		return err
 	}
+	defer n.lockAgent(id)()
+	n.dropAgent(id)
 	cctx, cancel := context.WithTimeout(ctx, n.opts.BootTimeout)
 	defer cancel()
 	c, err := guest.Connect(cctx, dialer(n, h))
@@ -132,6 +136,7 @@ func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
 		}
 		return err
 	}
+	// At least 32 bytes: the kernel counts its RNG seeded at 256 bits.
 	entropy := make([]byte, 64)
 	rand.Read(entropy)
 	cfg := guest.Config{

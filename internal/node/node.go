@@ -10,9 +10,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
@@ -58,6 +60,9 @@ type Node struct {
 	mu     sync.Mutex
 	ops    map[string]*op           // the operation in progress per sandbox
 	agents map[string]*guest.Client // live agent connections
+	// connecting serialises agent connects per sandbox: the VMM's agent
+	// socket takes one client at a time.
+	connecting map[string]*sync.Mutex
 }
 
 // op is one background operation on a sandbox; only one runs at a time.
@@ -79,13 +84,14 @@ func New(opts Options) *Node {
 	}
 	life, stop := context.WithCancel(context.Background())
 	return &Node{
-		opts:   opts,
-		log:    opts.Logger.With(logNode, opts.ID),
-		watch:  newWatcher(),
-		life:   life,
-		stop:   stop,
-		ops:    map[string]*op{},
-		agents: map[string]*guest.Client{},
+		opts:       opts,
+		log:        opts.Logger.With(logNode, opts.ID),
+		watch:      newWatcher(),
+		life:       life,
+		stop:       stop,
+		ops:        map[string]*op{},
+		agents:     map[string]*guest.Client{},
+		connecting: map[string]*sync.Mutex{},
 	}
 }
 
@@ -138,6 +144,35 @@ func (n *Node) run(id string, fn func(ctx context.Context)) {
 	}()
 }
 
+// lockAgent holds the sandbox's agent-connect lock; call the returned func to release.
+func (n *Node) lockAgent(id string) func() {
+	n.mu.Lock()
+	m := n.connecting[id]
+	if m == nil {
+		m = new(sync.Mutex)
+		n.connecting[id] = m
+	}
+	n.mu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
+// liveAgent returns the sandbox's agent connection unless it is missing or broken.
+func (n *Node) liveAgent(id string) *guest.Client {
+	n.mu.Lock()
+	c := n.agents[id]
+	n.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	select {
+	case <-c.Done():
+		return nil
+	default:
+		return c
+	}
+}
+
 // cancelOp cancels the operation in progress on id, if any.
 func (n *Node) cancelOp(id string) {
 	n.mu.Lock()
@@ -148,9 +183,15 @@ func (n *Node) cancelOp(id string) {
 	}
 }
 
-// setState persists a state change and wakes the sandbox's waiters.
-func (n *Node) setState(ctx context.Context, id string, st sandbox.State, reason string, edit func(*store.SandboxRecord)) (*store.SandboxRecord, error) {
+// transition persists a state change if the sandbox is still in one of
+// from (any state when from is empty), and wakes the sandbox's waiters. A
+// background operation that lost a race (a boot finishing after a delete
+// began) is refused here instead of clobbering the newer state.
+func (n *Node) transition(ctx context.Context, id string, from []sandbox.State, st sandbox.State, reason string, edit func(*store.SandboxRecord)) (*store.SandboxRecord, error) {
 	r, err := n.opts.Store.UpdateSandbox(context.WithoutCancel(ctx), id, func(r *store.SandboxRecord) error {
+		if len(from) > 0 && !slices.Contains(from, r.State) {
+			return fmt.Errorf("sandbox %s is %s, not %v: %w", id, r.State, from, errdefs.ErrInvalidState)
+		}
 		r.State = st
 		r.StateReason = reason
 		r.UpdatedAt = time.Now().UTC()
@@ -160,7 +201,7 @@ func (n *Node) setState(ctx context.Context, id string, st sandbox.State, reason
 		return nil
 	})
 	if err != nil {
-		n.log.Error("persist state", logSandbox, id, "state", st, "err", err)
+		n.log.Info("state change skipped", logSandbox, id, "to", st, "err", err)
 		return nil, err
 	}
 	n.log.Info("state", logSandbox, id, "state", st, "reason", reason)

@@ -66,7 +66,7 @@ func (n *Node) recoverOne(ctx context.Context, r *store.SandboxRecord, h *vmm.Ha
 				n.failLost(ctx, r.ID, h, "agent did not answer after zeishd restart: "+err.Error())
 				return
 			}
-			n.setState(ctx, r.ID, sandbox.StateRunning, "", nil)
+			n.transition(ctx, r.ID, []sandbox.State{sandbox.StateStarting, sandbox.StateRunning}, sandbox.StateRunning, "", nil)
 		})
 	case alive && r.State == sandbox.StatePaused:
 		log.Info("recover: paused VM found")
@@ -84,7 +84,8 @@ func (n *Node) failLost(ctx context.Context, id string, h *vmm.Handle, reason st
 		n.log.Error("clean up lost VM", logSandbox, id, "err", err)
 	}
 	os.RemoveAll(n.sandboxDir(id))
-	n.setState(ctx, id, sandbox.StateError, reason, func(r *store.SandboxRecord) { r.Handle = nil })
+	n.transition(ctx, id, []sandbox.State{sandbox.StateStarting, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopping, sandbox.StateStopped},
+		sandbox.StateError, reason, func(r *store.SandboxRecord) { r.Handle = nil })
 }
 
 // sweepDirs removes sandbox folders that belong to no live sandbox, stopping

@@ -36,6 +36,8 @@ func (n *Node) Delete(ctx context.Context, id string) (*store.SandboxRecord, err
 	return r, nil
 }
 
+var deleting = []sandbox.State{sandbox.StateDeleting}
+
 // destroy tears down the sandbox's VM and files and marks it destroyed.
 func (n *Node) destroy(ctx context.Context, id string) {
 	n.dropAgent(id)
@@ -53,11 +55,11 @@ func (n *Node) destroy(ctx context.Context, id string) {
 	}
 	if err != nil {
 		n.log.Error("destroy", logSandbox, id, "err", err)
-		n.setState(ctx, id, sandbox.StateError, "delete failed: "+err.Error(), nil)
+		n.transition(ctx, id, deleting, sandbox.StateError, "delete failed: "+err.Error(), nil)
 		return
 	}
 	now := time.Now().UTC()
-	n.setState(ctx, id, sandbox.StateDestroyed, "", func(r *store.SandboxRecord) {
+	n.transition(ctx, id, deleting, sandbox.StateDestroyed, "", func(r *store.SandboxRecord) {
 		r.Handle = nil
 		r.DestroyedAt = &now
 	})
@@ -100,15 +102,12 @@ func (n *Node) Agent(ctx context.Context, id string) (*guest.Client, error) {
 	if r.State != sandbox.StateRunning {
 		return nil, fmt.Errorf("sandbox %s is %s, not running: %w", id, r.State, errdefs.ErrInvalidState)
 	}
-	n.mu.Lock()
-	c := n.agents[id]
-	n.mu.Unlock()
-	if c != nil {
-		select {
-		case <-c.Done():
-		default:
-			return c, nil
-		}
+	if c := n.liveAgent(id); c != nil {
+		return c, nil
+	}
+	defer n.lockAgent(id)()
+	if c := n.liveAgent(id); c != nil {
+		return c, nil // connected while we waited for the lock
 	}
 	h, err := r.VMHandle()
 	if err != nil || h == nil {
@@ -116,7 +115,7 @@ func (n *Node) Agent(ctx context.Context, id string) (*guest.Client, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	c, err = guest.Connect(cctx, dialer(n, h))
+	c, err := guest.Connect(cctx, dialer(n, h))
 	if err != nil {
 		return nil, fmt.Errorf("reconnect to the agent of %s: %w", id, err)
 	}
