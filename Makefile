@@ -28,8 +28,9 @@ vet:
 test: deps vet
 	$(GO) test -p 2 -timeout 30m ./...
 
+# BENCHFLAGS, e.g. make bench BENCHFLAGS='-runs 3 -only cold'
 bench: deps build
-	$(GO) run ./bench
+	$(GO) run ./bench -bin bin $(BENCHFLAGS)
 
 clean:
 	rm -rf bin

@@ -124,3 +124,68 @@ type ProcessList struct {
 type KillRequest struct {
 	Signal string `json:"signal,omitempty"` // default "KILL"
 }
+
+// CloneRequest is POST /public/sandboxes/{id}/clone (alias /fork). A field
+// left out keeps the parent's value; size, region, host, git repo and env are
+// always the parent's.
+type CloneRequest struct {
+	Name          string  `json:"name,omitempty"`  // with count > 1: children are <name>-1 … <name>-N
+	Count         int     `json:"count,omitempty"` // default 1, at most MaxCloneCount
+	GitBranch     *string `json:"git_branch,omitempty"`
+	PRNumber      *int    `json:"pr_number,omitempty"`
+	MaxCostMicros *int64  `json:"max_cost_micros,omitempty"`
+	Browser       *bool   `json:"browser,omitempty"`
+	Desktop       *bool   `json:"desktop,omitempty"`
+}
+
+// MaxCloneCount bounds one clone call.
+const MaxCloneCount = 16
+
+// CloneResponse answers a clone: the children, and how long the parent was
+// paused while its state was captured.
+type CloneResponse struct {
+	PauseMS   int64             `json:"pause_ms"`
+	Sandboxes []sandbox.Sandbox `json:"sandboxes"`
+}
+
+// LineageEntry is one sandbox in a lineage.
+type LineageEntry struct {
+	ID        string        `json:"id"`
+	Name      string        `json:"name"`
+	State     sandbox.State `json:"state"`
+	ParentID  string        `json:"parent_id,omitempty"`
+	CreatedAt time.Time     `json:"created_at"`
+}
+
+// Lineage is GET /public/sandboxes/{id}/lineage: ancestors from the parent up
+// to the root, and every descendant (children before grandchildren; each
+// names its parent, so the tree can be rebuilt).
+type Lineage struct {
+	Sandbox     LineageEntry   `json:"sandbox"`
+	Ancestors   []LineageEntry `json:"ancestors"`
+	Descendants []LineageEntry `json:"descendants"`
+}
+
+// CreateSnapshotRequest is POST /public/sandboxes/{id}/snapshots.
+type CreateSnapshotRequest struct {
+	Name       string `json:"name,omitempty"`        // default snapshot-<UTC YYYYMMDD-HHMMSS>
+	IncludeRAM *bool  `json:"include_ram,omitempty"` // default true; false is refused
+}
+
+// SnapshotList is GET /public/sandboxes/{id}/snapshots.
+type SnapshotList struct {
+	Snapshots []sandbox.Snapshot `json:"snapshots"`
+}
+
+// RestoreResponse is POST /public/snapshots/{id}/restore.
+type RestoreResponse struct {
+	Snapshot sandbox.Snapshot `json:"snapshot"`
+	Sandbox  sandbox.Sandbox  `json:"sandbox"`
+}
+
+// Event is one server-sent event of GET /public/sandboxes/{id}/events: the
+// sandbox as it is after each change ("event: state").
+type Event struct {
+	Type    string          `json:"type"` // "state"
+	Sandbox sandbox.Sandbox `json:"sandbox"`
+}

@@ -102,7 +102,7 @@ func startServer(t *testing.T, extraEnv ...string) *server {
 		t.Fatal(err)
 	}
 	s.key = strings.TrimSpace(string(key))
-	s.client = zeish.NewClient(s.url(), s.key)
+	s.client = zeish.NewClient(s.url(), s.key, zeish.WithHTTPClient(&http.Client{Transport: newValidatingTransport(t)}))
 	return s
 }
 
@@ -294,7 +294,7 @@ func (s *server) do(t *testing.T, method, path, token string, body any, out any)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := (&http.Client{Transport: newValidatingTransport(t)}).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,3 +73,17 @@ type Template struct {
 	DiskMiB    int       `json:"disk_mib"` // size of the root filesystem in the base image
 	CreatedAt  time.Time `json:"created_at"`
 }
+
+// Snapshot is a sandbox's disk and memory saved at one instant, by name.
+type Snapshot struct {
+	ID         string    `json:"id"`
+	SandboxID  string    `json:"sandbox_id"`
+	AccountID  string    `json:"account_id"`
+	Name       string    `json:"name"`
+	CreatedAt  time.Time `json:"created_at"`
+	SizeBytes  int64     `json:"size_bytes"`
+	IncludeRAM bool      `json:"include_ram"`
+}
+
+// MaxSnapshots is how many snapshots one sandbox may keep.
+const MaxSnapshots = 20

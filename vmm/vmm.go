@@ -7,6 +7,7 @@ package vmm
 import (
 	"context"
 	"net"
+	"time"
 )
 
 // Accel is the CPU virtualisation a driver uses.
@@ -43,11 +44,32 @@ type Spec struct {
 	Kernel     string `json:"kernel"`
 	Initrd     string `json:"initrd"`
 	KernelArgs string `json:"kernel_args"`
-	BaseDisk   string `json:"base_disk"` // read-only qcow2 image the VM's overlay is backed by
-	DiskMiB    int    `json:"disk_mib"`
-	MemoryMiB  int    `json:"memory_mib"`
-	VCPUs      int    `json:"vcpus"`
-	MAC        string `json:"mac"`
+	// BaseDisk, when set, makes Start create the VM's writable overlay (Disk)
+	// backed by it: the template's base image or a frozen layer of a fork.
+	BaseDisk string `json:"base_disk,omitempty"`
+	// Disk is the VM's writable qcow2 overlay; default <Dir>/disk.qcow2.
+	// Without BaseDisk it must exist (a sandbox resuming on its own disk).
+	Disk      string `json:"disk,omitempty"`
+	DiskMiB   int    `json:"disk_mib"`
+	MemoryMiB int    `json:"memory_mib"`
+	VCPUs     int    `json:"vcpus"`
+	MAC       string `json:"mac"`
+	// From starts the VM from a captured Image instead of booting the kernel.
+	From *Image `json:"from,omitempty"`
+	// Paused leaves a VM started From an image paused after loading it.
+	Paused bool `json:"paused,omitempty"`
+}
+
+// Image is a VM captured at one instant: its memory and device state. (Its
+// disk is wherever the caller keeps the overlay it had.) Images are
+// immutable: many VMs may start from one, mapping MemFile copy-on-write.
+type Image struct {
+	Dir string `json:"dir"`
+	// MemFile is the guest RAM, frozen: nothing writes to it any more. Empty
+	// when the RAM is saved inside StateFile (a full capture).
+	MemFile   string `json:"mem_file,omitempty"`
+	StateFile string `json:"state_file"`
+	MemoryMiB int    `json:"memory_mib"`
 }
 
 // Handle is what it takes to find and control a VM again after zeishd restarts.
@@ -59,7 +81,11 @@ type Handle struct {
 	QMPSocket   string `json:"qmp_socket"`
 	AgentSocket string `json:"agent_socket"`
 	MemFile     string `json:"mem_file"` // guest RAM backing file (under /dev/shm)
-	Disk        string `json:"disk"`     // the VM's writable qcow2 overlay
+	// MemShared: the VM owns MemFile and maps it shared, so it can be
+	// captured by saving device state only. A VM started from an image maps
+	// the image's file privately (copy-on-write) instead.
+	MemShared bool   `json:"mem_shared"`
+	Disk      string `json:"disk"` // the VM's writable qcow2 overlay
 }
 
 // Driver runs VMs on one host.
@@ -82,4 +108,17 @@ type Driver interface {
 	// Destroy stops the VM (politely, then by force) and removes every file
 	// the driver made for it. Destroying a VM that is already gone is not an error.
 	Destroy(ctx context.Context, h *Handle) error
+
+	// Capture stops h's guest for good and saves it into dir as an Image; the
+	// VMM exits and its disk is left as it is. Without full only device state
+	// is written and h's RAM file becomes the image's memory, which needs
+	// h.MemShared (Promote a VM that lacks it); with full the RAM is written
+	// into the state file and h's own RAM file is removed. stoppedAt is when
+	// the guest stopped running, to measure pauses.
+	Capture(ctx context.Context, h *Handle, dir string, full bool) (img *Image, stoppedAt time.Time, err error)
+	// Promote moves h's guest, live, into a new VM in dir that owns its RAM
+	// (MemShared) and returns the new handle; h's VMM exits. The guest runs
+	// on while its memory is copied and pauses only at the switch-over
+	// (downtime).
+	Promote(ctx context.Context, h *Handle, dir string) (nh *Handle, downtime time.Duration, err error)
 }

@@ -6,7 +6,9 @@
 // (the guest agent binary; default: sandboxd beside zeishd), ZEISH_ACCEL
 // (kvm|tcg; default: kvm when /dev/kvm works), ZEISH_TEMPLATE_CACHE (where
 // built templates are kept; default <data dir>/templates), ZEISH_BOOT_TIMEOUT
-// (boot to guest-agent answer; default 3m), ZEISH_LOG_LEVEL (debug|info|warn).
+// (boot to guest-agent answer; default 3m), ZEISH_MEMORY_BUDGET_MIB (guest
+// memory the host may promise; default its RAM less max(2 GiB, 10 %)),
+// ZEISH_LOG_LEVEL (debug|info|warn).
 //
 // SIGINT/SIGTERM stop the API and drop agent connections; running sandboxes
 // keep running, and the next zeishd finds them again.
@@ -22,6 +24,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -98,8 +101,12 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("ZEISH_BOOT_TIMEOUT: %w", err)
 	}
+	budget, err := memoryBudget()
+	if err != nil {
+		return err
+	}
 	n := node.New(node.Options{ID: nodeID, DataDir: dataDir, Store: st, Driver: driver, Templates: cat,
-		Logger: log, BootTimeout: bootTimeout})
+		Logger: log, BootTimeout: bootTimeout, MemoryBudgetMiB: budget})
 	defer n.Close() // after the HTTP server is down: VMs keep running
 	if err := n.Recover(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
@@ -119,7 +126,7 @@ func run(ctx context.Context) error {
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	caps := driver.Capabilities()
 	log.Info("zeishd listening", "addr", "http://"+ln.Addr().String(), "data_dir", dataDir, "node", nodeID,
-		"vmm", caps.Name, "accel", caps.Accel, "admin_key", keyPath, "version", version.Version)
+		"vmm", caps.Name, "accel", caps.Accel, "memory_budget_mib", budget, "admin_key", keyPath, "version", version.Version)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -134,6 +141,26 @@ func run(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// memoryBudget is the guest memory this host may promise to sandboxes:
+// ZEISH_MEMORY_BUDGET_MIB, else the host's RAM less a reserve for the host
+// and the VMMs' own memory.
+func memoryBudget() (int, error) {
+	if v := os.Getenv("ZEISH_MEMORY_BUDGET_MIB"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("ZEISH_MEMORY_BUDGET_MIB=%q: want a number of MiB", v)
+		}
+		return n, nil
+	}
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil {
+		return 0, err
+	}
+	totalMiB := int(uint64(si.Totalram) * uint64(si.Unit) >> 20)
+	reserve := max(2048, totalMiB/10)
+	return max(0, totalMiB-reserve), nil
 }
 
 // nodeID is kept in the data dir so sandboxes keep their host across restarts.

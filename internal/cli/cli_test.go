@@ -35,6 +35,19 @@ type fake struct {
 	lastCreate api.CreateSandboxRequest
 	lastQuery  string
 	files      map[string][]byte
+	calls      []call // every control-plane request, in order
+	holdEvents bool   // keep the event stream open after its events, as zeishd does
+}
+
+// call is what the fake saw of one control-plane request.
+type call struct {
+	method, path, query, body string
+}
+
+func (f *fake) log() []call {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]call(nil), f.calls...)
 }
 
 func newFake(t *testing.T) *fake {
@@ -54,12 +67,23 @@ func newFake(t *testing.T) *fake {
 				fail(w, 401, "unauthenticated", "invalid API key")
 				return
 			}
-			if id := r.PathValue("id"); id != "" && id != "sbx_1" {
+			// sbx_2 and sbx_3 are sbx_1's forks.
+			if id := r.PathValue("id"); id != "" && id != "sbx_1" && id != "sbx_2" && id != "sbx_3" {
 				fail(w, 404, "not_found", "no sandbox "+id)
 				return
 			}
+			if snp := r.PathValue("snp"); snp != "" && snp != "snp_1" {
+				fail(w, 404, "not_found", "no snapshot "+snp)
+				return
+			}
+			var body []byte
+			if r.Header.Get("Content-Type") == "application/json" {
+				body, _ = io.ReadAll(r.Body)
+				r.Body = io.NopCloser(bytes.NewReader(body))
+			}
 			f.mu.Lock()
 			f.lastQuery = r.URL.RawQuery
+			f.calls = append(f.calls, call{r.Method, r.URL.Path, r.URL.RawQuery, string(body)})
 			f.mu.Unlock()
 			h(w, r)
 		}
@@ -91,6 +115,7 @@ func newFake(t *testing.T) *fake {
 	mux.HandleFunc("POST /api/v1/public/sandboxes/{id}/access", authed(func(w http.ResponseWriter, r *http.Request) {
 		send(w, 200, api.Access{URL: "/data/v1/sandboxes/" + r.PathValue("id"), Token: "data-token", ExpiresAt: time.Now().Add(15 * time.Minute)})
 	}))
+	lifecycleRoutes(f, mux, authed, send)
 	mux.HandleFunc("POST /data/v1/sandboxes/{id}/exec", data(func(w http.ResponseWriter, r *http.Request) {
 		var req api.ExecRequest
 		_ = json.NewDecoder(r.Body).Decode(&req)
@@ -193,6 +218,15 @@ func TestJSONOutputIsExactlyTheObject(t *testing.T) {
 		{[]string{"sandboxes", "delete", "sbx_1", "--wait", "-o", "json"}, sbx1},
 		{[]string{"sandboxes", "list", "-o", "json"}, api.SandboxList{Sandboxes: []sandbox.Sandbox{sbx1}}},
 		{[]string{"health", "-o", "json"}, api.Health{Status: "ok", Version: "0.1.0", Accel: "tcg", VMM: "qemu"}},
+		{[]string{"sandboxes", "pause", "sbx_1", "-o", "json"}, sbx1},
+		{[]string{"sandboxes", "start", "sbx_1", "--wait", "-o", "json"}, sbx1},
+		{[]string{"sandboxes", "clone", "sbx_1", "--count", "2", "-o", "json"}, cloned},
+		{[]string{"-o", "json", "sbx", "fork", "sbx_1", "--wait"}, cloned},
+		{[]string{"sandboxes", "lineage", "sbx_1", "-o", "json"}, lineage1},
+		{[]string{"snapshots", "create", "sbx_1", "--name", "n", "-o", "json"}, snp1},
+		{[]string{"snapshots", "list", "sbx_1", "-o", "json"}, api.SnapshotList{Snapshots: []sandbox.Snapshot{snp1}}},
+		{[]string{"snapshots", "get", "snp_1", "-o", "json"}, snp1},
+		{[]string{"snapshots", "restore", "snp_1", "--wait", "-o", "json"}, restored},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

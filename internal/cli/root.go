@@ -21,9 +21,10 @@ var Version = "dev"
 // streams are the process's standard files, apart so tests can fake a pipe
 // on stdin.
 type streams struct {
-	in           io.Reader
-	inIsTerminal bool // a terminal's stdin is never forwarded to exec
-	out, err     io.Writer
+	in            io.Reader
+	inIsTerminal  bool // a terminal's stdin is never forwarded to exec
+	out, err      io.Writer
+	errIsTerminal bool // progress lines are drawn on a terminal's stderr only
 }
 
 // app is the state one zeishctl invocation shares between its commands.
@@ -44,6 +45,13 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	s := streams{in: os.Stdin, out: stdout, err: stderr}
 	if fi, err := os.Stdin.Stat(); err != nil || fi.Mode()&os.ModeCharDevice != 0 {
 		s.inIsTerminal = true
+	}
+	// A character device is a terminal or /dev/null; drawing progress into
+	// the latter costs nothing.
+	if f, ok := stderr.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			s.errIsTerminal = true
+		}
 	}
 	return run(ctx, args, s)
 }
@@ -90,6 +98,7 @@ func (a *app) newRoot() *cobra.Command {
 
 	root.AddCommand(
 		a.sandboxesCmd(),
+		a.snapshotsCmd(),
 		a.execCmd(),
 		a.filesCmd(),
 		a.processesCmd(),

@@ -16,9 +16,14 @@ func (a *app) sandboxesCmd() *cobra.Command {
 	cmd := group(&cobra.Command{
 		Use:     "sandboxes",
 		Aliases: []string{"sbx", "sandbox"},
-		Short:   "Create, list, wait on and delete sandboxes",
+		Short:   "Create, list, fork, pause, stop, start, wait on and delete sandboxes",
 	})
-	cmd.AddCommand(a.createCmd(), a.listCmd(), a.getCmd(), a.waitCmd(), a.deleteCmd())
+	cmd.AddCommand(a.createCmd(), a.listCmd(), a.getCmd(), a.waitCmd(), a.deleteCmd(),
+		a.lifecycleCmd("pause", "Freeze a running sandbox in memory", "paused", (*zeish.Client).PauseSandbox),
+		a.lifecycleCmd("resume", "Let a paused sandbox run again", "running again", (*zeish.Client).ResumeSandbox),
+		a.lifecycleCmd("stop", "Suspend a sandbox to disk (no compute used); start resumes it", "stopped", (*zeish.Client).StopSandbox),
+		a.lifecycleCmd("start", "Start a stopped sandbox where it stopped", "running (or failed)", (*zeish.Client).StartSandbox),
+		a.cloneCmd(), a.lineageCmd(), a.eventsCmd())
 	return cmd
 }
 
@@ -41,13 +46,15 @@ func (a *app) createCmd() *cobra.Command {
 			if req.Metadata, err = parseKV("metadata", metadata); err != nil {
 				return err
 			}
-			var opts []zeish.CallOption
-			if wait {
-				opts = append(opts, zeish.Wait())
-			}
+			opts, watch := a.waitMode(wait)
 			sb, err := a.sdk().CreateSandbox(cmd.Context(), req, opts...)
 			if err != nil {
 				return err
+			}
+			if watch {
+				if sb, err = a.settleOne(cmd.Context(), sb); err != nil {
+					return err
+				}
 			}
 			return a.printSandbox(sb)
 		},

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
@@ -38,6 +39,9 @@ func (n *Node) Create(ctx context.Context, r *store.SandboxRecord) (*store.Sandb
 	}
 	if r.Metadata == nil {
 		r.Metadata = map[string]string{}
+	}
+	if err := n.reserve(r, 1); err != nil {
+		return nil, err
 	}
 	if err := n.opts.Store.CreateSandbox(ctx, r); err != nil {
 		return nil, err
@@ -72,27 +76,20 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 		if err != nil {
 			return fmt.Errorf("template %s: %w", r.Template, err)
 		}
-		dir := n.sandboxDir(r.ID)
-		if err := os.MkdirAll(dir, 0o700); err != nil {
+		r.Kernel, r.Initrd, r.KernelArgs = tpl.Kernel, tpl.Initrd, tpl.KernelArgs
+		if err := os.MkdirAll(n.sandboxDir(r.ID), 0o700); err != nil {
 			return err
 		}
-		undo.Add(removeDir(dir))
-		h, err := n.opts.Driver.Start(ctx, vmm.Spec{
-			ID: r.ID, Dir: dir,
-			Kernel: tpl.Kernel, Initrd: tpl.Initrd, KernelArgs: tpl.KernelArgs, BaseDisk: tpl.BaseDisk,
-			DiskMiB: r.DiskMiB, MemoryMiB: r.MemoryMiB, VCPUs: r.VCPUs, MAC: r.MAC,
-		})
+		undo.Add(removeDir(n.sandboxDir(r.ID)))
+		spec, err := n.nextVM(ctx, r)
 		if err != nil {
 			return err
 		}
-		undo.Add(func(ctx context.Context) error { return n.opts.Driver.Destroy(ctx, h) })
-		if err := writeHandleFile(dir, h); err != nil {
+		spec.BaseDisk = tpl.BaseDisk
+		h, err := n.startVM(ctx, &undo, r, spec)
+		if err != nil {
 			return err
 		}
-		if err := n.saveHandle(ctx, r.ID, h); err != nil {
-			return err
-		}
-		undo.Add(func(ctx context.Context) error { return n.saveHandle(ctx, r.ID, nil) })
 		if err := n.attach(ctx, r.ID, h); err != nil {
 			return err
 		}
@@ -108,9 +105,55 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 	n.log.Info("running", logSandbox, r.ID, "boot_ms", time.Since(start).Milliseconds())
 }
 
-func (n *Node) saveHandle(ctx context.Context, id string, h *vmm.Handle) error {
-	_, err := n.opts.Store.UpdateSandbox(context.WithoutCancel(ctx), id, func(r *store.SandboxRecord) error {
-		return r.SetHandle(h)
+// nextVM prepares the folder of the sandbox's next VM and the spec to start
+// it with: a new generation, so files of the VM it replaces (a fork's
+// parent, a promotion's source) never clash with the new one's.
+func (n *Node) nextVM(ctx context.Context, r *store.SandboxRecord) (vmm.Spec, error) {
+	r.Gen++
+	dir := filepath.Join(n.sandboxDir(r.ID), fmt.Sprintf("vm-%d", r.Gen))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return vmm.Spec{}, err
+	}
+	_, err := n.opts.Store.UpdateSandbox(context.WithoutCancel(ctx), r.ID, func(cur *store.SandboxRecord) error {
+		cur.Gen = r.Gen
+		return nil
+	})
+	return vmm.Spec{
+		ID: r.ID, Dir: dir,
+		Kernel: r.Kernel, Initrd: r.Initrd, KernelArgs: r.KernelArgs,
+		Disk:    filepath.Join(n.sandboxDir(r.ID), fmt.Sprintf("disk-%d.qcow2", r.Gen)),
+		DiskMiB: r.DiskMiB, MemoryMiB: r.MemoryMiB, VCPUs: r.VCPUs, MAC: r.MAC,
+	}, err
+}
+
+// startVM starts spec for r and persists the handle (in the store and beside
+// the VM's files, so recovery finds the VM even if the store write is lost).
+func (n *Node) startVM(ctx context.Context, undo *rollback.Stack, r *store.SandboxRecord, spec vmm.Spec) (*vmm.Handle, error) {
+	h, err := n.opts.Driver.Start(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	undo.Add(func(ctx context.Context) error { return n.opts.Driver.Destroy(ctx, h) })
+	if err := writeHandleFile(spec.Dir, h); err != nil {
+		return nil, err
+	}
+	r.Disk = h.Disk
+	if err := n.saveVM(ctx, r, h); err != nil {
+		return nil, err
+	}
+	undo.Add(func(ctx context.Context) error { return n.saveVM(ctx, r, nil) })
+	return h, nil
+}
+
+// saveVM persists the node-owned fields of r and its VM handle (nil: none).
+func (n *Node) saveVM(ctx context.Context, r *store.SandboxRecord, h *vmm.Handle) error {
+	if err := r.SetHandle(h); err != nil {
+		return err
+	}
+	_, err := n.opts.Store.UpdateSandbox(context.WithoutCancel(ctx), r.ID, func(cur *store.SandboxRecord) error {
+		cur.Handle, cur.Disk, cur.DiskBase, cur.Layers, cur.ResumeImage, cur.Gen = r.Handle, r.Disk, r.DiskBase, r.Layers, r.ResumeImage, r.Gen
+		cur.Kernel, cur.Initrd, cur.KernelArgs = r.Kernel, r.Initrd, r.KernelArgs
+		return nil
 	})
 	return err
 }

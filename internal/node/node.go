@@ -43,6 +43,9 @@ type Options struct {
 	Templates   Templates
 	Logger      *slog.Logger
 	BootTimeout time.Duration // guest boot to agent answer; default 3 minutes (TCG on a busy host is slow)
+	// MemoryBudgetMiB is the guest memory the host may promise to sandboxes
+	// that run; a create or fork beyond it gets node_full. 0: no limit.
+	MemoryBudgetMiB int
 }
 
 // Node runs the sandboxes of one host.
@@ -63,6 +66,8 @@ type Node struct {
 	// connecting serialises agent connects per sandbox: the VMM's agent
 	// socket takes one client at a time.
 	connecting map[string]*sync.Mutex
+	pinned     map[string]int // images in use by operations in progress
+	gcMu       sync.Mutex
 }
 
 // op is one background operation on a sandbox; only one runs at a time.
@@ -92,6 +97,7 @@ func New(opts Options) *Node {
 		ops:        map[string]*op{},
 		agents:     map[string]*guest.Client{},
 		connecting: map[string]*sync.Mutex{},
+		pinned:     map[string]int{},
 	}
 }
 

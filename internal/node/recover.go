@@ -50,6 +50,7 @@ func (n *Node) Recover(ctx context.Context) error {
 	}
 	n.sweepDirs(ctx, live)
 	n.sweepProcesses(live)
+	n.gc(ctx)
 	return nil
 }
 
@@ -59,20 +60,33 @@ func (n *Node) recoverOne(ctx context.Context, r *store.SandboxRecord, h *vmm.Ha
 	case r.State == sandbox.StateDeleting:
 		log.Info("recover: finishing delete")
 		n.run(r.ID, func(ctx context.Context) { n.destroy(context.WithoutCancel(ctx), r.ID) })
-	case alive && (r.State == sandbox.StateRunning || r.State == sandbox.StateStarting):
+	case alive && (r.State == sandbox.StateRunning || r.State == sandbox.StateStarting || r.State == sandbox.StateStopping):
+		// A VM that runs is the truth: an interrupted boot, start, restore or
+		// fork finishes; an interrupted stop never captured it.
 		log.Info("recover: re-attaching")
 		n.run(r.ID, func(ctx context.Context) {
 			if err := n.attach(ctx, r.ID, h); err != nil {
 				n.failLost(ctx, r.ID, h, "agent did not answer after zeishd restart: "+err.Error())
 				return
 			}
-			n.transition(ctx, r.ID, []sandbox.State{sandbox.StateStarting, sandbox.StateRunning}, sandbox.StateRunning, "", nil)
+			n.transition(ctx, r.ID, []sandbox.State{sandbox.StateStarting, sandbox.StateRunning, sandbox.StateStopping}, sandbox.StateRunning, "", nil)
 		})
 	case alive && r.State == sandbox.StatePaused:
 		log.Info("recover: paused VM found")
-	case h != nil && !alive && r.State != sandbox.StateError:
+	case !alive && r.ResumeImage != "" && (r.State == sandbox.StateStarting || r.State == sandbox.StateStopping):
+		// A stop that completed, or a start that never got its VM going.
+		log.Info("recover: back to stopped")
+		if h != nil {
+			n.opts.Driver.Destroy(ctx, h)
+		}
+		n.saveVM(ctx, r, nil)
+		n.transition(ctx, r.ID, nil, sandbox.StateStopped, "", nil)
+	case h != nil && !alive && r.State != sandbox.StateError && r.State != sandbox.StateStopped:
 		log.Warn("recover: VM is gone")
 		n.failLost(ctx, r.ID, h, "the VM was not running when zeishd restarted")
+	case h == nil && r.State == sandbox.StateStarting:
+		log.Warn("recover: boot never got a VM")
+		n.transition(ctx, r.ID, starting, sandbox.StateError, "zeishd stopped before the VM started", nil)
 	}
 }
 
@@ -102,10 +116,13 @@ func (n *Node) sweepDirs(ctx context.Context, live map[string]bool) {
 		if err == nil && r.State != sandbox.StateDestroyed && r.State != sandbox.StateError {
 			continue // its own recovery handles it
 		}
-		if b, err := os.ReadFile(filepath.Join(root, id, handleFile)); err == nil {
-			var h vmm.Handle
-			if json.Unmarshal(b, &h) == nil {
-				n.opts.Driver.Destroy(ctx, &h)
+		handles, _ := filepath.Glob(filepath.Join(root, id, "vm-*", handleFile))
+		for _, p := range handles {
+			if b, err := os.ReadFile(p); err == nil {
+				var h vmm.Handle
+				if json.Unmarshal(b, &h) == nil {
+					n.opts.Driver.Destroy(ctx, &h)
+				}
 			}
 		}
 		n.log.Warn("recover: removing orphaned sandbox folder", logSandbox, id)

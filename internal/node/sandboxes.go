@@ -53,6 +53,9 @@ func (n *Node) destroy(ctx context.Context, id string) {
 	if err == nil {
 		err = removeDir(n.sandboxDir(id))(ctx)
 	}
+	if err == nil {
+		err = n.deleteSnapshotsOf(ctx, id)
+	}
 	if err != nil {
 		n.log.Error("destroy", logSandbox, id, "err", err)
 		n.transition(ctx, id, deleting, sandbox.StateError, "delete failed: "+err.Error(), nil)
@@ -60,9 +63,24 @@ func (n *Node) destroy(ctx context.Context, id string) {
 	}
 	now := time.Now().UTC()
 	n.transition(ctx, id, deleting, sandbox.StateDestroyed, "", func(r *store.SandboxRecord) {
-		r.Handle = nil
+		r.Handle, r.Disk, r.DiskBase, r.Layers, r.ResumeImage = nil, "", "", nil, ""
 		r.DestroyedAt = &now
 	})
+	n.gc(ctx)
+}
+
+// deleteSnapshotsOf deletes every snapshot of a sandbox being deleted.
+func (n *Node) deleteSnapshotsOf(ctx context.Context, id string) error {
+	snaps, err := n.opts.Store.ListSnapshots(ctx, id)
+	if err != nil {
+		return err
+	}
+	for _, s := range snaps {
+		if err := n.opts.Store.DeleteSnapshot(ctx, s.ID); err != nil && !errdefs.Is(err, errdefs.ClassNotFound) {
+			return err
+		}
+	}
+	return nil
 }
 
 // Get reads a sandbox.

@@ -61,6 +61,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc.Encode(v)
 }
 
+func jsonEncoder(w io.Writer) *json.Encoder { return json.NewEncoder(w) }
+
 const maxBody = 1 << 20
 
 // decode reads a JSON body strictly: unknown fields, trailing data and

@@ -37,6 +37,23 @@ type SandboxRecord struct {
 	sandbox.Sandbox
 	MAC    string          `json:"mac"`
 	Handle json.RawMessage `json:"handle,omitempty"` // the driver's vmm.Handle, null when no VM exists
+	// Disk is the sandbox's writable overlay; Layers are the images whose
+	// frozen disks it is backed by, oldest first (they live while any
+	// sandbox or snapshot needs them).
+	Disk string `json:"disk,omitempty"`
+	// DiskBase, when set, means Disk is still to be made: an overlay on this
+	// frozen layer, created by the next start.
+	DiskBase string `json:"disk_base,omitempty"`
+	Layers []string `json:"layers,omitempty"`
+	// ResumeImage is, for a stopped sandbox, the image its next start loads.
+	ResumeImage string `json:"resume_image,omitempty"`
+	// Kernel, Initrd and KernelArgs are what the sandbox booted with; VMs
+	// that load its state later get the same command line.
+	Kernel     string `json:"kernel,omitempty"`
+	Initrd     string `json:"initrd,omitempty"`
+	KernelArgs string `json:"kernel_args,omitempty"`
+	// Gen counts the VMs the sandbox has had; each gets its own folder.
+	Gen int `json:"gen"`
 	// SecretEnv is delivered into the guest's exec environment and never
 	// returned by the API.
 	SecretEnv map[string]string `json:"secret_env,omitempty"`
@@ -69,7 +86,20 @@ type Store interface {
 	// transaction; fn's error aborts the update and is returned.
 	UpdateSandbox(ctx context.Context, id string, fn func(*SandboxRecord) error) (*SandboxRecord, error)
 
+	// CreateSnapshot inserts s; the sandbox's limit and name uniqueness are
+	// checked in the same transaction (errdefs.ErrLimitReached, ErrNameTaken).
+	CreateSnapshot(ctx context.Context, s *SnapshotRecord, limit int) error
+	GetSnapshot(ctx context.Context, id string) (*SnapshotRecord, error)
+	ListSnapshots(ctx context.Context, sandboxID string) ([]*SnapshotRecord, error)
+	DeleteSnapshot(ctx context.Context, id string) error
+
 	Close() error
+}
+
+// SnapshotRecord is a snapshot plus the image that holds it.
+type SnapshotRecord struct {
+	sandbox.Snapshot
+	Image string `json:"image"`
 }
 
 // VMHandle decodes the stored VM handle, nil when the sandbox has no VM.

@@ -99,6 +99,7 @@ type request struct {
 	token  string
 	json   any       // encoded as the body when non-nil
 	body   io.Reader // raw body, streamed as is; exclusive with json
+	accept string    // Accept header; empty: none
 }
 
 // control builds a control-plane request for path (relative to /api/v1).
@@ -136,6 +137,9 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 	}
 	if r.token != "" {
 		req.Header.Set("Authorization", "Bearer "+r.token)
+	}
+	if r.accept != "" {
+		req.Header.Set("Accept", r.accept)
 	}
 	req.Header.Set("User-Agent", c.userAgent)
 	resp, err := c.http.Do(req)

@@ -7,6 +7,7 @@ import (
 	"log"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/zeish/zeish/errdefs"
 	zeish "github.com/zeish/zeish/sdk/go"
@@ -83,5 +84,50 @@ func ExampleClient_ListSandboxes() {
 	}
 	for _, sb := range list {
 		fmt.Println(sb.ID, sb.Name, sb.State)
+	}
+}
+
+// Prepare a sandbox once, then fork it into parallel runs, each on its own
+// branch; fields left nil keep the parent's values.
+func ExampleClient_CloneSandbox() {
+	ctx := context.Background()
+	client, err := zeish.NewClientFromEnv()
+	if err != nil {
+		log.Fatal(err)
+	}
+	forks, err := client.CloneSandbox(ctx, "sbx_prepared", zeish.CloneRequest{
+		Name:      "attempt",
+		Count:     3,
+		GitBranch: new("agent/attempt"),
+		Browser:   new(false),
+	}, zeish.Wait())
+	if err != nil {
+		log.Fatal(err) // errors.Is(err, errdefs.ErrNodeFull) when the host is full
+	}
+	fmt.Printf("parent paused for %d ms\n", forks.PauseMS)
+	for _, child := range forks.Sandboxes {
+		fmt.Println(child.ID, child.Name, child.State, "forked from", child.ParentID)
+	}
+}
+
+// Follow a sandbox's state changes until the context ends.
+func ExampleClient_Events() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client, err := zeish.NewClientFromEnv()
+	if err != nil {
+		log.Fatal(err)
+	}
+	stream, err := client.Events(ctx, "sbx_example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer stream.Close()
+	for stream.Next() {
+		sb := stream.Event().Sandbox
+		fmt.Println(sb.UpdatedAt.Format(time.RFC3339), sb.State)
+	}
+	if err := stream.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		log.Fatal(err)
 	}
 }

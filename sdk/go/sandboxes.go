@@ -16,8 +16,9 @@ type callOptions struct {
 	wait bool
 }
 
-// Wait makes an asynchronous call (create, delete, and the lifecycle calls)
-// return only once the sandbox has settled, instead of at once with 202.
+// Wait makes an asynchronous call (create, delete, the lifecycle calls, clone
+// and restore) return only once the sandbox has settled (for clone: every
+// child has), instead of at once with 202.
 func Wait() CallOption {
 	return func(o *callOptions) { o.wait = true }
 }

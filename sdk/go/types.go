@@ -9,14 +9,22 @@ import (
 // Aliases of the wire and domain types, so most programs need to import only
 // this package. They are the very same types the server serialises.
 type (
-	Sandbox              = sandbox.Sandbox
-	State                = sandbox.State
-	Health               = api.Health
-	CreateSandboxRequest = api.CreateSandboxRequest
-	WaitRequest          = api.WaitRequest
-	Access               = api.Access
-	ExecRequest          = api.ExecRequest
-	ExecResult           = guest.ExecResult
-	FileInfo             = guest.FileInfo
-	Process              = guest.Process
+	Sandbox               = sandbox.Sandbox
+	State                 = sandbox.State
+	Health                = api.Health
+	CreateSandboxRequest  = api.CreateSandboxRequest
+	WaitRequest           = api.WaitRequest
+	Access                = api.Access
+	CloneRequest          = api.CloneRequest
+	CloneResponse         = api.CloneResponse
+	Lineage               = api.Lineage
+	LineageEntry          = api.LineageEntry
+	Snapshot              = sandbox.Snapshot
+	CreateSnapshotRequest = api.CreateSnapshotRequest
+	RestoreResponse       = api.RestoreResponse
+	Event                 = api.Event
+	ExecRequest           = api.ExecRequest
+	ExecResult            = guest.ExecResult
+	FileInfo              = guest.FileInfo
+	Process               = guest.Process
 )

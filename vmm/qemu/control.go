@@ -137,7 +137,8 @@ func (d *Driver) ownedFiles(h *vmm.Handle) []string {
 	inDir(h.QMPSocket, qmpName)
 	inDir(h.AgentSocket, agentName)
 	inDir(h.Disk, diskName)
-	if base := filepath.Base(h.MemFile); strings.HasPrefix(base, "zeish-"+h.Spec.ID+"-") &&
+	inDir(migrateSocket(h), migrateSockName)
+	if base := filepath.Base(h.MemFile); h.MemShared && strings.HasPrefix(base, "zeish-"+h.Spec.ID+"-") &&
 		strings.HasSuffix(base, ".mem") && filepath.Dir(h.MemFile) == d.shmDir {
 		files = append(files, h.MemFile)
 	}

@@ -92,10 +92,10 @@ func New(opts Options) (*Driver, error) {
 	return d, nil
 }
 
-// Capabilities reports the driver's name and accelerator. Fork and suspend
-// are not implemented yet.
+// Capabilities reports the driver's name and accelerator; it forks live
+// and suspends (migrate.go).
 func (d *Driver) Capabilities() vmm.Capabilities {
-	return vmm.Capabilities{Name: "qemu", Accel: d.accel}
+	return vmm.Capabilities{Name: "qemu", Accel: d.accel, LiveFork: true, Suspend: true}
 }
 
 // Names of the files a VM has in its spec.Dir. Fixed names: one VM per Dir.

@@ -36,7 +36,16 @@ func validate(spec vmm.Spec) (vmm.Spec, error) {
 	if spec.MemoryMiB <= 0 || spec.VCPUs <= 0 || spec.DiskMiB < 0 {
 		return bad("memory_mib %d, vcpus %d, disk_mib %d: want positive sizes", spec.MemoryMiB, spec.VCPUs, spec.DiskMiB)
 	}
-	for _, p := range []*string{&spec.Dir, &spec.Kernel, &spec.Initrd, &spec.BaseDisk} {
+	if spec.Disk == "" {
+		spec.Disk = filepath.Join(spec.Dir, diskName)
+	}
+	paths := []*string{&spec.Dir, &spec.Kernel, &spec.Initrd, &spec.BaseDisk, &spec.Disk}
+	if spec.From != nil {
+		from := *spec.From
+		spec.From = &from
+		paths = append(paths, &spec.From.MemFile, &spec.From.StateFile)
+	}
+	for _, p := range paths {
 		if *p == "" {
 			continue
 		}
@@ -44,8 +53,8 @@ func validate(spec vmm.Spec) (vmm.Spec, error) {
 		if err != nil {
 			return bad("path %q: %v", *p, err)
 		}
-		if strings.ContainsAny(abs, ",\x00\n") {
-			return bad("path %q: commas and newlines are not allowed", abs)
+		if strings.ContainsAny(abs, ",\x00\n'") {
+			return bad("path %q: commas, quotes and newlines are not allowed", abs)
 		}
 		*p = abs
 	}
@@ -55,7 +64,21 @@ func validate(spec vmm.Spec) (vmm.Spec, error) {
 	if n := len(filepath.Join(spec.Dir, agentName)); n > maxSocketPath {
 		return bad("dir %q is too long for a unix socket path (%d > %d bytes)", spec.Dir, n, maxSocketPath)
 	}
-	for name, p := range map[string]string{"kernel": spec.Kernel, "initrd": spec.Initrd, "base disk": spec.BaseDisk} {
+	files := map[string]string{"kernel": spec.Kernel, "initrd": spec.Initrd, "base disk": spec.BaseDisk}
+	if spec.BaseDisk == "" {
+		files["disk"] = spec.Disk // no overlay to make: the disk must exist
+		delete(files, "base disk")
+	}
+	if spec.From != nil {
+		files["image state"] = spec.From.StateFile
+		if spec.From.MemFile != "" {
+			files["image memory"] = spec.From.MemFile
+		}
+		if spec.From.MemoryMiB != spec.MemoryMiB {
+			return bad("image has %d MiB of memory, spec %d", spec.From.MemoryMiB, spec.MemoryMiB)
+		}
+	}
+	for name, p := range files {
 		if p == "" {
 			if name == "initrd" {
 				continue
@@ -69,9 +92,11 @@ func validate(spec vmm.Spec) (vmm.Spec, error) {
 	return spec, nil
 }
 
-// Start creates the VM's overlay and launches QEMU. It returns once QMP
-// answers; the guest may still be booting. On any failure, ctx's end
-// included, everything it made is removed and any QEMU it ran is killed.
+// Start creates the VM's overlay (when spec.BaseDisk is set) and launches
+// QEMU: booting the kernel, or loading spec.From. It returns once QMP answers
+// (and, with From, once the image is loaded and the guest runs again); a
+// booting guest may still be starting. On any failure, ctx's end included,
+// everything it made is removed and any QEMU it ran is killed.
 func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (_ *vmm.Handle, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("start vm %q: %w", spec.ID, err)
@@ -80,64 +105,99 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (_ *vmm.Handle, err e
 	if err != nil {
 		return nil, err
 	}
+	var undo rollback
+	defer d.rollbackOnError(ctx, &undo, spec.ID, &err)
+	if spec.BaseDisk != "" {
+		if err := d.createOverlay(ctx, &undo, spec); err != nil {
+			return nil, fmt.Errorf("overlay: %w", err)
+		}
+	}
+	memFile, memShared := d.newMemFile(spec.ID), true
+	if spec.From != nil && spec.From.MemFile != "" {
+		memFile, memShared = spec.From.MemFile, false
+	}
+	h, err := d.launchVM(ctx, &undo, spec, memFile, memShared, spec.From != nil)
+	if err != nil {
+		return nil, err
+	}
+	if spec.From != nil {
+		if err := d.loadImage(ctx, h, spec.From, !spec.Paused); err != nil {
+			return nil, fmt.Errorf("load image %s: %w", spec.From.Dir, err)
+		}
+	}
+	// A cancel that lands after the last step still abandons the launch, so
+	// callers can rely on "ctx ended ⇒ nothing left".
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("after start: %w", err)
+	}
+	undo.release()
+	return h, nil
+}
+
+// rollbackOnError undoes a failed start and decorates its error.
+func (d *Driver) rollbackOnError(ctx context.Context, undo *rollback, id string, errp *error) {
+	if *errp == nil {
+		return
+	}
+	// Teardown must finish even though ctx may be what failed us.
+	if rbErr := undo.run(); rbErr != nil {
+		d.log.Error("vm start rollback incomplete", logKeySandbox, id, "err", rbErr)
+		*errp = errors.Join(*errp, rbErr)
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(*errp, ctxErr) {
+		*errp = fmt.Errorf("%w (then: %w)", ctxErr, *errp)
+	}
+	*errp = fmt.Errorf("start vm %q: %w", id, *errp)
+}
+
+func (d *Driver) newMemFile(id string) string {
+	return filepath.Join(d.shmDir, fmt.Sprintf("zeish-%s-%s.mem", id, randomHex(4)))
+}
+
+// launchVM runs QEMU for spec with the given RAM file and waits for QMP.
+// With incoming, QEMU waits for migrate-incoming instead of booting.
+func (d *Driver) launchVM(ctx context.Context, undo *rollback, spec vmm.Spec, memFile string, memShared, incoming bool) (*vmm.Handle, error) {
 	h := &vmm.Handle{
 		Spec:        spec,
 		Accel:       d.accel,
 		QMPSocket:   filepath.Join(spec.Dir, qmpName),
 		AgentSocket: filepath.Join(spec.Dir, agentName),
-		MemFile:     filepath.Join(d.shmDir, fmt.Sprintf("zeish-%s-%s.mem", spec.ID, randomHex(4))),
-		Disk:        filepath.Join(spec.Dir, diskName),
+		MemFile:     memFile,
+		MemShared:   memShared,
+		Disk:        spec.Disk,
 	}
-	log := d.log.With(logKeySandbox, spec.ID)
 	began := time.Now()
-
-	var undo rollback
-	defer func() {
-		if err == nil {
-			return
-		}
-		// Teardown must finish even though ctx may be what failed us.
-		if rbErr := undo.run(); rbErr != nil {
-			log.Error("vm start rollback incomplete", "err", rbErr)
-			err = errors.Join(err, rbErr)
-		}
-		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
-			err = fmt.Errorf("%w (then: %w)", ctxErr, err)
-		}
-		err = fmt.Errorf("start vm %q: %w", spec.ID, err)
-	}()
-
-	if err := d.createOverlay(ctx, &undo, h); err != nil {
-		return nil, fmt.Errorf("overlay: %w", err)
-	}
-
 	undo.push(func() error {
 		d.forgetQMP(h.QMPSocket)
-		return removeFiles(h.MemFile, h.QMPSocket, h.AgentSocket, pidFile(h), d.ConsoleLog(h))
+		files := []string{h.QMPSocket, h.AgentSocket, pidFile(h), d.ConsoleLog(h), migrateSocket(h)}
+		if h.MemShared {
+			files = append(files, h.MemFile)
+		}
+		return removeFiles(files...)
 	})
 	// Stale files of an earlier VM in this Dir would mislead us (pidfile) or
 	// block QEMU (sockets).
-	if err := removeFiles(h.QMPSocket, h.AgentSocket, pidFile(h), d.ConsoleLog(h)); err != nil {
+	if err := removeFiles(h.QMPSocket, h.AgentSocket, pidFile(h), d.ConsoleLog(h), migrateSocket(h)); err != nil {
 		return nil, err
 	}
-
 	args := buildArgs(launchConfig{
-		Tag:          tagOf(spec.ID),
-		Accel:        d.accel,
-		TCGTBSizeMiB: d.tbSizeMiB,
-		VCPUs:        spec.VCPUs,
-		MemoryMiB:    spec.MemoryMiB,
-		MemFile:      h.MemFile,
-		MemShared:    true,
-		Kernel:       spec.Kernel,
-		Initrd:       spec.Initrd,
-		KernelArgs:   spec.KernelArgs,
-		Disk:         h.Disk,
-		MAC:          spec.MAC,
-		QMPSocket:    h.QMPSocket,
-		AgentSocket:  h.AgentSocket,
-		ConsoleLog:   d.ConsoleLog(h),
-		PIDFile:      pidFile(h),
+		Tag:           tagOf(spec.ID),
+		Accel:         d.accel,
+		TCGTBSizeMiB:  d.tbSizeMiB,
+		VCPUs:         spec.VCPUs,
+		MemoryMiB:     spec.MemoryMiB,
+		MemFile:       h.MemFile,
+		MemShared:     h.MemShared,
+		Kernel:        spec.Kernel,
+		Initrd:        spec.Initrd,
+		KernelArgs:    spec.KernelArgs,
+		Disk:          h.Disk,
+		MAC:           spec.MAC,
+		QMPSocket:     h.QMPSocket,
+		AgentSocket:   h.AgentSocket,
+		ConsoleLog:    d.ConsoleLog(h),
+		PIDFile:       pidFile(h),
+		IncomingDefer: incoming,
 	})
 	id := idOf(h)
 	undo.push(func() error {
@@ -151,14 +211,13 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (_ *vmm.Handle, err e
 	if d.afterLaunch != nil {
 		d.afterLaunch()
 	}
-
+	var err error
 	if h.PID, err = readPIDFile(pidFile(h)); err != nil {
 		return nil, fmt.Errorf("qemu daemonized but: %w", err)
 	}
 	if !isOurs(h.PID, id) {
 		return nil, fmt.Errorf("qemu pid %d: %w: not running after setup", h.PID, errdefs.ErrUnavailable)
 	}
-
 	qctx, cancel := context.WithTimeout(ctx, qmpReadyTimeout)
 	defer cancel()
 	var st qmpStatus
@@ -167,27 +226,21 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (_ *vmm.Handle, err e
 	}); err != nil {
 		return nil, fmt.Errorf("first qmp contact: %w", err)
 	}
-	// A cancel that lands after the last step still abandons the launch, so
-	// callers can rely on "ctx ended ⇒ nothing left".
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("after qmp ready: %w", err)
-	}
-	undo.release()
-	log.Info("vm started", logKeyPID, h.PID, "accel", d.accel,
+	d.log.Info("vm started", logKeySandbox, spec.ID, logKeyPID, h.PID, "accel", d.accel, "incoming", incoming,
 		"launch_ms", launched.Milliseconds(), "qmp_ready_ms", time.Since(began).Milliseconds())
 	return h, nil
 }
 
-// createOverlay makes the VM's qcow2 overlay on top of the base disk.
-func (d *Driver) createOverlay(ctx context.Context, undo *rollback, h *vmm.Handle) error {
-	args := []string{"create", "-q", "-f", "qcow2", "-b", h.Spec.BaseDisk, "-F", "qcow2", h.Disk}
-	if h.Spec.DiskMiB > 0 {
-		args = append(args, strconv.Itoa(h.Spec.DiskMiB)+"M")
+// createOverlay makes the VM's qcow2 overlay on top of spec.BaseDisk.
+func (d *Driver) createOverlay(ctx context.Context, undo *rollback, spec vmm.Spec) error {
+	args := []string{"create", "-q", "-f", "qcow2", "-b", spec.BaseDisk, "-F", "qcow2", spec.Disk}
+	if spec.DiskMiB > 0 {
+		args = append(args, strconv.Itoa(spec.DiskMiB)+"M")
 	}
-	if _, err := os.Lstat(h.Disk); err == nil {
-		return fmt.Errorf("overlay %s: %w: already exists", h.Disk, errdefs.ErrInvalidState)
+	if _, err := os.Lstat(spec.Disk); err == nil {
+		return fmt.Errorf("overlay %s: %w: already exists", spec.Disk, errdefs.ErrInvalidState)
 	}
-	undo.push(func() error { return removeFiles(h.Disk) })
+	undo.push(func() error { return removeFiles(spec.Disk) })
 	out, err := exec.CommandContext(ctx, d.qemuImgPath, args...).CombinedOutput()
 	if err != nil {
 		if ctx.Err() != nil {

@@ -38,6 +38,9 @@ var migrations = []string{
 		parent_id TEXT, created_at TEXT NOT NULL, data TEXT NOT NULL);
 	CREATE UNIQUE INDEX sandboxes_live_name ON sandboxes(account_id, name) WHERE state != 'destroyed';
 	CREATE INDEX sandboxes_parent ON sandboxes(parent_id);`,
+	`CREATE TABLE snapshots (
+		id TEXT PRIMARY KEY, sandbox_id TEXT NOT NULL, name TEXT NOT NULL, created_at TEXT NOT NULL, data TEXT NOT NULL);
+	CREATE UNIQUE INDEX snapshots_name ON snapshots(sandbox_id, name);`,
 }
 
 // Open opens (creating if needed) the database at path and migrates it.

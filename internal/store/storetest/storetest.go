@@ -17,6 +17,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("accounts and keys", func(t *testing.T) { testAccounts(t, open(t)) })
 	t.Run("templates", func(t *testing.T) { testTemplates(t, open(t)) })
 	t.Run("sandboxes", func(t *testing.T) { testSandboxes(t, open(t)) })
+	t.Run("snapshots", func(t *testing.T) { testSnapshots(t, open(t)) })
 }
 
 func testAccounts(t *testing.T, s store.Store) {
@@ -142,5 +143,49 @@ func testSandboxes(t *testing.T, s store.Store) {
 				}
 			}
 		})
+	}
+}
+
+func testSnapshots(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mk := func(id, name string) *store.SnapshotRecord {
+		return &store.SnapshotRecord{Snapshot: sandbox.Snapshot{ID: id, SandboxID: "sbx_a", Name: name, CreatedAt: time.Now().UTC(), IncludeRAM: true}, Image: "img_" + id}
+	}
+	if err := s.CreateSnapshot(ctx, mk("snp_1", "one"), 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateSnapshot(ctx, mk("snp_2", "one"), 2); !errors.Is(err, errdefs.ErrNameTaken) {
+		t.Fatalf("duplicate name: %v, want name_taken", err)
+	}
+	if err := s.CreateSnapshot(ctx, mk("snp_3", "two"), 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateSnapshot(ctx, mk("snp_4", "three"), 2); !errors.Is(err, errdefs.ErrLimitReached) {
+		t.Fatalf("over the limit: %v, want limit_reached", err)
+	}
+	other := mk("snp_5", "one")
+	other.SandboxID = "sbx_b"
+	if err := s.CreateSnapshot(ctx, other, 2); err != nil {
+		t.Fatalf("same name on another sandbox: %v", err)
+	}
+	got, err := s.GetSnapshot(ctx, "snp_1")
+	if err != nil || got.Name != "one" || got.Image != "img_snp_1" {
+		t.Fatalf("get: %+v %v", got, err)
+	}
+	list, err := s.ListSnapshots(ctx, "sbx_a")
+	if err != nil || len(list) != 2 {
+		t.Fatalf("list: %d %v", len(list), err)
+	}
+	if all, _ := s.ListSnapshots(ctx, ""); len(all) != 3 {
+		t.Fatalf("list all: %d", len(all))
+	}
+	if err := s.DeleteSnapshot(ctx, "snp_1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSnapshot(ctx, "snp_1"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("delete twice: %v", err)
+	}
+	if _, err := s.GetSnapshot(ctx, "snp_1"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("get deleted: %v", err)
 	}
 }

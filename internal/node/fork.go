@@ -1,0 +1,284 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/rollback"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+)
+
+// Fork and snapshot share one move, capture: the sandbox's VM is captured
+// into an image (memory, device state, and its disk frozen as a read-only
+// layer), and the sandbox carries on as a VM started from that image on a
+// fresh overlay. Forks start from the same image; a snapshot keeps it.
+//
+// A running sandbox is paused only while its device state is written and its
+// continuation loads it: its RAM file becomes the image as it is, so the
+// pause does not grow with memory. A sandbox whose RAM is an image's (it was
+// itself forked) is first promoted, live, into a VM owning its RAM. A stopped
+// sandbox already is an image (its suspend state): only its disk is frozen.
+
+// captured is what capture produced.
+type captured struct {
+	image *imageMeta
+	pause time.Duration
+}
+
+// capture freezes sandbox r (running, paused or stopped) into an image and
+// puts the sandbox back on top of it. Runs as the sandbox's operation.
+func (n *Node) capture(ctx context.Context, id string) (*captured, error) {
+	r, h, err := n.load(ctx, id, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopped)
+	if err != nil {
+		return nil, err
+	}
+	if r.State == sandbox.StateStopped {
+		return n.captureStopped(ctx, r)
+	}
+	wasPaused := r.State == sandbox.StatePaused
+	var pause time.Duration
+	n.dropAgent(id)
+	if !h.MemShared {
+		spec, err := n.nextVM(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		nh, downtime, err := n.opts.Driver.Promote(ctx, h, spec.Dir)
+		if err != nil {
+			os.RemoveAll(spec.Dir)
+			return nil, fmt.Errorf("promote: %w", err)
+		}
+		writeHandleFile(spec.Dir, nh)
+		if err := n.saveVM(ctx, r, nh); err != nil {
+			return nil, err
+		}
+		n.removeOldVM(h)
+		h, pause = nh, downtime
+	}
+	imgID, dir, err := n.newImageDir()
+	if err != nil {
+		return nil, err
+	}
+	img, stoppedAt, err := n.opts.Driver.Capture(ctx, h, dir, false)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	// From here the old VM is gone: the sandbox lives on only as the image,
+	// so a failure below leaves it stopped on that image, never lost.
+	meta := &imageMeta{ID: imgID, SandboxID: id, VM: img, CreatedAt: time.Now().UTC()}
+	if err := n.freezeDisk(meta, r.Disk, r.Layers); err != nil {
+		return nil, n.lost(ctx, r, err)
+	}
+	if err := n.writeImage(meta); err != nil {
+		return nil, n.lost(ctx, r, err)
+	}
+	n.removeOldVM(h)
+	r.Layers = append(append([]string(nil), meta.Layers...), imgID)
+	spec, err := n.nextVM(ctx, r)
+	if err != nil {
+		return nil, n.stranded(ctx, r, meta, err)
+	}
+	spec.BaseDisk, spec.From, spec.Paused = meta.Disk, img, wasPaused
+	var undo rollback.Stack
+	nh, err := n.startVM(ctx, &undo, r, spec)
+	if err != nil {
+		os.RemoveAll(spec.Dir)
+		return nil, n.stranded(ctx, r, meta, err)
+	}
+	undo.Release()
+	pause += time.Since(stoppedAt)
+	n.log.Info("captured", logSandbox, id, "image", imgID, "pause_ms", pause.Milliseconds(), "pid", nh.PID)
+	return &captured{image: meta, pause: pause}, nil
+}
+
+// stranded handles a continuation that failed to start after the capture:
+// the sandbox becomes stopped on the image, which its next start loads.
+func (n *Node) stranded(ctx context.Context, r *store.SandboxRecord, meta *imageMeta, cause error) error {
+	r.Disk = n.sandboxDir(r.ID) + fmt.Sprintf("/disk-%d.qcow2", r.Gen+1)
+	r.DiskBase, r.ResumeImage = meta.Disk, meta.ID
+	n.saveVM(ctx, r, nil)
+	n.transition(ctx, r.ID, nil, sandbox.StateStopped, "could not resume after capture: "+cause.Error(), nil)
+	return fmt.Errorf("resume after capture: %w", cause)
+}
+
+// lost marks a sandbox whose VM was captured but whose image could not be
+// completed: nothing is left to run it from.
+func (n *Node) lost(ctx context.Context, r *store.SandboxRecord, cause error) error {
+	n.saveVM(ctx, r, nil)
+	n.transition(ctx, r.ID, nil, sandbox.StateError, "capture failed: "+cause.Error(), nil)
+	return cause
+}
+
+// captureStopped freezes a stopped sandbox's disk into its resume image,
+// which then holds memory, device state and disk: a complete image. The
+// sandbox gets a fresh overlay on it at its next start.
+func (n *Node) captureStopped(ctx context.Context, r *store.SandboxRecord) (*captured, error) {
+	meta, err := n.readImage(r.ResumeImage)
+	if err != nil {
+		return nil, err
+	}
+	if meta.Disk != "" {
+		return &captured{image: meta}, nil // captured before and not started since
+	}
+	if r.DiskBase != "" {
+		// The sandbox's disk was never made (restored while stopped): its
+		// content is that layer's.
+		return nil, fmt.Errorf("sandbox %s: capture of an unstarted restore: %w", r.ID, errdefs.ErrInvalidState)
+	}
+	if err := n.freezeDisk(meta, r.Disk, r.Layers); err != nil {
+		return nil, err
+	}
+	if err := n.writeImage(meta); err != nil {
+		return nil, err
+	}
+	r.Layers = append(append([]string(nil), meta.Layers...), meta.ID)
+	r.Gen++
+	r.Disk = n.sandboxDir(r.ID) + fmt.Sprintf("/disk-%d.qcow2", r.Gen)
+	r.DiskBase = meta.Disk
+	if err := n.saveVM(ctx, r, nil); err != nil {
+		return nil, err
+	}
+	return &captured{image: meta}, nil
+}
+
+// Clone forks sandbox parentID into the given children (validated records,
+// fields kept or overridden by the caller). The parent is captured before
+// Clone returns (the pause it reports); the children boot from the image in
+// the background, each on the parent's host.
+func (n *Node) Clone(ctx context.Context, parentID string, children []*store.SandboxRecord) (time.Duration, []*store.SandboxRecord, error) {
+	parent, err := n.opts.Store.GetSandbox(ctx, parentID)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := n.reserve(parent, len(children)); err != nil {
+		return 0, nil, err
+	}
+	var cap *captured
+	err = n.do(ctx, parentID, func(ctx context.Context) error {
+		var err error
+		cap, err = n.capture(ctx, parentID)
+		return err
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	unpin := n.pin(cap.image.ID)
+	parent, _ = n.opts.Store.GetSandbox(ctx, parentID)
+	var made []*store.SandboxRecord
+	now := time.Now().UTC()
+	for _, c := range children {
+		c.ID = sandbox.NewID(sandbox.PrefixSandbox)
+		if c.Name == "" {
+			c.Name = sandbox.NewName()
+		}
+		c.ParentID, c.AccountID, c.Template = parentID, parent.AccountID, parent.Template
+		c.VCPUs, c.MemoryMiB, c.DiskMiB = parent.VCPUs, parent.MemoryMiB, parent.DiskMiB
+		c.Region, c.Host, c.Accel = parent.Region, parent.Host, parent.Accel
+		c.GitRepo, c.Env, c.SecretEnv = parent.GitRepo, parent.Env, parent.SecretEnv
+		c.Hostname, c.MAC, c.Address = c.Name, sandbox.NewMAC(), newAddress()
+		c.Kernel, c.Initrd, c.KernelArgs = parent.Kernel, parent.Initrd, parent.KernelArgs
+		c.Layers = append(append([]string(nil), cap.image.Layers...), cap.image.ID)
+		c.State, c.CreatedAt, c.UpdatedAt = sandbox.StateStarting, now, now
+		if c.Metadata == nil {
+			c.Metadata = map[string]string{}
+		}
+		if err := n.opts.Store.CreateSandbox(ctx, c); err != nil {
+			unpin()
+			n.gc(ctx)
+			return cap.pause, made, err // children made so far keep booting
+		}
+		made = append(made, c)
+	}
+	remaining := len(made)
+	for _, c := range made {
+		c := c
+		n.run(c.ID, func(ctx context.Context) {
+			n.bootFromImage(ctx, c, cap.image)
+			n.mu.Lock()
+			remaining--
+			last := remaining == 0
+			n.mu.Unlock()
+			if last {
+				unpin()
+			}
+		})
+	}
+	if len(made) == 0 {
+		unpin()
+	}
+	return cap.pause, made, nil
+}
+
+// bootFromImage starts a new sandbox (a fork child) from an image; like boot
+// it rolls back on failure and leaves the sandbox in error with the reason.
+func (n *Node) bootFromImage(ctx context.Context, r *store.SandboxRecord, meta *imageMeta) {
+	start := time.Now()
+	err := func() (err error) {
+		var undo rollback.Stack
+		defer undo.OnError(ctx, &err)
+		if err := os.MkdirAll(n.sandboxDir(r.ID), 0o700); err != nil {
+			return err
+		}
+		undo.Add(removeDir(n.sandboxDir(r.ID)))
+		spec, err := n.nextVM(ctx, r)
+		if err != nil {
+			return err
+		}
+		spec.BaseDisk, spec.From = meta.Disk, meta.VM
+		h, err := n.startVM(ctx, &undo, r, spec)
+		if err != nil {
+			return err
+		}
+		if err := n.attach(ctx, r.ID, h); err != nil {
+			return err
+		}
+		undo.Release()
+		return nil
+	}()
+	if err != nil {
+		n.log.Error("fork child failed", logSandbox, r.ID, "err", err)
+		n.transition(ctx, r.ID, starting, sandbox.StateError, "fork failed: "+err.Error(), nil)
+		return
+	}
+	n.transition(ctx, r.ID, starting, sandbox.StateRunning, "", nil)
+	n.log.Info("fork child running", logSandbox, r.ID, "parent", r.ParentID, "ms", time.Since(start).Milliseconds())
+}
+
+// reserve checks the host has memory for count more sandboxes like parent.
+func (n *Node) reserve(parent *store.SandboxRecord, count int) error {
+	if n.opts.MemoryBudgetMiB <= 0 {
+		return nil
+	}
+	used, err := n.committedMiB()
+	if err != nil {
+		return err
+	}
+	need := count * parent.MemoryMiB
+	if used+need > n.opts.MemoryBudgetMiB {
+		return fmt.Errorf("host %s has %d MiB of its %d MiB budget free; %d sandbox(es) of %d MiB need %d: %w",
+			n.opts.ID, n.opts.MemoryBudgetMiB-used, n.opts.MemoryBudgetMiB, count, parent.MemoryMiB, need, errdefs.ErrNodeFull)
+	}
+	return nil
+}
+
+// committedMiB is the guest memory promised to the sandboxes that may run.
+func (n *Node) committedMiB() (int, error) {
+	rows, err := n.opts.Store.ListSandboxes(context.Background(), store.SandboxFilter{
+		States: []sandbox.State{sandbox.StateStarting, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopping},
+	})
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, r := range rows {
+		if r.Host == n.opts.ID {
+			total += r.MemoryMiB
+		}
+	}
+	return total, nil
+}

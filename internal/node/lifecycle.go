@@ -1,0 +1,214 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/rollback"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+	"github.com/zeish/zeish/vmm"
+)
+
+// do runs fn as the sandbox's next operation and waits for its result. fn
+// runs under the node's lifetime: a client that goes away does not abort it.
+func (n *Node) do(ctx context.Context, id string, fn func(ctx context.Context) error) error {
+	errc := make(chan error, 1)
+	n.run(id, func(octx context.Context) { errc <- fn(octx) })
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// load reads a sandbox and checks it is in one of the states.
+func (n *Node) load(ctx context.Context, id string, states ...sandbox.State) (*store.SandboxRecord, *vmm.Handle, error) {
+	r, err := n.opts.Store.GetSandbox(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	ok := false
+	for _, st := range states {
+		ok = ok || r.State == st
+	}
+	if !ok {
+		return nil, nil, fmt.Errorf("sandbox %s is %s; this needs it %v: %w", id, r.State, states, errdefs.ErrInvalidState)
+	}
+	h, err := r.VMHandle()
+	if err != nil {
+		return nil, nil, err
+	}
+	if h == nil && r.State != sandbox.StateStopped {
+		return nil, nil, fmt.Errorf("sandbox %s has no VM: %w", id, errdefs.ErrInternal)
+	}
+	return r, h, nil
+}
+
+// Pause freezes a running sandbox in memory.
+func (n *Node) Pause(ctx context.Context, id string) (*store.SandboxRecord, error) {
+	var out *store.SandboxRecord
+	err := n.do(ctx, id, func(ctx context.Context) error {
+		_, h, err := n.load(ctx, id, sandbox.StateRunning)
+		if err != nil {
+			return err
+		}
+		if err := n.opts.Driver.Pause(ctx, h); err != nil {
+			return err
+		}
+		out, err = n.transition(ctx, id, []sandbox.State{sandbox.StateRunning}, sandbox.StatePaused, "", nil)
+		return err
+	})
+	return out, err
+}
+
+// Resume lets a paused sandbox run again.
+func (n *Node) Resume(ctx context.Context, id string) (*store.SandboxRecord, error) {
+	var out *store.SandboxRecord
+	err := n.do(ctx, id, func(ctx context.Context) error {
+		_, h, err := n.load(ctx, id, sandbox.StatePaused)
+		if err != nil {
+			return err
+		}
+		if err := n.opts.Driver.Resume(ctx, h); err != nil {
+			return err
+		}
+		out, err = n.transition(ctx, id, []sandbox.State{sandbox.StatePaused}, sandbox.StateRunning, "", nil)
+		return err
+	})
+	return out, err
+}
+
+// Stop suspends a sandbox to disk: memory, device state and disk are kept,
+// the VMM exits and no compute is used until Start.
+func (n *Node) Stop(ctx context.Context, id string) (*store.SandboxRecord, error) {
+	r, err := n.opts.Store.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
+		if r.State != sandbox.StateRunning && r.State != sandbox.StatePaused {
+			return fmt.Errorf("sandbox %s is %s; stop needs it running or paused: %w", id, r.State, errdefs.ErrInvalidState)
+		}
+		r.State, r.StateReason, r.UpdatedAt = sandbox.StateStopping, "", time.Now().UTC()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.watch.notify(id)
+	n.run(id, func(ctx context.Context) {
+		ctx = context.WithoutCancel(ctx) // half a suspend is worse than a slow one
+		if err := n.suspend(ctx, id); err != nil {
+			n.log.Error("stop failed", logSandbox, id, "err", err)
+			// The capture leaves the guest running when it fails.
+			n.transition(ctx, id, []sandbox.State{sandbox.StateStopping}, sandbox.StateRunning, "stop failed: "+err.Error(), nil)
+			return
+		}
+		n.transition(ctx, id, []sandbox.State{sandbox.StateStopping}, sandbox.StateStopped, "", nil)
+	})
+	return r, nil
+}
+
+// suspend captures a sandbox's VM fully into a new image it resumes from.
+func (n *Node) suspend(ctx context.Context, id string) error {
+	r, err := n.opts.Store.GetSandbox(ctx, id)
+	if err != nil {
+		return err
+	}
+	h, err := r.VMHandle()
+	if err != nil || h == nil {
+		return fmt.Errorf("sandbox %s has no VM: %w", id, errdefs.ErrInternal)
+	}
+	n.dropAgent(id)
+	imgID, dir, err := n.newImageDir()
+	if err != nil {
+		return err
+	}
+	img, _, err := n.opts.Driver.Capture(ctx, h, dir, true)
+	if err != nil {
+		os.RemoveAll(dir)
+		return err
+	}
+	if err := n.writeImage(&imageMeta{ID: imgID, SandboxID: id, VM: img, CreatedAt: time.Now().UTC()}); err != nil {
+		return err
+	}
+	r.ResumeImage = imgID
+	if err := n.saveVM(ctx, r, nil); err != nil {
+		return err
+	}
+	os.RemoveAll(h.Spec.Dir)
+	n.gc(ctx)
+	return nil
+}
+
+// Start resumes a stopped sandbox where it was (or from the snapshot a
+// restore chose).
+func (n *Node) Start(ctx context.Context, id string) (*store.SandboxRecord, error) {
+	r, err := n.opts.Store.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
+		if r.State != sandbox.StateStopped {
+			return fmt.Errorf("sandbox %s is %s; start needs it stopped: %w", id, r.State, errdefs.ErrInvalidState)
+		}
+		r.State, r.StateReason, r.UpdatedAt = sandbox.StateStarting, "", time.Now().UTC()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.watch.notify(id)
+	n.run(id, func(ctx context.Context) {
+		if err := n.resumeStopped(ctx, id); err != nil {
+			n.log.Error("start failed", logSandbox, id, "err", err)
+			// Nothing of the stopped sandbox was changed: it can be started again.
+			n.transition(ctx, id, starting, sandbox.StateStopped, "start failed: "+err.Error(), nil)
+			return
+		}
+		n.transition(ctx, id, starting, sandbox.StateRunning, "", nil)
+	})
+	return r, nil
+}
+
+// resumeStopped starts a VM from the sandbox's resume image on its disk.
+func (n *Node) resumeStopped(ctx context.Context, id string) (err error) {
+	r, err := n.opts.Store.GetSandbox(ctx, id)
+	if err != nil {
+		return err
+	}
+	m, err := n.readImage(r.ResumeImage)
+	if err != nil || m.VM == nil {
+		return fmt.Errorf("sandbox %s has no saved state to resume: %v: %w", id, err, errdefs.ErrInternal)
+	}
+	saved := *r
+	var undo rollback.Stack
+	defer undo.OnError(ctx, &err)
+	undo.Add(func(ctx context.Context) error { return n.saveVM(ctx, &saved, nil) })
+	spec, err := n.nextVM(ctx, r)
+	if err != nil {
+		return err
+	}
+	undo.Add(removeDir(spec.Dir))
+	spec.From = m.VM
+	spec.Disk = r.Disk
+	if r.DiskBase != "" {
+		spec.BaseDisk = r.DiskBase
+	}
+	r.DiskBase, r.ResumeImage = "", ""
+	h, err := n.startVM(ctx, &undo, r, spec)
+	if err != nil {
+		return err
+	}
+	if err := n.attach(ctx, id, h); err != nil {
+		return err
+	}
+	undo.Release()
+	n.gc(ctx)
+	return nil
+}
+
+// removeOldVM deletes the folder of a VM that a newer one replaced.
+func (n *Node) removeOldVM(h *vmm.Handle) {
+	if h != nil && filepath.Dir(h.Spec.Dir) != "" {
+		os.RemoveAll(h.Spec.Dir)
+	}
+}

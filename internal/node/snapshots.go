@@ -1,0 +1,189 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/rollback"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+)
+
+// CreateSnapshot saves the sandbox's disk and memory at one instant under
+// name (already validated). A running sandbox pauses only for the capture.
+func (n *Node) CreateSnapshot(ctx context.Context, id, name string) (*store.SnapshotRecord, error) {
+	var snap *store.SnapshotRecord
+	err := n.do(ctx, id, func(ctx context.Context) error {
+		// Check the limit and the name before pausing anything.
+		existing, err := n.opts.Store.ListSnapshots(ctx, id)
+		if err != nil {
+			return err
+		}
+		if len(existing) >= sandbox.MaxSnapshots {
+			return fmt.Errorf("sandbox %s has %d snapshots, the most it may keep; delete one first: %w", id, len(existing), errdefs.ErrLimitReached)
+		}
+		for _, s := range existing {
+			if s.Name == name {
+				return fmt.Errorf("sandbox %s already has a snapshot named %q: %w", id, name, errdefs.ErrNameTaken)
+			}
+		}
+		cap, err := n.capture(ctx, id)
+		if err != nil {
+			return err
+		}
+		r, err := n.opts.Store.GetSandbox(ctx, id)
+		if err != nil {
+			return err
+		}
+		snap = &store.SnapshotRecord{
+			Snapshot: sandbox.Snapshot{ID: sandbox.NewID(sandbox.PrefixSnapshot), SandboxID: id, AccountID: r.AccountID,
+				Name: name, CreatedAt: time.Now().UTC(), IncludeRAM: true, SizeBytes: n.imageSize(cap.image)},
+			Image: cap.image.ID,
+		}
+		err = n.opts.Store.CreateSnapshot(ctx, snap, sandbox.MaxSnapshots)
+		if err != nil {
+			n.gc(ctx)
+		}
+		return err
+	})
+	return snap, err
+}
+
+// imageSize is the bytes an image occupies: state, RAM pages and disk layer.
+func (n *Node) imageSize(m *imageMeta) int64 {
+	var total int64
+	for _, p := range []string{m.Disk, m.VM.StateFile, m.VM.MemFile} {
+		if p == "" {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat(p, &st) == nil {
+			total += st.Blocks * 512
+		}
+	}
+	return total
+}
+
+// DeleteSnapshot forgets a snapshot and frees what only it needed.
+func (n *Node) DeleteSnapshot(ctx context.Context, id string) error {
+	if err := n.opts.Store.DeleteSnapshot(ctx, id); err != nil {
+		return err
+	}
+	n.gc(ctx)
+	return nil
+}
+
+// Restore rolls a sandbox back to one of its snapshots, in place. A running
+// (or paused) sandbox goes through starting and comes back running from the
+// snapshot; a stopped one stays stopped and its next start resumes from it.
+func (n *Node) Restore(ctx context.Context, snapID string) (*store.SnapshotRecord, *store.SandboxRecord, error) {
+	snap, err := n.opts.Store.GetSnapshot(ctx, snapID)
+	if err != nil {
+		return nil, nil, err
+	}
+	meta, err := n.readImage(snap.Image)
+	if err != nil || meta.VM == nil || meta.Disk == "" {
+		return nil, nil, fmt.Errorf("snapshot %s: its image is incomplete (%v): %w", snapID, err, errdefs.ErrInternal)
+	}
+	var prev sandbox.State
+	r, err := n.opts.Store.UpdateSandbox(ctx, snap.SandboxID, func(r *store.SandboxRecord) error {
+		prev = r.State
+		switch r.State {
+		case sandbox.StateRunning, sandbox.StatePaused:
+			r.State, r.StateReason, r.UpdatedAt = sandbox.StateStarting, "restoring "+snap.Name, time.Now().UTC()
+		case sandbox.StateStopped:
+		default:
+			return fmt.Errorf("sandbox %s is %s; restore needs it running, paused or stopped: %w", r.ID, r.State, errdefs.ErrInvalidState)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	n.watch.notify(r.ID)
+	if prev == sandbox.StateStopped {
+		err := n.do(ctx, r.ID, func(ctx context.Context) error { return n.restoreStopped(ctx, r.ID, meta) })
+		if err != nil {
+			return nil, nil, err
+		}
+		r, err = n.opts.Store.GetSandbox(ctx, r.ID)
+		return snap, r, err
+	}
+	n.run(r.ID, func(ctx context.Context) {
+		if err := n.restoreRunning(ctx, r.ID, meta); err != nil {
+			n.log.Error("restore failed", logSandbox, r.ID, "err", err)
+			n.transition(ctx, r.ID, starting, sandbox.StateError, "restore failed: "+err.Error(), nil)
+			return
+		}
+		n.transition(ctx, r.ID, starting, sandbox.StateRunning, "", nil)
+	})
+	return snap, r, nil
+}
+
+// restoreStopped points a stopped sandbox at the snapshot: its next start
+// loads the snapshot's memory on a fresh overlay of the snapshot's disk.
+func (n *Node) restoreStopped(ctx context.Context, id string, meta *imageMeta) error {
+	r, _, err := n.load(ctx, id, sandbox.StateStopped)
+	if err != nil {
+		return err
+	}
+	old := r.Disk
+	r.Gen++
+	r.Disk = filepath.Join(n.sandboxDir(id), fmt.Sprintf("disk-%d.qcow2", r.Gen))
+	r.DiskBase, r.ResumeImage = meta.Disk, meta.ID
+	r.Layers = append(append([]string(nil), meta.Layers...), meta.ID)
+	if err := n.saveVM(ctx, r, nil); err != nil {
+		return err
+	}
+	os.Remove(old) // later work is lost, by definition
+	n.gc(ctx)
+	return nil
+}
+
+// restoreRunning replaces the sandbox's VM with one started from the
+// snapshot, and hands the guest its identity again (secrets included).
+func (n *Node) restoreRunning(ctx context.Context, id string, meta *imageMeta) (err error) {
+	r, err := n.opts.Store.GetSandbox(ctx, id)
+	if err != nil {
+		return err
+	}
+	h, err := r.VMHandle()
+	if err != nil {
+		return err
+	}
+	n.dropAgent(id)
+	if h != nil {
+		if err := n.opts.Driver.Destroy(context.WithoutCancel(ctx), h); err != nil {
+			return err
+		}
+		n.removeOldVM(h)
+	}
+	old := r.Disk
+	r.Layers = append(append([]string(nil), meta.Layers...), meta.ID)
+	r.DiskBase = ""
+	spec, err := n.nextVM(ctx, r)
+	if err != nil {
+		return err
+	}
+	spec.BaseDisk, spec.From = meta.Disk, meta.VM
+	var undo rollback.Stack
+	defer undo.OnError(ctx, &err)
+	nh, err := n.startVM(ctx, &undo, r, spec)
+	if err != nil {
+		return err
+	}
+	if err := n.attach(ctx, id, nh); err != nil {
+		return err
+	}
+	undo.Release()
+	if old != "" && old != r.Disk {
+		os.Remove(old)
+	}
+	n.gc(ctx)
+	return nil
+}

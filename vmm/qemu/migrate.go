@@ -1,0 +1,281 @@
+package qemu
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/vmm"
+)
+
+// How fork, snapshot and stop use QEMU 7.2 migration (measured in
+// ../shared/QEMU-NOTES.md):
+//
+//   - A VM owns its RAM as a memory-backend-file with share=on. Capturing it
+//     (Capture, !full) stops it, migrates with x-ignore-shared so only device
+//     state (~400 KB) is written, and quits: the RAM file, which nothing
+//     writes any more, becomes the image's memory. Cost is flat in RAM size.
+//   - VMs started from an image map that file share=off: copy-on-write, so an
+//     idle clone owns almost no memory. The same command line plus
+//     -incoming defer, x-ignore-shared and migrate-incoming of the state file.
+//   - Nothing may ever write to an image's RAM file: a private mapping sees
+//     later writes to pages it has not copied yet. Hence "capture", never
+//     "save and carry on", and the parent's continuation is one more clone.
+//   - A clone's RAM is not its own, so saving device state alone cannot
+//     capture it. Promote moves it first, by live migration, into a VM that
+//     owns a fresh shared file; the guest pauses only at the switch-over.
+//   - A full capture (stop, suspend to disk) writes all RAM into the state
+//     file; starting from it loads everything into a fresh shared file.
+
+const (
+	stateName       = "state.bin"
+	migrateSockName = "migrate.sock"
+	// migrateTimeout bounds one migration; full ones move all touched RAM.
+	migrateTimeout = 10 * time.Minute
+	// Migration's default 128 MiB/s cap is for networks; these copies are local.
+	localBandwidth = 64 << 30
+	// maxDowntimeMS is the pause Promote aims at when switching over.
+	maxDowntimeMS = 50
+)
+
+func migrateSocket(h *vmm.Handle) string { return filepath.Join(h.Spec.Dir, migrateSockName) }
+
+type migrationInfo struct {
+	Status   string `json:"status"` // "active", "completed", "failed", …
+	Error    string `json:"error-desc"`
+	Downtime int64  `json:"downtime"` // ms, once completed
+	RAM      struct {
+		Transferred int64 `json:"transferred"`
+	} `json:"ram"`
+}
+
+// waitMigration polls query-migrate until the migration ends.
+func waitMigration(ctx context.Context, m *monitor) (migrationInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
+	defer cancel()
+	delay := 2 * time.Millisecond
+	for {
+		var info migrationInfo
+		if err := m.execute(ctx, "query-migrate", nil, &info); err != nil {
+			return info, err
+		}
+		switch info.Status {
+		case "completed":
+			return info, nil
+		case "failed", "cancelled":
+			return info, fmt.Errorf("migration %s: %s: %w", info.Status, info.Error, errdefs.ErrInternal)
+		}
+		select {
+		case <-ctx.Done():
+			return info, fmt.Errorf("migration still %s: %w", info.Status, ctx.Err())
+		case <-time.After(delay):
+		}
+		if delay < 50*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+func setIgnoreShared(ctx context.Context, m *monitor, on bool) error {
+	return m.execute(ctx, "migrate-set-capabilities", map[string]any{
+		"capabilities": []map[string]any{{"capability": "x-ignore-shared", "state": on}},
+	}, nil)
+}
+
+// loadImage feeds img's state to a VM launched with -incoming defer and, if
+// run, lets the guest continue.
+func (d *Driver) loadImage(ctx context.Context, h *vmm.Handle, img *vmm.Image, run bool) error {
+	return d.withMonitor(ctx, h.QMPSocket, func(m *monitor) error {
+		if err := setIgnoreShared(ctx, m, img.MemFile != ""); err != nil {
+			return err
+		}
+		uri := "exec:cat '" + img.StateFile + "'"
+		if err := m.execute(ctx, "migrate-incoming", map[string]any{"uri": uri}, nil); err != nil {
+			return err
+		}
+		if err := waitIncoming(ctx, m); err != nil {
+			return err
+		}
+		if run {
+			return m.execute(ctx, "cont", nil, nil)
+		}
+		return nil
+	})
+}
+
+// waitIncoming waits until an incoming migration has loaded: the VM leaves
+// "inmigrate" for "paused" (state saved from a stopped guest) or "running".
+func waitIncoming(ctx context.Context, m *monitor) error {
+	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
+	defer cancel()
+	delay := 2 * time.Millisecond
+	for {
+		var st qmpStatus
+		if err := m.execute(ctx, "query-status", nil, &st); err != nil {
+			return err
+		}
+		switch st.Status {
+		case "paused", "running":
+			return nil
+		case "inmigrate", "prelaunch", "finish-migrate", "restore-vm":
+		default:
+			return fmt.Errorf("incoming migration ended in state %q: %w", st.Status, errdefs.ErrInternal)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("incoming migration still %s: %w", st.Status, ctx.Err())
+		case <-time.After(delay):
+		}
+		if delay < 50*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+// Capture stops h's guest for good and saves it into dir as an image.
+func (d *Driver) Capture(ctx context.Context, h *vmm.Handle, dir string, full bool) (_ *vmm.Image, stoppedAt time.Time, err error) {
+	if !full && !h.MemShared {
+		return nil, time.Time{}, fmt.Errorf("capture vm %q: its RAM is an image's, not its own (promote it first): %w", h.Spec.ID, errdefs.ErrInvalidState)
+	}
+	if !d.Alive(h) {
+		return nil, time.Time{}, fmt.Errorf("capture vm %q: %w: qemu is not running", h.Spec.ID, errdefs.ErrUnavailable)
+	}
+	dir, err = filepath.Abs(dir)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	img := &vmm.Image{Dir: dir, StateFile: filepath.Join(dir, stateName), MemoryMiB: h.Spec.MemoryMiB}
+	var wasRunning bool
+	err = d.withMonitor(ctx, h.QMPSocket, func(m *monitor) error {
+		var st qmpStatus
+		if err := m.execute(ctx, "query-status", nil, &st); err != nil {
+			return err
+		}
+		wasRunning = st.Running
+		if err := m.execute(ctx, "stop", nil, nil); err != nil {
+			return err
+		}
+		stoppedAt = time.Now()
+		err := func() error {
+			if err := setIgnoreShared(ctx, m, !full); err != nil {
+				return err
+			}
+			if err := m.execute(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": localBandwidth}, nil); err != nil {
+				return err
+			}
+			if err := m.execute(ctx, "migrate", map[string]any{"uri": "exec:cat > '" + img.StateFile + "'"}, nil); err != nil {
+				return err
+			}
+			_, err := waitMigration(ctx, m)
+			return err
+		}()
+		if err != nil {
+			// The guest is intact: let it carry on as it was.
+			os.Remove(img.StateFile)
+			if wasRunning {
+				if cerr := m.execute(context.WithoutCancel(ctx), "cont", nil, nil); cerr != nil {
+					d.log.Error("resume after failed capture", logKeySandbox, h.Spec.ID, "err", cerr)
+				}
+			}
+			return err
+		}
+		// The reply may not arrive before QEMU closes the socket.
+		_ = m.execute(ctx, "quit", nil, nil)
+		return nil
+	})
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("capture vm %q: %w", h.Spec.ID, err)
+	}
+	d.reap(h)
+	if full {
+		if h.MemShared {
+			removeFiles(h.MemFile)
+		}
+	} else {
+		// The RAM file now belongs to the image.
+		img.MemFile = filepath.Join(d.shmDir, "zeish-img-"+filepath.Base(dir)+".mem")
+		if err := os.Rename(h.MemFile, img.MemFile); err != nil {
+			return nil, time.Time{}, fmt.Errorf("capture vm %q: keep its RAM: %w", h.Spec.ID, err)
+		}
+	}
+	d.log.Info("vm captured", logKeySandbox, h.Spec.ID, "full", full, "image", dir,
+		"ms", time.Since(stoppedAt).Milliseconds())
+	return img, stoppedAt, nil
+}
+
+// reap waits for h's QEMU to exit after quit (killing it if it lingers) and
+// removes its runtime files, but neither its disk nor its RAM file.
+func (d *Driver) reap(h *vmm.Handle) {
+	id := idOf(h)
+	if !waitGone(h.PID, id, quitGrace) {
+		d.log.Warn("qemu lingered after quit; killing", logKeySandbox, h.Spec.ID, logKeyPID, h.PID)
+		_ = killTagged(id, h.PID)
+	}
+	d.forgetQMP(h.QMPSocket)
+	removeFiles(h.QMPSocket, h.AgentSocket, pidFile(h), d.ConsoleLog(h), migrateSocket(h))
+}
+
+// Promote live-migrates h's guest into a new VM in dir that owns its RAM.
+func (d *Driver) Promote(ctx context.Context, h *vmm.Handle, dir string) (_ *vmm.Handle, downtime time.Duration, err error) {
+	if !d.Alive(h) {
+		return nil, 0, fmt.Errorf("promote vm %q: %w: qemu is not running", h.Spec.ID, errdefs.ErrUnavailable)
+	}
+	spec := h.Spec
+	spec.Dir, spec.From, spec.BaseDisk, spec.Paused, spec.Disk = dir, nil, "", false, h.Disk
+	if spec, err = validate(spec); err != nil {
+		return nil, 0, err
+	}
+	var undo rollback
+	defer d.rollbackOnError(ctx, &undo, spec.ID, &err)
+	nh, err := d.launchVM(ctx, &undo, spec, d.newMemFile(spec.ID), true, true)
+	if err != nil {
+		return nil, 0, err
+	}
+	uri := "unix:" + migrateSocket(nh)
+	if err := d.withMonitor(ctx, nh.QMPSocket, func(m *monitor) error {
+		if err := setIgnoreShared(ctx, m, false); err != nil {
+			return err
+		}
+		return m.execute(ctx, "migrate-incoming", map[string]any{"uri": uri}, nil)
+	}); err != nil {
+		return nil, 0, err
+	}
+	var info migrationInfo
+	if err := d.withMonitor(ctx, h.QMPSocket, func(m *monitor) error {
+		if err := setIgnoreShared(ctx, m, false); err != nil {
+			return err
+		}
+		if err := m.execute(ctx, "migrate-set-parameters", map[string]any{
+			"max-bandwidth": localBandwidth, "downtime-limit": maxDowntimeMS}, nil); err != nil {
+			return err
+		}
+		if err := m.execute(ctx, "migrate", map[string]any{"uri": uri}, nil); err != nil {
+			return err
+		}
+		if info, err = waitMigration(ctx, m); err != nil {
+			if cerr := m.execute(context.WithoutCancel(ctx), "migrate_cancel", nil, nil); cerr != nil {
+				d.log.Warn("cancel failed promotion", logKeySandbox, h.Spec.ID, "err", cerr)
+			}
+			return err
+		}
+		return nil
+	}); err != nil {
+		return nil, 0, err
+	}
+	if err := d.withMonitor(ctx, nh.QMPSocket, func(m *monitor) error { return waitIncoming(ctx, m) }); err != nil {
+		return nil, 0, err
+	}
+	undo.release()
+	// The source has handed over; it only has to go.
+	_ = d.withMonitor(ctx, h.QMPSocket, func(m *monitor) error { return m.execute(ctx, "quit", nil, nil) })
+	d.reap(h)
+	if h.MemShared {
+		removeFiles(h.MemFile)
+	}
+	d.log.Info("vm promoted", logKeySandbox, h.Spec.ID, "downtime_ms", info.Downtime,
+		"ram_mb", info.RAM.Transferred>>20)
+	return nh, time.Duration(info.Downtime) * time.Millisecond, nil
+}
