@@ -116,9 +116,8 @@ type Driver interface {
 	// into the state file and h's own RAM file is removed. stoppedAt is when
 	// the guest stopped running, to measure pauses.
 	Capture(ctx context.Context, h *Handle, dir string, full bool) (img *Image, stoppedAt time.Time, err error)
-	// Promote moves h's guest, live, into a new VM in dir that owns its RAM
-	// (MemShared) and returns the new handle; h's VMM exits. The guest runs
-	// on while its memory is copied and pauses only at the switch-over
-	// (downtime).
+	// Promote moves h's guest into a new VM in dir that owns its RAM
+	// (MemShared) and returns the new handle; h's VMM exits. downtime is how
+	// long the guest did not run.
 	Promote(ctx context.Context, h *Handle, dir string) (nh *Handle, downtime time.Duration, err error)
 }

@@ -25,8 +25,11 @@ import (
 //     later writes to pages it has not copied yet. Hence "capture", never
 //     "save and carry on", and the parent's continuation is one more clone.
 //   - A clone's RAM is not its own, so saving device state alone cannot
-//     capture it. Promote moves it first, by live migration, into a VM that
-//     owns a fresh shared file; the guest pauses only at the switch-over.
+//     capture it. Promote moves it first, by migration, into a VM that owns
+//     a fresh shared file. The guest is stopped for the copy: live precopy
+//     from a share=off clone under TCG produced images whose guests crashed
+//     (sandboxd's Go runtime faulted) while a stopped copy never did, so the
+//     pause grows with the clone's touched memory (~1 s per 100 MB here).
 //   - A full capture (stop, suspend to disk) writes all RAM into the state
 //     file; starting from it loads everything into a fresh shared file.
 
@@ -37,8 +40,6 @@ const (
 	migrateTimeout = 10 * time.Minute
 	// Migration's default 128 MiB/s cap is for networks; these copies are local.
 	localBandwidth = 64 << 30
-	// maxDowntimeMS is the pause Promote aims at when switching over.
-	maxDowntimeMS = 50
 )
 
 func migrateSocket(h *vmm.Handle) string { return filepath.Join(h.Spec.Dir, migrateSockName) }
@@ -218,7 +219,8 @@ func (d *Driver) reap(h *vmm.Handle) {
 	removeFiles(h.QMPSocket, h.AgentSocket, pidFile(h), d.ConsoleLog(h), migrateSocket(h))
 }
 
-// Promote live-migrates h's guest into a new VM in dir that owns its RAM.
+// Promote migrates h's guest, stopped, into a new VM in dir that owns its
+// RAM, and lets it run on there if it was running.
 func (d *Driver) Promote(ctx context.Context, h *vmm.Handle, dir string) (_ *vmm.Handle, downtime time.Duration, err error) {
 	if !d.Alive(h) {
 		return nil, 0, fmt.Errorf("promote vm %q: %w: qemu is not running", h.Spec.ID, errdefs.ErrUnavailable)
@@ -244,20 +246,33 @@ func (d *Driver) Promote(ctx context.Context, h *vmm.Handle, dir string) (_ *vmm
 		return nil, 0, err
 	}
 	var info migrationInfo
+	var wasRunning bool
+	var stoppedAt time.Time
 	if err := d.withMonitor(ctx, h.QMPSocket, func(m *monitor) error {
+		var st qmpStatus
+		if err := m.execute(ctx, "query-status", nil, &st); err != nil {
+			return err
+		}
+		wasRunning = st.Running
 		if err := setIgnoreShared(ctx, m, false); err != nil {
 			return err
 		}
-		if err := m.execute(ctx, "migrate-set-parameters", map[string]any{
-			"max-bandwidth": localBandwidth, "downtime-limit": maxDowntimeMS}, nil); err != nil {
+		if err := m.execute(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": localBandwidth}, nil); err != nil {
 			return err
 		}
-		if err := m.execute(ctx, "migrate", map[string]any{"uri": uri}, nil); err != nil {
+		if err := m.execute(ctx, "stop", nil, nil); err != nil {
 			return err
 		}
-		if info, err = waitMigration(ctx, m); err != nil {
-			if cerr := m.execute(context.WithoutCancel(ctx), "migrate_cancel", nil, nil); cerr != nil {
-				d.log.Warn("cancel failed promotion", logKeySandbox, h.Spec.ID, "err", cerr)
+		stoppedAt = time.Now()
+		err := m.execute(ctx, "migrate", map[string]any{"uri": uri}, nil)
+		if err == nil {
+			info, err = waitMigration(ctx, m)
+		}
+		if err != nil {
+			// The source is intact: let it carry on as it was.
+			m.execute(context.WithoutCancel(ctx), "migrate_cancel", nil, nil)
+			if wasRunning {
+				m.execute(context.WithoutCancel(ctx), "cont", nil, nil)
 			}
 			return err
 		}
@@ -265,9 +280,18 @@ func (d *Driver) Promote(ctx context.Context, h *vmm.Handle, dir string) (_ *vmm
 	}); err != nil {
 		return nil, 0, err
 	}
-	if err := d.withMonitor(ctx, nh.QMPSocket, func(m *monitor) error { return waitIncoming(ctx, m) }); err != nil {
+	if err := d.withMonitor(ctx, nh.QMPSocket, func(m *monitor) error {
+		if err := waitIncoming(ctx, m); err != nil {
+			return err
+		}
+		if wasRunning {
+			return m.execute(ctx, "cont", nil, nil)
+		}
+		return nil
+	}); err != nil {
 		return nil, 0, err
 	}
+	downtime = time.Since(stoppedAt)
 	undo.release()
 	// The source has handed over; it only has to go.
 	_ = d.withMonitor(ctx, h.QMPSocket, func(m *monitor) error { return m.execute(ctx, "quit", nil, nil) })
@@ -275,7 +299,7 @@ func (d *Driver) Promote(ctx context.Context, h *vmm.Handle, dir string) (_ *vmm
 	if h.MemShared {
 		removeFiles(h.MemFile)
 	}
-	d.log.Info("vm promoted", logKeySandbox, h.Spec.ID, "downtime_ms", info.Downtime,
+	d.log.Info("vm promoted", logKeySandbox, h.Spec.ID, "downtime_ms", downtime.Milliseconds(),
 		"ram_mb", info.RAM.Transferred>>20)
-	return nh, time.Duration(info.Downtime) * time.Millisecond, nil
+	return nh, downtime, nil
 }

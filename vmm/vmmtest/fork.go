@@ -85,6 +85,31 @@ func testCaptureAndClones(t *testing.T, d vmm.Driver, newSpec func(t *testing.T)
 	}
 	requireState(ctx, t, d, promoted, vmm.RunStateRunning)
 
+	// A promoted VM owns its RAM again: it can be captured cheaply and cloned.
+	img2Dir := t.TempDir()
+	img2, _, err := d.Capture(ctx, promoted, img2Dir, false)
+	if err != nil {
+		t.Fatalf("Capture of a promoted VM: %v", err)
+	}
+	t.Cleanup(func() { os.Remove(img2.MemFile) })
+	layer2 := filepath.Join(img2Dir, "layer.qcow2")
+	if err := os.Rename(promoted.Disk, layer2); err != nil {
+		t.Fatal(err)
+	}
+	spec2 := newSpec(t)
+	spec2.BaseDisk, spec2.From = layer2, img2
+	promoted, err = d.Start(ctx, spec2)
+	if err != nil {
+		t.Fatalf("Start a clone of a promoted VM: %v", err)
+	}
+	t.Cleanup(func() { destroy(t, d, promoted) })
+	time.Sleep(2 * time.Second)
+	requireState(ctx, t, d, promoted, vmm.RunStateRunning)
+	if promoted, _, err = d.Promote(ctx, promoted, t.TempDir()); err != nil {
+		t.Fatalf("Promote again: %v", err)
+	}
+	t.Cleanup(func() { destroy(t, d, promoted) })
+
 	full, _, err := d.Capture(ctx, promoted, t.TempDir(), true)
 	if err != nil {
 		t.Fatalf("full Capture: %v", err)
