@@ -210,6 +210,9 @@ func (s *server) cleanup() {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
+	if left := s.images(); len(left) > 0 {
+		t.Errorf("cleanup: images left after deleting every sandbox: %v", left)
+	}
 	if files := s.shmFiles(); len(files) > 0 {
 		t.Errorf("cleanup: RAM files left in /dev/shm: %v", files)
 		for _, f := range files {
@@ -241,6 +244,23 @@ func vmProcesses(dir string) []int {
 		}
 	}
 	return pids
+}
+
+// images lists the image folders of the server and their RAM files.
+func (s *server) images() []string {
+	dirs, _ := filepath.Glob(filepath.Join(s.dataDir, "images", "*"))
+	for _, d := range dirs {
+		var meta struct {
+			VM *struct {
+				MemFile string `json:"mem_file"`
+			} `json:"vm"`
+		}
+		if b, err := os.ReadFile(filepath.Join(d, "image.json")); err == nil && json.Unmarshal(b, &meta) == nil &&
+			meta.VM != nil && meta.VM.MemFile != "" {
+			dirs = append(dirs, meta.VM.MemFile)
+		}
+	}
+	return dirs
 }
 
 // shmFiles lists guest RAM files of every sandbox this server ever had.

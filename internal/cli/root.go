@@ -103,6 +103,7 @@ func (a *app) newRoot() *cobra.Command {
 		a.filesCmd(),
 		a.processesCmd(),
 		a.healthCmd(),
+		a.mcpCmd(),
 		a.versionCmd(),
 	)
 	return root

@@ -61,12 +61,14 @@ func (n *Node) destroy(ctx context.Context, id string) {
 		n.transition(ctx, id, deleting, sandbox.StateError, "delete failed: "+err.Error(), nil)
 		return
 	}
-	now := time.Now().UTC()
-	n.transition(ctx, id, deleting, sandbox.StateDestroyed, "", func(r *store.SandboxRecord) {
-		r.Handle, r.Disk, r.DiskBase, r.Layers, r.ResumeImage = nil, "", "", nil, ""
-		r.DestroyedAt = &now
-	})
+	// Let go of the images first, so destroyed means its files are gone.
+	r.Disk, r.DiskBase, r.Layers, r.ResumeImage = "", "", nil, ""
+	if err := n.saveVM(ctx, r, nil); err != nil {
+		n.log.Error("destroy: release images", logSandbox, id, "err", err)
+	}
 	n.gc(ctx)
+	now := time.Now().UTC()
+	n.transition(ctx, id, deleting, sandbox.StateDestroyed, "", func(r *store.SandboxRecord) { r.DestroyedAt = &now })
 }
 
 // deleteSnapshotsOf deletes every snapshot of a sandbox being deleted.

@@ -1,0 +1,232 @@
+/** A request body fetch accepts. */
+export type BodyInit_ = NonNullable<RequestInit["body"]>;
+
+import { ServerError, TimeoutError, ZeishError, errorFromResponse, SandboxStateError } from "./errors.js";
+import type {
+  Access, CloneRequest, CloneResponse, CreateSandboxRequest, Health, Lineage, RestoreResponse,
+  SandboxEvent, SandboxInfo, SandboxState, SnapshotInfo,
+} from "./types.js";
+import { envVar, readLines } from "./util.js";
+
+export const DEFAULT_API_URL = "http://127.0.0.1:7420/api/v1";
+
+export interface ZeishOptions {
+  /** Base URL of the control plane, ending in `/api/v1`. Default: env `ZEISH_API_URL`, else http://127.0.0.1:7420/api/v1. */
+  apiUrl?: string;
+  /** API key (`zk_…`). Default: env `ZEISH_API_KEY`. */
+  apiKey?: string;
+  /** A fetch implementation; default the global one. */
+  fetch?: typeof fetch;
+}
+
+/** How long calls that wait for a sandbox to settle wait at most, in total. */
+export interface WaitOptions {
+  /** Seconds to wait in total; default 600. */
+  timeoutSeconds?: number;
+  signal?: AbortSignal;
+}
+
+/** @internal Arguments of Zeish.request. */
+export interface RequestInit2 {
+  query?: Record<string, string | number | boolean | undefined>;
+  json?: unknown;
+  body?: BodyInit_ | null;
+  headers?: Record<string, string>;
+  signal?: AbortSignal;
+  /** Use this bearer instead of the API key (data-plane tokens). */
+  token?: string;
+  /** An absolute URL instead of apiUrl + path. */
+  absolute?: boolean;
+}
+
+const TRANSITIONS: ReadonlySet<string> = new Set(["starting", "stopping", "deleting"]);
+/** Each POST /wait blocks at most this long, so no single HTTP exchange outlives client timeouts. */
+const WAIT_SLICE_SECONDS = 60;
+
+/**
+ * The control-plane client: one API URL and key. Most code uses `Sandbox`
+ * instead; `Zeish` holds the raw calls (snake_case bodies as in the API).
+ */
+export class Zeish {
+  readonly apiUrl: string;
+  readonly apiKey: string | undefined;
+  readonly #fetch: typeof fetch;
+
+  constructor(opts: ZeishOptions = {}) {
+    this.apiUrl = (opts.apiUrl ?? envVar("ZEISH_API_URL") ?? DEFAULT_API_URL).replace(/\/+$/, "");
+    this.apiKey = opts.apiKey ?? envVar("ZEISH_API_KEY");
+    const f = opts.fetch ?? globalThis.fetch;
+    if (typeof f !== "function") throw new Error("zeish: no fetch available (Node ≥ 18 or pass options.fetch)");
+    this.#fetch = f.bind(globalThis);
+  }
+
+  /** The server root (apiUrl without `/api/v1`). */
+  get serverUrl(): string {
+    return this.apiUrl.replace(/\/api\/v1$/, "");
+  }
+
+  /**
+   * Sends one request and returns the response if it is 2xx; otherwise
+   * throws the ZeishError the error envelope describes.
+   */
+  async request(method: string, path: string, init: RequestInit2 = {}): Promise<Response> {
+    const url = new URL(init.absolute ? path : this.apiUrl + path);
+    for (const [k, v] of Object.entries(init.query ?? {})) {
+      if (v !== undefined) url.searchParams.set(k, String(v));
+    }
+    const headers: Record<string, string> = { accept: "application/json", ...init.headers };
+    const bearer = init.token ?? this.apiKey;
+    if (bearer) headers.authorization = `Bearer ${bearer}`;
+    let body: BodyInit_ | null | undefined = init.body;
+    if (init.json !== undefined) {
+      headers["content-type"] = "application/json";
+      body = JSON.stringify(init.json);
+    }
+    const reqInit: RequestInit & { duplex?: "half" } = { method, headers };
+    if (body !== undefined && body !== null) {
+      reqInit.body = body;
+      if (typeof ReadableStream !== "undefined" && body instanceof ReadableStream) reqInit.duplex = "half";
+    }
+    if (init.signal) reqInit.signal = init.signal;
+    let res: Response;
+    try {
+      res = await this.#fetch(url, reqInit);
+    } catch (err) {
+      if (init.signal?.aborted) throw err;
+      throw new ServerError(0, "unavailable", `${method} ${url.pathname}: ${(err as Error)?.message ?? err}`, { cause: err });
+    }
+    if (!res.ok) throw await errorFromResponse(res);
+    return res;
+  }
+
+  /** request + JSON body (undefined for 204). */
+  async json<T>(method: string, path: string, init: RequestInit2 = {}): Promise<T> {
+    const res = await this.request(method, path, init);
+    if (res.status === 204) return undefined as T;
+    const text = await res.text();
+    return (text ? JSON.parse(text) : undefined) as T;
+  }
+
+  // ---- health ------------------------------------------------------------
+
+  health(): Promise<Health> {
+    return this.json("GET", this.serverUrl + "/healthz", { absolute: true });
+  }
+
+  // ---- sandboxes ---------------------------------------------------------
+
+  async listSandboxes(opts: { state?: SandboxState[]; includeDestroyed?: boolean } = {}): Promise<SandboxInfo[]> {
+    const r = await this.json<{ sandboxes: SandboxInfo[] }>("GET", "/public/sandboxes", {
+      query: { state: opts.state?.join(","), include_destroyed: opts.includeDestroyed || undefined },
+    });
+    return r.sandboxes;
+  }
+
+  /** POST /public/sandboxes; returns at once (state `starting`). */
+  createSandbox(req: CreateSandboxRequest = {}): Promise<SandboxInfo> {
+    return this.json("POST", "/public/sandboxes", { json: req });
+  }
+
+  getSandbox(id: string): Promise<SandboxInfo> {
+    return this.json("GET", `/public/sandboxes/${enc(id)}`);
+  }
+
+  /** DELETE; returns at once (state `deleting`). */
+  deleteSandbox(id: string): Promise<SandboxInfo> {
+    return this.json("DELETE", `/public/sandboxes/${enc(id)}`);
+  }
+
+  /** start / stop / pause / resume; returns at once. */
+  lifecycle(id: string, op: "start" | "stop" | "pause" | "resume"): Promise<SandboxInfo> {
+    return this.json("POST", `/public/sandboxes/${enc(id)}/${op}`);
+  }
+
+  /**
+   * Waits until the sandbox is in no transition (or in `state`), by repeated
+   * bounded POST …/wait calls. Returns the sandbox as it then is; throws
+   * TimeoutError after opts.timeoutSeconds.
+   */
+  async waitSandbox(id: string, state?: SandboxState, opts: WaitOptions = {}): Promise<SandboxInfo> {
+    const deadline = Date.now() + (opts.timeoutSeconds ?? 600) * 1000;
+    for (;;) {
+      const left = Math.ceil((deadline - Date.now()) / 1000);
+      if (left <= 0) throw new TimeoutError(0, "timeout", `sandbox ${id} did not settle${state ? ` in ${state}` : ""} in time`);
+      const body: { state?: SandboxState; timeout_seconds: number } = { timeout_seconds: Math.min(WAIT_SLICE_SECONDS, left) };
+      if (state) body.state = state;
+      try {
+        const sb = await this.json<SandboxInfo>("POST", `/public/sandboxes/${enc(id)}/wait`, {
+          json: body, ...(opts.signal ? { signal: opts.signal } : {}),
+        });
+        if (state ? sb.state === state || sb.state === "error" || sb.state === "destroyed" : !TRANSITIONS.has(sb.state)) return sb;
+      } catch (err) {
+        if (!(err instanceof ZeishError && err.code === "timeout")) throw err;
+      }
+    }
+  }
+
+  /** Waits for `state` and throws SandboxStateError if the sandbox settles elsewhere. */
+  async waitForState(id: string, state: SandboxState, opts: WaitOptions = {}): Promise<SandboxInfo> {
+    const sb = await this.waitSandbox(id, state, opts);
+    if (sb.state !== state) throw new SandboxStateError(id, sb.state, state, sb.state_reason);
+    return sb;
+  }
+
+  /** POST …/clone; returns at once with the children `starting`. */
+  cloneSandbox(id: string, req: CloneRequest = {}): Promise<CloneResponse> {
+    return this.json("POST", `/public/sandboxes/${enc(id)}/clone`, { json: req });
+  }
+
+  lineage(id: string): Promise<Lineage> {
+    return this.json("GET", `/public/sandboxes/${enc(id)}/lineage`);
+  }
+
+  /** A data-plane URL and token for one running sandbox. */
+  access(id: string, ttlSeconds?: number): Promise<Access> {
+    return this.json("POST", `/public/sandboxes/${enc(id)}/access`, { json: ttlSeconds ? { ttl_seconds: ttlSeconds } : {} });
+  }
+
+  /** Follows the sandbox's state changes (server-sent events) until the signal aborts or the server ends the stream. */
+  async *events(id: string, opts: { signal?: AbortSignal } = {}): AsyncGenerator<SandboxEvent> {
+    const res = await this.request("GET", `/public/sandboxes/${enc(id)}/events`, {
+      headers: { accept: "text/event-stream" }, ...(opts.signal ? { signal: opts.signal } : {}),
+    });
+    if (!res.body) return;
+    let data: string[] = [];
+    for await (const line of readLines(res.body)) {
+      if (line === "") {
+        if (data.length) yield JSON.parse(data.join("\n")) as SandboxEvent;
+        data = [];
+      } else if (line.startsWith("data:")) {
+        data.push(line.slice(5).replace(/^ /, ""));
+      }
+    }
+  }
+
+  // ---- snapshots ---------------------------------------------------------
+
+  createSnapshot(sandboxId: string, req: { name?: string } = {}): Promise<SnapshotInfo> {
+    return this.json("POST", `/public/sandboxes/${enc(sandboxId)}/snapshots`, { json: req });
+  }
+
+  async listSnapshots(sandboxId: string): Promise<SnapshotInfo[]> {
+    const r = await this.json<{ snapshots: SnapshotInfo[] }>("GET", `/public/sandboxes/${enc(sandboxId)}/snapshots`);
+    return r.snapshots;
+  }
+
+  getSnapshot(id: string): Promise<SnapshotInfo> {
+    return this.json("GET", `/public/snapshots/${enc(id)}`);
+  }
+
+  async deleteSnapshot(id: string): Promise<void> {
+    await this.request("DELETE", `/public/snapshots/${enc(id)}`);
+  }
+
+  /** POST …/restore; returns at once (the sandbox `starting` if it was running). */
+  restoreSnapshot(id: string): Promise<RestoreResponse> {
+    return this.json("POST", `/public/snapshots/${enc(id)}/restore`);
+  }
+}
+
+export function enc(s: string): string {
+  return encodeURIComponent(s);
+}

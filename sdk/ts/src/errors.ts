@@ -1,0 +1,123 @@
+import { ERROR_CODES, type ErrorCode } from "./types.js";
+
+/**
+ * Every failure the SDK reports. `status` is the HTTP status (0 when no
+ * response came, e.g. a network error), `code` the API's stable error code,
+ * `message` a human text. Branch on `err.code` (or on the subclasses):
+ *
+ *   try { await sbx.clone({ count: 4 }) }
+ *   catch (e) { if (e instanceof ZeishError && e.code === "node_full") … }
+ */
+export class ZeishError extends Error {
+  readonly status: number;
+  readonly code: ErrorCode;
+  /** Seconds to wait before retrying, from `Retry-After` (with `rate_limited`). */
+  readonly retryAfter?: number;
+
+  constructor(status: number, code: ErrorCode, message: string, opts: { cause?: unknown; retryAfter?: number } = {}) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = new.target.name;
+    this.status = status;
+    this.code = code;
+    if (opts.retryAfter !== undefined) this.retryAfter = opts.retryAfter;
+  }
+}
+
+/** 400: `invalid_argument`, `unknown_template`. */
+export class InvalidArgumentError extends ZeishError {}
+/** 401/403: `unauthenticated`, `token_expired`, `forbidden`. */
+export class AuthenticationError extends ZeishError {}
+/** 404: `not_found`, `file_not_found`. */
+export class NotFoundError extends ZeishError {}
+/** 409: `invalid_state`, `name_taken`, `file_exists`, `node_full`, `limit_reached`, `running_slots_full`. */
+export class ConflictError extends ZeishError {}
+/** 429: `rate_limited` (see `retryAfter`), `daily_cap_reached`. */
+export class RateLimitError extends ZeishError {}
+/** 503 `timeout`: an operation or wait did not finish in time. */
+export class TimeoutError extends ZeishError {}
+/** 503 `unavailable`, 500 `internal`, or no answer at all. */
+export class ServerError extends ZeishError {}
+
+/** A sandbox settled in a state other than the one waited for (e.g. `error`). */
+export class SandboxStateError extends ConflictError {
+  readonly sandboxId: string;
+  readonly state: string;
+  readonly stateReason?: string;
+  constructor(sandboxId: string, state: string, wanted: string, stateReason?: string) {
+    super(0, "invalid_state", `sandbox ${sandboxId} is ${state}, not ${wanted}${stateReason ? `: ${stateReason}` : ""}`);
+    this.sandboxId = sandboxId;
+    this.state = state;
+    if (stateReason !== undefined) this.stateReason = stateReason;
+  }
+}
+
+const classByCode: Record<ErrorCode, new (s: number, c: ErrorCode, m: string, o?: { cause?: unknown; retryAfter?: number }) => ZeishError> = {
+  internal: ServerError,
+  invalid_argument: InvalidArgumentError,
+  unknown_template: InvalidArgumentError,
+  unauthenticated: AuthenticationError,
+  token_expired: AuthenticationError,
+  forbidden: AuthenticationError,
+  not_found: NotFoundError,
+  file_not_found: NotFoundError,
+  invalid_state: ConflictError,
+  name_taken: ConflictError,
+  file_exists: ConflictError,
+  node_full: ConflictError,
+  limit_reached: ConflictError,
+  running_slots_full: ConflictError,
+  rate_limited: RateLimitError,
+  daily_cap_reached: RateLimitError,
+  timeout: TimeoutError,
+  unavailable: ServerError,
+};
+
+/** The code a status implies when the body names none (a proxy's error page, say). */
+function codeForStatus(status: number): ErrorCode {
+  switch (status) {
+    case 400: return "invalid_argument";
+    case 401: return "unauthenticated";
+    case 403: return "forbidden";
+    case 404: return "not_found";
+    case 409: return "invalid_state";
+    case 429: return "rate_limited";
+    case 503: return "unavailable";
+    case 504: return "timeout";
+    default: return "internal";
+  }
+}
+
+export function isErrorCode(v: unknown): v is ErrorCode {
+  return typeof v === "string" && (ERROR_CODES as readonly string[]).includes(v);
+}
+
+/** Builds the fitting ZeishError subclass for a code. */
+export function makeError(status: number, code: ErrorCode, message: string, opts: { cause?: unknown; retryAfter?: number } = {}): ZeishError {
+  const Cls = classByCode[code] ?? ZeishError;
+  return new Cls(status, code, message, opts);
+}
+
+/** Turns a non-2xx response into a ZeishError, reading the JSON envelope. */
+export async function errorFromResponse(res: Response): Promise<ZeishError> {
+  const text = await res.text().catch(() => "");
+  let code: ErrorCode = codeForStatus(res.status);
+  let message = text.trim() || res.statusText || `HTTP ${res.status}`;
+  try {
+    const env = JSON.parse(text) as { error?: { code?: unknown; message?: unknown } };
+    if (env?.error) {
+      if (isErrorCode(env.error.code)) code = env.error.code;
+      if (typeof env.error.message === "string") message = env.error.message;
+    }
+  } catch {
+    // not JSON: keep the status's code and the raw text
+  }
+  const ra = res.headers.get("retry-after");
+  const retryAfter = ra !== null && /^\d+$/.test(ra.trim()) ? Number(ra.trim()) : undefined;
+  const opts = retryAfter === undefined ? {} : { retryAfter };
+  return makeError(res.status, code, message, opts);
+}
+
+/** True when err is a ZeishError, and (if given) has one of the codes. */
+export function isZeishError(err: unknown, ...codes: ErrorCode[]): err is ZeishError {
+  return err instanceof ZeishError && (codes.length === 0 || codes.includes(err.code));
+}

@@ -1,0 +1,12 @@
+export { Zeish, DEFAULT_API_URL, type ZeishOptions, type WaitOptions } from "./client.js";
+export {
+  Sandbox, Files, Processes, Snapshot, Snapshots,
+  type SandboxCreateOptions, type ConnectionOptions, type CreateCallOptions, type LifecycleOptions,
+  type CloneOptions, type CloneResult, type ExecOptions, type ExecResult, type WriteData,
+} from "./sandbox.js";
+export {
+  ZeishError, InvalidArgumentError, AuthenticationError, NotFoundError, ConflictError, RateLimitError,
+  TimeoutError, ServerError, SandboxStateError, isZeishError,
+} from "./errors.js";
+export * from "./types.js";
+export type { paths, components, operations } from "./schema.js";

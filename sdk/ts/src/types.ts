@@ -1,0 +1,55 @@
+// Wire types of the zeish API, taken from the generated src/schema.ts
+// (`npm run gen` regenerates it from api/openapi.yaml).
+import type { components } from "./schema.js";
+
+type S = components["schemas"];
+
+/** The stable code of an API error (see the ErrorCode schema). */
+export type ErrorCode = S["ErrorCode"];
+/** A sandbox as the API returns it (snake_case, exactly the `Sandbox` schema). */
+export type SandboxInfo = S["Sandbox"];
+export type SandboxState = S["State"];
+export type SizePreset = S["SizePreset"];
+export type Health = S["Health"];
+export type CreateSandboxRequest = S["CreateSandboxRequest"];
+export type CloneRequest = S["CloneRequest"];
+export type CloneResponse = S["CloneResponse"];
+export type Lineage = S["Lineage"];
+export type LineageEntry = S["LineageEntry"];
+export type SnapshotInfo = S["Snapshot"];
+export type RestoreResponse = S["RestoreResponse"];
+export type Access = S["Access"];
+export type ExecRequest = S["ExecRequest"];
+export type ExecEvent = S["ExecEvent"];
+export type ExecResultWire = S["ExecResult"];
+export type FileInfo = S["FileInfo"];
+export type ProcessInfo = S["Process"];
+export type SandboxEvent = S["Event"];
+export type ErrorEnvelope = S["Error"];
+
+/** Every error code, for runtime checks. Kept equal to ErrorCode by the compiler. */
+export const ERROR_CODES = [
+  "internal",
+  "invalid_argument",
+  "unknown_template",
+  "unauthenticated",
+  "token_expired",
+  "forbidden",
+  "not_found",
+  "file_not_found",
+  "invalid_state",
+  "name_taken",
+  "file_exists",
+  "node_full",
+  "limit_reached",
+  "running_slots_full",
+  "rate_limited",
+  "daily_cap_reached",
+  "timeout",
+  "unavailable",
+] as const satisfies readonly ErrorCode[];
+
+// Fails to compile if the schema gains a code the list above lacks.
+type _AllCodesListed = Exclude<ErrorCode, (typeof ERROR_CODES)[number]> extends never ? true : never;
+const _allCodesListed: _AllCodesListed = true;
+void _allCodesListed;
