@@ -249,4 +249,3 @@ func ptr[T any](v T) *T { return &v }
 func (s *server) pidsOf(id string) []int {
 	return vmProcesses(filepath.Join(s.dataDir, "sandboxes", id))
 }
-

@@ -43,8 +43,8 @@ type SandboxRecord struct {
 	Disk string `json:"disk,omitempty"`
 	// DiskBase, when set, means Disk is still to be made: an overlay on this
 	// frozen layer, created by the next start.
-	DiskBase string `json:"disk_base,omitempty"`
-	Layers []string `json:"layers,omitempty"`
+	DiskBase string   `json:"disk_base,omitempty"`
+	Layers   []string `json:"layers,omitempty"`
 	// ResumeImage is, for a stopped sandbox, the image its next start loads.
 	ResumeImage string `json:"resume_image,omitempty"`
 	// Kernel, Initrd and KernelArgs are what the sandbox booted with; VMs
