@@ -5,7 +5,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/zeish/zeish/internal/version.Version=$(VERSION)
 
-.PHONY: all deps build run test vet bench clean
+.PHONY: all deps build run test test-ts vet bench clean
 
 all: build
 
@@ -27,6 +27,14 @@ vet:
 # VM tests share two cores: -p 2 keeps at most two test binaries at once.
 test: deps vet
 	$(GO) test -p 2 -timeout 30m ./...
+	$(MAKE) test-ts
+
+# The TypeScript SDK and its eval-farm example, against a real zeishd (bin/)
+# and real VMs; the Go tests above fill the shared template cache first.
+test-ts: build
+	cd sdk/ts && npm ci --no-audit --no-fund && npm run build
+	cd examples/eval-farm/ts && npm ci --no-audit --no-fund && npm run build
+	cd sdk/ts && npm test
 
 # BENCHFLAGS, e.g. make bench BENCHFLAGS='-runs 3 -only cold'
 bench: deps build

@@ -125,14 +125,22 @@ func TestGuestBootsAndAgentEchoes(t *testing.T) {
 		t.Fatalf("DialAgent: %v", err)
 	}
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	// The guest may open its end of the port a moment after the marker, and
+	// bytes sent before that are dropped: send until the echo comes back.
 	msg := "hello from the host\n"
 	echoBegan := time.Now()
-	if _, err := conn.Write([]byte(msg)); err != nil {
-		t.Fatalf("write agent: %v", err)
+	reader := bufio.NewReader(conn)
+	var got string
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
+		if _, err := conn.Write([]byte(msg)); err != nil {
+			t.Fatalf("write agent: %v", err)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+		if got, err = reader.ReadString('\n'); err == nil {
+			break
+		}
 	}
-	got, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil || got != msg {
+	if got != msg {
 		t.Fatalf("agent echo = %q, %v; want %q", got, err, msg)
 	}
 	echo := time.Since(echoBegan)
