@@ -58,6 +58,11 @@ type Spec struct {
 	From *Image `json:"from,omitempty"`
 	// Paused leaves a VM started From an image paused after loading it.
 	Paused bool `json:"paused,omitempty"`
+	// Deferred launches a VM for From without loading it: Load does that
+	// later. From's files may not exist yet, except MemFile, which the VMM
+	// maps at launch (a file being captured right then, renamed after).
+	// Launching ahead is how a fork keeps the parent's pause short.
+	Deferred bool `json:"deferred,omitempty"`
 }
 
 // Image is a VM captured at one instant: its memory and device state. (Its
@@ -108,6 +113,10 @@ type Driver interface {
 	// Destroy stops the VM (politely, then by force) and removes every file
 	// the driver made for it. Destroying a VM that is already gone is not an error.
 	Destroy(ctx context.Context, h *Handle) error
+
+	// Load completes a VM started Deferred: it loads img (which replaces
+	// h.Spec.From and sets h.MemFile) and, if run, lets the guest go on.
+	Load(ctx context.Context, h *Handle, img *Image, run bool) error
 
 	// Capture stops h's guest for good and saves it into dir as an Image; the
 	// VMM exits and its disk is left as it is. Without full only device state

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
+	"github.com/zeish/zeish/vmm"
 )
 
 // Fork and snapshot share one move, capture: the sandbox's VM is captured
@@ -59,40 +61,75 @@ func (n *Node) capture(ctx context.Context, id string) (*captured, error) {
 		n.removeOldVM(h)
 		h, pause = nh, downtime
 	}
+	cap, err := n.captureRunning(ctx, r, h, wasPaused)
+	if err != nil {
+		return nil, err
+	}
+	cap.pause += pause
+	return cap, nil
+}
+
+// captureRunning captures a VM that owns its RAM. The continuation is
+// launched before the parent stops, on top of the parent's disk (linked into
+// the image now, frozen once the parent is gone) and mapping the parent's
+// RAM file, which it does not touch until it loads the image. So the pause
+// is only: stop, write device state, quit, load it, go on.
+func (n *Node) captureRunning(ctx context.Context, r *store.SandboxRecord, h *vmm.Handle, wasPaused bool) (*captured, error) {
 	imgID, dir, err := n.newImageDir()
 	if err != nil {
 		return nil, err
 	}
-	img, stoppedAt, err := n.opts.Driver.Capture(ctx, h, dir, false)
+	meta := &imageMeta{ID: imgID, SandboxID: r.ID, CreatedAt: time.Now().UTC(),
+		Disk: filepath.Join(dir, layerName), Layers: append([]string(nil), r.Layers...)}
+	if err := os.Link(r.Disk, meta.Disk); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("link disk into image: %w", err)
+	}
+	next := *r
+	next.Layers = append(append([]string(nil), meta.Layers...), imgID)
+	spec, err := n.nextVM(ctx, &next)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	// From here the old VM is gone: the sandbox lives on only as the image,
-	// so a failure below leaves it stopped on that image, never lost.
-	meta := &imageMeta{ID: imgID, SandboxID: id, VM: img, CreatedAt: time.Now().UTC()}
-	if err := n.freezeDisk(meta, r.Disk, r.Layers); err != nil {
-		return nil, n.lost(ctx, r, err)
+	spec.BaseDisk, spec.Deferred, spec.Paused = meta.Disk, true, wasPaused
+	spec.From = &vmm.Image{Dir: dir, MemFile: h.MemFile, MemoryMiB: h.Spec.MemoryMiB}
+	nh, err := n.opts.Driver.Start(ctx, spec)
+	if err != nil {
+		os.RemoveAll(dir)
+		os.RemoveAll(spec.Dir)
+		return nil, fmt.Errorf("launch continuation: %w", err)
 	}
-	if err := n.writeImage(meta); err != nil {
-		return nil, n.lost(ctx, r, err)
+	img, stoppedAt, err := n.opts.Driver.Capture(ctx, h, dir, false)
+	if err != nil {
+		n.opts.Driver.Destroy(context.WithoutCancel(ctx), nh)
+		os.RemoveAll(dir)
+		os.RemoveAll(spec.Dir)
+		return nil, err
 	}
+	// The parent VM is gone: from here the sandbox lives on as the image, so
+	// a failure leaves it stopped on that image, never lost.
+	meta.VM = img
+	os.Remove(r.Disk) // the layer keeps the data under its new name
+	os.Chmod(meta.Disk, 0o400)
 	n.removeOldVM(h)
-	r.Layers = append(append([]string(nil), meta.Layers...), imgID)
-	spec, err := n.nextVM(ctx, r)
-	if err != nil {
-		return nil, n.stranded(ctx, r, meta, err)
+	if err := n.writeImage(meta); err != nil {
+		n.opts.Driver.Destroy(context.WithoutCancel(ctx), nh)
+		return nil, n.lost(ctx, r, err)
 	}
-	spec.BaseDisk, spec.From, spec.Paused = meta.Disk, img, wasPaused
-	var undo rollback.Stack
-	nh, err := n.startVM(ctx, &undo, r, spec)
-	if err != nil {
+	if err := n.opts.Driver.Load(ctx, nh, img, !wasPaused); err != nil {
+		n.opts.Driver.Destroy(context.WithoutCancel(ctx), nh)
 		os.RemoveAll(spec.Dir)
 		return nil, n.stranded(ctx, r, meta, err)
 	}
-	undo.Release()
-	pause += time.Since(stoppedAt)
-	n.log.Info("captured", logSandbox, id, "image", imgID, "pause_ms", pause.Milliseconds(), "pid", nh.PID)
+	pause := time.Since(stoppedAt)
+	writeHandleFile(spec.Dir, nh)
+	next.Disk = nh.Disk
+	if err := n.saveVM(ctx, &next, nh); err != nil {
+		return nil, err
+	}
+	*r = next
+	n.log.Info("captured", logSandbox, r.ID, "image", imgID, "pause_ms", pause.Milliseconds(), "pid", nh.PID)
 	return &captured{image: meta, pause: pause}, nil
 }
 

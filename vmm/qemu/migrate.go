@@ -136,6 +136,21 @@ func waitIncoming(ctx context.Context, m *monitor) error {
 	}
 }
 
+// Load completes a VM launched Deferred with the image that is now ready.
+func (d *Driver) Load(ctx context.Context, h *vmm.Handle, img *vmm.Image, run bool) error {
+	if !h.Spec.Deferred || h.Spec.From == nil {
+		return fmt.Errorf("load vm %q: it was not started deferred: %w", h.Spec.ID, errdefs.ErrInvalidState)
+	}
+	if img.MemFile != "" {
+		h.MemFile = img.MemFile // the file it mapped at launch, renamed by the capture
+	}
+	if err := d.loadImage(ctx, h, img, run); err != nil {
+		return fmt.Errorf("load vm %q from %s: %w", h.Spec.ID, img.Dir, err)
+	}
+	h.Spec.From, h.Spec.Deferred = img, false
+	return nil
+}
+
 // Capture stops h's guest for good and saves it into dir as an image.
 func (d *Driver) Capture(ctx context.Context, h *vmm.Handle, dir string, full bool) (_ *vmm.Image, stoppedAt time.Time, err error) {
 	if !full && !h.MemShared {

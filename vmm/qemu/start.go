@@ -70,7 +70,9 @@ func validate(spec vmm.Spec) (vmm.Spec, error) {
 		delete(files, "base disk")
 	}
 	if spec.From != nil {
-		files["image state"] = spec.From.StateFile
+		if !spec.Deferred {
+			files["image state"] = spec.From.StateFile
+		}
 		if spec.From.MemFile != "" {
 			files["image memory"] = spec.From.MemFile
 		}
@@ -120,7 +122,7 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (_ *vmm.Handle, err e
 	if err != nil {
 		return nil, err
 	}
-	if spec.From != nil {
+	if spec.From != nil && !spec.Deferred {
 		if err := d.loadImage(ctx, h, spec.From, !spec.Paused); err != nil {
 			return nil, fmt.Errorf("load image %s: %w", spec.From.Dir, err)
 		}
@@ -235,7 +237,11 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback, spec vmm.Spec, me
 func (d *Driver) createOverlay(ctx context.Context, undo *rollback, spec vmm.Spec) error {
 	args := []string{"create", "-q", "-f", "qcow2", "-b", spec.BaseDisk, "-F", "qcow2", spec.Disk}
 	if spec.DiskMiB > 0 {
-		args = append(args, strconv.Itoa(spec.DiskMiB)+"M")
+		// -u: do not open the backing file. It may be the disk of a VM that is
+		// still running (a fork launching its continuation ahead), whose lock
+		// would refuse us; with the size given there is nothing to read.
+		args = []string{"create", "-q", "-u", "-f", "qcow2", "-b", spec.BaseDisk, "-F", "qcow2", spec.Disk,
+			strconv.Itoa(spec.DiskMiB) + "M"}
 	}
 	if _, err := os.Lstat(spec.Disk); err == nil {
 		return fmt.Errorf("overlay %s: %w: already exists", spec.Disk, errdefs.ErrInvalidState)

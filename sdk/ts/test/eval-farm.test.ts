@@ -51,7 +51,7 @@ describe("examples/eval-farm/ts", { skip, timeout: 20 * 60_000 }, () => {
       }
       assert.match(out, /clone x3/);
       assert.deepEqual(await h.zeish.listSandboxes(), [], "the example left sandboxes behind");
-      console.log(`# eval-farm N=3: ${Date.now() - t0} ms`);
+      console.log(`eval-farm N=3: ${Date.now() - t0} ms`);
     } catch (err) {
       h.failed = true;
       throw err;

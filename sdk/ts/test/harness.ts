@@ -73,6 +73,10 @@ export class Harness {
   #log: string[] = [];
   #exited: Promise<void>;
   #onExit = () => this.#emergency();
+  #onSignal = (sig: NodeJS.Signals) => {
+    this.#emergency();
+    process.exit(sig === "SIGINT" ? 130 : 143);
+  };
   #seen = new Set<string>();
 
   private constructor(dataDir: string, port: number, proc: ChildProcess, exited: Promise<void>) {
@@ -107,6 +111,8 @@ export class Harness {
     const exited = new Promise<void>((resolve) => proc.once("exit", () => resolve()));
     const h = new Harness(dataDir, port, proc, exited);
     process.once("exit", h.#onExit);
+    process.once("SIGINT", h.#onSignal);
+    process.once("SIGTERM", h.#onSignal);
     const keep = (b: Buffer) => {
       h.#log.push(b.toString("utf8"));
       if (h.#log.length > 4000) h.#log.splice(0, 1000);
@@ -187,6 +193,8 @@ export class Harness {
     }
     this.#sweep();
     process.removeListener("exit", this.#onExit);
+    process.removeListener("SIGINT", this.#onSignal);
+    process.removeListener("SIGTERM", this.#onSignal);
   }
 
   /** Kills VM processes of this data dir, removes their RAM files and the data dir. */
@@ -221,9 +229,10 @@ export class Harness {
     rmSync(this.dataDir, { recursive: true, force: true });
   }
 
-  /** Last resort when the test process exits without stop(): nothing async works here. */
+  /** Last resort when the test process exits or is signalled without stop(): nothing async works here. */
   #emergency(): void {
     try { this.#proc?.kill("SIGKILL"); } catch { /* gone */ }
+    this.#proc = undefined;
     this.#sweep();
   }
 }

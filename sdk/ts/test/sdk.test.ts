@@ -67,7 +67,7 @@ describe("sdk against zeishd", { skip, timeout: 20 * 60_000 }, () => {
     const zeish = h.zeish;
     const t0 = Date.now();
     const sbx = await Sandbox.create({ name: "ts-sdk", memoryMib: 256, env: { GREETING: "hello" } }, { zeish });
-    console.log(`# create: ${Date.now() - t0} ms`);
+    console.log(`create: ${Date.now() - t0} ms`);
     assert.equal(sbx.state, "running");
     assert.match(sbx.id, /^sbx_[0-9a-z]{20}$/);
     assert.equal(sbx.name, "ts-sdk");
@@ -126,7 +126,7 @@ describe("sdk against zeishd", { skip, timeout: 20 * 60_000 }, () => {
     // clone: the child continues from the parent's state, on its own.
     const t1 = Date.now();
     const { pauseMs, sandboxes } = await sbx.clone({ count: 1, gitBranch: "try-1" });
-    console.log(`# clone: ${Date.now() - t1} ms (parent paused ${pauseMs} ms)`);
+    console.log(`clone: ${Date.now() - t1} ms (parent paused ${pauseMs} ms)`);
     assert.equal(sandboxes.length, 1);
     const child = sandboxes[0]!;
     assert.equal(child.state, "running");
@@ -152,6 +152,6 @@ describe("sdk against zeishd", { skip, timeout: 20 * 60_000 }, () => {
     assert.deepEqual(await sbx.snapshots.list(), []);
     assert.equal((await sbx.delete()).state, "destroyed");
     await assert.rejects(sbx.exec("true"), ZeishError);
-    console.log(`# vm test total: ${Date.now() - t0} ms`);
+    console.log(`vm test total: ${Date.now() - t0} ms`);
   }));
 });
