@@ -93,13 +93,20 @@ func (d *Driver) loadImage(ctx context.Context, h *vmm.Handle, img *vmm.Image, r
 		if err := setIgnoreShared(ctx, m, img.MemFile != ""); err != nil {
 			return err
 		}
-		uri := "exec:cat '" + img.StateFile + "'"
-		if err := m.execute(ctx, "migrate-incoming", map[string]any{"uri": uri}, nil); err != nil {
+		sock := migrateSocket(h)
+		os.Remove(sock)
+		if err := m.execute(ctx, "migrate-incoming", map[string]any{"uri": "unix:" + sock}, nil); err != nil {
 			return err
 		}
+		fed := make(chan error, 1)
+		go func() { fed <- feedState(ctx, sock, img.StateFile) }()
 		if err := waitIncoming(ctx, m); err != nil {
 			return err
 		}
+		if err := <-fed; err != nil {
+			return err
+		}
+		os.Remove(sock)
 		if run {
 			return m.execute(ctx, "cont", nil, nil)
 		}
@@ -144,10 +151,12 @@ func (d *Driver) Load(ctx context.Context, h *vmm.Handle, img *vmm.Image, run bo
 	if img.MemFile != "" {
 		h.MemFile = img.MemFile // the file it mapped at launch, renamed by the capture
 	}
+	began := time.Now()
 	if err := d.loadImage(ctx, h, img, run); err != nil {
 		return fmt.Errorf("load vm %q from %s: %w", h.Spec.ID, img.Dir, err)
 	}
 	h.Spec.From, h.Spec.Deferred = img, false
+	d.log.Info("vm loaded", logKeySandbox, h.Spec.ID, "ms", time.Since(began).Milliseconds())
 	return nil
 }
 
@@ -165,27 +174,39 @@ func (d *Driver) Capture(ctx context.Context, h *vmm.Handle, dir string, full bo
 	}
 	img := &vmm.Image{Dir: dir, StateFile: filepath.Join(dir, stateName), MemoryMiB: h.Spec.MemoryMiB}
 	var wasRunning bool
+	var migrated time.Time
 	err = d.withMonitor(ctx, h.QMPSocket, func(m *monitor) error {
 		var st qmpStatus
 		if err := m.execute(ctx, "query-status", nil, &st); err != nil {
 			return err
 		}
 		wasRunning = st.Running
+		// Settings first: they do not touch the running guest, and every
+		// round trip after stop is pause.
+		if err := setIgnoreShared(ctx, m, !full); err != nil {
+			return err
+		}
+		if err := m.execute(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": localBandwidth}, nil); err != nil {
+			return err
+		}
+		sink, err := newStateSink(filepath.Join(dir, "save.sock"), img.StateFile)
+		if err != nil {
+			return err
+		}
+		defer sink.close()
 		if err := m.execute(ctx, "stop", nil, nil); err != nil {
 			return err
 		}
 		stoppedAt = time.Now()
-		err := func() error {
-			if err := setIgnoreShared(ctx, m, !full); err != nil {
+		err = func() error {
+			if err := m.execute(ctx, "migrate", map[string]any{"uri": sink.uri()}, nil); err != nil {
 				return err
 			}
-			if err := m.execute(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": localBandwidth}, nil); err != nil {
+			if _, err := waitMigration(ctx, m); err != nil {
 				return err
 			}
-			if err := m.execute(ctx, "migrate", map[string]any{"uri": "exec:cat > '" + img.StateFile + "'"}, nil); err != nil {
-				return err
-			}
-			_, err := waitMigration(ctx, m)
+			err := sink.wait(ctx)
+			migrated = time.Now()
 			return err
 		}()
 		if err != nil {
@@ -206,6 +227,7 @@ func (d *Driver) Capture(ctx context.Context, h *vmm.Handle, dir string, full bo
 		return nil, time.Time{}, fmt.Errorf("capture vm %q: %w", h.Spec.ID, err)
 	}
 	d.reap(h)
+	gone := time.Now()
 	if full {
 		if h.MemShared {
 			removeFiles(h.MemFile)
@@ -218,7 +240,8 @@ func (d *Driver) Capture(ctx context.Context, h *vmm.Handle, dir string, full bo
 		}
 	}
 	d.log.Info("vm captured", logKeySandbox, h.Spec.ID, "full", full, "image", dir,
-		"ms", time.Since(stoppedAt).Milliseconds())
+		"ms", time.Since(stoppedAt).Milliseconds(), "save_ms", migrated.Sub(stoppedAt).Milliseconds(),
+		"exit_ms", gone.Sub(migrated).Milliseconds())
 	return img, stoppedAt, nil
 }
 
