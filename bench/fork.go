@@ -92,23 +92,26 @@ func runFork(ctx context.Context, e *benchEnv) (_ *report, err error) {
 		}
 	}()
 
-	// 1. Pause and fork → first exec by parent size; each parent's own
-	// create is the cold reference at that size.
-	bySize := &table{Title: "fork by parent memory (one child per clone call)",
-		Header: []string{"parent", "pause ms median", "min", "max", "fork → first exec ms median", "min", "max", "cold create → first exec ms", "fork ÷ cold"}}
+	// 1. Pause and fork → first exec by parent size. Each run forks a fresh
+	// parent (its own create is that run's cold reference): that is the
+	// capture whose pause is flat in RAM. The first run then forks the same
+	// parent again, which first promotes it (its RAM is the image's now):
+	// reported apart, since it costs in proportion to the parent's memory.
+	bySize := &table{Title: "fork by parent memory (one child per clone call; a fresh parent each run)",
+		Header: []string{"parent", "pause ms median", "min", "max", "fork → first exec ms median", "min", "max", "cold create → first exec ms", "fork ÷ cold", "re-fork pause ms", "re-fork → first exec ms"}}
 	pauseMedian := map[int]float64{}
-	parentBySize := map[int]string{}
 	for _, mem := range forkParentSizes {
-		id, cold, err := e.createAndExec(ctx, mem)
-		if id != "" {
-			parents = append(parents, id)
-			parentBySize[mem] = id
-		}
-		if err != nil {
-			return nil, fmt.Errorf("parent %d MiB: %w", mem, err)
-		}
-		var pauses, forks []float64
+		var pauses, forks, colds []float64
+		var rePause, reFork float64
 		for i := range e.opts.runs {
+			id, cold, err := e.createAndExec(ctx, mem)
+			if id != "" {
+				parents = append(parents, id)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("parent %d MiB: %w", mem, err)
+			}
+			colds = append(colds, ms(cold.Total))
 			children, pause, total, _, err := e.cloneAndExec(ctx, id, 1)
 			if derr := e.deleteAll(ctx, children); derr != nil && err == nil {
 				err = derr
@@ -118,26 +121,37 @@ func runFork(ctx context.Context, e *benchEnv) (_ *report, err error) {
 			}
 			e.log.Info("fork", "parent_mib", mem, "run", i, "pause_ms", pause, "fork_to_exec_ms", total.Milliseconds())
 			pauses, forks = append(pauses, pause), append(forks, ms(total))
-		}
-		tag := fmt.Sprintf("%dmib", mem)
-		sp := r.add(newSeries("pause_ms_"+tag, "ms", pauses))
-		sf := r.add(newSeries("fork_to_first_exec_"+tag, "ms", forks))
-		sc := r.add(newSeries("cold_create_to_first_exec_"+tag, "ms", []float64{ms(cold.Total)}))
-		pct := 100 * sf.Median / sc.Median
-		pauseMedian[mem] = sp.Median
-		bySize.Rows = append(bySize.Rows, []string{fmt.Sprintf("%d MiB", mem),
-			fmtNum(sp.Median), fmtNum(sp.Min), fmtNum(sp.Max), fmtNum(sf.Median), fmtNum(sf.Min), fmtNum(sf.Max),
-			fmtNum(sc.Median), fmtNum(pct) + " %"})
-		r.addGoal(goal{Name: fmt.Sprintf("parent pause, %d MiB", mem), Target: fmt.Sprintf("≤ %d ms", forkPauseGoalMS),
-			Value: sp.Median, Unit: "ms", Met: sp.Median <= forkPauseGoalMS})
-		r.addGoal(goal{Name: fmt.Sprintf("fork → first exec ÷ cold create → first exec, %d MiB", mem), Target: fmt.Sprintf("≤ %d %%", forkExecGoalPct),
-			Value: pct, Unit: "%", Met: pct <= forkExecGoalPct})
-		if mem != fanOutParentMiB { // the 1 GiB parent serves the fan-out and snapshots
+			if i == 0 {
+				children, pause, total, _, err := e.cloneAndExec(ctx, id, 1)
+				if derr := e.deleteAll(ctx, children); derr != nil && err == nil {
+					err = derr
+				}
+				if err != nil {
+					return nil, err
+				}
+				e.log.Info("re-fork", "parent_mib", mem, "pause_ms", pause, "fork_to_exec_ms", total.Milliseconds())
+				rePause, reFork = pause, ms(total)
+			}
 			if err := e.deleteSandbox(ctx, id); err != nil {
 				return nil, fmt.Errorf("delete parent %s: %w", id, err)
 			}
 			parents = parents[:len(parents)-1]
 		}
+		tag := fmt.Sprintf("%dmib", mem)
+		sp := r.add(newSeries("pause_ms_"+tag, "ms", pauses))
+		sf := r.add(newSeries("fork_to_first_exec_"+tag, "ms", forks))
+		sc := r.add(newSeries("cold_create_to_first_exec_"+tag, "ms", colds))
+		r.add(newSeries("refork_pause_ms_"+tag, "ms", []float64{rePause}))
+		r.add(newSeries("refork_to_first_exec_"+tag, "ms", []float64{reFork}))
+		pct := 100 * sf.Median / sc.Median
+		pauseMedian[mem] = sp.Median
+		bySize.Rows = append(bySize.Rows, []string{fmt.Sprintf("%d MiB", mem),
+			fmtNum(sp.Median), fmtNum(sp.Min), fmtNum(sp.Max), fmtNum(sf.Median), fmtNum(sf.Min), fmtNum(sf.Max),
+			fmtNum(sc.Median), fmtNum(pct) + " %", fmtNum(rePause), fmtNum(reFork)})
+		r.addGoal(goal{Name: fmt.Sprintf("parent pause, %d MiB", mem), Target: fmt.Sprintf("≤ %d ms", forkPauseGoalMS),
+			Value: sp.Median, Unit: "ms", Met: sp.Median <= forkPauseGoalMS})
+		r.addGoal(goal{Name: fmt.Sprintf("fork → first exec ÷ cold create → first exec, %d MiB", mem), Target: fmt.Sprintf("≤ %d %%", forkExecGoalPct),
+			Value: pct, Unit: "%", Met: pct <= forkExecGoalPct})
 	}
 	small, large := forkParentSizes[0], forkParentSizes[len(forkParentSizes)-1]
 	if pauseMedian[small] > 0 {
@@ -148,7 +162,14 @@ func runFork(ctx context.Context, e *benchEnv) (_ *report, err error) {
 	r.Tables = append(r.Tables, bySize)
 
 	// 2. Fan-out of 8 from the 1 GiB parent.
-	parent := parentBySize[fanOutParentMiB]
+	// A fresh parent, so the fan-out is a first fork.
+	parent, _, err := e.createAndExec(ctx, fanOutParentMiB)
+	if parent != "" {
+		parents = append(parents, parent)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fan-out parent: %w", err)
+	}
 	children, pause, total, each, err := e.cloneAndExec(ctx, parent, fanOut)
 	defer func() {
 		if derr := e.deleteAll(ctx, children); derr != nil && err == nil {
