@@ -203,7 +203,7 @@ func processes() ([]Process, error) {
 		if open < 0 || end < open {
 			continue
 		}
-		p := Process{PID: pid, Command: string(stat[open+1 : end])}
+		p := Process{PID: pid, Command: string(stat[open+1 : end]), Argv: []string{}} // kernel threads have none
 		if f := strings.Fields(string(stat[end+1:])); len(f) > 1 {
 			p.PPID, _ = strconv.Atoi(f[1])
 		}
