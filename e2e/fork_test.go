@@ -209,6 +209,23 @@ func TestFork(t *testing.T) {
 		requireCounting(t, connect(t, c, kids[1].ID), before)
 	})
 
+	t.Run("zeishd restart keeps forks and their images", func(t *testing.T) {
+		s.stop()
+		s.start()
+		for _, id := range []string{kids[1].ID, grand.ID} {
+			got, err := c.WaitSandbox(ctx, id, api.WaitRequest{State: sandbox.StateRunning, TimeoutSeconds: 120})
+			if err != nil || got.State != sandbox.StateRunning {
+				t.Fatalf("%s after restart: %+v %v", id, got, err)
+			}
+			requireCounting(t, connect(t, c, id), before)
+		}
+		resp, err := c.CloneSandbox(ctx, grand.ID, api.CloneRequest{}, zeish.Wait())
+		if err != nil || len(resp.Sandboxes) != 1 || resp.Sandboxes[0].State != sandbox.StateRunning {
+			t.Fatalf("fork after restart: %+v %v", resp, err)
+		}
+		requireCounting(t, connect(t, c, resp.Sandboxes[0].ID), before)
+	})
+
 	t.Run("bad clone requests", func(t *testing.T) {
 		for _, body := range []string{`{"count":0,"colour":1}`, `{"count":-1}`, `{"count":99}`, `{"name":"Bad Name"}`, `{"size":"large"}`, `{"pr_number":-3}`} {
 			var e api.ErrorBody
