@@ -45,11 +45,22 @@ var schemaTypes = map[string]any{
 	"Process":               guest.Process{},
 	"ProcessList":           api.ProcessList{},
 	"KillRequest":           api.KillRequest{},
+	"Account":               api.Account{},
+	"CreateAccountRequest":  api.CreateAccountRequest{},
+	"AccountList":           api.AccountList{},
+	"APIKey":                api.APIKey{},
+	"CreatedAPIKey":         api.CreatedAPIKey{},
+	"APIKeyList":            api.APIKeyList{},
+	"Prices":                api.Prices{},
+	"Usage":                 api.Usage{},
+	"SandboxUsage":          api.SandboxUsage{},
+	"UsageReport":           api.UsageReport{},
+	"PriceEstimate":         api.PriceEstimate{},
 }
 
 // requestSchemas are decoded by the server, which refuses unknown fields.
 var requestSchemas = []string{"CreateSandboxRequest", "WaitRequest", "AccessRequest", "CloneRequest",
-	"CreateSnapshotRequest", "ExecRequest", "MkdirRequest", "KillRequest"}
+	"CreateSnapshotRequest", "ExecRequest", "MkdirRequest", "KillRequest", "CreateAccountRequest"}
 
 func loadDoc(t *testing.T) *openapi3.T {
 	t.Helper()

@@ -189,3 +189,93 @@ type Event struct {
 	Type    string          `json:"type"` // "state"
 	Sandbox sandbox.Sandbox `json:"sandbox"`
 }
+
+// Account owns sandboxes, snapshots and API keys.
+type Account struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Admin     bool      `json:"admin"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// CreateAccountRequest is POST /admin/accounts.
+type CreateAccountRequest struct {
+	Name string `json:"name"` // 1-63 lower-case letters, digits or '-'
+}
+
+// AccountList is GET /admin/accounts.
+type AccountList struct {
+	Accounts []Account `json:"accounts"`
+}
+
+// APIKey is a stored key as lists show it: never the key itself.
+type APIKey struct {
+	ID        string     `json:"id"`
+	AccountID string     `json:"account_id"`
+	Prefix    string     `json:"prefix"` // the key's first characters, to recognise it
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+}
+
+// CreatedAPIKey answers POST /admin/accounts/{id}/keys: the only time the
+// key is shown.
+type CreatedAPIKey struct {
+	ID        string    `json:"id"`
+	AccountID string    `json:"account_id"`
+	Key       string    `json:"key"`
+	Prefix    string    `json:"prefix"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// APIKeyList is GET /admin/keys.
+type APIKeyList struct {
+	Keys []APIKey `json:"keys"`
+}
+
+// Prices is the price table, in micro-dollars (1e-6 USD) per unit-second.
+type Prices struct {
+	VCPUSecond      float64 `json:"vcpu_second_micros"`
+	MemoryGiBSecond float64 `json:"memory_gib_second_micros"`
+	DiskGiBSecond   float64 `json:"disk_gib_second_micros"`
+}
+
+// Usage is what sandboxes used: compute while running, storage on the full
+// disk size from create until delete.
+type Usage struct {
+	RunningSeconds   float64 `json:"running_seconds"`
+	VCPUSeconds      float64 `json:"vcpu_seconds"`
+	MemoryGiBSeconds float64 `json:"memory_gib_seconds"`
+	DiskGiBSeconds   float64 `json:"disk_gib_seconds"`
+	ComputeMicros    int64   `json:"compute_micros"`
+	StorageMicros    int64   `json:"storage_micros"`
+	CostMicros       int64   `json:"cost_micros"`
+}
+
+// SandboxUsage is one sandbox's usage in a UsageReport.
+type SandboxUsage struct {
+	SandboxID string        `json:"sandbox_id"`
+	Name      string        `json:"name"`
+	State     sandbox.State `json:"state"`
+	Usage     Usage         `json:"usage"`
+}
+
+// UsageReport is GET /public/usage: the account's usage in [from, to).
+type UsageReport struct {
+	From      time.Time      `json:"from"`
+	To        time.Time      `json:"to"`
+	Prices    Prices         `json:"prices"`
+	Total     Usage          `json:"total"`
+	Sandboxes []SandboxUsage `json:"sandboxes"`
+}
+
+// PriceEstimate is GET /public/pricing/estimate: what `sandboxes` sandboxes
+// of one size cost running for `minutes`.
+type PriceEstimate struct {
+	Sandboxes int    `json:"sandboxes"`
+	VCPUs     int    `json:"vcpus"`
+	MemoryMiB int    `json:"memory_mib"`
+	DiskMiB   int    `json:"disk_mib"`
+	Minutes   int    `json:"minutes"`
+	Prices    Prices `json:"prices"`
+	Usage     Usage  `json:"usage"`
+}

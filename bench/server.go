@@ -151,6 +151,8 @@ func (e *benchEnv) startServer(ctx context.Context, cacheDir string) error {
 		"ZEISH_SANDBOXD="+e.sandboxd,
 		"ZEISH_TEMPLATE_CACHE="+cacheDir,
 		"ZEISH_LOG_LEVEL=info",
+		// The bench creates and forks faster than the default plan allows.
+		"ZEISH_PLAN_RUNNING_SLOTS=100", "ZEISH_PLAN_CREATES_PER_MINUTE=1000", "ZEISH_PLAN_DAILY_CREATES=100000",
 	)
 	e.cmd.Stdout, e.cmd.Stderr = e.zlog, e.zlog
 	// Its own process group: a Ctrl-C in the terminal reaches only us, and

@@ -56,6 +56,7 @@ var (
 	ErrNodeFull        = def("node_full", ClassConflict, "The host has no free memory for this sandbox.")
 	ErrLimitReached    = def("limit_reached", ClassConflict, "A per-object limit is reached (for example 20 snapshots per sandbox).")
 	ErrRunningSlots    = def("running_slots_full", ClassConflict, "The account has no free running slot.")
+	ErrBudgetExhausted = def("budget_exhausted", ClassConflict, "The sandbox's max_cost_micros is reached: it stays stopped; fork it with a new budget.")
 	ErrRateLimited     = def("rate_limited", ClassRateLimited, "Too many creates in a short time; retry after Retry-After seconds.")
 	ErrDailyCap        = def("daily_cap_reached", ClassRateLimited, "The account's daily create cap is reached.")
 	ErrTimeout         = def("timeout", ClassUnavailable, "The operation did not finish in time.")

@@ -8,7 +8,11 @@
 // built templates are kept; default <data dir>/templates), ZEISH_BOOT_TIMEOUT
 // (boot to guest-agent answer; default 3m), ZEISH_MEMORY_BUDGET_MIB (guest
 // memory the host may promise; default its RAM less max(2 GiB, 10 %)),
-// ZEISH_LOG_LEVEL (debug|info|warn).
+// ZEISH_LOG_LEVEL (debug|info|warn); the per-account plan ZEISH_PLAN_RUNNING_SLOTS
+// (default 10), ZEISH_PLAN_CREATES_PER_MINUTE (30), ZEISH_PLAN_DAILY_CREATES
+// (500); prices in micro-dollars per unit-second ZEISH_PRICE_VCPU_SECOND_MICROS
+// (14), ZEISH_PRICE_MEMORY_GIB_SECOND_MICROS (4.5),
+// ZEISH_PRICE_DISK_GIB_SECOND_MICROS (0.04).
 //
 // SIGINT/SIGTERM stop the API and drop agent connections; running sandboxes
 // keep running, and the next zeishd finds them again.
@@ -30,7 +34,9 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/internal/catalog"
+	"github.com/zeish/zeish/internal/metering"
 	"github.com/zeish/zeish/internal/node"
+	"github.com/zeish/zeish/internal/secrets"
 	"github.com/zeish/zeish/internal/server"
 	"github.com/zeish/zeish/internal/store/sqlite"
 	"github.com/zeish/zeish/internal/version"
@@ -73,7 +79,11 @@ func run(ctx context.Context) error {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return err
 	}
-	st, err := sqlite.Open(ctx, filepath.Join(dataDir, "zeish.db"))
+	box, err := secrets.LoadOrCreate(dataDir)
+	if err != nil {
+		return err
+	}
+	st, err := sqlite.Open(ctx, filepath.Join(dataDir, "zeish.db"), sqlite.WithSecrets(box))
 	if err != nil {
 		return err
 	}
@@ -118,15 +128,29 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Options{Store: st, Node: n, Catalog: cat, DataDir: dataDir,
-		Version: version.Version, PublicURL: os.Getenv("ZEISH_PUBLIC_URL"), Logger: log})
+	plan, err := planFromEnv()
 	if err != nil {
 		return err
 	}
+	prices, err := metering.PricesFromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(server.Options{Store: st, Node: n, Catalog: cat, DataDir: dataDir,
+		Version: version.Version, PublicURL: os.Getenv("ZEISH_PUBLIC_URL"), Logger: log, Plan: &plan, Prices: &prices})
+	if err != nil {
+		return err
+	}
+	// Budget stops go through the node: the enforcer ends before the node
+	// closes (defers run last first).
+	bctx, stopBudgets := context.WithCancel(ctx)
+	budgetsDone := make(chan struct{})
+	go func() { defer close(budgetsDone); srv.EnforceBudgets(bctx, 2*time.Second) }()
+	defer func() { stopBudgets(); <-budgetsDone }()
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	caps := driver.Capabilities()
 	log.Info("zeishd listening", "addr", "http://"+ln.Addr().String(), "data_dir", dataDir, "node", nodeID,
-		"vmm", caps.Name, "accel", caps.Accel, "memory_budget_mib", budget, "admin_key", keyPath, "version", version.Version)
+		"vmm", caps.Name, "accel", caps.Accel, "memory_budget_mib", budget, "plan", fmt.Sprintf("%+v", plan), "admin_key", keyPath, "version", version.Version)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -141,6 +165,25 @@ func run(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// planFromEnv is the quota plan every account gets.
+func planFromEnv() (server.Plan, error) {
+	p := server.DefaultPlan
+	for _, f := range []struct {
+		name string
+		dst  *int
+	}{{"ZEISH_PLAN_RUNNING_SLOTS", &p.RunningSlots}, {"ZEISH_PLAN_CREATES_PER_MINUTE", &p.CreatesPerMinute},
+		{"ZEISH_PLAN_DAILY_CREATES", &p.DailyCreates}} {
+		if v := os.Getenv(f.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return p, fmt.Errorf("%s=%q: want a whole number, 0 or more", f.name, v)
+			}
+			*f.dst = n
+		}
+	}
+	return p, nil
 }
 
 // memoryBudget is the guest memory this host may promise to sandboxes:

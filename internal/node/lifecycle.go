@@ -87,11 +87,17 @@ func (n *Node) Resume(ctx context.Context, id string) (*store.SandboxRecord, err
 // Stop suspends a sandbox to disk: memory, device state and disk are kept,
 // the VMM exits and no compute is used until Start.
 func (n *Node) Stop(ctx context.Context, id string) (*store.SandboxRecord, error) {
+	return n.StopReason(ctx, id, "")
+}
+
+// StopReason is Stop that leaves reason as the sandbox's state_reason (the
+// control plane stops sandboxes whose budget ran out).
+func (n *Node) StopReason(ctx context.Context, id, reason string) (*store.SandboxRecord, error) {
 	r, err := n.opts.Store.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
 		if r.State != sandbox.StateRunning && r.State != sandbox.StatePaused {
 			return fmt.Errorf("sandbox %s is %s; stop needs it running or paused: %w", id, r.State, errdefs.ErrInvalidState)
 		}
-		r.State, r.StateReason, r.UpdatedAt = sandbox.StateStopping, "", time.Now().UTC()
+		r.State, r.StateReason, r.UpdatedAt = sandbox.StateStopping, reason, time.Now().UTC()
 		return nil
 	})
 	if err != nil {
@@ -106,7 +112,7 @@ func (n *Node) Stop(ctx context.Context, id string) (*store.SandboxRecord, error
 			n.transition(ctx, id, []sandbox.State{sandbox.StateStopping}, sandbox.StateRunning, "stop failed: "+err.Error(), nil)
 			return
 		}
-		n.transition(ctx, id, []sandbox.State{sandbox.StateStopping}, sandbox.StateStopped, "", nil)
+		n.transition(ctx, id, []sandbox.State{sandbox.StateStopping}, sandbox.StateStopped, reason, nil)
 	})
 	return r, nil
 }

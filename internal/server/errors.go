@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/zeish/zeish/api"
@@ -47,8 +48,8 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if e == errdefs.ErrInternal {
 		slog.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
-	if e == errdefs.ErrRateLimited {
-		w.Header().Set("Retry-After", "1")
+	if secs, ok := retryAfterSeconds(err); ok {
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
 	}
 	writeJSON(w, status, api.ErrorBody{Error: api.ErrorDetail{Code: e.Code, Message: msg}})
 }

@@ -33,7 +33,14 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request) {
 	for _, c := range children {
 		inherit(c, parent, req)
 	}
+	// A fork of N is N creates and N running slots, all or none.
+	done, err := s.quotas.admit(r.Context(), parent.AccountID, len(children), true, "")
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
 	pause, made, err := s.node.Clone(r.Context(), parent.ID, children)
+	done(len(made))
 	if err != nil && len(made) == 0 {
 		writeError(w, r, err)
 		return
@@ -52,7 +59,7 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request) {
 	}
 	out := api.CloneResponse{PauseMS: pause.Milliseconds(), Sandboxes: []sandbox.Sandbox{}}
 	for _, c := range made {
-		out.Sandboxes = append(out.Sandboxes, c.Sandbox)
+		out.Sandboxes = append(out.Sandboxes, s.view(c))
 	}
 	writeJSON(w, status, out)
 }

@@ -13,8 +13,9 @@ import (
 )
 
 // lifecycle serves pause, resume, stop and start: each checks the sandbox is
-// the caller's, runs op and answers like every asynchronous call.
-func (s *Server) lifecycle(op func(ctx context.Context, id string) (*store.SandboxRecord, error)) http.HandlerFunc {
+// the caller's, runs op and answers like every asynchronous call. Ops that
+// run the sandbox (start, resume) need a running slot and budget left.
+func (s *Server) lifecycle(op func(ctx context.Context, id string) (*store.SandboxRecord, error), runs bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if err := decode(r, &struct{}{}); err != nil {
 			writeError(w, r, err)
@@ -29,6 +30,20 @@ func (s *Server) lifecycle(op func(ctx context.Context, id string) (*store.Sandb
 		if err != nil {
 			writeError(w, r, err)
 			return
+		}
+		if runs {
+			if err := s.checkBudget(rec); err != nil {
+				writeError(w, r, err)
+				return
+			}
+			// A paused sandbox holds its slot already: excluding it
+			// makes resume need exactly that one.
+			done, err := s.quotas.admit(r.Context(), rec.AccountID, 1, false, rec.ID)
+			if err != nil {
+				writeError(w, r, err)
+				return
+			}
+			defer done(1)
 		}
 		rec, err = op(r.Context(), rec.ID)
 		if err != nil {
@@ -103,7 +118,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		}
 		if key := string(cur.State) + cur.UpdatedAt.String(); key != last {
 			last = key
-			if !send(cur.Sandbox) {
+			if !send(s.view(cur)) {
 				return
 			}
 		}

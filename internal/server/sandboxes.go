@@ -104,11 +104,18 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	rec, err = s.node.Create(r.Context(), rec)
+	done, err := s.quotas.admit(r.Context(), rec.AccountID, 1, true, "")
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
+	rec, err = s.node.Create(r.Context(), rec)
+	if err != nil {
+		done(0)
+		writeError(w, r, err)
+		return
+	}
+	done(1)
 	s.answer(w, r, rec, wait)
 }
 
@@ -116,7 +123,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 // once it settled when the client asked to wait (200).
 func (s *Server) answer(w http.ResponseWriter, r *http.Request, rec *store.SandboxRecord, wait bool) {
 	if !wait {
-		writeJSON(w, http.StatusAccepted, rec.Sandbox)
+		writeJSON(w, http.StatusAccepted, s.view(rec))
 		return
 	}
 	ctx, cancel := waitContext(r.Context(), 600)
@@ -126,7 +133,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, rec *store.Sandb
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, rec.Sandbox)
+	writeJSON(w, http.StatusOK, s.view(rec))
 }
 
 func waitParam(r *http.Request) (bool, error) {
@@ -168,7 +175,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	}
 	out := api.SandboxList{Sandboxes: []sandbox.Sandbox{}}
 	for _, row := range rows {
-		out.Sandboxes = append(out.Sandboxes, row.Sandbox)
+		out.Sandboxes = append(out.Sandboxes, s.view(row))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -205,7 +212,7 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, rec.Sandbox)
+	writeJSON(w, http.StatusOK, s.view(rec))
 }
 
 func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
@@ -253,7 +260,7 @@ func (s *Server) waitSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, rec.Sandbox)
+	writeJSON(w, http.StatusOK, s.view(rec))
 }
 
 const (

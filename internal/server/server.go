@@ -13,6 +13,7 @@ import (
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/catalog"
+	"github.com/zeish/zeish/internal/metering"
 	"github.com/zeish/zeish/internal/node"
 	"github.com/zeish/zeish/internal/store"
 )
@@ -28,6 +29,10 @@ type Options struct {
 	// URLs); empty means "from the request's Host".
 	PublicURL string
 	Logger    *slog.Logger
+	// Plan is every account's quota (zero: DefaultPlan); Prices the price
+	// table (zero: metering.DefaultPrices).
+	Plan   *Plan
+	Prices *metering.Prices
 }
 
 // Server serves the API.
@@ -36,6 +41,8 @@ type Server struct {
 	store  store.Store
 	node   *node.Node
 	tokens *tokenSigner
+	quotas *quotas
+	prices metering.Prices
 	log    *slog.Logger
 }
 
@@ -48,7 +55,15 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{opts: opts, store: opts.Store, node: opts.Node, tokens: t, log: opts.Logger}, nil
+	plan, prices := DefaultPlan, metering.DefaultPrices
+	if opts.Plan != nil {
+		plan = *opts.Plan
+	}
+	if opts.Prices != nil {
+		prices = *opts.Prices
+	}
+	return &Server{opts: opts, store: opts.Store, node: opts.Node, tokens: t, log: opts.Logger,
+		quotas: newQuotas(plan, opts.Store), prices: prices}, nil
 }
 
 // Routes lists every route the server serves, as "METHOD /path"; the OpenAPI
@@ -69,18 +84,26 @@ type route struct {
 func (s *Server) routes() []route {
 	const p = api.BasePath + "/public"
 	const d = api.DataPath + "/sandboxes/{id}"
+	const a = api.BasePath + "/admin"
 	return []route{
 		{"GET /healthz", s.health},
+		{"POST " + a + "/accounts", s.withAdmin(s.createAccount)},
+		{"GET " + a + "/accounts", s.withAdmin(s.listAccounts)},
+		{"POST " + a + "/accounts/{id}/keys", s.withAdmin(s.createKey)},
+		{"GET " + a + "/keys", s.withAdmin(s.listKeys)},
+		{"DELETE " + a + "/keys/{id}", s.withAdmin(s.revokeKey)},
+		{"GET " + p + "/usage", s.withAccount(s.usage)},
+		{"GET " + p + "/pricing/estimate", s.withAccount(s.estimate)},
 		{"POST " + p + "/sandboxes", s.withAccount(s.createSandbox)},
 		{"GET " + p + "/sandboxes", s.withAccount(s.listSandboxes)},
 		{"GET " + p + "/sandboxes/{id}", s.withAccount(s.getSandbox)},
 		{"DELETE " + p + "/sandboxes/{id}", s.withAccount(s.deleteSandbox)},
 		{"POST " + p + "/sandboxes/{id}/wait", s.withAccount(s.waitSandbox)},
 		{"POST " + p + "/sandboxes/{id}/access", s.withAccount(s.access)},
-		{"POST " + p + "/sandboxes/{id}/pause", s.withAccount(s.lifecycle(s.node.Pause))},
-		{"POST " + p + "/sandboxes/{id}/resume", s.withAccount(s.lifecycle(s.node.Resume))},
-		{"POST " + p + "/sandboxes/{id}/stop", s.withAccount(s.lifecycle(s.node.Stop))},
-		{"POST " + p + "/sandboxes/{id}/start", s.withAccount(s.lifecycle(s.node.Start))},
+		{"POST " + p + "/sandboxes/{id}/pause", s.withAccount(s.lifecycle(s.node.Pause, false))},
+		{"POST " + p + "/sandboxes/{id}/resume", s.withAccount(s.lifecycle(s.node.Resume, true))},
+		{"POST " + p + "/sandboxes/{id}/stop", s.withAccount(s.lifecycle(s.node.Stop, false))},
+		{"POST " + p + "/sandboxes/{id}/start", s.withAccount(s.lifecycle(s.node.Start, true))},
 		{"POST " + p + "/sandboxes/{id}/clone", s.withAccount(s.clone)},
 		{"POST " + p + "/sandboxes/{id}/fork", s.withAccount(s.clone)},
 		{"GET " + p + "/sandboxes/{id}/lineage", s.withAccount(s.lineage)},

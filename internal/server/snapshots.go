@@ -142,5 +142,5 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 		}
 		status = http.StatusOK
 	}
-	writeJSON(w, status, api.RestoreResponse{Snapshot: snap.Snapshot, Sandbox: rec.Sandbox})
+	writeJSON(w, status, api.RestoreResponse{Snapshot: snap.Snapshot, Sandbox: s.view(rec)})
 }

@@ -55,8 +55,34 @@ type SandboxRecord struct {
 	// Gen counts the VMs the sandbox has had; each gets its own folder.
 	Gen int `json:"gen"`
 	// SecretEnv is delivered into the guest's exec environment and never
-	// returned by the API.
-	SecretEnv map[string]string `json:"secret_env,omitempty"`
+	// returned by the API. Stores keep it sealed (see internal/secrets), never
+	// in the clear: it has no JSON form of its own.
+	SecretEnv map[string]string `json:"-"`
+	// Running lists the intervals the sandbox was running (billed compute),
+	// the last one open while it runs. Stores keep it up to date on every
+	// state change (see Meter), so usage survives a restart.
+	Running []Interval `json:"running,omitempty"`
+}
+
+// Interval is a span of time; End is nil while it lasts.
+type Interval struct {
+	Start time.Time  `json:"start"`
+	End   *time.Time `json:"end,omitempty"`
+}
+
+// Meter records r's current state in its running intervals: one opens when
+// it runs, and closes when it stops running. Every store calls it on each write,
+// so no code path that changes a state can forget billing.
+func Meter(r *SandboxRecord, now time.Time) {
+	is := r.State == sandbox.StateRunning
+	open := len(r.Running) > 0 && r.Running[len(r.Running)-1].End == nil
+	switch {
+	case is && !open:
+		r.Running = append(r.Running, Interval{Start: now})
+	case !is && open:
+		end := now
+		r.Running[len(r.Running)-1].End = &end
+	}
 }
 
 // SandboxFilter selects sandboxes in List.
@@ -71,8 +97,15 @@ type Store interface {
 	CreateAccount(ctx context.Context, a Account) error
 	GetAccount(ctx context.Context, id string) (Account, error)
 	CreateAPIKey(ctx context.Context, k APIKey) error
+	ListAccounts(ctx context.Context) ([]Account, error)
 	// AccountByKeyHash finds the account of a live (not revoked) key.
 	AccountByKeyHash(ctx context.Context, hash string) (Account, error)
+	// KeyByHash finds a live key by its hash.
+	KeyByHash(ctx context.Context, hash string) (APIKey, error)
+	// ListAPIKeys lists keys, revoked ones included, of one account ("" = all).
+	ListAPIKeys(ctx context.Context, accountID string) ([]APIKey, error)
+	// RevokeAPIKey marks a key revoked (again is fine); unknown: not_found.
+	RevokeAPIKey(ctx context.Context, id string, at time.Time) (APIKey, error)
 
 	PutTemplate(ctx context.Context, t sandbox.Template) error // insert or replace by name
 	GetTemplate(ctx context.Context, name string) (sandbox.Template, error)
@@ -82,6 +115,9 @@ type Store interface {
 	CreateSandbox(ctx context.Context, r *SandboxRecord) error
 	GetSandbox(ctx context.Context, id string) (*SandboxRecord, error)
 	ListSandboxes(ctx context.Context, f SandboxFilter) ([]*SandboxRecord, error)
+	// CountCreated counts the account's sandboxes created at or after since,
+	// destroyed ones included.
+	CountCreated(ctx context.Context, accountID string, since time.Time) (int, error)
 	// UpdateSandbox reads the sandbox, applies fn and writes it back in one
 	// transaction; fn's error aborts the update and is returned.
 	UpdateSandbox(ctx context.Context, id string, fn func(*SandboxRecord) error) (*SandboxRecord, error)

@@ -51,6 +51,64 @@ func TestControlPlaneRequests(t *testing.T) {
 			want:     sbx1,
 		},
 		{
+			name:     "create account",
+			call:     func(ctx context.Context, c *Client) (any, error) { return c.CreateAccount(ctx, "team-a") },
+			route:    "POST /api/v1/admin/accounts",
+			status:   http.StatusCreated,
+			resp:     Account{ID: "acc_1", Name: "team-a"},
+			wantBody: `{"name":"team-a"}`,
+			wantAuth: "Bearer key-1",
+			want:     Account{ID: "acc_1", Name: "team-a"},
+		},
+		{
+			name:     "create key",
+			call:     func(ctx context.Context, c *Client) (any, error) { return c.CreateAPIKey(ctx, "acc_1") },
+			route:    "POST /api/v1/admin/accounts/acc_1/keys",
+			status:   http.StatusCreated,
+			resp:     CreatedAPIKey{ID: "key_1", AccountID: "acc_1", Key: "zk_x"},
+			wantAuth: "Bearer key-1",
+			want:     CreatedAPIKey{ID: "key_1", AccountID: "acc_1", Key: "zk_x"},
+		},
+		{
+			name:      "list keys of an account",
+			call:      func(ctx context.Context, c *Client) (any, error) { return c.ListAPIKeys(ctx, "acc_1") },
+			route:     "GET /api/v1/admin/keys",
+			resp:      api.APIKeyList{Keys: []APIKey{{ID: "key_1"}}},
+			wantQuery: "account=acc_1",
+			wantAuth:  "Bearer key-1",
+			want:      []APIKey{{ID: "key_1"}},
+		},
+		{
+			name:     "revoke key",
+			call:     func(ctx context.Context, c *Client) (any, error) { return c.RevokeAPIKey(ctx, "key_1") },
+			route:    "DELETE /api/v1/admin/keys/key_1",
+			resp:     APIKey{ID: "key_1"},
+			wantAuth: "Bearer key-1",
+			want:     APIKey{ID: "key_1"},
+		},
+		{
+			name: "usage in a window",
+			call: func(ctx context.Context, c *Client) (any, error) {
+				return c.Usage(ctx, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Time{})
+			},
+			route:     "GET /api/v1/public/usage",
+			resp:      UsageReport{Total: Usage{CostMicros: 5}},
+			wantQuery: "from=2026-01-01T00%3A00%3A00Z",
+			wantAuth:  "Bearer key-1",
+			want:      UsageReport{Total: Usage{CostMicros: 5}},
+		},
+		{
+			name: "price estimate",
+			call: func(ctx context.Context, c *Client) (any, error) {
+				return c.EstimatePrice(ctx, EstimateRequest{Sandboxes: 2, Size: "medium", Minutes: 5})
+			},
+			route:     "GET /api/v1/public/pricing/estimate",
+			resp:      PriceEstimate{Sandboxes: 2},
+			wantQuery: "minutes=5&sandboxes=2&size=medium",
+			wantAuth:  "Bearer key-1",
+			want:      PriceEstimate{Sandboxes: 2},
+		},
+		{
 			name: "create and wait",
 			call: func(ctx context.Context, c *Client) (any, error) {
 				return c.CreateSandbox(ctx, CreateSandboxRequest{Name: "x"}, Wait())

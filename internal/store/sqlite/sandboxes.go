@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/store"
@@ -15,15 +16,63 @@ import (
 // Sandboxes are stored as one JSON document plus the columns we query on, so a
 // new field needs no migration.
 
+// sandboxRow is a record as stored: its secrets sealed, bound to its id.
+type sandboxRow struct {
+	*store.SandboxRecord
+	SealedSecrets string `json:"sealed_secrets,omitempty"`
+	// LegacySecrets is how secrets were kept before they were sealed; rows
+	// that still hold them are sealed on their next write.
+	LegacySecrets map[string]string `json:"secret_env,omitempty"`
+}
+
+func (s *Store) encode(r *store.SandboxRecord) (string, error) {
+	row := sandboxRow{SandboxRecord: r}
+	if len(r.SecretEnv) > 0 {
+		if s.secrets == nil {
+			return "", fmt.Errorf("sandbox %s has secrets but the store has no secrets key: %w", r.ID, errdefs.ErrInternal)
+		}
+		plain, err := json.Marshal(r.SecretEnv)
+		if err != nil {
+			return "", err
+		}
+		row.SealedSecrets = s.secrets.Seal(plain, []byte(r.ID))
+	}
+	b, err := json.Marshal(row)
+	return string(b), err
+}
+
+func (s *Store) decode(id, data string) (*store.SandboxRecord, error) {
+	row := sandboxRow{SandboxRecord: new(store.SandboxRecord)}
+	if err := json.Unmarshal([]byte(data), &row); err != nil {
+		return nil, fmt.Errorf("decode sandbox %s: %w", id, err)
+	}
+	r := row.SandboxRecord
+	r.SecretEnv = row.LegacySecrets
+	if row.SealedSecrets != "" {
+		if s.secrets == nil {
+			return nil, fmt.Errorf("sandbox %s has sealed secrets but the store has no secrets key: %w", id, errdefs.ErrInternal)
+		}
+		plain, err := s.secrets.Open(row.SealedSecrets, []byte(r.ID))
+		if err != nil {
+			return nil, fmt.Errorf("secrets of sandbox %s: %v: %w", id, err, errdefs.ErrInternal)
+		}
+		if err := json.Unmarshal(plain, &r.SecretEnv); err != nil {
+			return nil, fmt.Errorf("secrets of sandbox %s: %w", id, err)
+		}
+	}
+	return r, nil
+}
+
 // CreateSandbox inserts r.
 func (s *Store) CreateSandbox(ctx context.Context, r *store.SandboxRecord) error {
-	data, err := json.Marshal(r)
+	store.Meter(r, time.Now().UTC())
+	data, err := s.encode(r)
 	if err != nil {
 		return err
 	}
 	_, err = s.db.ExecContext(ctx, `INSERT INTO sandboxes (id, account_id, name, state, parent_id, created_at, data)
 		VALUES (?, ?, ?, ?, ?, ?, ?)`, r.ID, r.AccountID, r.Name, r.State, nullable(r.ParentID),
-		r.CreatedAt.UTC().Format(timeFormat), string(data))
+		r.CreatedAt.UTC().Format(timeFormat), data)
 	if isUniqueViolation(err) {
 		if strings.Contains(err.Error(), "sandboxes.id") {
 			return fmt.Errorf("sandbox id %s exists: %w", r.ID, errdefs.ErrInternal)
@@ -42,23 +91,29 @@ func nullable(s string) any {
 
 // GetSandbox reads one sandbox.
 func (s *Store) GetSandbox(ctx context.Context, id string) (*store.SandboxRecord, error) {
-	return getSandbox(ctx, s.db, id)
+	return s.getSandbox(ctx, s.db, id)
 }
 
 type queryer interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-func getSandbox(ctx context.Context, q queryer, id string) (*store.SandboxRecord, error) {
+func (s *Store) getSandbox(ctx context.Context, q queryer, id string) (*store.SandboxRecord, error) {
 	var data string
 	if err := q.QueryRowContext(ctx, `SELECT data FROM sandboxes WHERE id = ?`, id).Scan(&data); err != nil {
 		return nil, notFound("sandbox", id, err)
 	}
-	var r store.SandboxRecord
-	if err := json.Unmarshal([]byte(data), &r); err != nil {
-		return nil, fmt.Errorf("decode sandbox %s: %w", id, err)
-	}
-	return &r, nil
+	return s.decode(id, data)
+}
+
+// CountCreated counts the account's sandboxes created at or after since.
+func (s *Store) CountCreated(ctx context.Context, accountID string, since time.Time) (int, error) {
+	var n int
+	// julianday: RFC 3339 strings with and without fractions do not compare
+	// as text.
+	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sandboxes WHERE account_id = ? AND julianday(created_at) >= julianday(?)`,
+		accountID, since.UTC().Format(timeFormat)).Scan(&n)
+	return n, err
 }
 
 // ListSandboxes returns the sandboxes that match f, oldest first.
@@ -96,8 +151,8 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*st
 		if err := rows.Scan(&data); err != nil {
 			return nil, err
 		}
-		r := new(store.SandboxRecord)
-		if err := json.Unmarshal([]byte(data), r); err != nil {
+		r, err := s.decode("", data)
+		if err != nil {
 			return nil, err
 		}
 		out = append(out, r)
@@ -112,19 +167,20 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*store.San
 		return nil, err
 	}
 	defer tx.Rollback()
-	r, err := getSandbox(ctx, tx, id)
+	r, err := s.getSandbox(ctx, tx, id)
 	if err != nil {
 		return nil, err
 	}
 	if err := fn(r); err != nil {
 		return nil, err
 	}
-	data, err := json.Marshal(r)
+	store.Meter(r, time.Now().UTC())
+	data, err := s.encode(r)
 	if err != nil {
 		return nil, err
 	}
 	_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET name = ?, state = ?, parent_id = ?, data = ? WHERE id = ?`,
-		r.Name, r.State, nullable(r.ParentID), string(data), id)
+		r.Name, r.State, nullable(r.ParentID), data, id)
 	if isUniqueViolation(err) {
 		return nil, fmt.Errorf("a sandbox named %q exists: %w", r.Name, errdefs.ErrNameTaken)
 	}

@@ -14,6 +14,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/secrets"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 )
@@ -22,8 +23,16 @@ var _ store.Store = (*Store)(nil)
 
 // Store is a store.Store on one SQLite file.
 type Store struct {
-	db *sql.DB
+	db      *sql.DB
+	secrets *secrets.Box
 }
+
+// Option configures Open.
+type Option func(*Store)
+
+// WithSecrets seals sandbox secrets with box. Without it the store refuses
+// to keep secrets at all rather than write them in the clear.
+func WithSecrets(box *secrets.Box) Option { return func(s *Store) { s.secrets = box } }
 
 // migrations run in order once each; never edit one that has shipped.
 var migrations = []string{
@@ -44,7 +53,7 @@ var migrations = []string{
 }
 
 // Open opens (creating if needed) the database at path and migrates it.
-func Open(ctx context.Context, path string) (*Store, error) {
+func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
@@ -54,7 +63,14 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	// SQLITE_BUSY between our own goroutines.
 	db.SetMaxOpenConns(1)
 	s := &Store{db: db}
+	for _, o := range opts {
+		o(s)
+	}
 	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := s.sealLegacySecrets(ctx); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -84,6 +100,51 @@ func (s *Store) migrate(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// sealLegacySecrets rewrites rows that still hold secrets in the clear (as
+// stores before sealing wrote them), then vacuums so no free page keeps the
+// old text.
+func (s *Store) sealLegacySecrets(ctx context.Context) error {
+	if s.secrets == nil {
+		return nil
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT id, data FROM sandboxes WHERE data LIKE '%"secret_env":%'`)
+	if err != nil {
+		return err
+	}
+	type row struct{ id, data string }
+	var legacy []row
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(&r.id, &r.data); err != nil {
+			rows.Close()
+			return err
+		}
+		legacy = append(legacy, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(legacy) == 0 {
+		return err
+	}
+	for _, r := range legacy {
+		rec, err := s.decode(r.id, r.data)
+		if err != nil {
+			return err
+		}
+		data, err := s.encode(rec)
+		if err != nil {
+			return err
+		}
+		if _, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET data = ? WHERE id = ?`, data, r.id); err != nil {
+			return err
+		}
+	}
+	if _, err := s.db.ExecContext(ctx, `VACUUM`); err != nil {
+		return fmt.Errorf("vacuum after sealing secrets: %w", err)
+	}
+	_, err = s.db.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`)
+	return err
 }
 
 // Close closes the database.
@@ -137,6 +198,85 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 	_, err := s.db.ExecContext(ctx, `INSERT INTO api_keys (id, account_id, hash, prefix, created_at) VALUES (?, ?, ?, ?, ?)`,
 		k.ID, k.AccountID, k.Hash, k.Prefix, k.CreatedAt.UTC().Format(timeFormat))
 	return err
+}
+
+// ListAccounts lists every account, oldest first.
+func (s *Store) ListAccounts(ctx context.Context) ([]store.Account, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, name, admin, created_at FROM accounts ORDER BY created_at, id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Account
+	for rows.Next() {
+		a, err := scanAccount(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+const keyColumns = `id, account_id, hash, prefix, created_at, revoked_at`
+
+func scanKey(row interface{ Scan(...any) error }) (store.APIKey, error) {
+	var k store.APIKey
+	var created string
+	var revoked sql.NullString
+	if err := row.Scan(&k.ID, &k.AccountID, &k.Hash, &k.Prefix, &created, &revoked); err != nil {
+		return k, err
+	}
+	k.CreatedAt, _ = time.Parse(timeFormat, created)
+	if revoked.Valid {
+		t, _ := time.Parse(timeFormat, revoked.String)
+		k.RevokedAt = &t
+	}
+	return k, nil
+}
+
+// KeyByHash finds a live key by its hash.
+func (s *Store) KeyByHash(ctx context.Context, hash string) (store.APIKey, error) {
+	k, err := scanKey(s.db.QueryRowContext(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE hash = ? AND revoked_at IS NULL`, hash))
+	if errors.Is(err, sql.ErrNoRows) {
+		return k, fmt.Errorf("unknown or revoked API key: %w", errdefs.ErrUnauthenticated)
+	}
+	return k, err
+}
+
+// ListAPIKeys lists the keys of one account ("" = every account), oldest first.
+func (s *Store) ListAPIKeys(ctx context.Context, accountID string) ([]store.APIKey, error) {
+	q, args := `SELECT `+keyColumns+` FROM api_keys`, []any{}
+	if accountID != "" {
+		q, args = q+` WHERE account_id = ?`, append(args, accountID)
+	}
+	rows, err := s.db.QueryContext(ctx, q+` ORDER BY created_at, id`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.APIKey
+	for rows.Next() {
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+// RevokeAPIKey marks a key revoked; the first revocation time is kept.
+func (s *Store) RevokeAPIKey(ctx context.Context, id string, at time.Time) (store.APIKey, error) {
+	if _, err := s.db.ExecContext(ctx, `UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`,
+		at.UTC().Format(timeFormat), id); err != nil {
+		return store.APIKey{}, err
+	}
+	k, err := scanKey(s.db.QueryRowContext(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE id = ?`, id))
+	if err != nil {
+		return k, notFound("API key", id, err)
+	}
+	return k, nil
 }
 
 // AccountByKeyHash finds the account that owns a live key.

@@ -18,6 +18,85 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("templates", func(t *testing.T) { testTemplates(t, open(t)) })
 	t.Run("sandboxes", func(t *testing.T) { testSandboxes(t, open(t)) })
 	t.Run("snapshots", func(t *testing.T) { testSnapshots(t, open(t)) })
+	t.Run("key lifecycle", func(t *testing.T) { testKeys(t, open(t)) })
+	t.Run("secrets and metering", func(t *testing.T) { testSecretsAndMetering(t, open(t)) })
+}
+
+func testKeys(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	now := time.Now().UTC()
+	for _, a := range []store.Account{{ID: "acc_1", Name: "one", CreatedAt: now}, {ID: "acc_2", Name: "two", CreatedAt: now.Add(time.Second)}} {
+		if err := s.CreateAccount(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if list, err := s.ListAccounts(ctx); err != nil || len(list) != 2 || list[0].ID != "acc_1" {
+		t.Fatalf("ListAccounts = %+v, %v", list, err)
+	}
+	s.CreateAPIKey(ctx, store.APIKey{ID: "key_1", AccountID: "acc_1", Hash: "h1", Prefix: "zk_1", CreatedAt: now})
+	s.CreateAPIKey(ctx, store.APIKey{ID: "key_2", AccountID: "acc_2", Hash: "h2", Prefix: "zk_2", CreatedAt: now})
+	if k, err := s.KeyByHash(ctx, "h2"); err != nil || k.ID != "key_2" || k.AccountID != "acc_2" {
+		t.Fatalf("KeyByHash = %+v, %v", k, err)
+	}
+	if list, _ := s.ListAPIKeys(ctx, "acc_1"); len(list) != 1 || list[0].ID != "key_1" {
+		t.Fatalf("ListAPIKeys(acc_1) = %+v", list)
+	}
+	if list, _ := s.ListAPIKeys(ctx, ""); len(list) != 2 {
+		t.Fatalf("ListAPIKeys() = %+v", list)
+	}
+	k, err := s.RevokeAPIKey(ctx, "key_1", now)
+	if err != nil || k.RevokedAt == nil {
+		t.Fatalf("revoke: %+v %v", k, err)
+	}
+	if _, err := s.AccountByKeyHash(ctx, "h1"); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Fatalf("revoked key still opens: %v", err)
+	}
+	if _, err := s.KeyByHash(ctx, "h1"); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Fatalf("revoked key still found: %v", err)
+	}
+	if _, err := s.RevokeAPIKey(ctx, "key_x", now); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("revoke unknown: %v", err)
+	}
+}
+
+func testSecretsAndMetering(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	t0 := time.Now().UTC().Add(-time.Hour)
+	r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: "sbx_s", Name: "s", AccountID: "acc_1", State: sandbox.StateStarting, CreatedAt: t0},
+		SecretEnv: map[string]string{"TOKEN": "s3cr3t"}}
+	if err := s.CreateSandbox(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetSandbox(ctx, "sbx_s")
+	if err != nil || got.SecretEnv["TOKEN"] != "s3cr3t" || len(got.Running) != 0 {
+		t.Fatalf("GetSandbox = %+v, %v", got, err)
+	}
+	setState := func(st sandbox.State) *store.SandboxRecord {
+		r, err := s.UpdateSandbox(ctx, "sbx_s", func(r *store.SandboxRecord) error { r.State = st; return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := setState(sandbox.StateRunning); len(r.Running) != 1 || r.Running[0].End != nil {
+		t.Fatalf("running: intervals %+v", r.Running)
+	}
+	setState(sandbox.StateRunning) // no new interval while it stays running
+	if r := setState(sandbox.StateStopped); len(r.Running) != 1 || r.Running[0].End == nil {
+		t.Fatalf("stopped: intervals %+v", r.Running)
+	}
+	setState(sandbox.StateRunning)
+	if list, _ := s.ListSandboxes(ctx, store.SandboxFilter{}); len(list) != 1 || len(list[0].Running) != 2 || list[0].SecretEnv["TOKEN"] != "s3cr3t" {
+		t.Fatalf("ListSandboxes = %+v", list)
+	}
+	for _, c := range []struct {
+		since time.Time
+		want  int
+	}{{t0.Add(-time.Minute), 1}, {t0, 1}, {t0.Add(time.Millisecond), 0}} {
+		if n, err := s.CountCreated(ctx, "acc_1", c.since); err != nil || n != c.want {
+			t.Errorf("CountCreated(since %s) = %d, %v; want %d", c.since, n, err, c.want)
+		}
+	}
 }
 
 func testAccounts(t *testing.T, s store.Store) {
