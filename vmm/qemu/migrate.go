@@ -54,10 +54,21 @@ type migrationInfo struct {
 }
 
 // waitMigration polls query-migrate until the migration ends.
+// Polls are fine-grained at first: a fork's pause waits on them, and the
+// device-state save and load take tens of milliseconds.
+const pollDelay = time.Millisecond
+
+func nextPoll(began time.Time) time.Duration {
+	if time.Since(began) < 200*time.Millisecond {
+		return pollDelay
+	}
+	return 20 * time.Millisecond
+}
+
 func waitMigration(ctx context.Context, m *monitor) (migrationInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
 	defer cancel()
-	delay := 2 * time.Millisecond
+	began, delay := time.Now(), pollDelay
 	for {
 		var info migrationInfo
 		if err := m.execute(ctx, "query-migrate", nil, &info); err != nil {
@@ -74,9 +85,7 @@ func waitMigration(ctx context.Context, m *monitor) (migrationInfo, error) {
 			return info, fmt.Errorf("migration still %s: %w", info.Status, ctx.Err())
 		case <-time.After(delay):
 		}
-		if delay < 50*time.Millisecond {
-			delay *= 2
-		}
+		delay = nextPoll(began)
 	}
 }
 
@@ -119,7 +128,7 @@ func (d *Driver) loadImage(ctx context.Context, h *vmm.Handle, img *vmm.Image, r
 func waitIncoming(ctx context.Context, m *monitor) error {
 	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
 	defer cancel()
-	delay := 2 * time.Millisecond
+	began, delay := time.Now(), pollDelay
 	for {
 		var st qmpStatus
 		if err := m.execute(ctx, "query-status", nil, &st); err != nil {
@@ -137,9 +146,7 @@ func waitIncoming(ctx context.Context, m *monitor) error {
 			return fmt.Errorf("incoming migration still %s: %w", st.Status, ctx.Err())
 		case <-time.After(delay):
 		}
-		if delay < 50*time.Millisecond {
-			delay *= 2
-		}
+		delay = nextPoll(began)
 	}
 }
 
