@@ -233,6 +233,9 @@ func TestFork(t *testing.T) {
 				t.Errorf("clone %s: %d %+v, want 400 invalid_argument", body, st, e)
 			}
 		}
+		if _, err := c.CloneSandbox(ctx, kids[1].ID, api.CloneRequest{Name: "kid-1"}); !errors.Is(err, errdefs.ErrNameTaken) {
+			t.Errorf("clone to a taken name: %v, want name_taken", err)
+		}
 		if _, err := c.CloneSandbox(ctx, parent.ID, api.CloneRequest{}); !errors.Is(err, errdefs.ErrInvalidState) {
 			t.Errorf("clone of a destroyed sandbox: %v, want invalid_state", err)
 		}

@@ -195,6 +195,11 @@ func (n *Node) Clone(ctx context.Context, parentID string, children []*store.San
 	if err := n.reserve(parent, len(children)); err != nil {
 		return 0, nil, err
 	}
+	// Refuse a taken name before the parent is paused, so a clone is all or
+	// nothing in the common case (a race can still refuse a later child).
+	if err := n.namesFree(ctx, parent.AccountID, children); err != nil {
+		return 0, nil, err
+	}
 	var cap *captured
 	err = n.do(ctx, parentID, func(ctx context.Context) error {
 		var err error
@@ -249,6 +254,29 @@ func (n *Node) Clone(ctx context.Context, parentID string, children []*store.San
 		unpin()
 	}
 	return cap.pause, made, nil
+}
+
+// namesFree checks the children's chosen names are unused among the
+// account's live sandboxes and among themselves.
+func (n *Node) namesFree(ctx context.Context, accountID string, children []*store.SandboxRecord) error {
+	live, err := n.opts.Store.ListSandboxes(ctx, store.SandboxFilter{AccountID: accountID})
+	if err != nil {
+		return err
+	}
+	used := map[string]bool{}
+	for _, r := range live {
+		used[r.Name] = true
+	}
+	for _, c := range children {
+		if c.Name == "" {
+			continue
+		}
+		if used[c.Name] {
+			return fmt.Errorf("a sandbox named %q exists: %w", c.Name, errdefs.ErrNameTaken)
+		}
+		used[c.Name] = true
+	}
+	return nil
 }
 
 // bootFromImage starts a new sandbox (a fork child) from an image; like boot
