@@ -24,6 +24,9 @@ type Capabilities struct {
 	Accel    Accel  `json:"accel"`     // chosen once, at New
 	LiveFork bool   `json:"live_fork"` // fork a running VM with copy-on-write memory
 	Suspend  bool   `json:"suspend"`   // save a VM to disk and resume it later
+	// Confinement says how VMMs are confined ("" when they are not), e.g.
+	// "user zeish-vm, chroot, cgroup v1 memory cpu pids".
+	Confinement string `json:"confinement,omitempty"`
 }
 
 // RunState is what the VMM reports about a live VM's CPUs.
@@ -91,6 +94,9 @@ type Handle struct {
 	// the image's file privately (copy-on-write) instead.
 	MemShared bool   `json:"mem_shared"`
 	Disk      string `json:"disk"` // the VM's writable qcow2 overlay
+	// Confined: the VMM runs as an unprivileged user, chrooted into
+	// Spec.Dir, in a cgroup of its own.
+	Confined bool `json:"confined,omitempty"`
 }
 
 // Driver runs VMs on one host.

@@ -10,7 +10,8 @@
 // memory the host may promise; default its RAM less max(2 GiB, 10 %)),
 // ZEISH_LOG_LEVEL (debug|info|warn); the per-account plan ZEISH_PLAN_RUNNING_SLOTS
 // (default 10), ZEISH_PLAN_CREATES_PER_MINUTE (30), ZEISH_PLAN_DAILY_CREATES
-// (500); prices in micro-dollars per unit-second ZEISH_PRICE_VCPU_SECOND_MICROS
+// (500); ZEISH_CONFINE (on|off; default on as root) and ZEISH_VM_USER (default
+// zeish-vm) for the VMMs' confinement; prices in micro-dollars per unit-second ZEISH_PRICE_VCPU_SECOND_MICROS
 // (14), ZEISH_PRICE_MEMORY_GIB_SECOND_MICROS (4.5),
 // ZEISH_PRICE_DISK_GIB_SECOND_MICROS (0.04).
 //
@@ -96,7 +97,11 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	driver, err := qemu.New(qemu.Options{Accel: vmm.Accel(env("ZEISH_ACCEL", "")), TCGTBSizeMiB: 128, Logger: log})
+	// As root, VMMs run confined (unprivileged user, chroot, cgroup), like
+	// Firecracker's jailer; ZEISH_CONFINE=off runs them as zeishd's user.
+	confine := os.Geteuid() == 0 && env("ZEISH_CONFINE", "on") != "off"
+	driver, err := qemu.New(qemu.Options{Accel: vmm.Accel(env("ZEISH_ACCEL", "")), TCGTBSizeMiB: 128,
+		Confine: confine, VMUser: os.Getenv("ZEISH_VM_USER"), Logger: log})
 	if err != nil {
 		return err
 	}
@@ -150,7 +155,7 @@ func run(ctx context.Context) error {
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	caps := driver.Capabilities()
 	log.Info("zeishd listening", "addr", "http://"+ln.Addr().String(), "data_dir", dataDir, "node", nodeID,
-		"vmm", caps.Name, "accel", caps.Accel, "memory_budget_mib", budget, "plan", fmt.Sprintf("%+v", plan), "admin_key", keyPath, "version", version.Version)
+		"vmm", caps.Name, "accel", caps.Accel, "confinement", caps.Confinement, "memory_budget_mib", budget, "plan", fmt.Sprintf("%+v", plan), "admin_key", keyPath, "version", version.Version)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {

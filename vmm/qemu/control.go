@@ -115,6 +115,9 @@ func (d *Driver) Destroy(ctx context.Context, h *vmm.Handle) error {
 		errs = append(errs, err)
 	}
 	d.forgetQMP(h.QMPSocket)
+	if h.Confined && d.confine != nil {
+		d.confine.leave(cgroupID(h))
+	}
 	if err := removeFiles(d.ownedFiles(h)...); err != nil {
 		errs = append(errs, err)
 	}
@@ -138,6 +141,8 @@ func (d *Driver) ownedFiles(h *vmm.Handle) []string {
 	inDir(h.AgentSocket, agentName)
 	inDir(h.Disk, diskName)
 	inDir(migrateSocket(h), migrateSockName)
+	inDir(filepath.Join(h.Spec.Dir, saveSockName), saveSockName)
+	inDir(filepath.Join(h.Spec.Dir, relaySockName), relaySockName)
 	if base := filepath.Base(h.MemFile); h.MemShared && strings.HasPrefix(base, "zeish-"+h.Spec.ID+"-") &&
 		strings.HasSuffix(base, ".mem") && filepath.Dir(h.MemFile) == d.shmDir {
 		files = append(files, h.MemFile)

@@ -29,7 +29,11 @@ type Options struct {
 	// TCGTBSizeMiB caps QEMU's TCG translation cache (its largest own
 	// allocation); 0 keeps QEMU's default. Ignored under KVM.
 	TCGTBSizeMiB int
-	Logger       *slog.Logger
+	// Confine runs every VMM as VMUser (default DefaultVMUser, created if
+	// missing), chrooted into its VM folder, in a cgroup of its own. Needs root.
+	Confine bool
+	VMUser  string
+	Logger  *slog.Logger
 }
 
 // Driver runs VMs as QEMU processes on this host.
@@ -40,7 +44,8 @@ type Driver struct {
 	accel       vmm.Accel
 	tbSizeMiB   int
 	log         *slog.Logger
-	qmpLocks    sync.Map // QMP socket path → chan struct{} (one session at a time)
+	qmpLocks    sync.Map     // QMP socket path → chan struct{} (one session at a time)
+	confine     *confinement // nil: VMMs run unconfined
 
 	afterLaunch func() // test hook: runs once QEMU has daemonized
 }
@@ -89,13 +94,26 @@ func New(opts Options) (*Driver, error) {
 	if d.accel, err = detectAccel(opts.Accel, kvmDevice); err != nil {
 		return nil, err
 	}
+	if opts.Confine {
+		name := opts.VMUser
+		if name == "" {
+			name = DefaultVMUser
+		}
+		if d.confine, err = newConfinement(name); err != nil {
+			return nil, fmt.Errorf("confine VMMs: %w", err)
+		}
+	}
 	return d, nil
 }
 
 // Capabilities reports the driver's name and accelerator; it forks live
 // and suspends (migrate.go).
 func (d *Driver) Capabilities() vmm.Capabilities {
-	return vmm.Capabilities{Name: "qemu", Accel: d.accel, LiveFork: true, Suspend: true}
+	c := vmm.Capabilities{Name: "qemu", Accel: d.accel, LiveFork: true, Suspend: true}
+	if d.confine != nil {
+		c.Confinement = d.confine.describe()
+	}
+	return c
 }
 
 // Names of the files a VM has in its spec.Dir. Fixed names: one VM per Dir.

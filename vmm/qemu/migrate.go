@@ -35,7 +35,9 @@ import (
 
 const (
 	stateName       = "state.bin"
-	migrateSockName = "migrate.sock"
+	migrateSockName = "migrate.sock" // a VMM's incoming migration listens here
+	saveSockName    = "save.sock"    // zeishd takes a VMM's outgoing state here
+	relaySockName   = "relay.sock"   // zeishd relays a promotion here (VMMs cannot see each other's folders)
 	// migrateTimeout bounds one migration; full ones move all touched RAM.
 	migrateTimeout = 10 * time.Minute
 	// Migration's default 128 MiB/s cap is for networks; these copies are local.
@@ -104,7 +106,7 @@ func (d *Driver) loadImage(ctx context.Context, h *vmm.Handle, img *vmm.Image, r
 		}
 		sock := migrateSocket(h)
 		os.Remove(sock)
-		if err := m.execute(ctx, "migrate-incoming", map[string]any{"uri": "unix:" + sock}, nil); err != nil {
+		if err := m.execute(ctx, "migrate-incoming", map[string]any{"uri": "unix:" + d.guestPath(h, sock)}, nil); err != nil {
 			return err
 		}
 		fed := make(chan error, 1)
@@ -196,8 +198,13 @@ func (d *Driver) Capture(ctx context.Context, h *vmm.Handle, dir string, full bo
 		if err := m.execute(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": localBandwidth}, nil); err != nil {
 			return err
 		}
-		sink, err := newStateSink(filepath.Join(dir, "save.sock"), img.StateFile)
+		sock := filepath.Join(h.Spec.Dir, saveSockName)
+		sink, err := newStateSink(sock, img.StateFile)
 		if err != nil {
+			return err
+		}
+		if err := d.confine.own(sock); err != nil {
+			sink.close()
 			return err
 		}
 		defer sink.close()
@@ -206,7 +213,7 @@ func (d *Driver) Capture(ctx context.Context, h *vmm.Handle, dir string, full bo
 		}
 		stoppedAt = time.Now()
 		err = func() error {
-			if err := m.execute(ctx, "migrate", map[string]any{"uri": sink.uri()}, nil); err != nil {
+			if err := m.execute(ctx, "migrate", map[string]any{"uri": "unix:" + d.guestPath(h, sock)}, nil); err != nil {
 				return err
 			}
 			if _, err := waitMigration(ctx, m); err != nil {
@@ -261,7 +268,11 @@ func (d *Driver) reap(h *vmm.Handle) {
 		_ = killTagged(id, h.PID)
 	}
 	d.forgetQMP(h.QMPSocket)
-	removeFiles(h.QMPSocket, h.AgentSocket, pidFile(h), d.ConsoleLog(h), migrateSocket(h))
+	if h.Confined && d.confine != nil {
+		d.confine.leave(cgroupID(h))
+	}
+	removeFiles(h.QMPSocket, h.AgentSocket, pidFile(h), d.ConsoleLog(h), migrateSocket(h),
+		filepath.Join(h.Spec.Dir, saveSockName), filepath.Join(h.Spec.Dir, relaySockName))
 }
 
 // Promote migrates h's guest, stopped, into a new VM in dir that owns its
@@ -281,15 +292,26 @@ func (d *Driver) Promote(ctx context.Context, h *vmm.Handle, dir string) (_ *vmm
 	if err != nil {
 		return nil, 0, err
 	}
-	uri := "unix:" + migrateSocket(nh)
 	if err := d.withMonitor(ctx, nh.QMPSocket, func(m *monitor) error {
 		if err := setIgnoreShared(ctx, m, false); err != nil {
 			return err
 		}
-		return m.execute(ctx, "migrate-incoming", map[string]any{"uri": uri}, nil)
+		return m.execute(ctx, "migrate-incoming", map[string]any{"uri": "unix:" + d.guestPath(nh, migrateSocket(nh))}, nil)
 	}); err != nil {
 		return nil, 0, err
 	}
+	// Each VMM sees only its own folder: the source sends to a socket in
+	// its folder, which zeishd relays to the destination's.
+	relaySock := filepath.Join(h.Spec.Dir, relaySockName)
+	relay, err := newRelay(relaySock, migrateSocket(nh))
+	if err != nil {
+		return nil, 0, err
+	}
+	defer relay.close()
+	if err := d.confine.own(relaySock); err != nil {
+		return nil, 0, err
+	}
+	uri := "unix:" + d.guestPath(h, relaySock)
 	var info migrationInfo
 	var wasRunning bool
 	var stoppedAt time.Time

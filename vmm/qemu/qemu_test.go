@@ -44,7 +44,8 @@ func newTestDriver(t *testing.T) *Driver {
 		}
 		t.Skipf("guest kernel: %v", err)
 	}
-	d, err := New(Options{Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+	// As root, VMMs run confined, as zeishd runs them.
+	d, err := New(Options{Confine: os.Geteuid() == 0, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -182,6 +182,12 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback, spec vmm.Spec, me
 	if err := removeFiles(h.QMPSocket, h.AgentSocket, pidFile(h), d.ConsoleLog(h), migrateSocket(h)); err != nil {
 		return nil, err
 	}
+	if d.confine != nil {
+		h.Confined = true
+		if err := d.confine.prepareDir(spec.Dir); err != nil {
+			return nil, err
+		}
+	}
 	args := buildArgs(launchConfig{
 		Tag:           tagOf(spec.ID),
 		Accel:         d.accel,
@@ -201,10 +207,17 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback, spec vmm.Spec, me
 		PIDFile:       pidFile(h),
 		IncomingDefer: incoming,
 	})
+	if d.confine != nil {
+		args = append(args, d.confine.args(spec.Dir)...)
+	}
 	id := idOf(h)
 	undo.push(func() error {
 		pid, _ := readPIDFile(pidFile(h))
-		return killTagged(id, pid)
+		err := killTagged(id, pid)
+		if d.confine != nil {
+			d.confine.leave(cgroupID(h))
+		}
+		return err
 	})
 	if err := launch(ctx, d.qemuPath, args); err != nil {
 		return nil, fmt.Errorf("launch: %w", err)
@@ -219,6 +232,11 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback, spec vmm.Spec, me
 	}
 	if !isOurs(h.PID, id) {
 		return nil, fmt.Errorf("qemu pid %d: %w: not running after setup", h.PID, errdefs.ErrUnavailable)
+	}
+	if d.confine != nil {
+		for _, err := range d.confine.enter(cgroupID(h), h.PID, spec) {
+			d.log.Warn("vm cgroup", logKeySandbox, spec.ID, "err", err)
+		}
 	}
 	qctx, cancel := context.WithTimeout(ctx, qmpReadyTimeout)
 	defer cancel()

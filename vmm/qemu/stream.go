@@ -33,8 +33,6 @@ func newStateSink(sock, path string) (*stateSink, error) {
 	return s, nil
 }
 
-func (s *stateSink) uri() string { return "unix:" + s.ln.Addr().String() }
-
 func (s *stateSink) serve() {
 	conn, err := s.ln.Accept()
 	if err != nil {
@@ -89,4 +87,41 @@ func feedState(ctx context.Context, sock, path string) error {
 		return fmt.Errorf("feed state: %w", err)
 	}
 	return nil
+}
+
+// relay accepts one connection on a socket and pipes it, both ways, to
+// another socket.
+type relay struct {
+	ln net.Listener
+}
+
+func newRelay(sock, target string) (*relay, error) {
+	os.Remove(sock)
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return nil, fmt.Errorf("relay socket: %w", err)
+	}
+	go func() {
+		in, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer in.Close()
+		out, err := net.Dial("unix", target)
+		if err != nil {
+			return
+		}
+		defer out.Close()
+		done := make(chan struct{}, 2)
+		go func() { io.Copy(out, in); out.(*net.UnixConn).CloseWrite(); done <- struct{}{} }()
+		go func() { io.Copy(in, out); in.(*net.UnixConn).CloseWrite(); done <- struct{}{} }()
+		<-done
+		<-done
+	}()
+	return &relay{ln: ln}, nil
+}
+
+func (r *relay) close() {
+	r.ln.Close()
+	os.Remove(r.ln.Addr().String())
 }

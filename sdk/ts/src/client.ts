@@ -3,8 +3,8 @@ export type BodyInit_ = NonNullable<RequestInit["body"]>;
 
 import { ServerError, TimeoutError, ZeishError, errorFromResponse, SandboxStateError } from "./errors.js";
 import type {
-  Access, CloneRequest, CloneResponse, CreateSandboxRequest, Health, Lineage, RestoreResponse,
-  SandboxEvent, SandboxInfo, SandboxState, SnapshotInfo,
+  Access, AccountInfo, APIKeyInfo, CloneRequest, CloneResponse, CreatedAPIKey, CreateSandboxRequest, Health, Lineage,
+  PriceEstimate, RestoreResponse, SandboxEvent, SandboxInfo, SandboxState, SizePreset, SnapshotInfo, UsageReport,
 } from "./types.js";
 import { envVar, readLines } from "./util.js";
 
@@ -39,6 +39,33 @@ export interface RequestInit2 {
   absolute?: boolean;
 }
 
+/** The window of `Zeish.usage`: `[from, to)`, RFC 3339 strings or Dates. */
+export interface UsageOptions {
+  /** Start of the window; default the account's first sandbox. */
+  from?: Date | string;
+  /** End of the window; default (and at most) now. */
+  to?: Date | string;
+  signal?: AbortSignal;
+}
+
+/**
+ * What `Zeish.estimate` prices: `sandboxes` sandboxes of one size running for
+ * `minutes`. The size is a preset (`size`, default `small`) whose values
+ * `vcpus`, `memoryMib` and `diskMib` override one by one; left-out fields take
+ * the server's defaults (1 sandbox, 60 minutes).
+ */
+export interface EstimateOptions {
+  /** How many sandboxes (1–10000, default 1). */
+  sandboxes?: number;
+  size?: SizePreset;
+  vcpus?: number;
+  memoryMib?: number;
+  diskMib?: number;
+  /** For how long (1–527040, default 60). */
+  minutes?: number;
+  signal?: AbortSignal;
+}
+
 const TRANSITIONS: ReadonlySet<string> = new Set(["starting", "stopping", "deleting"]);
 /** Each POST /wait blocks at most this long, so no single HTTP exchange outlives client timeouts. */
 const WAIT_SLICE_SECONDS = 60;
@@ -50,6 +77,8 @@ const WAIT_SLICE_SECONDS = 60;
 export class Zeish {
   readonly apiUrl: string;
   readonly apiKey: string | undefined;
+  /** Accounts and API keys (`/api/v1/admin`; admin keys only, others get `forbidden`). */
+  readonly admin: Admin;
   readonly #fetch: typeof fetch;
 
   constructor(opts: ZeishOptions = {}) {
@@ -58,6 +87,7 @@ export class Zeish {
     const f = opts.fetch ?? globalThis.fetch;
     if (typeof f !== "function") throw new Error("zeish: no fetch available (Node ≥ 18 or pass options.fetch)");
     this.#fetch = f.bind(globalThis);
+    this.admin = new Admin(this);
   }
 
   /** The server root (apiUrl without `/api/v1`). */
@@ -176,6 +206,11 @@ export class Zeish {
     return this.json("POST", `/public/sandboxes/${enc(id)}/clone`, { json: req });
   }
 
+  /** POST …/fork (the same operation as clone); returns at once with the children `starting`. */
+  forkSandbox(id: string, req: CloneRequest = {}): Promise<CloneResponse> {
+    return this.json("POST", `/public/sandboxes/${enc(id)}/fork`, { json: req });
+  }
+
   lineage(id: string): Promise<Lineage> {
     return this.json("GET", `/public/sandboxes/${enc(id)}/lineage`);
   }
@@ -202,6 +237,30 @@ export class Zeish {
     }
   }
 
+  // ---- usage and prices --------------------------------------------------
+
+  /**
+   * GET /public/usage: the account's usage and cost per sandbox (destroyed
+   * ones included) and in total within `[from, to)`.
+   */
+  usage(opts: UsageOptions = {}): Promise<UsageReport> {
+    return this.json("GET", "/public/usage", {
+      query: { from: timeParam(opts.from), to: timeParam(opts.to) },
+      ...(opts.signal ? { signal: opts.signal } : {}),
+    });
+  }
+
+  /** GET /public/pricing/estimate: the pricing calculator, at this server's prices. */
+  estimate(opts: EstimateOptions = {}): Promise<PriceEstimate> {
+    return this.json("GET", "/public/pricing/estimate", {
+      query: {
+        sandboxes: opts.sandboxes, size: opts.size, vcpus: opts.vcpus, memory_mib: opts.memoryMib,
+        disk_mib: opts.diskMib, minutes: opts.minutes,
+      },
+      ...(opts.signal ? { signal: opts.signal } : {}),
+    });
+  }
+
   // ---- snapshots ---------------------------------------------------------
 
   createSnapshot(sandboxId: string, req: { name?: string } = {}): Promise<SnapshotInfo> {
@@ -225,6 +284,55 @@ export class Zeish {
   restoreSnapshot(id: string): Promise<RestoreResponse> {
     return this.json("POST", `/public/snapshots/${enc(id)}/restore`);
   }
+}
+
+/**
+ * Accounts and API keys, under `/api/v1/admin`: `zeish.admin.…`. Every call
+ * needs an admin account's key; another key gets AuthenticationError
+ * `forbidden` (403).
+ */
+export class Admin {
+  readonly #zeish: Zeish;
+
+  constructor(zeish: Zeish) {
+    this.#zeish = zeish;
+  }
+
+  /** Creates an account with no keys (name: 1–63 lower-case letters, digits or `-`, unique; else `name_taken`). */
+  createAccount(name: string): Promise<AccountInfo> {
+    return this.#zeish.json("POST", "/admin/accounts", { json: { name } });
+  }
+
+  /** Every account, oldest first. */
+  async listAccounts(): Promise<AccountInfo[]> {
+    const r = await this.#zeish.json<{ accounts: AccountInfo[] }>("GET", "/admin/accounts");
+    return r.accounts;
+  }
+
+  /** Creates an API key for the account. Its `key` (`zk_…`) is in this answer only: zeish keeps just its hash. */
+  createKey(accountId: string): Promise<CreatedAPIKey> {
+    return this.#zeish.json("POST", `/admin/accounts/${enc(accountId)}/keys`, { json: {} });
+  }
+
+  /** API keys (their prefixes, never the keys), revoked ones included; of one account with `account`. */
+  async listKeys(opts: { account?: string } = {}): Promise<APIKeyInfo[]> {
+    const r = await this.#zeish.json<{ keys: APIKeyInfo[] }>("GET", "/admin/keys", { query: { account: opts.account } });
+    return r.keys;
+  }
+
+  /**
+   * Revokes a key by its id (`key_…`); it stops working at once. Returns the
+   * key with its `revoked_at`. Revoking a revoked key changes nothing; the key
+   * the request itself uses cannot be revoked (`invalid_state`).
+   */
+  revokeKey(id: string): Promise<APIKeyInfo> {
+    return this.#zeish.json("DELETE", `/admin/keys/${enc(id)}`);
+  }
+}
+
+function timeParam(t: Date | string | undefined): string | undefined {
+  if (t === undefined) return undefined;
+  return typeof t === "string" ? t : t.toISOString();
 }
 
 export function enc(s: string): string {

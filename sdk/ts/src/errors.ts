@@ -29,7 +29,7 @@ export class InvalidArgumentError extends ZeishError {}
 export class AuthenticationError extends ZeishError {}
 /** 404: `not_found`, `file_not_found`. */
 export class NotFoundError extends ZeishError {}
-/** 409: `invalid_state`, `name_taken`, `file_exists`, `node_full`, `limit_reached`, `running_slots_full`. */
+/** 409: `invalid_state`, `name_taken`, `file_exists`, `node_full`, `limit_reached`, `running_slots_full`, `budget_exhausted`. */
 export class ConflictError extends ZeishError {}
 /** 429: `rate_limited` (see `retryAfter`), `daily_cap_reached`. */
 export class RateLimitError extends ZeishError {}
@@ -66,6 +66,7 @@ const classByCode: Record<ErrorCode, new (s: number, c: ErrorCode, m: string, o?
   node_full: ConflictError,
   limit_reached: ConflictError,
   running_slots_full: ConflictError,
+  budget_exhausted: ConflictError,
   rate_limited: RateLimitError,
   daily_cap_reached: RateLimitError,
   timeout: TimeoutError,

@@ -1,4 +1,6 @@
-export { Zeish, DEFAULT_API_URL, type ZeishOptions, type WaitOptions } from "./client.js";
+export {
+  Zeish, Admin, DEFAULT_API_URL, type ZeishOptions, type WaitOptions, type UsageOptions, type EstimateOptions,
+} from "./client.js";
 export {
   Sandbox, Files, Processes, Snapshot, Snapshots,
   type SandboxCreateOptions, type ConnectionOptions, type CreateCallOptions, type LifecycleOptions,

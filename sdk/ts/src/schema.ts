@@ -24,6 +24,140 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/admin/accounts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List accounts
+         * @description Every account, oldest first.
+         */
+        get: operations["listAccounts"];
+        put?: never;
+        /**
+         * Create an account
+         * @description A new account with no keys; give it one with `POST /api/v1/admin/accounts/{id}/keys`.
+         */
+        post: operations["createAccount"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/admin/accounts/{id}/keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The account's id. */
+                id: components["schemas"]["AccountID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create an API key for an account
+         * @description The key is in this answer only; zeish keeps just its hash.
+         */
+        post: operations["createAPIKey"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/admin/keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List API keys
+         * @description Keys (never the keys themselves, only their prefixes), revoked ones included.
+         */
+        get: operations["listAPIKeys"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/admin/keys/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The key's id (`key_…`). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke an API key
+         * @description The key stops working at once. Revoking a revoked key changes nothing.
+         */
+        delete: operations["revokeAPIKey"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/public/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Report usage and cost
+         * @description The account's usage per sandbox (destroyed ones included) and in total within
+         *     `[from, to)`: compute while running, storage on the full disk size from create until
+         *     delete.
+         */
+        get: operations["getUsage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/public/pricing/estimate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Estimate a cost
+         * @description What `sandboxes` sandboxes of one size cost running for `minutes` (compute and storage),
+         *     at this server's prices. The size is a preset (`size`, default `small`) whose values
+         *     `vcpus`, `memory_mib` and `disk_mib` override one by one.
+         */
+        get: operations["estimatePrice"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/public/sandboxes": {
         parameters: {
             query?: never;
@@ -199,7 +333,8 @@ export interface paths {
         put?: never;
         /**
          * Resume a paused sandbox
-         * @description `paused → running`: the frozen machine carries on where it was.
+         * @description `paused → running`: the frozen machine carries on where it was. A paused sandbox holds its
+         *     running slot already, so resuming needs no other.
          */
         post: operations["resumeSandbox"];
         delete?: never;
@@ -644,13 +779,14 @@ export interface components {
          *     | `node_full` | 409 | The host has no free memory for this sandbox. |
          *     | `limit_reached` | 409 | A per-object limit is reached (for example 20 snapshots per sandbox). |
          *     | `running_slots_full` | 409 | The account has no free running slot. |
+         *     | `budget_exhausted` | 409 | The sandbox's max_cost_micros is reached: it stays stopped; fork it with a new budget. |
          *     | `rate_limited` | 429 | Too many creates in a short time; retry after Retry-After seconds. |
          *     | `daily_cap_reached` | 429 | The account's daily create cap is reached. |
          *     | `timeout` | 503 | The operation did not finish in time. |
          *     | `unavailable` | 503 | A dependency (the VM, its agent, the store) is not reachable now. |
          * @enum {string}
          */
-        ErrorCode: "internal" | "invalid_argument" | "unknown_template" | "unauthenticated" | "token_expired" | "forbidden" | "not_found" | "file_not_found" | "invalid_state" | "name_taken" | "file_exists" | "node_full" | "limit_reached" | "running_slots_full" | "rate_limited" | "daily_cap_reached" | "timeout" | "unavailable";
+        ErrorCode: "internal" | "invalid_argument" | "unknown_template" | "unauthenticated" | "token_expired" | "forbidden" | "not_found" | "file_not_found" | "invalid_state" | "name_taken" | "file_exists" | "node_full" | "limit_reached" | "running_slots_full" | "budget_exhausted" | "rate_limited" | "daily_cap_reached" | "timeout" | "unavailable";
         /**
          * @description A sandbox id, `sbx_` and 20 lower-case base32 characters.
          * @example sbx_0f3k9q2m7c4x8z1b5n6p
@@ -747,7 +883,8 @@ export interface components {
             region?: string;
             env?: components["schemas"]["EnvMap"];
             /**
-             * @description Like `env`, but never returned by the API; delivered to the guest at every boot,
+             * @description Like `env`, but never returned by the API nor logged, and kept encrypted at rest
+             *     (AES-256-GCM under `<data dir>/secrets.key`); delivered to the guest at every boot,
              *     fork and restore. Same rules as `env`.
              */
             secrets?: components["schemas"]["EnvMap"];
@@ -757,7 +894,9 @@ export interface components {
             pr_number?: number;
             /**
              * Format: int64
-             * @description A budget in millionths of a currency unit; reaching it stops the sandbox (reason `budget_exhausted`). 0 means none.
+             * @description A budget in micro-dollars; once `cost_micros` reaches it (checked every 2 s) the
+             *     sandbox is stopped (suspended, nothing lost) with reason `budget_exhausted` and
+             *     cannot be started again (`409 budget_exhausted`). 0 means none.
              */
             max_cost_micros?: number;
             /** @description The sandbox runs a browser. */
@@ -807,7 +946,9 @@ export interface components {
             metadata: components["schemas"]["Metadata"];
             /**
              * Format: int64
-             * @description Cost so far in millionths of a currency unit (compute while running, storage until deleted).
+             * @description Cost so far in micro-dollars (compute while running, storage on the full disk size
+             *     until deleted), computed when the sandbox is read. Reaching `max_cost_micros` stops
+             *     the sandbox with `state_reason` `budget_exhausted`.
              */
             cost_micros: number;
             /** Format: date-time */
@@ -831,6 +972,84 @@ export interface components {
              * @default 120
              */
             timeout_seconds?: number;
+        };
+        Account: {
+            id: components["schemas"]["AccountID"];
+            name: string;
+            admin: boolean;
+            /** Format: date-time */
+            created_at: string;
+        };
+        CreateAccountRequest: {
+            /** @description 1–63 lower-case letters, digits or `-`, unique. */
+            name: string;
+        };
+        AccountList: {
+            accounts: components["schemas"]["Account"][];
+        };
+        APIKey: {
+            id: string;
+            account_id: components["schemas"]["AccountID"];
+            /** @description The key's first characters, to recognise it. */
+            prefix: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            revoked_at?: string;
+        };
+        CreatedAPIKey: {
+            id: string;
+            account_id: components["schemas"]["AccountID"];
+            /** @description The key (`zk_…`): shown this once only. */
+            key: string;
+            prefix: string;
+            /** Format: date-time */
+            created_at: string;
+        };
+        APIKeyList: {
+            keys: components["schemas"]["APIKey"][];
+        };
+        /** @description The price table, micro-dollars per unit-second. */
+        Prices: {
+            vcpu_second_micros: number;
+            memory_gib_second_micros: number;
+            disk_gib_second_micros: number;
+        };
+        Usage: {
+            running_seconds: number;
+            vcpu_seconds: number;
+            memory_gib_seconds: number;
+            disk_gib_seconds: number;
+            /** Format: int64 */
+            compute_micros: number;
+            /** Format: int64 */
+            storage_micros: number;
+            /** Format: int64 */
+            cost_micros: number;
+        };
+        SandboxUsage: {
+            sandbox_id: components["schemas"]["SandboxID"];
+            name: string;
+            state: components["schemas"]["State"];
+            usage: components["schemas"]["Usage"];
+        };
+        UsageReport: {
+            /** Format: date-time */
+            from: string;
+            /** Format: date-time */
+            to: string;
+            prices: components["schemas"]["Prices"];
+            total: components["schemas"]["Usage"];
+            sandboxes: components["schemas"]["SandboxUsage"][];
+        };
+        PriceEstimate: {
+            sandboxes: number;
+            vcpus: number;
+            memory_mib: number;
+            disk_mib: number;
+            minutes: number;
+            prices: components["schemas"]["Prices"];
+            usage: components["schemas"]["Usage"];
         };
         AccessRequest: {
             /**
@@ -1007,8 +1226,8 @@ export interface components {
             ppid: number;
             /** @description The executable's name. */
             command: string;
-            /** @description The command line; null for kernel threads, which have none. */
-            argv: string[] | null;
+            /** @description The command line; empty for kernel threads, which have none. */
+            argv: string[];
         };
         ProcessList: {
             processes: components["schemas"]["Process"][];
@@ -1075,6 +1294,15 @@ export interface components {
          *     sandbox no longer exists. `token_expired`: get a new token from `/access`.
          */
         DataUnauthorized: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description `forbidden`: the API key is valid but not an admin's. */
+        Forbidden: {
             headers: {
                 [name: string]: unknown;
             };
@@ -1226,6 +1454,228 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
+            500: components["responses"]["Internal"];
+        };
+    };
+    listAccounts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The accounts. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AccountList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    createAccount: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "name": "team-a"
+                 *     }
+                 */
+                "application/json": components["schemas"]["CreateAccountRequest"];
+            };
+        };
+        responses: {
+            /** @description The account. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Account"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description `name_taken`: an account has this name. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["Internal"];
+        };
+    };
+    createAPIKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The account's id. */
+                id: components["schemas"]["AccountID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: components["requestBodies"]["Empty"];
+        responses: {
+            /** @description The key, shown once. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreatedAPIKey"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    listAPIKeys: {
+        parameters: {
+            query?: {
+                /** @description Only this account's keys. */
+                account?: components["schemas"]["AccountID"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The keys. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["APIKeyList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    revokeAPIKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The key's id (`key_…`). */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The key, with its `revoked_at`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["APIKey"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            /** @description `invalid_state`: this is the key the request uses (revoke it with another admin key). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["Internal"];
+        };
+    };
+    getUsage: {
+        parameters: {
+            query?: {
+                /** @description Start of the window (RFC 3339); default the account's first sandbox. */
+                from?: string;
+                /** @description End of the window (RFC 3339); default, and at most, now. */
+                to?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The usage. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageReport"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    estimatePrice: {
+        parameters: {
+            query?: {
+                /** @description How many sandboxes. */
+                sandboxes?: number;
+                /** @description A size preset. */
+                size?: "small" | "medium" | "large";
+                /** @description vCPUs of each. */
+                vcpus?: number;
+                /** @description Memory of each in MiB. */
+                memory_mib?: number;
+                /** @description Disk of each in MiB. */
+                disk_mib?: number;
+                /** @description For how long. */
+                minutes?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The estimate. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PriceEstimate"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
             500: components["responses"]["Internal"];
         };
     };
@@ -1470,6 +1920,7 @@ export interface operations {
             /**
              * @description `invalid_state`: the sandbox is not stopped.
              *     `running_slots_full`: the account has no free running slot.
+             *     `budget_exhausted`: the sandbox's cost reached its `max_cost_micros`.
              *     `node_full`: the sandbox's host has no free memory for it.
              */
             409: {
@@ -1563,7 +2014,19 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
-            409: components["responses"]["InvalidState"];
+            /**
+             * @description `invalid_state`: the sandbox is not paused.
+             *     `running_slots_full`: the account has no free running slot.
+             *     `budget_exhausted`: the sandbox's cost reached its `max_cost_micros`.
+             */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };

@@ -26,6 +26,18 @@ export type FileInfo = S["FileInfo"];
 export type ProcessInfo = S["Process"];
 export type SandboxEvent = S["Event"];
 export type ErrorEnvelope = S["Error"];
+/** An account (the `Account` schema). */
+export type AccountInfo = S["Account"];
+/** An API key as listed: its prefix, never the key (the `APIKey` schema). */
+export type APIKeyInfo = S["APIKey"];
+/** A new API key, with the key itself (`zk_…`), shown this once only. */
+export type CreatedAPIKey = S["CreatedAPIKey"];
+/** Micro-dollars per unit-second. */
+export type Prices = S["Prices"];
+export type Usage = S["Usage"];
+export type SandboxUsage = S["SandboxUsage"];
+export type UsageReport = S["UsageReport"];
+export type PriceEstimate = S["PriceEstimate"];
 
 /** Every error code, for runtime checks. Kept equal to ErrorCode by the compiler. */
 export const ERROR_CODES = [
@@ -43,6 +55,7 @@ export const ERROR_CODES = [
   "node_full",
   "limit_reached",
   "running_slots_full",
+  "budget_exhausted",
   "rate_limited",
   "daily_cap_reached",
   "timeout",

@@ -1,11 +1,13 @@
 // The TypeScript SDK against a real zeishd and real VMs: one sandbox boot and
-// one clone, plus error mapping that needs no VM.
+// one clone, plus error mapping, accounts and keys, usage and prices (which
+// reuse that sandbox and boot none of their own).
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import {
   AuthenticationError, ConflictError, InvalidArgumentError, NotFoundError, Sandbox, ServerError, Zeish, ZeishError,
   isZeishError,
 } from "../src/index.js";
+import type { Prices } from "../src/index.js";
 import { Harness, vmSkipReason } from "./harness.js";
 
 const skip = vmSkipReason();
@@ -63,6 +65,114 @@ describe("sdk against zeishd", { skip, timeout: 20 * 60_000 }, () => {
     assert.deepEqual(await zeish.listSandboxes(), []);
   }));
 
+  /**
+   * A second account and its key, while the admin's sandbox sbxId runs: the
+   * key sees none of the admin's objects, may not use the admin routes, and
+   * stops working once revoked.
+   */
+  async function accountsAndKeys(zeish: Zeish, sbxId: string): Promise<void> {
+    const accounts0 = await zeish.admin.listAccounts();
+    const adminAcc = accounts0.find((a) => a.admin);
+    assert.ok(adminAcc, "an admin account exists");
+    const acc = await zeish.admin.createAccount("ts-team");
+    assert.match(acc.id, /^acc_[0-9a-z]+$/);
+    assert.equal(acc.name, "ts-team");
+    assert.equal(acc.admin, false);
+    assert.deepEqual((await zeish.admin.listAccounts()).map((a) => a.id), [...accounts0.map((a) => a.id), acc.id]);
+    await assert.rejects(zeish.admin.createAccount("ts-team"), (e: unknown) => e instanceof ConflictError && e.code === "name_taken");
+    await assert.rejects(zeish.admin.createAccount("Not Valid!"), InvalidArgumentError);
+    await assert.rejects(zeish.admin.createKey("acc_00000000000000000000"), (e: unknown) => e instanceof NotFoundError && e.code === "not_found");
+    await assert.rejects(zeish.admin.createKey("acc_malformed"), (e: unknown) => isZeishError(e, "invalid_argument"));
+
+    const key = await zeish.admin.createKey(acc.id);
+    assert.match(key.id, /^key_[0-9a-z]{20}$/);
+    assert.equal(key.account_id, acc.id);
+    assert.match(key.key, /^zk_/);
+    assert.ok(key.key.startsWith(key.prefix), "prefix is the key's start");
+    const listed = await zeish.admin.listKeys({ account: acc.id });
+    assert.deepEqual(listed.map((k) => [k.id, k.prefix, k.revoked_at]), [[key.id, key.prefix, undefined]]);
+    assert.ok(!("key" in listed[0]!), "listed keys do not carry the key");
+    assert.ok((await zeish.admin.listKeys()).some((k) => k.id === key.id));
+
+    // The new key: its own empty world, no admin routes, none of the admin's sandboxes.
+    const user = new Zeish({ apiUrl: h.apiUrl, apiKey: key.key });
+    assert.deepEqual(await user.listSandboxes(), []);
+    for (const call of [() => user.getSandbox(sbxId), () => Sandbox.connect(sbxId, { zeish: user }), () => user.access(sbxId), () => user.lineage(sbxId)]) {
+      await assert.rejects(call(), (e: unknown) => {
+        assert.ok(e instanceof NotFoundError && e.code === "not_found" && e.status === 404, String(e));
+        return true;
+      });
+    }
+    for (const call of [() => user.admin.listAccounts(), () => user.admin.createAccount("sneaky"), () => user.admin.createKey(acc.id),
+      () => user.admin.listKeys(), () => user.admin.revokeKey(key.id)]) {
+      await assert.rejects(call(), (e: unknown) => {
+        assert.ok(e instanceof AuthenticationError && e.code === "forbidden" && e.status === 403, String(e));
+        return true;
+      });
+    }
+    const own = await user.usage();
+    assert.deepEqual([own.sandboxes, own.total.cost_micros], [[], 0]);
+    assert.equal((await user.estimate()).vcpus, 1);
+
+    // An admin key cannot revoke itself (it would lock zeishd's admin.key out).
+    const mine = (await zeish.admin.listKeys({ account: adminAcc.id })).find((k) => h.apiKey.startsWith(k.prefix));
+    assert.ok(mine, "the admin key is listed");
+    await assert.rejects(zeish.admin.revokeKey(mine.id), (e: unknown) => e instanceof ConflictError && e.code === "invalid_state");
+
+    const revoked = await zeish.admin.revokeKey(key.id);
+    assert.equal(revoked.id, key.id);
+    assert.ok(revoked.revoked_at && !Number.isNaN(Date.parse(revoked.revoked_at)), "revoked_at set");
+    assert.equal((await zeish.admin.revokeKey(key.id)).revoked_at, revoked.revoked_at, "revoking twice changes nothing");
+    assert.equal((await zeish.admin.listKeys({ account: acc.id }))[0]!.revoked_at, revoked.revoked_at);
+    await assert.rejects(user.listSandboxes(), (e: unknown) => {
+      assert.ok(e instanceof AuthenticationError && e.code === "unauthenticated" && e.status === 401, String(e));
+      return true;
+    });
+    await assert.rejects(user.usage(), (e: unknown) => isZeishError(e, "unauthenticated"));
+    await assert.rejects(zeish.admin.revokeKey("key_00000000000000000000"), NotFoundError);
+    // The admin still sees its sandbox.
+    assert.equal((await zeish.getSandbox(sbxId)).state, "running");
+  }
+
+  /** Usage of the (now destroyed) sandboxes ids, and the pricing calculator. */
+  async function usageAndPrices(zeish: Zeish, ids: string[]): Promise<void> {
+    const all = await zeish.usage();
+    for (const id of ids) {
+      const row = all.sandboxes.find((s) => s.sandbox_id === id);
+      assert.ok(row, `usage lists ${id}`);
+      assert.equal(row.state, "destroyed");
+      assert.ok(row.usage.running_seconds > 0 && row.usage.cost_micros > 0, JSON.stringify(row.usage));
+    }
+    assert.equal(all.total.cost_micros, all.sandboxes.reduce((n, s) => n + s.usage.cost_micros, 0), "total is the sum");
+    assert.ok(Date.parse(all.from) <= Date.parse(all.to));
+    // An empty window before anything existed.
+    const past = await zeish.usage({ from: new Date("2020-01-01T00:00:00Z"), to: new Date("2020-01-02T00:00:00Z") });
+    assert.deepEqual([past.sandboxes, past.total.cost_micros], [[], 0]);
+    // A window that is the last hour: the same sandboxes.
+    const hour = await zeish.usage({ from: new Date(Date.now() - 3600_000), to: new Date() });
+    assert.deepEqual(hour.sandboxes.map((s) => s.sandbox_id).sort(), all.sandboxes.map((s) => s.sandbox_id).sort());
+    await assert.rejects(zeish.usage({ from: "yesterday" }), InvalidArgumentError);
+    await assert.rejects(zeish.usage({ from: new Date(), to: new Date(Date.now() - 3600_000) }), InvalidArgumentError);
+
+    const est = await zeish.estimate({ sandboxes: 3, size: "medium", memoryMib: 4096, minutes: 10 });
+    assert.deepEqual([est.sandboxes, est.vcpus, est.memory_mib, est.disk_mib, est.minutes], [3, 2, 4096, 8192, 10]);
+    // 3 × 600 s of 2 vCPUs, 4 GiB memory and 8 GiB disk, at the prices it answers with (as zeishd rounds).
+    const want = (p: Prices) => {
+      const secs = 3 * 600;
+      const compute = secs * 2 * p.vcpu_second_micros + secs * 4096 / 1024 * p.memory_gib_second_micros;
+      const storage = secs * 8192 / 1024 * p.disk_gib_second_micros;
+      return [Math.round(compute), Math.round(storage), Math.round(compute + storage)];
+    };
+    assert.deepEqual([est.usage.compute_micros, est.usage.storage_micros, est.usage.cost_micros], want(est.prices));
+    assert.deepEqual([est.usage.running_seconds, est.usage.vcpu_seconds, est.usage.memory_gib_seconds, est.usage.disk_gib_seconds],
+      [1800, 3600, 7200, 14400]);
+    assert.deepEqual(est.prices, all.prices);
+    const small = await zeish.estimate();
+    assert.deepEqual([small.sandboxes, small.vcpus, small.memory_mib, small.disk_mib, small.minutes], [1, 1, 512, 2048, 60]);
+    await assert.rejects(zeish.estimate({ sandboxes: 0 }), (e: unknown) => e instanceof InvalidArgumentError && e.code === "invalid_argument");
+    await assert.rejects(zeish.estimate({ minutes: 527041 }), InvalidArgumentError);
+  }
+
   test("create, exec, files, snapshot, clone, delete (real VMs)", () => tracked(async () => {
     const zeish = h.zeish;
     const t0 = Date.now();
@@ -73,6 +183,7 @@ describe("sdk against zeishd", { skip, timeout: 20 * 60_000 }, () => {
     assert.equal(sbx.name, "ts-sdk");
     assert.equal(sbx.info.memory_mib, 256);
     assert.deepEqual((await Sandbox.connect(sbx.id, { zeish })).info.id, sbx.id);
+    await accountsAndKeys(zeish, sbx.id);
 
     // exec: exit code, stdout and stderr apart, streamed callbacks, env, cwd, stdin.
     const chunks: string[] = [];
@@ -152,6 +263,7 @@ describe("sdk against zeishd", { skip, timeout: 20 * 60_000 }, () => {
     assert.deepEqual(await sbx.snapshots.list(), []);
     assert.equal((await sbx.delete()).state, "destroyed");
     await assert.rejects(sbx.exec("true"), ZeishError);
+    await usageAndPrices(zeish, [sbx.id, child.id]);
     console.log(`vm test total: ${Date.now() - t0} ms`);
   }));
 });

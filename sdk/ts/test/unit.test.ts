@@ -5,7 +5,10 @@ import assert from "node:assert/strict";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { after, before, test } from "node:test";
-import { ConflictError, RateLimitError, Sandbox, Zeish, ZeishError, isZeishError } from "../src/index.js";
+import {
+  AuthenticationError, ConflictError, InvalidArgumentError, RateLimitError, Sandbox, Zeish, ZeishError, isZeishError,
+  type PriceEstimate, type UsageReport,
+} from "../src/index.js";
 
 const ID = "sbx_aaaaaaaaaaaaaaaaaaaa";
 let server: Server;
@@ -14,6 +17,15 @@ let accessCalls = 0;
 let ttlMs = 15 * 60_000;
 let expireNext = false;
 const uploads: { path: string; mode: string | null; body: string; auth: string | undefined }[] = [];
+/** Control-plane requests to the admin, usage and pricing routes, as the fake server saw them. */
+const seen: { method: string; path: string; query: Record<string, string>; body: string; auth: string | undefined; type: string | undefined }[] = [];
+const KEY_ID = "key_bbbbbbbbbbbbbbbbbbbb";
+const T0 = "2026-01-02T03:04:05Z";
+const PRICES = { vcpu_second_micros: 14, memory_gib_second_micros: 4.5, disk_gib_second_micros: 0.04 };
+const USAGE = {
+  running_seconds: 60, vcpu_seconds: 60, memory_gib_seconds: 30, disk_gib_seconds: 120, compute_micros: 975,
+  storage_micros: 5, cost_micros: 980,
+};
 
 function sandboxJSON(state = "running") {
   return {
@@ -38,6 +50,59 @@ async function handle(req: IncomingMessage, res: ServerResponse) {
   const url = new URL(req.url!, base);
   const p = url.pathname;
   if (p === `/api/v1/public/sandboxes/${ID}` && req.method === "GET") return sendJSON(res, 200, sandboxJSON());
+  if (p.startsWith("/api/v1/admin/") || p === "/api/v1/public/usage" || p === "/api/v1/public/pricing/estimate" || p.endsWith("/fork")) {
+    const rec = {
+      method: req.method!, path: p, query: Object.fromEntries(url.searchParams), body: await body(req),
+      auth: req.headers.authorization, type: req.headers["content-type"],
+    };
+    seen.push(rec);
+    if (p.startsWith("/api/v1/admin/") && rec.auth !== "Bearer zk_test") {
+      return sendJSON(res, 403, { error: { code: "forbidden", message: "only an admin account may use " + p } });
+    }
+    const m = `${req.method} ${p}`;
+    if (m === "POST /api/v1/admin/accounts") {
+      const name = (JSON.parse(rec.body) as { name: string }).name;
+      if (name === "taken") return sendJSON(res, 409, { error: { code: "name_taken", message: "an account is named taken" } });
+      return sendJSON(res, 201, { id: "acc_team", name, admin: false, created_at: T0 });
+    }
+    if (m === "GET /api/v1/admin/accounts") {
+      return sendJSON(res, 200, { accounts: [{ id: "acc_admin", name: "admin", admin: true, created_at: T0 }, { id: "acc_team", name: "team-a", admin: false, created_at: T0 }] });
+    }
+    if (m === "POST /api/v1/admin/accounts/acc_team/keys") {
+      return sendJSON(res, 201, { id: KEY_ID, account_id: "acc_team", key: "zk_secret", prefix: "zk_secre", created_at: T0 });
+    }
+    if (m === "GET /api/v1/admin/keys") {
+      return sendJSON(res, 200, { keys: [{ id: KEY_ID, account_id: "acc_team", prefix: "zk_secre", created_at: T0 }] });
+    }
+    if (m === `DELETE /api/v1/admin/keys/${KEY_ID}`) {
+      return sendJSON(res, 200, { id: KEY_ID, account_id: "acc_team", prefix: "zk_secre", created_at: T0, revoked_at: T0 });
+    }
+    if (m === "GET /api/v1/public/usage") {
+      return sendJSON(res, 200, {
+        from: rec.query.from ?? T0, to: rec.query.to ?? T0, prices: PRICES, total: USAGE,
+        sandboxes: [{ sandbox_id: ID, name: "fake", state: "destroyed", usage: USAGE }],
+      });
+    }
+    if (m === "GET /api/v1/public/pricing/estimate") {
+      if (Number(rec.query.sandboxes) > 10000) {
+        return sendJSON(res, 400, { error: { code: "invalid_argument", message: "sandboxes out of range" } });
+      }
+      return sendJSON(res, 200, {
+        sandboxes: Number(rec.query.sandboxes ?? 1), vcpus: Number(rec.query.vcpus ?? 1), memory_mib: Number(rec.query.memory_mib ?? 512),
+        disk_mib: Number(rec.query.disk_mib ?? 2048), minutes: Number(rec.query.minutes ?? 60), prices: PRICES, usage: USAGE,
+      });
+    }
+    if (m === `POST /api/v1/public/sandboxes/${ID}/fork`) {
+      return sendJSON(res, 429, { error: { code: "daily_cap_reached", message: "500 creates today" } });
+    }
+    return sendJSON(res, 404, { error: { code: "not_found", message: "no route " + m } });
+  }
+  if (p === `/api/v1/public/sandboxes/${ID}/start`) {
+    return sendJSON(res, 409, { error: { code: "budget_exhausted", message: "max_cost_micros reached" } });
+  }
+  if (p === `/api/v1/public/sandboxes/${ID}/resume`) {
+    return sendJSON(res, 409, { error: { code: "running_slots_full", message: "10 of 10 running slots in use" } });
+  }
   if (p === `/api/v1/public/sandboxes/${ID}/access`) {
     accessCalls++;
     return sendJSON(res, 200, {
@@ -144,4 +209,79 @@ test("error envelopes become typed errors", async () => {
   await assert.rejects(sbx.clone({ count: 2 }), (e: unknown) => e instanceof ConflictError && e.code === "node_full" && e.message === "no memory");
   await assert.rejects(sbx.files.read("/nope"), (e: unknown) => isZeishError(e, "file_not_found"));
   await assert.rejects(z.lineage(ID), (e: unknown) => e instanceof ZeishError && e.status === 502 && e.code === "internal");
+});
+
+test("admin: accounts and keys, request shapes", async () => {
+  const z = zeish();
+  seen.length = 0;
+  const acc = await z.admin.createAccount("team-a");
+  assert.deepEqual(acc, { id: "acc_team", name: "team-a", admin: false, created_at: T0 });
+  assert.deepEqual((await z.admin.listAccounts()).map((a) => [a.id, a.admin]), [["acc_admin", true], ["acc_team", false]]);
+  const key = await z.admin.createKey(acc.id);
+  assert.equal(key.key, "zk_secret");
+  assert.equal(key.account_id, "acc_team");
+  assert.deepEqual((await z.admin.listKeys({ account: acc.id })).map((k) => k.id), [KEY_ID]);
+  await z.admin.listKeys();
+  const revoked = await z.admin.revokeKey(key.id);
+  assert.equal(revoked.revoked_at, T0);
+  assert.deepEqual(seen.map((r) => [r.method, r.path, r.query, r.body, r.auth]), [
+    ["POST", "/api/v1/admin/accounts", {}, '{"name":"team-a"}', "Bearer zk_test"],
+    ["GET", "/api/v1/admin/accounts", {}, "", "Bearer zk_test"],
+    ["POST", "/api/v1/admin/accounts/acc_team/keys", {}, "{}", "Bearer zk_test"],
+    ["GET", "/api/v1/admin/keys", { account: "acc_team" }, "", "Bearer zk_test"],
+    ["GET", "/api/v1/admin/keys", {}, "", "Bearer zk_test"],
+    ["DELETE", `/api/v1/admin/keys/${KEY_ID}`, {}, "", "Bearer zk_test"],
+  ]);
+  assert.equal(seen[0]!.type, "application/json");
+  assert.equal(seen[2]!.type, "application/json");
+
+  await assert.rejects(z.admin.createAccount("taken"), (e: unknown) => e instanceof ConflictError && e.code === "name_taken" && e.status === 409);
+  const user = new Zeish({ apiUrl: `${base}/api/v1`, apiKey: "zk_user" });
+  for (const call of [() => user.admin.listAccounts(), () => user.admin.createKey("acc_team"), () => user.admin.revokeKey(KEY_ID)]) {
+    await assert.rejects(call(), (e: unknown) => {
+      assert.ok(e instanceof AuthenticationError && e.code === "forbidden" && e.status === 403, String(e));
+      return true;
+    });
+  }
+});
+
+test("usage and estimate: query parameters and typed answers", async () => {
+  const z = zeish();
+  seen.length = 0;
+  const all: UsageReport = await z.usage();
+  assert.equal(all.total.cost_micros, 980);
+  assert.deepEqual(all.sandboxes.map((s) => [s.sandbox_id, s.state]), [[ID, "destroyed"]]);
+  const from = new Date("2026-01-01T00:00:00Z");
+  await z.usage({ from, to: "2026-01-02T00:00:00Z" });
+  await z.usage({ to: new Date("2026-01-03T00:00:00.250Z") });
+  assert.deepEqual(seen.map((r) => [r.method, r.path, r.query, r.body]), [
+    ["GET", "/api/v1/public/usage", {}, ""],
+    ["GET", "/api/v1/public/usage", { from: "2026-01-01T00:00:00.000Z", to: "2026-01-02T00:00:00Z" }, ""],
+    ["GET", "/api/v1/public/usage", { to: "2026-01-03T00:00:00.250Z" }, ""],
+  ]);
+
+  seen.length = 0;
+  const est: PriceEstimate = await z.estimate({ sandboxes: 10, vcpus: 2, memoryMib: 1024, diskMib: 4096, minutes: 30, size: "medium" });
+  assert.deepEqual([est.sandboxes, est.vcpus, est.memory_mib, est.disk_mib, est.minutes], [10, 2, 1024, 4096, 30]);
+  assert.deepEqual(est.prices, PRICES);
+  await z.estimate();
+  await z.estimate({ size: "large" });
+  assert.deepEqual(seen.map((r) => r.query), [
+    { sandboxes: "10", vcpus: "2", memory_mib: "1024", disk_mib: "4096", minutes: "30", size: "medium" },
+    {},
+    { size: "large" },
+  ]);
+  await assert.rejects(z.estimate({ sandboxes: 10001 }), (e: unknown) => e instanceof InvalidArgumentError && e.code === "invalid_argument");
+});
+
+test("quota and budget errors map to their codes", async () => {
+  const z = zeish();
+  await assert.rejects(z.lifecycle(ID, "start"), (e: unknown) => e instanceof ConflictError && e.code === "budget_exhausted" && e.status === 409);
+  await assert.rejects(z.lifecycle(ID, "resume"), (e: unknown) => e instanceof ConflictError && e.code === "running_slots_full");
+  seen.length = 0;
+  await assert.rejects(z.forkSandbox(ID, { count: 2 }), (e: unknown) => {
+    assert.ok(e instanceof RateLimitError && e.code === "daily_cap_reached" && e.status === 429 && e.retryAfter === undefined, String(e));
+    return true;
+  });
+  assert.deepEqual(seen.map((r) => [r.method, r.path, r.body]), [["POST", `/api/v1/public/sandboxes/${ID}/fork`, '{"count":2}']]);
 });

@@ -1,0 +1,213 @@
+package qemu
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/zeish/zeish/vmm"
+)
+
+// Confinement, like Firecracker's jailer: each QEMU runs
+//   - as an unprivileged user (-runas), once its setup, which opens every
+//     file it needs (kernel, disks, RAM file, sockets), is done;
+//   - chrooted into its own VM folder (-chroot), so the only files it can
+//     name afterwards are its own sockets and logs: a VMM escape sees
+//     neither the data dir nor other sandboxes;
+//   - in a cgroup of its own that caps its memory (guest RAM plus QEMU's
+//     own) and CPU (its vCPUs) and the number of its tasks.
+// Paths QEMU opens later (migration sockets) are therefore given relative
+// to the VM folder: see guestPath.
+
+// DefaultVMUser is the account confined VMMs run as.
+const DefaultVMUser = "zeish-vm"
+
+// vmmOverheadMiB is the memory a VMM may use beyond its guest's RAM: TCG's
+// translation cache (capped by tb-size), device emulation, page tables.
+const vmmOverheadMiB = 512
+
+type confinement struct {
+	user     string
+	uid, gid int
+	cgroups  cgroupLayout
+}
+
+// newConfinement prepares confinement, creating the VM user if it is
+// missing (zeishd runs as root whenever it confines).
+func newConfinement(name string) (*confinement, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("confinement needs root (to chroot and drop to another user)")
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		out, cerr := exec.Command("useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent",
+			"--shell", "/usr/sbin/nologin", name).CombinedOutput()
+		if cerr != nil {
+			return nil, fmt.Errorf("create user %s: %v: %s", name, cerr, strings.TrimSpace(string(out)))
+		}
+		if u, err = user.Lookup(name); err != nil {
+			return nil, err
+		}
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if uid == 0 {
+		return nil, fmt.Errorf("user %s is root", name)
+	}
+	return &confinement{user: name, uid: uid, gid: gid, cgroups: detectCgroups()}, nil
+}
+
+func (c *confinement) describe() string {
+	s := "user " + c.user + ", chroot"
+	switch {
+	case c.cgroups.v2 != "":
+		s += ", cgroup v2"
+	case len(c.cgroups.v1) > 0:
+		s += ", cgroup v1"
+		for _, ctl := range []string{"memory", "cpu", "pids"} {
+			if _, ok := c.cgroups.v1[ctl]; ok {
+				s += " " + ctl
+			}
+		}
+	}
+	return s
+}
+
+// cgroupID names a VM's cgroup: one per VMM process, since a sandbox briefly
+// has two while it is promoted.
+func cgroupID(h *vmm.Handle) string { return h.Spec.ID + "." + filepath.Base(h.Spec.Dir) }
+
+// own hands a socket zeishd made in a VM folder to the VM user.
+func (c *confinement) own(path string) error {
+	if c == nil {
+		return nil
+	}
+	return os.Chown(path, c.uid, c.gid)
+}
+
+// args are the extra QEMU arguments for a VM in dir.
+func (c *confinement) args(dir string) []string {
+	return []string{"-runas", c.user, "-chroot", dir}
+}
+
+// prepareDir gives the VM user its folder (and nothing above it).
+func (c *confinement) prepareDir(dir string) error {
+	if err := os.Chown(dir, c.uid, c.gid); err != nil {
+		return fmt.Errorf("confine: %w", err)
+	}
+	return os.Chmod(dir, 0o700)
+}
+
+// guestPath is how QEMU names a file of its VM folder after its setup: from
+// inside its chroot when it is confined.
+func (d *Driver) guestPath(h *vmm.Handle, path string) string {
+	if !h.Confined {
+		return path
+	}
+	rel, err := filepath.Rel(h.Spec.Dir, path)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return path
+	}
+	return "/" + rel
+}
+
+// cgroupLayout says where this host's cgroups are: one unified (v2) tree,
+// or v1 hierarchies per controller. Empty when neither is writable.
+type cgroupLayout struct {
+	v2 string            // e.g. /sys/fs/cgroup
+	v1 map[string]string // controller → mount, e.g. memory → /sys/fs/cgroup/memory
+}
+
+const cgroupName = "zeish"
+
+func detectCgroups() cgroupLayout {
+	for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		b, err := os.ReadFile(filepath.Join(root, "cgroup.controllers"))
+		if err == nil && strings.Contains(string(b), "memory") {
+			// Let our subtree use the controllers it needs.
+			os.MkdirAll(filepath.Join(root, cgroupName), 0o755)
+			os.WriteFile(filepath.Join(root, "cgroup.subtree_control"), []byte("+memory +cpu +pids"), 0)
+			os.WriteFile(filepath.Join(root, cgroupName, "cgroup.subtree_control"), []byte("+memory +cpu +pids"), 0)
+			return cgroupLayout{v2: root}
+		}
+	}
+	v1 := map[string]string{}
+	for _, ctl := range []string{"memory", "cpu", "pids"} {
+		mnt := filepath.Join("/sys/fs/cgroup", ctl)
+		if fi, err := os.Stat(filepath.Join(mnt, "cgroup.procs")); err == nil && !fi.IsDir() {
+			v1[ctl] = mnt
+		}
+	}
+	return cgroupLayout{v1: v1}
+}
+
+// dirs are the cgroup folders of VM id.
+func (l cgroupLayout) dirs(id string) []string {
+	if l.v2 != "" {
+		return []string{filepath.Join(l.v2, cgroupName, id)}
+	}
+	var out []string
+	for _, mnt := range l.v1 {
+		out = append(out, filepath.Join(mnt, cgroupName, id))
+	}
+	return out
+}
+
+// limits are the files to write in a VM's cgroup.
+func (l cgroupLayout) limits(ctl string, spec vmm.Spec) map[string]string {
+	mem := strconv.FormatInt(int64(spec.MemoryMiB+vmmOverheadMiB)<<20, 10)
+	quota := strconv.Itoa(spec.VCPUs * 100000)
+	if l.v2 != "" {
+		return map[string]string{"memory.max": mem, "cpu.max": quota + " 100000", "pids.max": "1024"}
+	}
+	switch ctl {
+	case "memory":
+		return map[string]string{"memory.limit_in_bytes": mem}
+	case "cpu":
+		return map[string]string{"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": quota}
+	case "pids":
+		return map[string]string{"pids.max": "1024"}
+	}
+	return nil
+}
+
+// enter puts pid (and its threads) into VM id's cgroups, made with limits
+// for spec. A controller that cannot be set up is skipped with the reason:
+// the other layers still hold.
+func (c *confinement) enter(id string, pid int, spec vmm.Spec) []error {
+	var errs []error
+	try := func(dir, ctl string) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			errs = append(errs, err)
+			return
+		}
+		for file, value := range c.cgroups.limits(ctl, spec) {
+			if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", file, err))
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+			errs = append(errs, fmt.Errorf("join %s: %w", dir, err))
+		}
+	}
+	if c.cgroups.v2 != "" {
+		try(filepath.Join(c.cgroups.v2, cgroupName, id), "")
+		return errs
+	}
+	for ctl, mnt := range c.cgroups.v1 {
+		try(filepath.Join(mnt, cgroupName, id), ctl)
+	}
+	return errs
+}
+
+// leave removes VM id's cgroups once its process is gone.
+func (c *confinement) leave(id string) {
+	for _, dir := range c.cgroups.dirs(id) {
+		os.Remove(dir)
+	}
+}
