@@ -177,6 +177,32 @@ func TestFork(t *testing.T) {
 		}
 	})
 
+	t.Run("re-forking a paused baseline reuses its image", func(t *testing.T) {
+		if _, err := c.PauseSandbox(ctx, grand.ID); err != nil {
+			t.Fatal(err)
+		}
+		first, err := c.CloneSandbox(ctx, grand.ID, api.CloneRequest{}, zeish.Wait())
+		if err != nil || len(first.Sandboxes) != 1 {
+			t.Fatalf("fork a paused sandbox: %+v %v", first, err)
+		}
+		again, err := c.CloneSandbox(ctx, grand.ID, api.CloneRequest{}, zeish.Wait())
+		if err != nil || len(again.Sandboxes) != 1 || again.PauseMS != 0 {
+			t.Fatalf("fork the same paused sandbox again: %+v %v; want no pause at all", again, err)
+		}
+		t.Logf("paused baseline: first fork %d ms (promotion included), again %d ms", first.PauseMS, again.PauseMS)
+		for _, sb := range []sandbox.Sandbox{first.Sandboxes[0], again.Sandboxes[0]} {
+			requireCounting(t, connect(t, c, sb.ID), before)
+			c.DeleteSandbox(ctx, sb.ID, zeish.Wait())
+		}
+		if got, _ := c.GetSandbox(ctx, grand.ID); got.State != sandbox.StatePaused {
+			t.Fatalf("the baseline must stay paused: %s", got.State)
+		}
+		if _, err := c.ResumeSandbox(ctx, grand.ID); err != nil {
+			t.Fatal(err)
+		}
+		requireCounting(t, connect(t, c, grand.ID), before)
+	})
+
 	t.Run("deleting the parent leaves its forks", func(t *testing.T) {
 		if _, err := c.DeleteSandbox(ctx, parent.ID, zeish.Wait()); err != nil {
 			t.Fatal(err)

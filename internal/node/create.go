@@ -137,7 +137,7 @@ func (n *Node) startVM(ctx context.Context, undo *rollback.Stack, r *store.Sandb
 	if err := writeHandleFile(spec.Dir, h); err != nil {
 		return nil, err
 	}
-	r.Disk = h.Disk
+	r.Disk, r.Pristine = h.Disk, false
 	if err := n.saveVM(ctx, r, h); err != nil {
 		return nil, err
 	}
@@ -152,6 +152,7 @@ func (n *Node) saveVM(ctx context.Context, r *store.SandboxRecord, h *vmm.Handle
 	}
 	_, err := n.opts.Store.UpdateSandbox(context.WithoutCancel(ctx), r.ID, func(cur *store.SandboxRecord) error {
 		cur.Handle, cur.Disk, cur.DiskBase, cur.Layers, cur.ResumeImage, cur.Gen = r.Handle, r.Disk, r.DiskBase, r.Layers, r.ResumeImage, r.Gen
+		cur.Pristine = r.Pristine && h != nil
 		cur.Kernel, cur.Initrd, cur.KernelArgs = r.Kernel, r.Initrd, r.KernelArgs
 		return nil
 	})

@@ -42,6 +42,13 @@ func (n *Node) capture(ctx context.Context, id string) (*captured, error) {
 		return n.captureStopped(ctx, r)
 	}
 	wasPaused := r.State == sandbox.StatePaused
+	if wasPaused && r.Pristine && h.Spec.From != nil && h.Spec.From.MemFile != "" {
+		// Paused since it was loaded from its image: it still is that image.
+		if meta, err := n.readImage(filepath.Base(h.Spec.From.Dir)); err == nil && meta.VM != nil && meta.Disk != "" {
+			n.log.Info("captured (pristine)", logSandbox, id, "image", meta.ID)
+			return &captured{image: meta}, nil
+		}
+	}
 	var pause time.Duration
 	n.dropAgent(id)
 	if !h.MemShared {
@@ -87,6 +94,7 @@ func (n *Node) captureRunning(ctx context.Context, r *store.SandboxRecord, h *vm
 	}
 	next := *r
 	next.Layers = append(append([]string(nil), meta.Layers...), imgID)
+	next.Pristine = wasPaused
 	spec, err := n.nextVM(ctx, &next)
 	if err != nil {
 		os.RemoveAll(dir)

@@ -78,7 +78,8 @@ func (n *Node) Resume(ctx context.Context, id string) (*store.SandboxRecord, err
 		if err := n.opts.Driver.Resume(ctx, h); err != nil {
 			return err
 		}
-		out, err = n.transition(ctx, id, []sandbox.State{sandbox.StatePaused}, sandbox.StateRunning, "", nil)
+		out, err = n.transition(ctx, id, []sandbox.State{sandbox.StatePaused}, sandbox.StateRunning, "",
+			func(r *store.SandboxRecord) { r.Pristine = false })
 		return err
 	})
 	return out, err

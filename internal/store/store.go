@@ -52,6 +52,10 @@ type SandboxRecord struct {
 	Kernel     string `json:"kernel,omitempty"`
 	Initrd     string `json:"initrd,omitempty"`
 	KernelArgs string `json:"kernel_args,omitempty"`
+	// Pristine: the sandbox's VM was loaded paused from the image it was
+	// captured into and has not run since, so it still is that image: a
+	// fork or snapshot can reuse it as it is.
+	Pristine bool `json:"pristine,omitempty"`
 	// Gen counts the VMs the sandbox has had; each gets its own folder.
 	Gen int `json:"gen"`
 	// SecretEnv is delivered into the guest's exec environment and never
