@@ -161,6 +161,13 @@ func runFork(ctx context.Context, e *benchEnv) (_ *report, err error) {
 	}
 	r.Tables = append(r.Tables, bySize)
 
+	// 1b. Fanning out again from a paused baseline: its first fork captures
+	// it (promoting it, as it ran after an earlier fork); every later fork
+	// reuses that image as long as the baseline stays paused.
+	if err := e.pausedBaseline(ctx, r, forkParentSizes[0], &parents); err != nil {
+		return nil, err
+	}
+
 	// 2. Fan-out of 8 from the 1 GiB parent.
 	// A fresh parent, so the fan-out is a first fork.
 	parent, _, err := e.createAndExec(ctx, fanOutParentMiB)
@@ -281,4 +288,48 @@ func runFork(ctx context.Context, e *benchEnv) (_ *report, err error) {
 		"memory from /proc/PID/smaps of each child's QEMU: the guest-RAM mapping is the one of the mem-path= file on its command line",
 	)
 	return r, nil
+}
+
+// pausedBaseline measures re-forks of a paused baseline of memMiB.
+func (e *benchEnv) pausedBaseline(ctx context.Context, r *report, memMiB int, parents *[]string) error {
+	id, _, err := e.createAndExec(ctx, memMiB)
+	if id != "" {
+		*parents = append(*parents, id)
+	}
+	if err != nil {
+		return fmt.Errorf("baseline: %w", err)
+	}
+	kids, _, _, _, err := e.cloneAndExec(ctx, id, 1) // the baseline has been forked and ran on
+	if derr := e.deleteAll(ctx, kids); derr != nil && err == nil {
+		err = derr
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := e.client.PauseSandbox(ctx, id); err != nil {
+		return err
+	}
+	var pauses, forks []float64
+	for i := 0; i <= e.opts.runs; i++ {
+		kids, pause, total, _, err := e.cloneAndExec(ctx, id, 1)
+		if derr := e.deleteAll(ctx, kids); derr != nil && err == nil {
+			err = derr
+		}
+		if err != nil {
+			return err
+		}
+		e.log.Info("paused baseline fork", "run", i, "pause_ms", pause, "fork_to_exec_ms", total.Milliseconds())
+		pauses, forks = append(pauses, pause), append(forks, ms(total))
+	}
+	first := r.add(newSeries("paused_baseline_first_pause_ms", "ms", pauses[:1]))
+	again := r.add(newSeries("paused_baseline_again_pause_ms", "ms", pauses[1:]))
+	againFork := r.add(newSeries("paused_baseline_again_fork_to_first_exec", "ms", forks[1:]))
+	t := statTable(fmt.Sprintf("fan out again from a paused %d MiB baseline (forked and run on before)", memMiB), "ms")
+	t.Rows = append(t.Rows,
+		statRow("first fork after pausing: parent pause_ms (promotion)", first),
+		statRow("later forks: parent pause_ms (the image is reused)", again),
+		statRow("later forks: fork → first exec", againFork),
+	)
+	r.Tables = append(r.Tables, t)
+	return nil
 }
