@@ -128,27 +128,36 @@ func setHostname(name string) error {
 	return os.WriteFile("/etc/hosts", []byte(strings.Join(out, "\n")+"\n"), 0o644)
 }
 
-// setNetwork uses busybox ip: the base image has no other network tools.
+// setNetwork gives the interface its MAC and address by ioctl (netconf.go);
+// only a gateway, which takes a route, goes through busybox ip.
 func setNetwork(n Network) error {
 	dev := n.Interface
 	if dev == "" {
 		dev = "eth0"
 	}
-	var steps [][]string
+	fd, err := ifconfigSocket()
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
 	if n.MAC != "" {
-		steps = append(steps, []string{"link", "set", "dev", dev, "down"}, []string{"link", "set", "dev", dev, "address", n.MAC})
-	}
-	steps = append(steps, []string{"link", "set", "dev", dev, "up"})
-	if n.Address != "" {
-		steps = append(steps, []string{"addr", "flush", "dev", dev}, []string{"addr", "add", n.Address, "dev", dev})
-	}
-	if n.Gateway != "" {
-		steps = append(steps, []string{"route", "replace", "default", "via", n.Gateway, "dev", dev})
-	}
-	for _, args := range steps {
-		if err := runIP(args...); err != nil {
+		if err := setLinkUp(fd, dev, false); err != nil {
 			return err
 		}
+		if err := setMAC(fd, dev, n.MAC); err != nil {
+			return err
+		}
+	}
+	if err := setLinkUp(fd, dev, true); err != nil {
+		return err
+	}
+	if n.Address != "" {
+		if err := setIPv4(fd, dev, n.Address); err != nil {
+			return err
+		}
+	}
+	if n.Gateway != "" {
+		return runIP("route", "replace", "default", "via", n.Gateway, "dev", dev)
 	}
 	return nil
 }

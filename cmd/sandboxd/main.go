@@ -40,6 +40,9 @@ func main() {
 		return
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "sandboxd")
+	if *agent {
+		log = agentLogger()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	srv := guest.NewServer(log, version)
@@ -106,4 +109,54 @@ func serveListen(ctx context.Context, log *slog.Logger, srv *guest.Server, addr 
 			}
 		}()
 	}
+}
+
+// agentLogger logs everything to /run/sandboxd.log and only warnings and
+// errors to stderr, the serial console: under TCG every line written to the
+// emulated UART costs milliseconds, and the agent logs on every boot, fork
+// and restore, while they are in progress.
+func agentLogger() *slog.Logger {
+	console := slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})
+	f, err := os.OpenFile("/run/sandboxd.log", os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return slog.New(console).With("component", "sandboxd")
+	}
+	return slog.New(teeHandler{slog.NewTextHandler(f, nil), console}).With("component", "sandboxd")
+}
+
+// teeHandler sends each record to every handler that takes its level.
+type teeHandler []slog.Handler
+
+func (t teeHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	for _, h := range t {
+		if h.Enabled(ctx, l) {
+			return true
+		}
+	}
+	return false
+}
+
+func (t teeHandler) Handle(ctx context.Context, r slog.Record) error {
+	for _, h := range t {
+		if h.Enabled(ctx, r.Level) {
+			h.Handle(ctx, r.Clone())
+		}
+	}
+	return nil
+}
+
+func (t teeHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	out := make(teeHandler, len(t))
+	for i, h := range t {
+		out[i] = h.WithAttrs(attrs)
+	}
+	return out
+}
+
+func (t teeHandler) WithGroup(name string) slog.Handler {
+	out := make(teeHandler, len(t))
+	for i, h := range t {
+		out[i] = h.WithGroup(name)
+	}
+	return out
 }

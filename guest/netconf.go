@@ -1,0 +1,90 @@
+//go:build linux
+
+package guest
+
+import (
+	"fmt"
+	"net"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Interface configuration by ioctl, not by running ip: under TCG every
+// process the agent starts costs tens of milliseconds, and this runs in the
+// critical path of every boot, fork and restore.
+
+// ifreqHW is struct ifreq holding a hardware address (struct sockaddr).
+type ifreqHW struct {
+	name   [unix.IFNAMSIZ]byte
+	family uint16
+	data   [14]byte
+	_      [8]byte
+}
+
+func ifconfigSocket() (int, error) {
+	return unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+}
+
+// setLinkUp brings dev up or down.
+func setLinkUp(fd int, dev string, up bool) error {
+	ifr, err := unix.NewIfreq(dev)
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("%s flags: %w", dev, err)
+	}
+	flags := ifr.Uint16()
+	if up {
+		flags |= unix.IFF_UP
+	} else {
+		flags &^= unix.IFF_UP
+	}
+	ifr.SetUint16(flags)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("%s up=%v: %w", dev, up, err)
+	}
+	return nil
+}
+
+// setMAC sets dev's hardware address; the link must be down.
+func setMAC(fd int, dev, mac string) error {
+	hw, err := net.ParseMAC(mac)
+	if err != nil || len(hw) != 6 {
+		return fmt.Errorf("mac %q: %w", mac, err)
+	}
+	var req ifreqHW
+	copy(req.name[:], dev)
+	req.family = unix.ARPHRD_ETHER
+	copy(req.data[:], hw)
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCSIFHWADDR, uintptr(unsafe.Pointer(&req))); errno != 0 {
+		return fmt.Errorf("%s mac %s: %w", dev, mac, errno)
+	}
+	return nil
+}
+
+// setIPv4 replaces dev's IPv4 address and netmask with cidr's.
+func setIPv4(fd int, dev, cidr string) error {
+	ip, ipnet, err := net.ParseCIDR(cidr)
+	if err != nil || ip.To4() == nil {
+		return fmt.Errorf("address %q: want an IPv4 CIDR", cidr)
+	}
+	for _, step := range []struct {
+		req  uint
+		addr []byte
+		what string
+	}{{unix.SIOCSIFADDR, ip.To4(), "address"}, {unix.SIOCSIFNETMASK, net.IP(ipnet.Mask).To4(), "netmask"}} {
+		ifr, err := unix.NewIfreq(dev)
+		if err != nil {
+			return err
+		}
+		if err := ifr.SetInet4Addr(step.addr); err != nil {
+			return err
+		}
+		if err := unix.IoctlIfreq(fd, step.req, ifr); err != nil {
+			return fmt.Errorf("%s %s %s: %w", dev, step.what, cidr, err)
+		}
+	}
+	return nil
+}
