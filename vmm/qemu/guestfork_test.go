@@ -1,0 +1,114 @@
+package qemu
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/testenv"
+	"github.com/zeish/zeish/vmm"
+)
+
+// TestBusyGuestSurvivesForkAndPromotion runs the real base template and
+// agent with a process writing all the time, and checks that the guest stays
+// healthy through every move fork makes: capture, a clone of the image,
+// promotion of that clone, capture of the promoted VM and a clone of that.
+func TestBusyGuestSurvivesForkAndPromotion(t *testing.T) {
+	d := newTestDriver(t)
+	tpl := testenv.BaseTemplate(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	newSpec := func() vmm.Spec {
+		dir, err := os.MkdirTemp("", "zvm-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		return vmm.Spec{ID: "t" + randomHex(6), Dir: dir, Kernel: tpl.Kernel, Initrd: tpl.Initrd, KernelArgs: tpl.KernelArgs,
+			DiskMiB: 2048, MemoryMiB: 256, VCPUs: 1, MAC: "52:54:00:12:34:57"}
+	}
+	agent := func(h *vmm.Handle) *guest.Client {
+		c, err := guest.Connect(ctx, func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, h) })
+		if err != nil {
+			t.Fatalf("agent of %s: %v", h.Spec.Dir, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	counter := func(c *guest.Client) int {
+		var out bytes.Buffer
+		res, err := c.Exec(ctx, guest.ExecRequest{Argv: []string{"cat", "/root/counter"}}, nil, &out, nil)
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("read counter: %v %+v", err, res)
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(out.String()))
+		return n
+	}
+	requireCounting := func(what string, c *guest.Client) {
+		a := counter(c)
+		time.Sleep(time.Second)
+		if b := counter(c); b <= a {
+			t.Fatalf("%s: counter stuck at %d", what, a)
+		}
+	}
+	start := func(spec vmm.Spec) *vmm.Handle {
+		h, err := d.Start(ctx, spec)
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		t.Cleanup(func() { d.Destroy(context.Background(), h) })
+		return h
+	}
+	capture := func(h *vmm.Handle) (*vmm.Image, string) {
+		dir := t.TempDir()
+		img, _, err := d.Capture(ctx, h, dir, false)
+		if err != nil {
+			t.Fatalf("Capture: %v", err)
+		}
+		t.Cleanup(func() { os.Remove(img.MemFile) })
+		layer := filepath.Join(dir, "layer.qcow2")
+		if err := os.Rename(h.Disk, layer); err != nil {
+			t.Fatal(err)
+		}
+		return img, layer
+	}
+
+	spec := newSpec()
+	spec.BaseDisk = tpl.BaseDisk
+	parent := start(spec)
+	pc := agent(parent)
+	script := "sh -c 'i=0; while true; do i=$((i+1)); echo $i > /root/counter; sleep 0.1; done' </dev/null >/dev/null 2>&1 &"
+	if res, err := pc.Exec(ctx, guest.ExecRequest{Argv: []string{"sh", "-c", script}}, nil, nil, nil); err != nil || res.ExitCode != 0 {
+		t.Fatalf("start counter: %v %+v", err, res)
+	}
+	requireCounting("parent", pc)
+	pc.Close()
+
+	img, layer := capture(parent)
+	spec = newSpec()
+	spec.BaseDisk, spec.From = layer, img
+	clone := start(spec)
+	requireCounting("clone", agent(clone))
+	time.Sleep(time.Second) // let it write: its RAM now differs from the image
+
+	promoted, downtime, err := d.Promote(ctx, clone, newSpec().Dir)
+	if err != nil {
+		t.Fatalf("Promote: %v", err)
+	}
+	t.Cleanup(func() { d.Destroy(context.Background(), promoted) })
+	t.Logf("promoted, guest stopped %v", downtime)
+	requireCounting("promoted", agent(promoted))
+
+	img2, layer2 := capture(promoted)
+	spec = newSpec()
+	spec.BaseDisk, spec.From = layer2, img2
+	grand := start(spec)
+	requireCounting("clone of the promoted VM", agent(grand))
+}
