@@ -191,7 +191,9 @@ func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
 		Network:  &guest.Network{Interface: "eth0", MAC: r.MAC, Address: r.Address + "/16"},
 	}
 	connected := time.Now()
-	defer func() { n.log.Debug("guest configured", logSandbox, id, "configure_ms", time.Since(connected).Milliseconds()) }()
+	defer func() {
+		n.log.Debug("guest configured", logSandbox, id, "configure_ms", time.Since(connected).Milliseconds())
+	}()
 	if err := c.Configure(ctx, cfg); err != nil {
 		c.Close()
 		return fmt.Errorf("configure guest: %w", err)
