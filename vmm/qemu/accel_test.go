@@ -65,23 +65,3 @@ func TestDetectAccel(t *testing.T) {
 		})
 	}
 }
-
-func TestRollbackRunsNewestFirst(t *testing.T) {
-	var order []int
-	var r rollback
-	for i := range 3 {
-		r.push(func() error { order = append(order, i); return nil })
-	}
-	r.push(func() error { return errors.New("boom") })
-	if err := r.run(); err == nil {
-		t.Error("run hid an undo's error")
-	}
-	if len(order) != 3 || order[0] != 2 || order[2] != 0 {
-		t.Errorf("undo order = %v, want [2 1 0]", order)
-	}
-	r.push(func() error { t.Error("released undo ran"); return nil })
-	r.release()
-	if err := r.run(); err != nil {
-		t.Error(err)
-	}
-}

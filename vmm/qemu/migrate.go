@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/vmm"
 )
 
@@ -286,7 +287,7 @@ func (d *Driver) Promote(ctx context.Context, h *vmm.Handle, dir string) (_ *vmm
 	if spec, err = validate(spec); err != nil {
 		return nil, 0, err
 	}
-	var undo rollback
+	var undo rollback.Stack
 	defer d.rollbackOnError(ctx, &undo, spec.ID, &err)
 	nh, err := d.launchVM(ctx, &undo, spec, d.newMemFile(spec.ID), true, true)
 	if err != nil {
@@ -359,7 +360,7 @@ func (d *Driver) Promote(ctx context.Context, h *vmm.Handle, dir string) (_ *vmm
 		return nil, 0, err
 	}
 	downtime = time.Since(stoppedAt)
-	undo.release()
+	undo.Release()
 	// The source has handed over; it only has to go.
 	_ = d.withMonitor(ctx, h.QMPSocket, func(m *monitor) error { return m.execute(ctx, "quit", nil, nil) })
 	d.reap(h)

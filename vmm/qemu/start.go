@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/vmm"
 )
 
@@ -107,7 +108,7 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (_ *vmm.Handle, err e
 	if err != nil {
 		return nil, err
 	}
-	var undo rollback
+	var undo rollback.Stack
 	defer d.rollbackOnError(ctx, &undo, spec.ID, &err)
 	if spec.BaseDisk != "" {
 		if err := d.createOverlay(ctx, &undo, spec); err != nil {
@@ -132,17 +133,17 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (_ *vmm.Handle, err e
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("after start: %w", err)
 	}
-	undo.release()
+	undo.Release()
 	return h, nil
 }
 
 // rollbackOnError undoes a failed start and decorates its error.
-func (d *Driver) rollbackOnError(ctx context.Context, undo *rollback, id string, errp *error) {
+func (d *Driver) rollbackOnError(ctx context.Context, undo *rollback.Stack, id string, errp *error) {
 	if *errp == nil {
 		return
 	}
 	// Teardown must finish even though ctx may be what failed us.
-	if rbErr := undo.run(); rbErr != nil {
+	if rbErr := undo.Run(ctx); rbErr != nil {
 		d.log.Error("vm start rollback incomplete", logKeySandbox, id, "err", rbErr)
 		*errp = errors.Join(*errp, rbErr)
 	}
@@ -158,7 +159,7 @@ func (d *Driver) newMemFile(id string) string {
 
 // launchVM runs QEMU for spec with the given RAM file and waits for QMP.
 // With incoming, QEMU waits for migrate-incoming instead of booting.
-func (d *Driver) launchVM(ctx context.Context, undo *rollback, spec vmm.Spec, memFile string, memShared, incoming bool) (*vmm.Handle, error) {
+func (d *Driver) launchVM(ctx context.Context, undo *rollback.Stack, spec vmm.Spec, memFile string, memShared, incoming bool) (*vmm.Handle, error) {
 	h := &vmm.Handle{
 		Spec:        spec,
 		Accel:       d.accel,
@@ -169,7 +170,7 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback, spec vmm.Spec, me
 		Disk:        spec.Disk,
 	}
 	began := time.Now()
-	undo.push(func() error {
+	undo.Add(func(context.Context) error {
 		d.forgetQMP(h.QMPSocket)
 		files := []string{h.QMPSocket, h.AgentSocket, pidFile(h), d.ConsoleLog(h), migrateSocket(h)}
 		if h.MemShared {
@@ -211,7 +212,7 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback, spec vmm.Spec, me
 		args = append(args, d.confine.args(spec.Dir)...)
 	}
 	id := idOf(h)
-	undo.push(func() error {
+	undo.Add(func(context.Context) error {
 		pid, _ := readPIDFile(pidFile(h))
 		err := killTagged(id, pid)
 		if d.confine != nil {
@@ -252,7 +253,7 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback, spec vmm.Spec, me
 }
 
 // createOverlay makes the VM's qcow2 overlay on top of spec.BaseDisk.
-func (d *Driver) createOverlay(ctx context.Context, undo *rollback, spec vmm.Spec) error {
+func (d *Driver) createOverlay(ctx context.Context, undo *rollback.Stack, spec vmm.Spec) error {
 	args := []string{"create", "-q", "-f", "qcow2", "-b", spec.BaseDisk, "-F", "qcow2", spec.Disk}
 	if spec.DiskMiB > 0 {
 		// -u: do not open the backing file. It may be the disk of a VM that is
@@ -264,7 +265,7 @@ func (d *Driver) createOverlay(ctx context.Context, undo *rollback, spec vmm.Spe
 	if _, err := os.Lstat(spec.Disk); err == nil {
 		return fmt.Errorf("overlay %s: %w: already exists", spec.Disk, errdefs.ErrInvalidState)
 	}
-	undo.push(func() error { return removeFiles(spec.Disk) })
+	undo.Add(func(context.Context) error { return removeFiles(spec.Disk) })
 	out, err := exec.CommandContext(ctx, d.qemuImgPath, args...).CombinedOutput()
 	if err != nil {
 		if ctx.Err() != nil {
