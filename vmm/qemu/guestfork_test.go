@@ -104,6 +104,7 @@ func TestBusyGuestSurvivesForkAndPromotion(t *testing.T) {
 	}
 	requireCounting("clone", cc)
 	time.Sleep(time.Second) // let it write: its RAM now differs from the image
+	cc.Close() // as zeishd does before a promotion
 
 	promoted, downtime, err := d.Promote(ctx, clone, newSpec().Dir)
 	if err != nil {
@@ -111,8 +112,27 @@ func TestBusyGuestSurvivesForkAndPromotion(t *testing.T) {
 	}
 	t.Cleanup(func() { d.Destroy(context.Background(), promoted) })
 	t.Logf("promoted, guest paused %v", downtime)
-	// Captured at once, as a fork of a clone does.
-	img2, layer2 := capture(promoted)
+	// Captured at once, as a fork of a clone does: its continuation is
+	// launched first, on the promoted VM's disk and RAM file.
+	img2Dir := t.TempDir()
+	layer2 := filepath.Join(img2Dir, "layer.qcow2")
+	if err := os.Link(promoted.Disk, layer2); err != nil {
+		t.Fatal(err)
+	}
+	contSpec := newSpec()
+	contSpec.BaseDisk, contSpec.Deferred = layer2, true
+	contSpec.From = &vmm.Image{Dir: img2Dir, MemFile: promoted.MemFile, MemoryMiB: 256}
+	cont := start(contSpec)
+	img2, _, err := d.Capture(ctx, promoted, img2Dir, false)
+	if err != nil {
+		t.Fatalf("Capture: %v", err)
+	}
+	t.Cleanup(func() { os.Remove(img2.MemFile) })
+	os.Remove(promoted.Disk)
+	if err := d.Load(ctx, cont, img2, true); err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	requireCounting("continuation of the promoted VM", agent(cont))
 	spec = newSpec()
 	spec.BaseDisk, spec.From = layer2, img2
 	grand := start(spec)
