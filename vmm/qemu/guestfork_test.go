@@ -104,7 +104,7 @@ func TestBusyGuestSurvivesForkAndPromotion(t *testing.T) {
 	}
 	requireCounting("clone", cc)
 	time.Sleep(time.Second) // let it write: its RAM now differs from the image
-	cc.Close() // as zeishd does before a promotion
+	cc.Close()              // as zeishd does before a promotion
 
 	promoted, downtime, err := d.Promote(ctx, clone, newSpec().Dir)
 	if err != nil {
