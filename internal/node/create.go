@@ -65,18 +65,28 @@ func newAddress() string {
 
 var starting = []sandbox.State{sandbox.StateStarting}
 
-// boot starts a VM for r and waits for its agent; any failure rolls back every
-// step and leaves the sandbox in state error with the reason.
+// boot starts the first VM of a new sandbox from its template.
 func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
-	start := time.Now()
-	err := func() (err error) {
-		var undo rollback.Stack
-		defer undo.OnError(ctx, &err)
+	n.bootNew(ctx, r, "boot", func(ctx context.Context, spec *vmm.Spec) error {
 		tpl, err := n.opts.Templates.Get(ctx, r.Template)
 		if err != nil {
 			return fmt.Errorf("template %s: %w", r.Template, err)
 		}
 		r.Kernel, r.Initrd, r.KernelArgs = tpl.Kernel, tpl.Initrd, tpl.KernelArgs
+		spec.Kernel, spec.Initrd, spec.KernelArgs, spec.BaseDisk = tpl.Kernel, tpl.Initrd, tpl.KernelArgs, tpl.BaseDisk
+		return nil
+	})
+}
+
+// bootNew brings up the first VM of a new sandbox, created or forked:
+// prepare says what it starts from. It waits for the guest agent; any
+// failure rolls back every step and leaves the sandbox in state error with
+// the reason ("<what> failed: …").
+func (n *Node) bootNew(ctx context.Context, r *store.SandboxRecord, what string, prepare func(context.Context, *vmm.Spec) error) {
+	start := time.Now()
+	err := func() (err error) {
+		var undo rollback.Stack
+		defer undo.OnError(ctx, &err)
 		if err := os.MkdirAll(n.sandboxDir(r.ID), 0o700); err != nil {
 			return err
 		}
@@ -85,7 +95,9 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 		if err != nil {
 			return err
 		}
-		spec.BaseDisk = tpl.BaseDisk
+		if err := prepare(ctx, &spec); err != nil {
+			return err
+		}
 		h, err := n.startVM(ctx, &undo, r, spec)
 		if err != nil {
 			return err
@@ -97,12 +109,12 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 		return nil
 	}()
 	if err != nil {
-		n.log.Error("boot failed", logSandbox, r.ID, "err", err)
-		n.transition(ctx, r.ID, starting, sandbox.StateError, "boot failed: "+err.Error(), nil)
+		n.log.Error(what+" failed", logSandbox, r.ID, "err", err)
+		n.transition(ctx, r.ID, starting, sandbox.StateError, what+" failed: "+err.Error(), nil)
 		return
 	}
 	n.transition(ctx, r.ID, starting, sandbox.StateRunning, "", nil)
-	n.log.Info("running", logSandbox, r.ID, "boot_ms", time.Since(start).Milliseconds())
+	n.log.Info("running", logSandbox, r.ID, "after", what, "ms", time.Since(start).Milliseconds())
 }
 
 // nextVM prepares the folder of the sandbox's next VM and the spec to start

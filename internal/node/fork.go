@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
-	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
@@ -287,39 +286,12 @@ func (n *Node) namesFree(ctx context.Context, accountID string, children []*stor
 	return nil
 }
 
-// bootFromImage starts a new sandbox (a fork child) from an image; like boot
-// it rolls back on failure and leaves the sandbox in error with the reason.
+// bootFromImage starts a fork child from the image its parent was captured into.
 func (n *Node) bootFromImage(ctx context.Context, r *store.SandboxRecord, meta *imageMeta) {
-	start := time.Now()
-	err := func() (err error) {
-		var undo rollback.Stack
-		defer undo.OnError(ctx, &err)
-		if err := os.MkdirAll(n.sandboxDir(r.ID), 0o700); err != nil {
-			return err
-		}
-		undo.Add(removeDir(n.sandboxDir(r.ID)))
-		spec, err := n.nextVM(ctx, r)
-		if err != nil {
-			return err
-		}
+	n.bootNew(ctx, r, "fork", func(_ context.Context, spec *vmm.Spec) error {
 		spec.BaseDisk, spec.From = meta.Disk, meta.VM
-		h, err := n.startVM(ctx, &undo, r, spec)
-		if err != nil {
-			return err
-		}
-		if err := n.attach(ctx, r.ID, h); err != nil {
-			return err
-		}
-		undo.Release()
 		return nil
-	}()
-	if err != nil {
-		n.log.Error("fork child failed", logSandbox, r.ID, "err", err)
-		n.transition(ctx, r.ID, starting, sandbox.StateError, "fork failed: "+err.Error(), nil)
-		return
-	}
-	n.transition(ctx, r.ID, starting, sandbox.StateRunning, "", nil)
-	n.log.Info("fork child running", logSandbox, r.ID, "parent", r.ParentID, "ms", time.Since(start).Milliseconds())
+	})
 }
 
 // reserve checks the host has memory for count more sandboxes like parent.
