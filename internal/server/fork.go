@@ -11,11 +11,7 @@ import (
 
 func (s *Server) clone(w http.ResponseWriter, r *http.Request) {
 	var req api.CloneRequest
-	if err := decode(r, &req); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	wait, err := waitParam(r)
+	wait, err := decodeAsync(r, &req)
 	if err != nil {
 		writeError(w, r, err)
 		return

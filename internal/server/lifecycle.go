@@ -17,11 +17,7 @@ import (
 // run the sandbox (start, resume) need a running slot and budget left.
 func (s *Server) lifecycle(op func(ctx context.Context, id string) (*store.SandboxRecord, error), runs bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if err := decode(r, &struct{}{}); err != nil {
-			writeError(w, r, err)
-			return
-		}
-		wait, err := waitParam(r)
+		wait, err := decodeAsync(r, &struct{}{})
 		if err != nil {
 			writeError(w, r, err)
 			return

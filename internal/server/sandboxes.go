@@ -90,11 +90,7 @@ func (s *Server) newRecord(ctx context.Context, acct store.Account, req api.Crea
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	var req api.CreateSandboxRequest
-	if err := decode(r, &req); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	wait, err := waitParam(r)
+	wait, err := decodeAsync(r, &req)
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -122,18 +118,32 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 // answer returns a sandbox after an asynchronous call: at once (202), or
 // once it settled when the client asked to wait (200).
 func (s *Server) answer(w http.ResponseWriter, r *http.Request, rec *store.SandboxRecord, wait bool) {
-	if !wait {
-		writeJSON(w, http.StatusAccepted, s.view(rec))
-		return
-	}
-	ctx, cancel := waitContext(r.Context(), 600)
-	defer cancel()
-	rec, err := s.node.Wait(ctx, rec.ID, "")
+	rec, status, err := s.settle(r, rec, wait)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.view(rec))
+	writeJSON(w, status, s.view(rec))
+}
+
+// settle is how every asynchronous call ends: without wait the sandbox as
+// it is and 202; with wait the sandbox once it settled and 200.
+func (s *Server) settle(r *http.Request, rec *store.SandboxRecord, wait bool) (*store.SandboxRecord, int, error) {
+	if !wait {
+		return rec, http.StatusAccepted, nil
+	}
+	ctx, cancel := waitContext(r.Context(), 600)
+	defer cancel()
+	rec, err := s.node.Wait(ctx, rec.ID, "")
+	return rec, http.StatusOK, err
+}
+
+// decodeAsync reads the body of an asynchronous call into v and its ?wait.
+func decodeAsync(r *http.Request, v any) (wait bool, err error) {
+	if err := decode(r, v); err != nil {
+		return false, err
+	}
+	return waitParam(r)
 }
 
 func waitParam(r *http.Request) (bool, error) {

@@ -113,11 +113,7 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
-	if err := decode(r, &struct{}{}); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	wait, err := waitParam(r)
+	wait, err := decodeAsync(r, &struct{}{})
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -132,15 +128,10 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	status := http.StatusAccepted
-	if wait {
-		ctx, cancel := waitContext(r.Context(), 600)
-		defer cancel()
-		if rec, err = s.node.Wait(ctx, rec.ID, ""); err != nil {
-			writeError(w, r, err)
-			return
-		}
-		status = http.StatusOK
+	rec, status, err := s.settle(r, rec, wait)
+	if err != nil {
+		writeError(w, r, err)
+		return
 	}
 	writeJSON(w, status, api.RestoreResponse{Snapshot: snap.Snapshot, Sandbox: s.view(rec)})
 }
