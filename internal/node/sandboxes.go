@@ -114,11 +114,11 @@ func (n *Node) Wait(ctx context.Context, id string, want sandbox.State) (*store.
 
 // Agent returns a live connection to the sandbox's guest agent, reconnecting
 // if the last one broke. The sandbox must be running.
-func (n *Node) Agent(ctx context.Context, id string) (*guest.Client, error) {
-	r, err := n.opts.Store.GetSandbox(ctx, id)
-	if err != nil {
-		return nil, err
-	}
+//
+// r is the sandbox as the caller just read it: every data-plane request
+// comes here, so it is not read twice.
+func (n *Node) Agent(ctx context.Context, r *store.SandboxRecord) (*guest.Client, error) {
+	id := r.ID
 	if r.State != sandbox.StateRunning {
 		return nil, fmt.Errorf("sandbox %s is %s, not running: %w", id, r.State, errdefs.ErrInvalidState)
 	}

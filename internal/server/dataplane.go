@@ -50,7 +50,7 @@ func (s *Server) withToken(h http.HandlerFunc) http.HandlerFunc {
 			writeError(w, r, fmt.Errorf("the sandbox of this token no longer exists: %w", errdefs.ErrUnauthenticated))
 			return
 		}
-		agent, err := s.node.Agent(r.Context(), id)
+		agent, err := s.node.Agent(r.Context(), rec)
 		if err != nil {
 			writeError(w, r, err)
 			return
