@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -138,5 +139,23 @@ func TestFileOps(t *testing.T) {
 	}
 	if strings.Join(names, ",") != "file,link" {
 		t.Errorf("list = %v", names)
+	}
+}
+
+// A result bigger than one data chunk (a long listing, a long process list)
+// must arrive whole: results are decoded from a single chunk.
+func TestListLargerThanAChunk(t *testing.T) {
+	a := startAgent(t)
+	c := a.connect(t)
+	root := t.TempDir()
+	const files = 600 // ~100 bytes of JSON each: about twice maxChunk
+	for i := range files {
+		if err := os.WriteFile(filepath.Join(root, fmt.Sprintf("entry-with-a-long-name-%04d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := c.List(ctxT(t, 10*time.Second), root)
+	if err != nil || len(list) != files {
+		t.Fatalf("list: %d entries, %v; want %d", len(list), err, files)
 	}
 }

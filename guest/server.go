@@ -183,5 +183,7 @@ func (s *Server) handle(st *yamux.Stream) {
 		w.fail(err)
 		return
 	}
-	w.json(chunkResult, res)
+	if err := w.json(chunkResult, res); err != nil {
+		w.fail(err)
+	}
 }

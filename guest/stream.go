@@ -104,15 +104,14 @@ type chunkWriter struct {
 	buf []byte
 }
 
+// chunk sends p as chunks of at most maxChunk bytes, so stdout, stderr and
+// file data interleave fairly on the stream.
 func (cw *chunkWriter) chunk(kind byte, p []byte) error {
 	cw.mu.Lock()
 	defer cw.mu.Unlock()
 	for first := true; first || len(p) > 0; first = false {
 		n := min(len(p), maxChunk)
-		cw.buf = append(cw.buf[:0], kind, 0, 0, 0, 0)
-		binary.BigEndian.PutUint32(cw.buf[1:5], uint32(n))
-		cw.buf = append(cw.buf, p[:n]...)
-		if _, err := cw.w.Write(cw.buf); err != nil {
+		if err := cw.write(kind, p[:n]); err != nil {
 			return err
 		}
 		p = p[n:]
@@ -120,12 +119,27 @@ func (cw *chunkWriter) chunk(kind byte, p []byte) error {
 	return nil
 }
 
+// json sends v as one chunk, never split: readers decode a result or an
+// error from a single chunk (a long process list is well over maxChunk).
 func (cw *chunkWriter) json(kind byte, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	return cw.chunk(kind, b)
+	if len(b) > maxJSONChunk {
+		return fmt.Errorf("result of %d bytes: over the %d-byte limit", len(b), maxJSONChunk)
+	}
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	return cw.write(kind, b)
+}
+
+func (cw *chunkWriter) write(kind byte, p []byte) error {
+	cw.buf = append(cw.buf[:0], kind, 0, 0, 0, 0)
+	binary.BigEndian.PutUint32(cw.buf[1:5], uint32(len(p)))
+	cw.buf = append(cw.buf, p...)
+	_, err := cw.w.Write(cw.buf)
+	return err
 }
 
 func (cw *chunkWriter) fail(err error) error { return cw.json(chunkError, toWire(err)) }
