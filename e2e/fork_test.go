@@ -18,7 +18,7 @@ import (
 // counterScript counts in the background, so a test can see a process go on.
 // It renames each value into place: a reader must never see the file empty
 // between the truncate and the write.
-const counterScript = "sh -c 'i=0; while true; do i=$((i+1)); echo $i > /root/counter.new; mv /root/counter.new /root/counter; sleep 0.2; done' </dev/null >/dev/null 2>&1 &"
+const counterScript = "echo 0 > /root/counter; sh -c 'i=0; while true; do i=$((i+1)); echo $i > /root/counter.new; mv /root/counter.new /root/counter; sleep 0.2; done' </dev/null >/dev/null 2>&1 &"
 
 // shell runs a shell command and fails the test unless it exits 0.
 func shell(t *testing.T, conn *zeish.SandboxConn, script string) string {

@@ -84,7 +84,7 @@ func TestBusyGuestSurvivesForkAndPromotion(t *testing.T) {
 	spec.BaseDisk = tpl.BaseDisk
 	parent := start(spec)
 	pc := agent(parent)
-	script := "sh -c 'i=0; while true; do i=$((i+1)); echo $i > /root/counter.new; mv /root/counter.new /root/counter; sleep 0.1; done' </dev/null >/dev/null 2>&1 &"
+	script := "echo 0 > /root/counter; sh -c 'i=0; while true; do i=$((i+1)); echo $i > /root/counter.new; mv /root/counter.new /root/counter; sleep 0.1; done' </dev/null >/dev/null 2>&1 &"
 	if res, err := pc.Exec(ctx, guest.ExecRequest{Argv: []string{"sh", "-c", script}}, nil, nil, nil); err != nil || res.ExitCode != 0 {
 		t.Fatalf("start counter: %v %+v", err, res)
 	}
