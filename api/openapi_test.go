@@ -258,7 +258,7 @@ func TestSizesAndStatesMatchGo(t *testing.T) {
 	}
 
 	// Ids: the patterns accept what the server generates and nothing else.
-	for schema, prefix := range map[string]string{"SandboxID": sandbox.PrefixSandbox, "SnapshotID": sandbox.PrefixSnapshot} {
+	for schema, prefix := range map[string]string{"SandboxID": sandbox.PrefixSandbox, "SnapshotID": sandbox.PrefixSnapshot, "AccountID": sandbox.PrefixAccount} {
 		s := schemas[schema].Value
 		if err := s.VisitJSON(sandbox.NewID(prefix)); err != nil {
 			t.Errorf("%s refuses a generated id: %v", schema, err)
@@ -268,6 +268,9 @@ func TestSizesAndStatesMatchGo(t *testing.T) {
 				t.Errorf("%s accepts %q", schema, bad)
 			}
 		}
+	}
+	if err := schemas["AccountID"].Value.VisitJSON(sandbox.PrefixAccount + "admin"); err != nil {
+		t.Errorf("AccountID refuses the admin account: %v", err)
 	}
 	name := schemas["SandboxName"].Value
 	for i := 0; i < 20; i++ {
