@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/internal/procscan"
 	"github.com/zeish/zeish/internal/testenv"
 	zeish "github.com/zeish/zeish/sdk/go"
 	"github.com/zeish/zeish/template"
@@ -279,18 +280,4 @@ func (e *benchEnv) close() error {
 
 // processesUnder lists processes (not us) whose command line names a path
 // inside dir: the VMs of our zeishd and our raw QEMU runs.
-func processesUnder(dir string) []int {
-	var pids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, ent := range entries {
-		var pid int
-		if _, err := fmt.Sscan(ent.Name(), &pid); err != nil || pid == os.Getpid() {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline"))
-		if err == nil && bytes.Contains(cmdline, []byte(dir+"/")) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
+func processesUnder(dir string) []int { return procscan.Mentioning(dir + "/") }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/internal/procscan"
 	"github.com/zeish/zeish/internal/testenv"
 	zeish "github.com/zeish/zeish/sdk/go"
 )
@@ -230,21 +231,7 @@ func tail(s string, n int) string {
 }
 
 // vmProcesses lists processes whose command line mentions dir.
-func vmProcesses(dir string) []int {
-	var pids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		var pid int
-		if _, err := fmt.Sscan(e.Name(), &pid); err != nil || pid == os.Getpid() {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.Contains(cmdline, []byte(dir+"/")) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
+func vmProcesses(dir string) []int { return procscan.Mentioning(dir + "/") }
 
 // images lists the image folders of the server and their RAM files.
 func (s *server) images() []string {

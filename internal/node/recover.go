@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,10 +8,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 
+	"github.com/zeish/zeish/internal/procscan"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
@@ -133,29 +132,21 @@ func (n *Node) sweepDirs(ctx context.Context, live map[string]bool) {
 // sweepProcesses kills VMM processes started from this data dir for sandboxes
 // that are not live: a crash can leave one behind before its handle was saved.
 func (n *Node) sweepProcesses(live map[string]bool) {
-	marker := []byte(filepath.Join(n.opts.DataDir, "sandboxes") + "/")
-	procs, _ := os.ReadDir("/proc")
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		i := bytes.Index(cmdline, marker)
-		if i < 0 {
-			continue
-		}
-		rest := string(cmdline[i+len(marker):])
-		id, _, _ := strings.Cut(rest, "/")
-		if live[id] {
-			continue
-		}
-		n.log.Warn("recover: killing orphaned VMM process", logSandbox, id, "pid", pid)
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-			n.log.Error("kill orphan", "pid", pid, "err", err)
+	marker := filepath.Join(n.opts.DataDir, "sandboxes") + "/"
+	for _, p := range procscan.All() {
+		for _, arg := range p.Args {
+			_, rest, ok := strings.Cut(arg, marker)
+			if !ok {
+				continue
+			}
+			id, _, _ := strings.Cut(rest, "/")
+			if !live[id] {
+				n.log.Warn("recover: killing orphaned VMM process", logSandbox, id, "pid", p.PID)
+				if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+					n.log.Error("kill orphan", "pid", p.PID, "err", err)
+				}
+			}
+			break
 		}
 	}
 }

@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/zeish/zeish/internal/procscan"
 )
 
 // launchTimeout bounds QEMU's own setup (everything before it daemonizes),
@@ -77,19 +78,6 @@ func readPIDFile(path string) (int, error) {
 	return pid, nil
 }
 
-// procArgs returns the argv of a live process, or nil if there is none, it
-// is a zombie (whose cmdline reads empty) or it cannot be read.
-func procArgs(pid int) []string {
-	if pid <= 0 {
-		return nil
-	}
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
-	if err != nil || len(b) == 0 {
-		return nil
-	}
-	return strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
-}
-
 // identity is what tells our QEMU from any other process that might hold a
 // reused pid: its -name and its QMP socket path, both unique to one VM.
 type identity struct {
@@ -115,24 +103,16 @@ func (id identity) matches(args []string) bool {
 }
 
 // isOurs reports whether pid is a live process carrying id.
-func isOurs(pid int, id identity) bool { return id.matches(procArgs(pid)) }
+func isOurs(pid int, id identity) bool { return id.matches(procscan.Args(pid)) }
 
 // findTagged lists live processes carrying id: the daemon, and during a
 // launch also its parent. Used to leave nothing behind when the pidfile is
 // not (yet) there.
 func findTagged(id identity) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
 	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if isOurs(pid, id) {
-			pids = append(pids, pid)
+	for _, p := range procscan.All() {
+		if id.matches(p.Args) {
+			pids = append(pids, p.PID)
 		}
 	}
 	return pids

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zeish/zeish/internal/procscan"
 	"github.com/zeish/zeish/vmm"
 	"github.com/zeish/zeish/vmm/vmmtest"
 )
@@ -219,8 +220,8 @@ func TestCancelAfterLaunch(t *testing.T) {
 	if pid == 0 {
 		t.Fatal("QEMU wrote no pidfile before the hook")
 	}
-	if procArgs(pid) != nil {
-		t.Errorf("QEMU pid %d still running: %q", pid, procArgs(pid))
+	if procscan.Args(pid) != nil {
+		t.Errorf("QEMU pid %d still running: %q", pid, procscan.Args(pid))
 	}
 	if entries, _ := os.ReadDir(spec.Dir); len(entries) > 0 {
 		t.Errorf("files left in %s: %v", spec.Dir, entries)

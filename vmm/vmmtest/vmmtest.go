@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zeish/zeish/internal/procscan"
 	"github.com/zeish/zeish/vmm"
 )
 
@@ -299,20 +300,7 @@ func requireEmptyDir(t *testing.T, dir string) {
 
 // processesMentioning lists live processes (zombies excluded) whose command
 // line contains s.
-func processesMentioning(s string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if strings.Contains(cmdline(pid), s) && processLive(pid) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
+func processesMentioning(s string) []int { return procscan.Mentioning(s) }
 
 func cmdline(pid int) string {
 	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")

@@ -1,0 +1,29 @@
+package procscan
+
+import (
+	"os/exec"
+	"slices"
+	"testing"
+)
+
+func TestFindsAChildByItsArguments(t *testing.T) {
+	cmd := exec.Command("sleep", "30.4242")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	if got := Args(pid); !slices.Equal(got, []string{"sleep", "30.4242"}) {
+		t.Errorf("Args = %q", got)
+	}
+	if got := Mentioning("30.4242"); !slices.Equal(got, []int{pid}) {
+		t.Errorf("Mentioning = %v, want [%d]", got, pid)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if got := Mentioning("30.4242"); len(got) != 0 {
+		t.Errorf("after exit: Mentioning = %v", got)
+	}
+	if Args(pid) != nil || Args(0) != nil || Args(-1) != nil {
+		t.Error("Args of a gone or invalid pid must be nil")
+	}
+}
