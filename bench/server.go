@@ -1,17 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -31,40 +26,15 @@ type benchEnv struct {
 	opts     options
 	tmp      string // removed at the end; holds data/, bin/ and raw-QEMU runs
 	dataDir  string
-	addr     string
-	binDir   string
 	sandboxd string
 	tpl      *template.Artifacts
 	accel    string // what zeishd reports: "kvm" or "tcg"
 
+	zeishd *testenv.Zeishd
 	client *zeish.Client
-	cmd    *exec.Cmd
-	exited chan struct{}
-	zlog   *lockedBuffer
 
 	mu   sync.Mutex
 	seen map[string]bool // every sandbox id we made, for the RAM-file sweep
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) tail(n int) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := l.b.String()
-	if len(s) > n {
-		return "…" + s[len(s)-n:]
-	}
-	return s
 }
 
 // setupEnv builds what is missing, starts zeishd and waits for it. On error
@@ -75,7 +45,8 @@ func setupEnv(ctx context.Context, e *benchEnv) error {
 		return err
 	}
 	e.dataDir = filepath.Join(e.tmp, "data")
-	if err := e.binaries(ctx); err != nil {
+	zeishdBin, err := e.binaries(ctx)
+	if err != nil {
 		return err
 	}
 	cacheDir := os.Getenv("ZEISH_TEMPLATE_CACHE")
@@ -90,113 +61,65 @@ func setupEnv(ctx context.Context, e *benchEnv) error {
 	}); err != nil {
 		return err
 	}
-	return e.startServer(ctx, cacheDir)
+	return e.startServer(ctx, zeishdBin, cacheDir)
 }
 
-// binaries finds or builds zeishd and a static sandboxd. sandboxd is built
-// exactly as `make build` and the tests build it (static, -trimpath,
-// -buildvcs=false), so its bytes, and thus the template hash, match theirs
-// and the template cache hits.
-func (e *benchEnv) binaries(ctx context.Context) error {
+// binaries finds or builds zeishd and a static sandboxd, and returns the
+// path of zeishd. sandboxd is built as the tests build it, so its bytes, and
+// thus the template hash, match theirs and the template cache hits.
+func (e *benchEnv) binaries(ctx context.Context) (zeishd string, err error) {
 	if e.opts.binDir != "" {
-		e.binDir, _ = filepath.Abs(e.opts.binDir)
-		e.sandboxd = filepath.Join(e.binDir, "sandboxd")
-		for _, p := range []string{filepath.Join(e.binDir, "zeishd"), e.sandboxd} {
+		binDir, _ := filepath.Abs(e.opts.binDir)
+		zeishd, e.sandboxd = filepath.Join(binDir, "zeishd"), filepath.Join(binDir, "sandboxd")
+		for _, p := range []string{zeishd, e.sandboxd} {
 			if _, err := os.Stat(p); err != nil {
-				return fmt.Errorf("-bin %s: %w (run `make build`)", e.opts.binDir, err)
+				return "", fmt.Errorf("-bin %s: %w (run `make build`)", e.opts.binDir, err)
 			}
 		}
-		return nil
+		return zeishd, nil
 	}
-	e.binDir = filepath.Join(e.tmp, "bin")
-	e.sandboxd = filepath.Join(e.binDir, "sandboxd")
-	for _, b := range []struct {
-		pkg, out string
-		env      []string
-		args     []string
-	}{
-		{"./cmd/sandboxd", e.sandboxd, []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64", "GOFLAGS="}, []string{"-trimpath", "-buildvcs=false"}},
-		{"./cmd/zeishd", filepath.Join(e.binDir, "zeishd"), nil, nil},
-	} {
-		start := time.Now()
-		args := append(append([]string{"build"}, b.args...), "-o", b.out, b.pkg)
-		cmd := exec.CommandContext(ctx, "go", args...)
-		cmd.Env = append(os.Environ(), b.env...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s: %w\n%s", b.pkg, err, out)
-		}
-		e.log.Info("built", "pkg", b.pkg, "took", time.Since(start).Round(time.Millisecond))
-	}
-	return nil
-}
-
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	start := time.Now()
+	if e.sandboxd, err = testenv.BuildStatic("./cmd/sandboxd"); err != nil {
 		return "", err
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	binDir := filepath.Join(e.tmp, "bin")
+	if err := testenv.GoBuild(ctx, binDir, "zeishd"); err != nil {
+		return "", err
+	}
+	zeishd = filepath.Join(binDir, "zeishd")
+	e.log.Info("built", "sandboxd", e.sandboxd, "zeishd", zeishd, "took", time.Since(start).Round(time.Millisecond))
+	return zeishd, nil
 }
 
-func (e *benchEnv) startServer(ctx context.Context, cacheDir string) error {
-	var err error
-	if e.addr, err = freeAddr(); err != nil {
+func (e *benchEnv) startServer(ctx context.Context, zeishdBin, cacheDir string) error {
+	e.zeishd = &testenv.Zeishd{
+		Bin:     zeishdBin,
+		DataDir: e.dataDir,
+		Env: []string{
+			"ZEISH_SANDBOXD=" + e.sandboxd,
+			"ZEISH_TEMPLATE_CACHE=" + cacheDir,
+			"ZEISH_LOG_LEVEL=info",
+			// The bench creates and forks faster than the default plan allows.
+			"ZEISH_PLAN_RUNNING_SLOTS=100", "ZEISH_PLAN_CREATES_PER_MINUTE=1000", "ZEISH_PLAN_DAILY_CREATES=100000",
+		},
+		// A Ctrl-C in the terminal reaches only us, and we still need
+		// zeishd to delete the sandboxes.
+		OwnProcessGroup: true,
+	}
+	if err := e.zeishd.Start(ctx); err != nil {
 		return err
 	}
-	e.zlog = &lockedBuffer{}
-	e.cmd = exec.Command(filepath.Join(e.binDir, "zeishd"))
-	e.cmd.Env = append(os.Environ(),
-		"ZEISH_DATA_DIR="+e.dataDir,
-		"ZEISH_LISTEN="+e.addr,
-		"ZEISH_SANDBOXD="+e.sandboxd,
-		"ZEISH_TEMPLATE_CACHE="+cacheDir,
-		"ZEISH_LOG_LEVEL=info",
-		// The bench creates and forks faster than the default plan allows.
-		"ZEISH_PLAN_RUNNING_SLOTS=100", "ZEISH_PLAN_CREATES_PER_MINUTE=1000", "ZEISH_PLAN_DAILY_CREATES=100000",
-	)
-	e.cmd.Stdout, e.cmd.Stderr = e.zlog, e.zlog
-	// Its own process group: a Ctrl-C in the terminal reaches only us, and
-	// we still need zeishd to delete the sandboxes.
-	e.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := e.cmd.Start(); err != nil {
-		return err
-	}
-	e.exited = make(chan struct{})
-	go func() { e.cmd.Wait(); close(e.exited) }()
-	e.log.Info("zeishd started", "pid", e.cmd.Process.Pid, "addr", e.addr, "data", e.dataDir)
-
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get("http://" + e.addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("zeishd did not answer /healthz within 60s:\n%s", e.zlog.tail(4000))
-		}
-		select {
-		case <-e.exited:
-			return fmt.Errorf("zeishd exited at start:\n%s", e.zlog.tail(4000))
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	key, err := os.ReadFile(filepath.Join(e.dataDir, "admin.key"))
+	key, err := e.zeishd.AdminKey()
 	if err != nil {
 		return err
 	}
-	e.client = zeish.NewClient("http://"+e.addr+api.BasePath, strings.TrimSpace(string(key)))
+	e.client = zeish.NewClient("http://"+e.zeishd.Addr+api.BasePath, key)
 	h, err := e.client.Health(ctx)
 	if err != nil {
 		return err
 	}
 	e.accel = h.Accel
-	e.log.Info("zeishd ready", "vmm", h.VMM, "accel", h.Accel, "version", h.Version)
+	e.log.Info("zeishd ready", "addr", e.zeishd.Addr, "data", e.dataDir, "vmm", h.VMM, "accel", h.Accel, "version", h.Version)
 	return nil
 }
 
@@ -223,7 +146,7 @@ func (e *benchEnv) deleteSandbox(ctx context.Context, id string) error {
 // dir. Every step runs whatever happened before.
 func (e *benchEnv) close() error {
 	var errs []error
-	if e.client != nil && e.cmd != nil {
+	if e.client != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		if list, err := e.client.ListSandboxes(ctx, zeish.ListOptions{}); err != nil {
 			errs = append(errs, fmt.Errorf("list sandboxes: %w", err))
@@ -237,14 +160,9 @@ func (e *benchEnv) close() error {
 		}
 		cancel()
 	}
-	if e.cmd != nil && e.cmd.Process != nil {
-		e.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-e.exited:
-		case <-time.After(30 * time.Second):
-			e.cmd.Process.Kill()
-			<-e.exited
-			errs = append(errs, errors.New("zeishd ignored SIGTERM for 30s; killed"))
+	if e.zeishd != nil {
+		if err := e.zeishd.Stop(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if e.tmp != "" {
@@ -272,8 +190,8 @@ func (e *benchEnv) close() error {
 			errs = append(errs, err)
 		}
 	}
-	if len(errs) > 0 && e.zlog != nil {
-		e.log.Warn("cleanup problems; zeishd log tail follows\n" + e.zlog.tail(4000))
+	if len(errs) > 0 && e.zeishd != nil {
+		e.log.Warn("cleanup problems; zeishd log tail follows\n" + e.zeishd.Log.Tail(4000))
 	}
 	return errors.Join(errs...)
 }

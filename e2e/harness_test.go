@@ -7,12 +7,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -45,16 +42,7 @@ var buildErr error
 
 func buildBinaries(t *testing.T) {
 	t.Helper()
-	buildOnce.Do(func() {
-		for _, b := range []struct{ name, pkg string }{{"zeishd", "./cmd/zeishd"}, {"zeishctl", "./cmd/zeishctl"}} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(bin, b.name), b.pkg)
-			cmd.Dir = ".."
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("build %s: %v\n%s", b.name, err, out)
-				return
-			}
-		}
-	})
+	buildOnce.Do(func() { buildErr = testenv.GoBuild(context.Background(), bin, "zeishd", "zeishctl") })
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
@@ -63,12 +51,9 @@ func buildBinaries(t *testing.T) {
 // server is one zeishd process with its own data dir.
 type server struct {
 	t       *testing.T
+	zeishd  *testenv.Zeishd
 	dataDir string
 	addr    string
-	env     []string
-	cmd     *exec.Cmd
-	log     *bytes.Buffer
-	exited  chan struct{}
 	key     string
 	client  *zeish.Client
 	seen    map[string]bool
@@ -87,33 +72,24 @@ func startServer(t *testing.T, extraEnv ...string) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{t: t, dataDir: dataDir, addr: freeAddr(t), seen: map[string]bool{}}
-	s.env = append(os.Environ(),
-		"ZEISH_DATA_DIR="+dataDir,
-		"ZEISH_LISTEN="+s.addr,
-		"ZEISH_SANDBOXD="+testenv.SandboxdBinary(t),
-		"ZEISH_TEMPLATE_CACHE="+filepath.Dir(tpl.Dir),
-		"ZEISH_LOG_LEVEL=debug",
-	)
-	s.env = append(s.env, extraEnv...)
-	t.Cleanup(func() { s.cleanup() })
+	s := &server{t: t, dataDir: dataDir, seen: map[string]bool{}}
+	s.zeishd = &testenv.Zeishd{
+		Bin:     filepath.Join(bin, "zeishd"),
+		DataDir: dataDir,
+		Env: append([]string{
+			"ZEISH_SANDBOXD=" + testenv.SandboxdBinary(t),
+			"ZEISH_TEMPLATE_CACHE=" + filepath.Dir(tpl.Dir),
+			"ZEISH_LOG_LEVEL=debug",
+		}, extraEnv...),
+	}
+	t.Cleanup(s.cleanup)
 	s.start()
-	key, err := os.ReadFile(filepath.Join(dataDir, "admin.key"))
-	if err != nil {
+	s.addr = s.zeishd.Addr // kept across restarts
+	if s.key, err = s.zeishd.AdminKey(); err != nil {
 		t.Fatal(err)
 	}
-	s.key = strings.TrimSpace(string(key))
 	s.client = zeish.NewClient(s.url(), s.key, zeish.WithHTTPClient(&http.Client{Transport: newValidatingTransport(t)}))
 	return s
-}
-
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func (s *server) url() string { return "http://" + s.addr + api.BasePath }
@@ -121,75 +97,26 @@ func (s *server) url() string { return "http://" + s.addr + api.BasePath }
 // start launches zeishd and waits for /healthz.
 func (s *server) start() {
 	s.t.Helper()
-	s.log = &bytes.Buffer{}
-	s.cmd = exec.Command(filepath.Join(bin, "zeishd"))
-	s.cmd.Env = s.env
-	lw := &lockedWriter{w: s.log}
-	s.cmd.Stdout, s.cmd.Stderr = lw, lw
-	if err := s.cmd.Start(); err != nil {
+	if err := s.zeishd.Start(context.Background()); err != nil {
 		s.t.Fatal(err)
 	}
-	s.exited = make(chan struct{})
-	go func() { s.cmd.Wait(); close(s.exited) }()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://" + s.addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-		}
-		select {
-		case <-s.exited:
-			s.t.Fatalf("zeishd exited at start:\n%s", s.logText())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	s.t.Fatalf("zeishd did not answer /healthz:\n%s", s.logText())
 }
 
 // stop sends SIGTERM and waits for zeishd to exit.
 func (s *server) stop() {
 	s.t.Helper()
-	if s.cmd == nil {
-		return
-	}
 	s.remember()
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(30 * time.Second):
-		s.cmd.Process.Kill()
-		<-s.exited
-		s.t.Errorf("zeishd did not exit within 30s of SIGTERM")
+	if err := s.zeishd.Stop(); err != nil {
+		s.t.Error(err)
 	}
-	s.cmd = nil
 }
 
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-func (s *server) logText() string {
-	if lw, ok := s.cmd.Stderr.(*lockedWriter); ok {
-		lw.mu.Lock()
-		defer lw.mu.Unlock()
-	}
-	return s.log.String()
-}
+func (s *server) logText() string { return s.zeishd.Log.String() }
 
 func (s *server) cleanup() {
 	t := s.t
 	s.remember()
-	if s.cmd != nil {
+	if s.zeishd.Running() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		list, err := s.client.ListSandboxes(ctx, zeish.ListOptions{})
 		if err == nil {
@@ -201,7 +128,7 @@ func (s *server) cleanup() {
 		}
 		cancel()
 		if t.Failed() {
-			t.Logf("zeishd log:\n%s", tail(s.logText(), 8000))
+			t.Logf("zeishd log:\n%s", s.zeishd.Log.Tail(8000))
 		}
 		s.stop()
 	}
@@ -221,13 +148,6 @@ func (s *server) cleanup() {
 		}
 	}
 	os.RemoveAll(s.dataDir)
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "…" + s[len(s)-n:]
-	}
-	return s
 }
 
 // vmProcesses lists processes whose command line mentions dir.
@@ -263,7 +183,7 @@ func (s *server) shmFiles() []string {
 // remember records the ids of every sandbox the server knows, so cleanup can
 // look for their files even after zeishd stopped.
 func (s *server) remember() {
-	if s.cmd == nil {
+	if !s.zeishd.Running() {
 		return
 	}
 	var list api.SandboxList

@@ -16,6 +16,7 @@ import (
 	sdkmcp "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/zeish/zeish/internal/mcp"
+	"github.com/zeish/zeish/internal/testenv"
 )
 
 // mcpSession runs `zeishctl mcp` against s and connects an MCP client to it
@@ -24,8 +25,7 @@ func (s *server) mcpSession(t *testing.T, ctx context.Context) *sdkmcp.ClientSes
 	t.Helper()
 	cmd := exec.Command(filepath.Join(bin, "zeishctl"), "mcp")
 	cmd.Env = append(os.Environ(), "ZEISH_API_URL="+s.url(), "ZEISH_API_KEY="+s.key)
-	var stderr lockedWriter
-	stderr.w = &bytes.Buffer{}
+	var stderr testenv.LogBuffer
 	cmd.Stderr = &stderr
 	client := sdkmcp.NewClient(&sdkmcp.Implementation{Name: "zeish-e2e", Version: "test"}, nil)
 	cs, err := client.Connect(ctx, &sdkmcp.CommandTransport{Command: cmd}, nil)
@@ -37,9 +37,7 @@ func (s *server) mcpSession(t *testing.T, ctx context.Context) *sdkmcp.ClientSes
 			t.Logf("closing the MCP session: %v", err)
 		}
 		if t.Failed() {
-			stderr.mu.Lock()
-			t.Logf("zeishctl mcp stderr:\n%s", stderr.w.(*bytes.Buffer).String())
-			stderr.mu.Unlock()
+			t.Logf("zeishctl mcp stderr:\n%s", stderr.String())
 		}
 	})
 	return cs

@@ -1,6 +1,7 @@
 // Package testenv gives tests the expensive shared fixtures: the static guest
 // agent and the base template, built once and cached across test processes
-// and packages, and the rule for skipping VM tests.
+// and packages, and the rule for skipping VM tests. It also runs a real
+// zeishd for the end-to-end tests and the bench.
 package testenv
 
 import (
@@ -74,13 +75,20 @@ var builds sync.Map // package path -> *buildResult
 // runs and the template cache keeps hitting.
 func GoBuildStatic(t testing.TB, pkg string) string {
 	t.Helper()
+	path, err := BuildStatic(pkg)
+	if err != nil {
+		t.Fatalf("build %s: %v", pkg, err)
+	}
+	return path
+}
+
+// BuildStatic is GoBuildStatic for a program without a testing.TB, like the
+// bench: its sandboxd must hash like the tests' to share their template cache.
+func BuildStatic(pkg string) (string, error) {
 	v, _ := builds.LoadOrStore(pkg, &buildResult{})
 	r := v.(*buildResult)
 	r.once.Do(func() { r.path, r.err = goBuildStatic(pkg) })
-	if r.err != nil {
-		t.Fatalf("build %s: %v", pkg, r.err)
-	}
-	return r.path
+	return r.path, r.err
 }
 
 func goBuildStatic(pkg string) (string, error) {

@@ -1,0 +1,179 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// GoBuild builds commands of this module (./cmd/<name>) into dir/<name> with
+// a plain go build, as a user would run them.
+func GoBuild(ctx context.Context, dir string, names ...string) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, name), "./cmd/"+name)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build ./cmd/%s: %w\n%s", name, err, out)
+		}
+	}
+	return nil
+}
+
+// Zeishd is a real zeishd process on its own data dir and loopback port, for
+// the end-to-end tests and the bench. It returns errors instead of taking a
+// testing.TB, since the bench is a plain program. Stop and Start again
+// restart it on the same data dir and address.
+type Zeishd struct {
+	Bin     string   // the zeishd binary
+	DataDir string   // ZEISH_DATA_DIR
+	Addr    string   // ZEISH_LISTEN; Start picks a free loopback port when empty
+	Env     []string // more ZEISH_* settings, after os.Environ
+	// OwnProcessGroup keeps a Ctrl-C in the terminal from reaching zeishd,
+	// for a caller that still needs it to delete its sandboxes.
+	OwnProcessGroup bool
+
+	Log LogBuffer // stdout and stderr of every run
+
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// stopGrace is how long Stop waits after SIGTERM before it kills zeishd.
+const stopGrace = 30 * time.Second
+
+// Start runs zeishd and waits until it answers /healthz. ctx bounds only the
+// wait: zeishd lives until Stop. On error nothing is left running, and the
+// error carries the tail of the log.
+func (z *Zeishd) Start(ctx context.Context) error {
+	if z.cmd != nil {
+		return errors.New("zeishd is already running")
+	}
+	if z.Addr == "" {
+		addr, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		z.Addr = addr
+	}
+	cmd := exec.Command(z.Bin)
+	cmd.Env = append(append(os.Environ(), "ZEISH_DATA_DIR="+z.DataDir, "ZEISH_LISTEN="+z.Addr), z.Env...)
+	cmd.Stdout, cmd.Stderr = &z.Log, &z.Log
+	if z.OwnProcessGroup {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	z.cmd, z.exited = cmd, exited
+	if err := z.waitHealthy(ctx); err != nil {
+		return errors.Join(fmt.Errorf("%w:\n%s", err, z.Log.Tail(8000)), z.Stop())
+	}
+	return nil
+}
+
+func (z *Zeishd) waitHealthy(ctx context.Context) error {
+	const limit = 60 * time.Second
+	deadline := time.Now().Add(limit)
+	for {
+		resp, err := http.Get("http://" + z.Addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("zeishd did not answer /healthz within %v", limit)
+		}
+		select {
+		case <-z.exited:
+			return errors.New("zeishd exited at start")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Running reports whether zeishd was started and not stopped since; it may
+// still have died on its own.
+func (z *Zeishd) Running() bool { return z.cmd != nil }
+
+// Stop asks zeishd to exit with SIGTERM and kills it after stopGrace. Either
+// way its VMs keep running, for the next Start to re-attach or the caller to
+// sweep.
+func (z *Zeishd) Stop() error {
+	if z.cmd == nil {
+		return nil
+	}
+	defer func() { z.cmd = nil }()
+	z.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-z.exited:
+		return nil
+	case <-time.After(stopGrace):
+		z.cmd.Process.Kill()
+		<-z.exited
+		return fmt.Errorf("zeishd did not exit within %v of SIGTERM; killed", stopGrace)
+	}
+}
+
+// AdminKey is the admin API key zeishd writes into its data dir.
+func (z *Zeishd) AdminKey() (string, error) {
+	key, err := os.ReadFile(filepath.Join(z.DataDir, "admin.key"))
+	return strings.TrimSpace(string(key)), err
+}
+
+// freeAddr finds a loopback port nobody listens on right now.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// LogBuffer collects a process's output. exec writes stdout and stderr from
+// goroutines of its own while the caller reads, hence the lock.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Tail is the last n bytes, marked as cut when there was more.
+func (l *LogBuffer) Tail(n int) string {
+	s := l.String()
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
