@@ -43,7 +43,7 @@ func (n *Node) Create(ctx context.Context, r *store.SandboxRecord) (*store.Sandb
 	if err := n.reserve(r, 1); err != nil {
 		return nil, err
 	}
-	if err := n.opts.Store.CreateSandbox(ctx, r); err != nil {
+	if err := n.opts.Store.CreateSandboxes(ctx, r); err != nil {
 		return nil, err
 	}
 	n.log.Info("create", logSandbox, r.ID, "name", r.Name, "template", r.Template, "memory_mib", r.MemoryMiB)

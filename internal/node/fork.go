@@ -202,8 +202,7 @@ func (n *Node) Clone(ctx context.Context, parentID string, children []*store.San
 	if err := n.reserve(parent, len(children)); err != nil {
 		return 0, nil, err
 	}
-	// Refuse a taken name before the parent is paused, so a clone is all or
-	// nothing in the common case (a race can still refuse a later child).
+	// Refuse a taken name before the parent is paused, not after.
 	if err := n.namesFree(ctx, parent.AccountID, children); err != nil {
 		return 0, nil, err
 	}
@@ -218,7 +217,6 @@ func (n *Node) Clone(ctx context.Context, parentID string, children []*store.San
 	}
 	unpin := n.pin(cap.image.ID)
 	parent, _ = n.opts.Store.GetSandbox(ctx, parentID)
-	var made []*store.SandboxRecord
 	now := time.Now().UTC()
 	for _, c := range children {
 		c.ID = sandbox.NewID(sandbox.PrefixSandbox)
@@ -236,16 +234,16 @@ func (n *Node) Clone(ctx context.Context, parentID string, children []*store.San
 		if c.Metadata == nil {
 			c.Metadata = map[string]string{}
 		}
-		if err := n.opts.Store.CreateSandbox(ctx, c); err != nil {
-			unpin()
-			n.gc(ctx)
-			return cap.pause, made, err // children made so far keep booting
-		}
-		made = append(made, c)
 	}
-	remaining := len(made)
-	for _, c := range made {
-		c := c
+	// All children or none: a name taken since namesFree refuses the clone
+	// (the parent was captured, and carries on unharmed).
+	if err := n.opts.Store.CreateSandboxes(ctx, children...); err != nil {
+		unpin()
+		n.gc(ctx)
+		return cap.pause, nil, err
+	}
+	remaining := len(children)
+	for _, c := range children {
 		n.run(c.ID, func(ctx context.Context) {
 			n.bootFromImage(ctx, c, cap.image)
 			n.mu.Lock()
@@ -257,10 +255,7 @@ func (n *Node) Clone(ctx context.Context, parentID string, children []*store.San
 			}
 		})
 	}
-	if len(made) == 0 {
-		unpin()
-	}
-	return cap.pause, made, nil
+	return cap.pause, children, nil
 }
 
 // namesFree checks the children's chosen names are unused among the

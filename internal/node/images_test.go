@@ -63,7 +63,7 @@ func TestGC(t *testing.T) {
 	stopped := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: "sbx_b", Name: "b", AccountID: "acc", State: sandbox.StateStopped,
 		CreatedAt: time.Now()}, Layers: []string{base.ID, layerOnly.ID}, ResumeImage: resume.ID}
 	for _, r := range []*store.SandboxRecord{running, stopped} {
-		if err := st.CreateSandbox(ctx, r); err != nil {
+		if err := st.CreateSandboxes(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -37,7 +37,7 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request) {
 	}
 	pause, made, err := s.node.Clone(r.Context(), parent.ID, children)
 	done(len(made))
-	if err != nil && len(made) == 0 {
+	if err != nil {
 		writeError(w, r, err)
 		return
 	}

@@ -26,7 +26,7 @@ func TestQuotas(t *testing.T) {
 	q := newQuotas(Plan{RunningSlots: 3, CreatesPerMinute: 4, DailyCreates: 6}, st)
 	q.now = func() time.Time { return now }
 	add := func(id string, state sandbox.State) {
-		if err := st.CreateSandbox(ctx, &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: id, Name: id, AccountID: "acc_a",
+		if err := st.CreateSandboxes(ctx, &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: id, Name: id, AccountID: "acc_a",
 			State: state, CreatedAt: now}}); err != nil {
 			t.Fatal(err)
 		}

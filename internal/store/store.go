@@ -114,9 +114,10 @@ type Store interface {
 	PutTemplate(ctx context.Context, t sandbox.Template) error // insert or replace by name
 	GetTemplate(ctx context.Context, name string) (sandbox.Template, error)
 
-	// CreateSandbox inserts r; a live sandbox of the same account with the same
-	// name gives errdefs.ErrNameTaken.
-	CreateSandbox(ctx context.Context, r *SandboxRecord) error
+	// CreateSandboxes inserts rs, all or none (a fork of count N makes N);
+	// a live sandbox of the same account with the same name gives
+	// errdefs.ErrNameTaken.
+	CreateSandboxes(ctx context.Context, rs ...*SandboxRecord) error
 	GetSandbox(ctx context.Context, id string) (*SandboxRecord, error)
 	ListSandboxes(ctx context.Context, f SandboxFilter) ([]*SandboxRecord, error)
 	// CountCreated counts the account's sandboxes created at or after since,

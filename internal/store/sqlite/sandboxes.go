@@ -63,23 +63,34 @@ func (s *Store) decode(id, data string) (*store.SandboxRecord, error) {
 	return r, nil
 }
 
-// CreateSandbox inserts r.
-func (s *Store) CreateSandbox(ctx context.Context, r *store.SandboxRecord) error {
-	store.Meter(r, time.Now().UTC())
-	data, err := s.encode(r)
+// CreateSandboxes inserts rs in one transaction: all or none.
+func (s *Store) CreateSandboxes(ctx context.Context, rs ...*store.SandboxRecord) error {
+	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, `INSERT INTO sandboxes (id, account_id, name, state, parent_id, created_at, data)
-		VALUES (?, ?, ?, ?, ?, ?, ?)`, r.ID, r.AccountID, r.Name, r.State, nullable(r.ParentID),
-		r.CreatedAt.UTC().Format(timeFormat), data)
-	if isUniqueViolation(err) {
-		if strings.Contains(err.Error(), "sandboxes.id") {
-			return fmt.Errorf("sandbox id %s exists: %w", r.ID, errdefs.ErrInternal)
+	defer tx.Rollback()
+	now := time.Now().UTC()
+	for _, r := range rs {
+		store.Meter(r, now)
+		data, err := s.encode(r)
+		if err != nil {
+			return err
 		}
-		return fmt.Errorf("a sandbox named %q exists: %w", r.Name, errdefs.ErrNameTaken)
+		_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (id, account_id, name, state, parent_id, created_at, data)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`, r.ID, r.AccountID, r.Name, r.State, nullable(r.ParentID),
+			r.CreatedAt.UTC().Format(timeFormat), data)
+		if isUniqueViolation(err) {
+			if strings.Contains(err.Error(), "sandboxes.id") {
+				return fmt.Errorf("sandbox id %s exists: %w", r.ID, errdefs.ErrInternal)
+			}
+			return fmt.Errorf("a sandbox named %q exists: %w", r.Name, errdefs.ErrNameTaken)
+		}
+		if err != nil {
+			return err
+		}
 	}
-	return err
+	return tx.Commit()
 }
 
 func nullable(s string) any {

@@ -67,7 +67,7 @@ func TestSecretsSealedOnDisk(t *testing.T) {
 	const secret = "plaintext-canary-7f3a"
 	r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: "sbx_1", Name: "one", AccountID: "acc_1", State: sandbox.StateStarting},
 		SecretEnv: map[string]string{"API_TOKEN": secret}}
-	if err := s.CreateSandbox(ctx, r); err != nil {
+	if err := s.CreateSandboxes(ctx, r); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.UpdateSandbox(ctx, "sbx_1", func(r *store.SandboxRecord) error { r.State = sandbox.StateRunning; return nil }); err != nil {
@@ -93,7 +93,7 @@ func TestSecretsSealedOnDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer bare.Close()
-	if err := bare.CreateSandbox(ctx, r); err == nil {
+	if err := bare.CreateSandboxes(ctx, r); err == nil {
 		t.Fatal("a store without a secrets key wrote a secret")
 	}
 }
@@ -108,7 +108,7 @@ func TestLegacySecretsSealed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreateSandbox(ctx, &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: "sbx_1", Name: "one", AccountID: "acc_1"}}); err != nil {
+	if err := s.CreateSandboxes(ctx, &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: "sbx_1", Name: "one", AccountID: "acc_1"}}); err != nil {
 		t.Fatal(err)
 	}
 	const secret = "legacy-canary-93c1"

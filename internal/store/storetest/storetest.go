@@ -64,7 +64,7 @@ func testSecretsAndMetering(t *testing.T, s store.Store) {
 	t0 := time.Now().UTC().Add(-time.Hour)
 	r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: "sbx_s", Name: "s", AccountID: "acc_1", State: sandbox.StateStarting, CreatedAt: t0},
 		SecretEnv: map[string]string{"TOKEN": "s3cr3t"}}
-	if err := s.CreateSandbox(ctx, r); err != nil {
+	if err := s.CreateSandboxes(ctx, r); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.GetSandbox(ctx, "sbx_s")
@@ -157,12 +157,30 @@ func testSandboxes(t *testing.T, s store.Store) {
 		mk("sbx_b", "beta", "acc_1", t0.Add(time.Second)),
 		mk("sbx_c", "alpha", "acc_2", t0.Add(2*time.Second)), // same name, other account
 	} {
-		if err := s.CreateSandbox(ctx, r); err != nil {
+		if err := s.CreateSandboxes(ctx, r); err != nil {
 			t.Fatalf("create %d: %v", i, err)
 		}
 	}
-	if err := s.CreateSandbox(ctx, mk("sbx_d", "alpha", "acc_1", t0)); !errors.Is(err, errdefs.ErrNameTaken) {
+	if err := s.CreateSandboxes(ctx, mk("sbx_d", "alpha", "acc_1", t0)); !errors.Is(err, errdefs.ErrNameTaken) {
 		t.Fatalf("duplicate live name: got %v, want name_taken", err)
+	}
+	// Several at once are all or none: a taken name refuses the whole batch.
+	batches := []struct {
+		name string
+		rs   []*store.SandboxRecord
+	}{
+		{"a live name", []*store.SandboxRecord{mk("sbx_f1", "fresh-1", "acc_1", t0), mk("sbx_f2", "beta", "acc_1", t0)}},
+		{"the same name twice", []*store.SandboxRecord{mk("sbx_f3", "twin", "acc_1", t0), mk("sbx_f4", "twin", "acc_1", t0)}},
+	}
+	for _, b := range batches {
+		if err := s.CreateSandboxes(ctx, b.rs...); !errors.Is(err, errdefs.ErrNameTaken) {
+			t.Fatalf("batch with %s: got %v, want name_taken", b.name, err)
+		}
+		for _, r := range b.rs {
+			if _, err := s.GetSandbox(ctx, r.ID); !errors.Is(err, errdefs.ErrNotFound) {
+				t.Fatalf("batch with %s left %s behind: %v", b.name, r.ID, err)
+			}
+		}
 	}
 	got, err := s.GetSandbox(ctx, "sbx_a")
 	if err != nil || got.Name != "alpha" || got.Env["A"] != "1" || got.MAC == "" {
@@ -189,7 +207,7 @@ func testSandboxes(t *testing.T, s store.Store) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreateSandbox(ctx, mk("sbx_e", "alpha", "acc_1", t0.Add(3*time.Second))); err != nil {
+	if err := s.CreateSandboxes(ctx, mk("sbx_e", "alpha", "acc_1", t0.Add(3*time.Second))); err != nil {
 		t.Fatalf("name of a destroyed sandbox should be free: %v", err)
 	}
 
