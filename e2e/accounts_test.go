@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,30 +17,6 @@ import (
 	"github.com/zeish/zeish/sandbox"
 	zeish "github.com/zeish/zeish/sdk/go"
 )
-
-// raw sends one request and returns status, headers and body as they came.
-func (s *server) raw(t *testing.T, method, path, token, body string) (int, http.Header, []byte) {
-	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	u := path
-	if !strings.HasPrefix(path, "http") {
-		u = "http://" + s.addr + path
-	}
-	req, _ := http.NewRequest(method, u, rd)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := (&http.Client{Transport: newValidatingTransport(t)}).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, b
-}
 
 func errorCode(b []byte) string {
 	var e api.ErrorBody

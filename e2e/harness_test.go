@@ -4,7 +4,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -204,14 +203,30 @@ func (s *server) remember() {
 // decodes the JSON answer into out when it is non-nil.
 func (s *server) do(t *testing.T, method, path, token string, body any, out any) int {
 	t.Helper()
-	var rd io.Reader
+	var text string
 	switch b := body.(type) {
 	case nil:
 	case string:
-		rd = strings.NewReader(b)
+		text = b
 	default:
 		j, _ := json.Marshal(b)
-		rd = bytes.NewReader(j)
+		text = string(j)
+	}
+	status, _, raw := s.raw(t, method, path, token, text)
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			t.Fatalf("%s %s: decode %q: %v", method, path, raw, err)
+		}
+	}
+	return status
+}
+
+// raw sends one request and returns status, headers and body as they came.
+func (s *server) raw(t *testing.T, method, path, token, body string) (int, http.Header, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
 	}
 	u := path
 	if !strings.HasPrefix(path, "http") {
@@ -226,11 +241,6 @@ func (s *server) do(t *testing.T, method, path, token string, body any, out any)
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if out != nil {
-		raw, _ := io.ReadAll(resp.Body)
-		if err := json.Unmarshal(raw, out); err != nil {
-			t.Fatalf("%s %s: decode %q: %v", method, path, raw, err)
-		}
-	}
-	return resp.StatusCode
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, b
 }

@@ -44,8 +44,9 @@ type Driver struct {
 	accel       vmm.Accel
 	tbSizeMiB   int
 	log         *slog.Logger
-	qmpLocks    sync.Map     // QMP socket path → chan struct{} (one session at a time)
-	confine     *confinement // nil: VMMs run unconfined
+	qmpLocks    sync.Map       // QMP socket path → chan struct{} (one session at a time)
+	confine     *confinement   // nil: VMMs run unconfined
+	background  sync.WaitGroup // sparsifyLater work; tests wait on it
 
 	afterLaunch func() // test hook: runs once QEMU has daemonized
 }

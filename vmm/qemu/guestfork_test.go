@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -137,4 +138,17 @@ func TestBusyGuestSurvivesForkAndPromotion(t *testing.T) {
 	spec.BaseDisk, spec.From = layer2, img2
 	grand := start(spec)
 	requireCounting("clone of the promoted VM", agent(grand))
+
+	// The promotion read, and so allocated, every page of both RAM files;
+	// once they are images their zero pages are punched out again.
+	d.background.Wait()
+	for _, f := range []string{img.MemFile, img2.MemFile} {
+		var st syscall.Stat_t
+		if err := syscall.Stat(f, &st); err != nil {
+			t.Fatal(err)
+		}
+		if mib := st.Blocks * 512 >> 20; mib >= 256*9/10 {
+			t.Errorf("image RAM %s holds %d MiB of a 256 MiB guest: not made sparse", f, mib)
+		}
+	}
 }

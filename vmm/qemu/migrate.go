@@ -253,6 +253,7 @@ func (d *Driver) Capture(ctx context.Context, h *vmm.Handle, dir string, full bo
 		if err := os.Rename(h.MemFile, img.MemFile); err != nil {
 			return nil, time.Time{}, fmt.Errorf("capture vm %q: keep its RAM: %w", h.Spec.ID, err)
 		}
+		d.sparsifyLater(img.MemFile)
 	}
 	d.log.Info("vm captured", logKeySandbox, h.Spec.ID, "full", full, "image", dir,
 		"ms", time.Since(stoppedAt).Milliseconds(), "save_ms", migrated.Sub(stoppedAt).Milliseconds(),
@@ -366,6 +367,8 @@ func (d *Driver) Promote(ctx context.Context, h *vmm.Handle, dir string) (_ *vmm
 	d.reap(h)
 	if h.MemShared {
 		removeFiles(h.MemFile)
+	} else {
+		d.sparsifyLater(h.MemFile) // the source read its image's every page
 	}
 	d.log.Info("vm promoted", logKeySandbox, h.Spec.ID, "downtime_ms", downtime.Milliseconds(),
 		"ram_mb", info.RAM.Transferred>>20)
