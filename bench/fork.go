@@ -98,11 +98,11 @@ func runFork(ctx context.Context, e *benchEnv) (_ *report, err error) {
 	// parent again, which first promotes it (its RAM is the image's now):
 	// reported apart, since it costs in proportion to the parent's memory.
 	bySize := &table{Title: "fork by parent memory (one child per clone call; a fresh parent each run)",
-		Header: []string{"parent", "pause ms median", "min", "max", "fork → first exec ms median", "min", "max", "cold create → first exec ms", "fork ÷ cold", "re-fork pause ms", "re-fork → first exec ms"}}
+		Header: []string{"parent", "pause ms median", "min", "max", "fork → first exec ms median", "min", "max", "cold create → first exec ms", "fork ÷ cold", "re-fork pause ms", "re-fork → first exec ms", "image RAM after re-fork MiB"}}
 	pauseMedian := map[int]float64{}
 	for _, mem := range forkParentSizes {
 		var pauses, forks, colds []float64
-		var rePause, reFork float64
+		var rePause, reFork, reImages float64
 		for i := range e.opts.runs {
 			id, cold, err := e.createAndExec(ctx, mem)
 			if id != "" {
@@ -123,6 +123,8 @@ func runFork(ctx context.Context, e *benchEnv) (_ *report, err error) {
 			pauses, forks = append(pauses, pause), append(forks, ms(total))
 			if i == 0 {
 				children, pause, total, _, err := e.cloneAndExec(ctx, id, 1)
+				time.Sleep(time.Second) // images are made sparse in the background
+				reImages = imageRAMMiB(e.dataDir)
 				if derr := e.deleteAll(ctx, children); derr != nil && err == nil {
 					err = derr
 				}
@@ -143,11 +145,12 @@ func runFork(ctx context.Context, e *benchEnv) (_ *report, err error) {
 		sc := r.add(newSeries("cold_create_to_first_exec_"+tag, "ms", colds))
 		r.add(newSeries("refork_pause_ms_"+tag, "ms", []float64{rePause}))
 		r.add(newSeries("refork_to_first_exec_"+tag, "ms", []float64{reFork}))
+		r.add(newSeries("refork_image_ram_mib_"+tag, "MiB", []float64{reImages}))
 		pct := 100 * sf.Median / sc.Median
 		pauseMedian[mem] = sp.Median
 		bySize.Rows = append(bySize.Rows, []string{fmt.Sprintf("%d MiB", mem),
 			fmtNum(sp.Median), fmtNum(sp.Min), fmtNum(sp.Max), fmtNum(sf.Median), fmtNum(sf.Min), fmtNum(sf.Max),
-			fmtNum(sc.Median), fmtNum(pct) + " %", fmtNum(rePause), fmtNum(reFork)})
+			fmtNum(sc.Median), fmtNum(pct) + " %", fmtNum(rePause), fmtNum(reFork), fmtNum(reImages)})
 		r.addGoal(goal{Name: fmt.Sprintf("parent pause, %d MiB", mem), Target: fmt.Sprintf("≤ %d ms", forkPauseGoalMS),
 			Value: sp.Median, Unit: "ms", Met: sp.Median <= forkPauseGoalMS})
 		r.addGoal(goal{Name: fmt.Sprintf("fork → first exec ÷ cold create → first exec, %d MiB", mem), Target: fmt.Sprintf("≤ %d %%", forkExecGoalPct),

@@ -160,3 +160,26 @@ func (e *benchEnv) sandboxDiskBytes(id string) (int64, error) {
 const mib = 1 << 20
 
 func toMiB(b int64) float64 { return float64(b) / mib }
+
+// imageRAMMiB is the memory the server's images hold: the allocated size of
+// the RAM file of every image in its data dir.
+func imageRAMMiB(dataDir string) float64 {
+	metas, _ := filepath.Glob(filepath.Join(dataDir, "images", "*", "image.json"))
+	var total int64
+	for _, m := range metas {
+		var meta struct {
+			VM *struct {
+				MemFile string `json:"mem_file"`
+			} `json:"vm"`
+		}
+		b, err := os.ReadFile(m)
+		if err != nil || json.Unmarshal(b, &meta) != nil || meta.VM == nil {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat(meta.VM.MemFile, &st) == nil {
+			total += st.Blocks * 512
+		}
+	}
+	return float64(total) / (1 << 20)
+}

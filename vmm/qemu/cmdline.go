@@ -29,12 +29,7 @@ type launchConfig struct {
 	MemFile      string
 	// MemShared maps MemFile share=on (a VM that owns its RAM file). A clone
 	// started from a template maps the template's file share=off instead.
-	MemShared bool
-	// Prealloc allocates all of MemFile at launch. A VM that receives its RAM
-	// by migration gets every page allocated anyway (the destination reads
-	// each page to skip writing zeros), so doing it first costs no memory,
-	// is faster, and for a promotion happens before the source is stopped.
-	Prealloc      bool
+	MemShared     bool
 	Kernel        string
 	Initrd        string
 	KernelArgs    string
@@ -88,8 +83,8 @@ func buildArgs(c launchConfig) []string {
 	args = append(args,
 		"-smp", strconv.Itoa(c.VCPUs),
 		"-m", fmt.Sprintf("%dM", c.MemoryMiB),
-		"-object", fmt.Sprintf("memory-backend-file,id=%s,size=%dM,mem-path=%s,share=%s,prealloc=%s",
-			memBackendID, c.MemoryMiB, c.MemFile, onOff(c.MemShared), onOff(c.Prealloc)),
+		"-object", fmt.Sprintf("memory-backend-file,id=%s,size=%dM,mem-path=%s,share=%s",
+			memBackendID, c.MemoryMiB, c.MemFile, onOff(c.MemShared)),
 		"-kernel", c.Kernel,
 	)
 	if c.Initrd != "" {

@@ -55,7 +55,7 @@ func TestBuildArgs(t *testing.T) {
 				"-accel":   {"tcg"},
 				"-smp":     {"2"},
 				"-m":       {"512M"},
-				"-object":  {"memory-backend-file,id=mem,size=512M,mem-path=/dev/shm/zeish-sbx1-ab.mem,share=on,prealloc=off"},
+				"-object":  {"memory-backend-file,id=mem,size=512M,mem-path=/dev/shm/zeish-sbx1-ab.mem,share=on"},
 				"-kernel":  {"/k/vmlinuz"},
 				"-initrd":  {"/k/initrd"},
 				"-append":  {"console=ttyS0 quiet"},
@@ -107,18 +107,8 @@ func TestBuildArgs(t *testing.T) {
 				c.IncomingDefer = true
 			},
 			want: map[string][]string{
-				"-object":   {"memory-backend-file,id=mem,size=512M,mem-path=/dev/shm/zeish-sbx1-ab.mem,share=off,prealloc=off"},
+				"-object":   {"memory-backend-file,id=mem,size=512M,mem-path=/dev/shm/zeish-sbx1-ab.mem,share=off"},
 				"-incoming": {"defer"},
-			},
-		},
-		{
-			name: "a VM receiving its RAM by migration allocates it first",
-			mutate: func(c *launchConfig) {
-				c.Prealloc = true
-				c.IncomingDefer = true
-			},
-			want: map[string][]string{
-				"-object": {"memory-backend-file,id=mem,size=512M,mem-path=/dev/shm/zeish-sbx1-ab.mem,share=on,prealloc=on"},
 			},
 		},
 	}

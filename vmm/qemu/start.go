@@ -197,7 +197,6 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback.Stack, spec vmm.Sp
 		MemoryMiB:     spec.MemoryMiB,
 		MemFile:       h.MemFile,
 		MemShared:     h.MemShared,
-		Prealloc:      h.MemShared && incoming,
 		Kernel:        spec.Kernel,
 		Initrd:        spec.Initrd,
 		KernelArgs:    spec.KernelArgs,
