@@ -3,12 +3,15 @@ package qemu
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/zeish/zeish/vmm"
 )
@@ -36,6 +39,7 @@ type confinement struct {
 	user     string
 	uid, gid int
 	cgroups  cgroupLayout
+	retrying sync.WaitGroup // leave's background removals
 }
 
 // newConfinement prepares confinement, creating the VM user if it is
@@ -208,9 +212,51 @@ func (c *confinement) enter(id string, pid int, spec vmm.Spec) []error {
 	return errs
 }
 
-// leave removes VM id's cgroups once its process is gone.
+// leave removes VM id's cgroups once its process is gone. The kernel
+// refuses (EBUSY) until the exited QEMU has been reaped by its parent (init,
+// for a daemon), which can take a while, so it retries in the background.
 func (c *confinement) leave(id string) {
-	for _, dir := range c.cgroups.dirs(id) {
-		os.Remove(dir)
+	dirs := c.cgroups.dirs(id)
+	if removeCgroups(dirs) {
+		return
+	}
+	c.retrying.Add(1)
+	go func() {
+		defer c.retrying.Done()
+		for deadline := time.Now().Add(cgroupRetry); time.Now().Before(deadline); {
+			time.Sleep(100 * time.Millisecond)
+			if removeCgroups(dirs) {
+				return
+			}
+		}
+	}()
+}
+
+// cgroupRetry is how long leave keeps trying; sweep gets the rest.
+const cgroupRetry = time.Minute
+
+// removeCgroups removes what it can of dirs and reports whether all are gone.
+func removeCgroups(dirs []string) bool {
+	gone := true
+	for _, dir := range dirs {
+		if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			gone = false
+		}
+	}
+	return gone
+}
+
+// sweep removes VM cgroups left by a zeishd that crashed or stopped before
+// leave succeeded. The kernel refuses to remove a cgroup that holds a
+// process, so no live VM loses its own; the age spares one that another
+// zeishd on this host created a moment ago and is about to join.
+func (c *confinement) sweep() {
+	for _, parent := range c.cgroups.dirs("") {
+		entries, _ := os.ReadDir(parent)
+		for _, e := range entries {
+			if info, err := e.Info(); err == nil && e.IsDir() && time.Since(info.ModTime()) > cgroupRetry {
+				os.Remove(filepath.Join(parent, e.Name()))
+			}
+		}
 	}
 }

@@ -103,6 +103,7 @@ func New(opts Options) (*Driver, error) {
 		if d.confine, err = newConfinement(name); err != nil {
 			return nil, fmt.Errorf("confine VMMs: %w", err)
 		}
+		d.confine.sweep()
 	}
 	return d, nil
 }

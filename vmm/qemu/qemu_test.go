@@ -50,6 +50,14 @@ func newTestDriver(t *testing.T) *Driver {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	// Background work logs through t and removes cgroups: let it finish
+	// while the test may still log, and before the binary exits.
+	t.Cleanup(func() {
+		d.background.Wait()
+		if d.confine != nil {
+			d.confine.retrying.Wait()
+		}
+	})
 	return d
 }
 
@@ -151,6 +159,25 @@ func TestGuestBootsAndAgentEchoes(t *testing.T) {
 	t.Logf("start→QMP ready %v, start→/init %v, agent echo %v, idle QEMU %s",
 		qmpReady.Round(time.Millisecond), bootToInit.Round(time.Millisecond),
 		echo.Round(time.Microsecond), memoryOf(h.PID))
+
+	// Destroy leaves no cgroup behind (once init has reaped QEMU).
+	if d.confine == nil {
+		return
+	}
+	if err := d.Destroy(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range d.confine.cgroups.dirs(cgroupID(h)) {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if _, err := os.Stat(dir); os.IsNotExist(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("cgroup %s still there 30 s after Destroy", dir)
+				break
+			}
+		}
+	}
 }
 
 // TestStartFailsAfterLaunch makes QEMU itself fail during its setup (a kernel
