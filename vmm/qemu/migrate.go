@@ -167,6 +167,11 @@ func (d *Driver) Load(ctx context.Context, h *vmm.Handle, img *vmm.Image, run bo
 	}
 	h.Spec.From, h.Spec.Deferred = img, false
 	d.log.Info("vm loaded", logKeySandbox, h.Spec.ID, "ms", time.Since(began).Milliseconds())
+	// The image's RAM is immutable since the capture; read it for zero
+	// pages only now that the continuation runs, not during the pause.
+	if img.MemFile != "" {
+		d.sparsifyLater(img.MemFile)
+	}
 	return nil
 }
 
@@ -253,7 +258,6 @@ func (d *Driver) Capture(ctx context.Context, h *vmm.Handle, dir string, full bo
 		if err := os.Rename(h.MemFile, img.MemFile); err != nil {
 			return nil, time.Time{}, fmt.Errorf("capture vm %q: keep its RAM: %w", h.Spec.ID, err)
 		}
-		d.sparsifyLater(img.MemFile)
 	}
 	d.log.Info("vm captured", logKeySandbox, h.Spec.ID, "full", full, "image", dir,
 		"ms", time.Since(stoppedAt).Milliseconds(), "save_ms", migrated.Sub(stoppedAt).Milliseconds(),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"runtime"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -103,6 +104,11 @@ func (d *Driver) sparsifyLater(path string) {
 	d.background.Add(1)
 	go func() {
 		defer d.background.Done()
+		// At the lowest CPU priority, so that it never slows a pause or a
+		// boot. The niced thread is never unlocked: it ends with this
+		// goroutine instead of going back to the scheduler's pool.
+		runtime.LockOSThread()
+		_ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), 19)
 		began := time.Now()
 		freed, err := sparsify(path)
 		switch {
