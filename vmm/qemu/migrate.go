@@ -119,6 +119,9 @@ func (d *Driver) loadImage(ctx context.Context, h *vmm.Handle, img *vmm.Image, r
 			return err
 		}
 		os.Remove(sock)
+		if img.MemFile == "" {
+			d.punchLoadedRAM(h)
+		}
 		if run {
 			return m.execute(ctx, "cont", nil, nil)
 		}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/zeish/zeish/vmm"
 )
 
 // Why images are made sparse again: a clone maps its image's RAM file
@@ -120,4 +122,20 @@ func (d *Driver) sparsifyLater(path string) {
 				"ms", time.Since(began).Milliseconds())
 		}
 	}()
+}
+
+// punchLoadedRAM makes the RAM file of a VM just loaded from a full image
+// sparse. Loading allocated every page of it, zeros included (the
+// destination reads each page to skip writing zeros), so a started sandbox
+// held all of its guest RAM. The guest is still paused, and nothing writes
+// guest memory while it is, so this is the one moment it is safe.
+func (d *Driver) punchLoadedRAM(h *vmm.Handle) {
+	began := time.Now()
+	freed, err := sparsify(h.MemFile)
+	if err != nil {
+		d.log.Warn("sparsify loaded RAM", logKeySandbox, h.Spec.ID, "err", err)
+		return
+	}
+	d.log.Info("loaded RAM made sparse", logKeySandbox, h.Spec.ID, "freed_mib", freed>>20,
+		"ms", time.Since(began).Milliseconds())
 }

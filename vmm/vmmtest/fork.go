@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -131,4 +132,12 @@ func testCaptureAndClones(t *testing.T, d vmm.Driver, newSpec func(t *testing.T)
 		t.Fatal("a VM loaded from a full image owns its RAM")
 	}
 	requireState(ctx, t, d, resumed, vmm.RunStateRunning)
+	// Loading must not leave the whole guest RAM allocated, zeros included.
+	var st syscall.Stat_t
+	if err := syscall.Stat(resumed.MemFile, &st); err != nil {
+		t.Fatal(err)
+	}
+	if mib := int(st.Blocks * 512 >> 20); mib >= spec.MemoryMiB*9/10 {
+		t.Errorf("VM loaded from a full image holds %d MiB of its %d MiB RAM file", mib, spec.MemoryMiB)
+	}
 }
