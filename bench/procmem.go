@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/zeish/zeish/internal/testenv"
 )
 
 // vmMemory is how much of the host's memory one VM's QEMU process holds.
@@ -164,20 +166,10 @@ func toMiB(b int64) float64 { return float64(b) / mib }
 // imageRAMMiB is the memory the server's images hold: the allocated size of
 // the RAM file of every image in its data dir.
 func imageRAMMiB(dataDir string) float64 {
-	metas, _ := filepath.Glob(filepath.Join(dataDir, "images", "*", "image.json"))
 	var total int64
-	for _, m := range metas {
-		var meta struct {
-			VM *struct {
-				MemFile string `json:"mem_file"`
-			} `json:"vm"`
-		}
-		b, err := os.ReadFile(m)
-		if err != nil || json.Unmarshal(b, &meta) != nil || meta.VM == nil {
-			continue
-		}
+	for _, f := range testenv.ImageRAMFiles(dataDir) {
 		var st syscall.Stat_t
-		if syscall.Stat(meta.VM.MemFile, &st) == nil {
+		if syscall.Stat(f, &st) == nil {
 			total += st.Blocks * 512
 		}
 	}

@@ -166,7 +166,7 @@ func (e *benchEnv) close() error {
 		}
 	}
 	if e.tmp != "" {
-		for _, pid := range processesUnder(e.tmp) {
+		for _, pid := range procscan.Under(e.tmp) {
 			errs = append(errs, fmt.Errorf("VM process %d left running; killed", pid))
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
@@ -195,7 +195,3 @@ func (e *benchEnv) close() error {
 	}
 	return errors.Join(errs...)
 }
-
-// processesUnder lists processes (not us) whose command line names a path
-// inside dir: the VMs of our zeishd and our raw QEMU runs.
-func processesUnder(dir string) []int { return procscan.Mentioning(dir + "/") }

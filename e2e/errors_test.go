@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/internal/procscan"
 	"github.com/zeish/zeish/sandbox"
 )
 
@@ -83,7 +84,7 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 	time.Sleep(500 * time.Millisecond)
-	if p := vmProcesses(s.dataDir); len(p) != 0 {
+	if p := procscan.Under(s.dataDir); len(p) != 0 {
 		t.Fatalf("VM processes left after deleting starting sandboxes: %v", p)
 	}
 }
@@ -100,7 +101,7 @@ func TestBootFailureRollsBack(t *testing.T) {
 	if sb.State != sandbox.StateError || sb.StateReason == "" {
 		t.Fatalf("state %s (%q), want error with a reason", sb.State, sb.StateReason)
 	}
-	if p := vmProcesses(s.dataDir); len(p) != 0 {
+	if p := procscan.Under(s.dataDir); len(p) != 0 {
 		t.Fatalf("VM processes left: %v", p)
 	}
 	if s.remember(); len(s.shmFiles()) != 0 {

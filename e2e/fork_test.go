@@ -11,6 +11,7 @@ import (
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/procscan"
 	"github.com/zeish/zeish/sandbox"
 	zeish "github.com/zeish/zeish/sdk/go"
 )
@@ -295,5 +296,5 @@ func ptr[T any](v T) *T { return &v }
 
 // pidsOf lists VM processes of one sandbox.
 func (s *server) pidsOf(id string) []int {
-	return vmProcesses(filepath.Join(s.dataDir, "sandboxes", id))
+	return procscan.Under(filepath.Join(s.dataDir, "sandboxes", id))
 }

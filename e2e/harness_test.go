@@ -131,7 +131,7 @@ func (s *server) cleanup() {
 		}
 		s.stop()
 	}
-	if pids := vmProcesses(s.dataDir); len(pids) > 0 {
+	if pids := procscan.Under(s.dataDir); len(pids) > 0 {
 		t.Errorf("cleanup: VM processes left behind: %v", pids)
 		for _, pid := range pids {
 			syscall.Kill(pid, syscall.SIGKILL)
@@ -149,24 +149,10 @@ func (s *server) cleanup() {
 	os.RemoveAll(s.dataDir)
 }
 
-// vmProcesses lists processes whose command line mentions dir.
-func vmProcesses(dir string) []int { return procscan.Mentioning(dir + "/") }
-
 // images lists the image folders of the server and their RAM files.
 func (s *server) images() []string {
 	dirs, _ := filepath.Glob(filepath.Join(s.dataDir, "images", "*"))
-	for _, d := range dirs {
-		var meta struct {
-			VM *struct {
-				MemFile string `json:"mem_file"`
-			} `json:"vm"`
-		}
-		if b, err := os.ReadFile(filepath.Join(d, "image.json")); err == nil && json.Unmarshal(b, &meta) == nil &&
-			meta.VM != nil && meta.VM.MemFile != "" {
-			dirs = append(dirs, meta.VM.MemFile)
-		}
-	}
-	return dirs
+	return append(dirs, testenv.ImageRAMFiles(s.dataDir)...)
 }
 
 // shmFiles lists guest RAM files of every sandbox this server ever had.

@@ -19,6 +19,7 @@ import (
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/procscan"
 	"github.com/zeish/zeish/internal/testenv"
 	"github.com/zeish/zeish/sandbox"
 	zeish "github.com/zeish/zeish/sdk/go"
@@ -203,10 +204,10 @@ func TestSandbox(t *testing.T) {
 	}
 
 	t.Run("zeishd restart keeps the sandbox", func(t *testing.T) {
-		pids := vmProcesses(s.dataDir)
+		pids := procscan.Under(s.dataDir)
 		s.stop()
-		if len(pids) == 0 || len(vmProcesses(s.dataDir)) != len(pids) {
-			t.Fatalf("VM processes before %v, after SIGTERM %v: want unchanged", pids, vmProcesses(s.dataDir))
+		if len(pids) == 0 || len(procscan.Under(s.dataDir)) != len(pids) {
+			t.Fatalf("VM processes before %v, after SIGTERM %v: want unchanged", pids, procscan.Under(s.dataDir))
 		}
 		s.start()
 		got, err := c.WaitSandbox(ctx, sb.ID, api.WaitRequest{State: sandbox.StateRunning, TimeoutSeconds: 120})
@@ -233,7 +234,7 @@ func TestSandbox(t *testing.T) {
 		if err != nil || got.State != sandbox.StateDestroyed || got.DestroyedAt == nil {
 			t.Fatalf("delete: %+v, %v", got, err)
 		}
-		if p := vmProcesses(s.dataDir); len(p) != 0 {
+		if p := procscan.Under(s.dataDir); len(p) != 0 {
 			t.Fatalf("VM processes left: %v", p)
 		}
 		if s.remember(); len(s.shmFiles()) != 0 {

@@ -85,11 +85,6 @@ func (n *Node) deleteSnapshotsOf(ctx context.Context, id string) error {
 	return nil
 }
 
-// Get reads a sandbox.
-func (n *Node) Get(ctx context.Context, id string) (*store.SandboxRecord, error) {
-	return n.opts.Store.GetSandbox(ctx, id)
-}
-
 // Wait blocks until the sandbox settles (is in no transition) or reaches want
 // if it is given, or until ctx ends.
 func (n *Node) Wait(ctx context.Context, id string, want sandbox.State) (*store.SandboxRecord, error) {

@@ -58,3 +58,7 @@ func Mentioning(s string) []int {
 	}
 	return pids
 }
+
+// Under lists the live processes (not this one) one of whose arguments names
+// a path inside dir.
+func Under(dir string) []int { return Mentioning(filepath.Clean(dir) + "/") }

@@ -7,16 +7,24 @@ import (
 )
 
 func TestFindsAChildByItsArguments(t *testing.T) {
+	dir := t.TempDir()
 	cmd := exec.Command("sleep", "30.4242")
+	cmd.Args[0] = dir + "/sleep" // argv[0] names a path inside dir
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	pid := cmd.Process.Pid
-	if got := Args(pid); !slices.Equal(got, []string{"sleep", "30.4242"}) {
+	if got := Args(pid); !slices.Equal(got, []string{dir + "/sleep", "30.4242"}) {
 		t.Errorf("Args = %q", got)
 	}
 	if got := Mentioning("30.4242"); !slices.Equal(got, []int{pid}) {
 		t.Errorf("Mentioning = %v, want [%d]", got, pid)
+	}
+	if got := Under(dir + "/"); !slices.Equal(got, []int{pid}) {
+		t.Errorf("Under = %v, want [%d]", got, pid)
+	}
+	if got := Under(dir + "-other"); len(got) != 0 {
+		t.Errorf("Under a sibling folder = %v, want none", got)
 	}
 	cmd.Process.Kill()
 	cmd.Wait()

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"time"
@@ -62,13 +63,17 @@ func (s *Server) listAccounts(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// accountParam reads an account id from the path or the query; the admin
-// account's id ("acc_admin") predates random ids, so it is allowed as is.
-func accountParam(id string) error {
-	if id == sandbox.PrefixAccount+"admin" {
-		return nil
+// knownAccount checks an account id from the path or the query: well formed
+// and an existing account. The admin account's id ("acc_admin") predates
+// random ids, so it is allowed as is.
+func (s *Server) knownAccount(ctx context.Context, id string) error {
+	if id != sandbox.PrefixAccount+"admin" {
+		if err := sandbox.CheckID(sandbox.PrefixAccount, id); err != nil {
+			return err
+		}
 	}
-	return sandbox.CheckID(sandbox.PrefixAccount, id)
+	_, err := s.store.GetAccount(ctx, id)
+	return err
 }
 
 func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
@@ -77,11 +82,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	if err := accountParam(id); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	if _, err := s.store.GetAccount(r.Context(), id); err != nil {
+	if err := s.knownAccount(r.Context(), id); err != nil {
 		writeError(w, r, err)
 		return
 	}
@@ -98,11 +99,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 	id := r.URL.Query().Get("account")
 	if id != "" {
-		if err := accountParam(id); err != nil {
-			writeError(w, r, err)
-			return
-		}
-		if _, err := s.store.GetAccount(r.Context(), id); err != nil {
+		if err := s.knownAccount(r.Context(), id); err != nil {
 			writeError(w, r, err)
 			return
 		}

@@ -3,6 +3,7 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -176,4 +177,23 @@ func (l *LogBuffer) Tail(n int) string {
 		return "…" + s[len(s)-n:]
 	}
 	return s
+}
+
+// ImageRAMFiles lists the RAM files that the images in a zeishd data dir
+// name (in each image's image.json), so tests and the bench can look at what
+// images hold on the host.
+func ImageRAMFiles(dataDir string) []string {
+	metas, _ := filepath.Glob(filepath.Join(dataDir, "images", "*", "image.json"))
+	var files []string
+	for _, m := range metas {
+		var meta struct {
+			VM *struct {
+				MemFile string `json:"mem_file"`
+			} `json:"vm"`
+		}
+		if b, err := os.ReadFile(m); err == nil && json.Unmarshal(b, &meta) == nil && meta.VM != nil && meta.VM.MemFile != "" {
+			files = append(files, meta.VM.MemFile)
+		}
+	}
+	return files
 }

@@ -10,7 +10,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -258,10 +258,10 @@ func testCancelledStart(t *testing.T, d vmm.Driver, newSpec func(t *testing.T) v
 // /dev/shm. h may be nil.
 func requireNothingLeft(t *testing.T, spec vmm.Spec, h *vmm.Handle) {
 	t.Helper()
-	if pids := processesMentioning(spec.Dir); len(pids) > 0 {
+	if pids := procscan.Mentioning(spec.Dir); len(pids) > 0 {
 		t.Errorf("processes still running for %s: %v", spec.Dir, pids)
 	}
-	if h != nil && h.PID > 0 && processLive(h.PID) && strings.Contains(cmdline(h.PID), spec.ID) {
+	if h != nil && h.PID > 0 && slices.ContainsFunc(procscan.Args(h.PID), func(a string) bool { return strings.Contains(a, spec.ID) }) {
 		t.Errorf("VMM pid %d still running", h.PID)
 	}
 	if entries, err := os.ReadDir(spec.Dir); err == nil {
@@ -296,23 +296,4 @@ func requireEmptyDir(t *testing.T, dir string) {
 	if len(entries) > 0 {
 		t.Fatalf("newSpec: Dir %s is not empty", dir)
 	}
-}
-
-// processesMentioning lists live processes (zombies excluded) whose command
-// line contains s.
-func processesMentioning(s string) []int { return procscan.Mentioning(s) }
-
-func cmdline(pid int) string {
-	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	return strings.ReplaceAll(string(b), "\x00", " ")
-}
-
-// processLive reports whether pid exists and is not a zombie.
-func processLive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
 }
