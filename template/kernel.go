@@ -11,7 +11,23 @@ import (
 	"strings"
 )
 
-// defaultKernel picks the newest Debian cloud kernel in /boot. The cloud
+// DefaultKernel is the guest kernel templates boot unless told otherwise: the
+// newest Debian cloud kernel in /boot, and its release ("6.1.0-57-cloud-amd64").
+// Tests find their kernel here too: the apt mirror moves, so none pins one.
+func DefaultKernel() (path, release string, err error) {
+	path, err = defaultKernel("/boot")
+	if err != nil {
+		return "", "", err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", "", err
+	}
+	release, err = kernelRelease(b, path)
+	return path, release, err
+}
+
+// defaultKernel picks the newest Debian cloud kernel in bootDir. The cloud
 // flavour is the one whose virtio drivers the init script expects.
 func defaultKernel(bootDir string) (string, error) {
 	paths, _ := filepath.Glob(filepath.Join(bootDir, "vmlinuz-*-cloud-amd64"))

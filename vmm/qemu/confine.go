@@ -17,9 +17,9 @@ import (
 )
 
 // Confinement, like Firecracker's jailer: each QEMU runs
-//   - as an unprivileged user (-runas), once its setup, which opens every
+//   - as an unprivileged user (-run-with user=, -runas before 9.1), once its setup, which opens every
 //     file it needs (kernel, disks, RAM file, sockets), is done;
-//   - chrooted into its own VM folder (-chroot), so the only files it can
+//   - chrooted into its own VM folder (-run-with chroot=), so the only files it can
 //     name afterwards are its own sockets and logs: a VMM escape sees
 //     neither the data dir nor other sandboxes;
 //   - in a cgroup of its own that caps its memory (guest RAM plus QEMU's
@@ -95,8 +95,12 @@ func (c *confinement) own(path string) error {
 	return os.Chown(path, c.uid, c.gid)
 }
 
-// args are the extra QEMU arguments for a VM in dir.
-func (c *confinement) args(dir string) []string {
+// args are the extra QEMU arguments for a VM in dir. QEMU 9.1 replaced
+// -runas and -chroot (gone in 10) with -run-with.
+func (c *confinement) args(dir string, v version) []string {
+	if v.atLeast(9, 1) {
+		return []string{"-run-with", "user=" + c.user + ",chroot=" + dir}
+	}
 	return []string{"-runas", c.user, "-chroot", dir}
 }
 

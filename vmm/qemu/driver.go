@@ -42,6 +42,7 @@ type Driver struct {
 	qemuImgPath string
 	shmDir      string
 	accel       vmm.Accel
+	version     version
 	tbSizeMiB   int
 	log         *slog.Logger
 	qmpLocks    sync.Map       // QMP socket path → chan struct{} (one session at a time)
@@ -85,6 +86,9 @@ func New(opts Options) (*Driver, error) {
 		if *p, err = lookPath(*p); err != nil {
 			return nil, err
 		}
+	}
+	if d.version, err = qemuVersion(d.qemuPath); err != nil {
+		return nil, err
 	}
 	if d.shmDir, err = filepath.Abs(d.shmDir); err != nil {
 		return nil, err

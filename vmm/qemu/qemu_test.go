@@ -39,7 +39,7 @@ func newTestDriver(t *testing.T) *Driver {
 			t.Skipf("%s not installed: %v", bin, err)
 		}
 	}
-	if _, err := os.Stat(testKernel); err != nil {
+	if _, _, err := testKernel(); err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("guest kernel: %v", err)
 		}

@@ -209,7 +209,7 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback.Stack, spec vmm.Sp
 		IncomingDefer: incoming,
 	})
 	if d.confine != nil {
-		args = append(args, d.confine.args(spec.Dir)...)
+		args = append(args, d.confine.args(spec.Dir, d.version)...)
 	}
 	id := idOf(h)
 	undo.Add(func(context.Context) error {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/zeish/zeish/template"
 )
 
 // testImage is what a test VM boots. It is a stand-in for the real base
@@ -23,11 +25,16 @@ type testImage struct {
 // initMarker is printed on the console by the test image's /init once it runs.
 const initMarker = "ZEISH-TEST-INIT-READY"
 
-const (
-	testKernelVersion = "6.1.0-56-cloud-amd64"
-	testKernel        = "/boot/vmlinuz-" + testKernelVersion
-	testModules       = "/lib/modules/" + testKernelVersion + "/kernel"
-)
+// testKernel finds the guest kernel the way templates do (the newest cloud
+// kernel in /boot: the apt mirror moves, so no version is pinned) and the
+// folder of its modules.
+func testKernel() (kernel, modules string, err error) {
+	kernel, release, err := template.DefaultKernel()
+	if err != nil {
+		return "", "", err
+	}
+	return kernel, "/lib/modules/" + release + "/kernel", nil
+}
 
 // virtio modules in load order (virtio_ring before virtio).
 var testModuleFiles = []string{
@@ -82,6 +89,10 @@ func testImageFor(t *testing.T) testImage {
 }
 
 func buildTestImage() (testImage, error) {
+	testKernel, testModules, err := testKernel()
+	if err != nil {
+		return testImage{}, err
+	}
 	for _, p := range []string{testKernel, "/bin/busybox", testModules} {
 		if _, err := os.Stat(p); err != nil {
 			return testImage{}, err
