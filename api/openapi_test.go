@@ -219,6 +219,21 @@ func TestSizesAndStatesMatchGo(t *testing.T) {
 		t.Errorf("State enum %v, want %v", states, want)
 	}
 
+	// Every error_code is in the document's enum and described there.
+	var codes []string
+	errCode := schemas["Sandbox"].Value.Properties["error_code"].Value
+	for _, v := range errCode.Enum {
+		codes = append(codes, v.(string))
+	}
+	if !slices.Equal(codes, sandbox.ErrorCodes) {
+		t.Errorf("Sandbox.error_code enum %v, want %v", codes, sandbox.ErrorCodes)
+	}
+	for _, c := range sandbox.ErrorCodes {
+		if !strings.Contains(errCode.Description, "`"+c+"`") {
+			t.Errorf("Sandbox.error_code does not describe %s", c)
+		}
+	}
+
 	var presets []string
 	for _, v := range schemas["SizePreset"].Value.Enum {
 		presets = append(presets, v.(string))

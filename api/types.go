@@ -32,7 +32,12 @@ type Health struct {
 	Status  string `json:"status"` // "ok"
 	Version string `json:"version"`
 	Accel   string `json:"accel"` // "kvm" or "tcg"
-	VMM     string `json:"vmm"`   // "qemu"
+	// AccelReason says why (the probe's verdict: "no /dev/kvm", "probe
+	// booted the guest kernel under KVM", …); AccelProbeMS is what the probe
+	// took at this start (0 when skipped or cached).
+	AccelReason  string `json:"accel_reason"`
+	AccelProbeMS int64  `json:"accel_probe_ms"`
+	VMM          string `json:"vmm"` // "qemu"
 }
 
 // CreateSandboxRequest is POST /public/sandboxes.

@@ -126,7 +126,7 @@ func runCold(ctx context.Context, e *benchEnv) (*report, error) {
 		statRow("raw QEMU: exec → init's first console line", sRaw),
 	)
 	if slices.EqualFunc(rawInit, rawFirst, func(a, b float64) bool { return a-b < 1 }) {
-		r.Notes = append(r.Notes, "in every raw boot init's line was the first console output: the kernel prints nothing with `quiet loglevel=0`")
+		r.Notes = append(r.Notes, "in every raw boot init's line was the first console output: the kernel prints nothing with `quiet loglevel=1`")
 	} else {
 		t.Rows = append(t.Rows, statRow("raw QEMU: exec → first console output", sRawFirst))
 	}

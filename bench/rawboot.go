@@ -21,7 +21,7 @@ import (
 // slog's text handler with .With("component", "init"). Its earliest line is
 // "agent started" (or a lo / resize2fs line just before it), printed once
 // the API file systems are mounted, right after switch_root; the kernel
-// itself says nothing on the console with "quiet loglevel=0".
+// itself says nothing on the console with "quiet loglevel=1" (emergencies only).
 const initMarker = "component=init"
 
 // rawBoot is one boot of the base template by QEMU alone.

@@ -137,6 +137,11 @@ func TestMCP(t *testing.T) {
 	if ex.Stdout != "hi\n" || ex.Stderr != "" || ex.ExitCode != 0 || ex.TimedOut {
 		t.Fatalf("exec echo hi: %+v", ex)
 	}
+	// The sandbox's name works wherever its id does.
+	callTool(t, ctx, cs, "exec", map[string]any{"sandbox_id": "mcp-box", "command": "hostname"}, &ex)
+	if ex.Stdout != "mcp-box\n" || ex.ExitCode != 0 {
+		t.Fatalf("exec by name: %+v", ex)
+	}
 	callTool(t, ctx, cs, "exec", map[string]any{"sandbox_id": sb.ID, "argv": []string{"sh", "-c", "cat; echo $GREETING $EXTRA >&2; exit 5"},
 		"stdin": "piped\n", "env": map[string]string{"EXTRA": "there"}, "cwd": "/root"}, &ex)
 	if ex.Stdout != "piped\n" || ex.Stderr != "hello there\n" || ex.ExitCode != 5 {

@@ -7,6 +7,8 @@ import (
 	"math/big"
 	"regexp"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/zeish/zeish/errdefs"
 )
@@ -73,4 +75,26 @@ func NewMAC() string {
 	b := make([]byte, 3)
 	rand.Read(b)
 	return fmt.Sprintf("52:54:00:%02x:%02x:%02x", b[0], b[1], b[2])
+}
+
+// IsID reports whether ref is a well-formed id with prefix. Where the API
+// takes "an id or a name", an id always wins: names can never look like ids
+// (sandbox names have no '_'; a snapshot name that does is still looked up
+// as an id first).
+func IsID(prefix, ref string) bool {
+	return strings.HasPrefix(ref, prefix) && idPattern.MatchString(ref)
+}
+
+// CheckSnapshotName validates a snapshot name (SPEC, snapshots rule 2): 1–64
+// printable characters.
+func CheckSnapshotName(name string) error {
+	if name == "" || utf8.RuneCountInString(name) > 64 || !utf8.ValidString(name) {
+		return fmt.Errorf("snapshot name %q: want 1-64 printable characters: %w", name, errdefs.ErrInvalidArgument)
+	}
+	for _, c := range name {
+		if !unicode.IsPrint(c) {
+			return fmt.Errorf("snapshot name %q: character %U is not printable: %w", name, c, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
 }

@@ -32,11 +32,16 @@ func (s State) Settled() bool {
 
 // Sandbox is one isolated machine, as the API shows it.
 type Sandbox struct {
-	ID            string            `json:"id"`
-	Name          string            `json:"name"`
-	AccountID     string            `json:"account_id"`
-	State         State             `json:"state"`
-	StateReason   string            `json:"state_reason,omitempty"`
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	AccountID   string `json:"account_id"`
+	State       State  `json:"state"`
+	StateReason string `json:"state_reason,omitempty"`
+	// ErrorCode and ErrorMessage say why a sandbox is in state error: a
+	// stable code (see ErrorCodes) and words for humans (for a failed boot,
+	// the last lines of the guest's console). Empty in any other state.
+	ErrorCode     string            `json:"error_code,omitempty"`
+	ErrorMessage  string            `json:"error_message,omitempty"`
 	Template      string            `json:"template"`
 	VCPUs         int               `json:"vcpus"`
 	MemoryMiB     int               `json:"memory_mib"`

@@ -10,10 +10,12 @@ import (
 // KernelArgs is the command line every base sandbox boots with. It is static
 // on purpose: per-sandbox settings (hostname, network, secrets) arrive later
 // over the agent channel, so that forks of one running VM stay valid.
-// quiet/loglevel=0 save about a second under TCG (printk to the emulated UART
-// is slow); panic=-1 reboots at once on a panic, which QEMU's -no-reboot turns
-// into an exit instead of a hang.
-const KernelArgs = "console=ttyS0 quiet loglevel=0 panic=-1"
+// quiet/loglevel=1 save about a second under TCG (printk to the emulated UART
+// is slow): only emergencies reach the console. Not loglevel=0: a panic
+// raises the console's level only when it is non-zero, so at 0 a guest dies
+// in silence and a failed boot cannot say why. panic=-1 reboots at once on a
+// panic, which QEMU's -no-reboot turns into an exit instead of a hang.
+const KernelArgs = "console=ttyS0 quiet loglevel=1 panic=-1"
 
 // initScript is /init in the initramfs. Contract: load the virtio drivers in
 // dependency order (skipping any not shipped because they are built in), wait

@@ -20,10 +20,14 @@ const (
 
 // Capabilities declares what a driver can do on this host.
 type Capabilities struct {
-	Name     string `json:"name"`      // "qemu"
-	Accel    Accel  `json:"accel"`     // chosen once, at New
-	LiveFork bool   `json:"live_fork"` // fork a running VM with copy-on-write memory
-	Suspend  bool   `json:"suspend"`   // save a VM to disk and resume it later
+	Name  string `json:"name"`  // "qemu"
+	Accel Accel  `json:"accel"` // chosen once, at New
+	// AccelReason says why Accel was chosen ("probe booted the guest
+	// kernel under KVM", "no /dev/kvm", …); AccelProbeMS what the probe took.
+	AccelReason  string `json:"accel_reason"`
+	AccelProbeMS int64  `json:"accel_probe_ms"`
+	LiveFork     bool   `json:"live_fork"` // fork a running VM with copy-on-write memory
+	Suspend      bool   `json:"suspend"`   // save a VM to disk and resume it later
 	// Confinement says how VMMs are confined ("" when they are not), e.g.
 	// "user zeish-vm, chroot, cgroup v1 memory cpu pids".
 	Confinement string `json:"confinement,omitempty"`
@@ -114,6 +118,10 @@ type Driver interface {
 	// State asks the VMM whether h's guest runs or is paused, e.g. to restore
 	// a sandbox's state after zeishd restarts. It fails if the VMM is gone.
 	State(ctx context.Context, h *Handle) (RunState, error)
+	// ConsoleTail returns the last max bytes of h's guest console (its
+	// kernel's and init's words), "" when there are none: the cause of a
+	// boot that failed.
+	ConsoleTail(h *Handle, max int) string
 	// DialAgent connects to the guest-agent channel of h.
 	DialAgent(ctx context.Context, h *Handle) (net.Conn, error)
 	// Destroy stops the VM (politely, then by force) and removes every file

@@ -4,7 +4,9 @@
 // Configuration is by environment: ZEISH_DATA_DIR (default /var/lib/zeish for
 // root), ZEISH_LISTEN (default 127.0.0.1:7420), ZEISH_PUBLIC_URL, ZEISH_SANDBOXD
 // (the guest agent binary; default: sandboxd beside zeishd), ZEISH_ACCEL
-// (kvm|tcg; default: kvm when /dev/kvm works), ZEISH_TEMPLATE_CACHE (where
+// (kvm|tcg; default: kvm when a probe boots the guest kernel under it, see
+// --accel-probe), ZEISH_KERNEL (the guest kernel; default the newest
+// /boot/vmlinuz-*-cloud-amd64), ZEISH_TEMPLATE_CACHE (where
 // built templates are kept; default <data dir>/templates), ZEISH_BOOT_TIMEOUT
 // (boot to guest-agent answer; default 3m), ZEISH_MEMORY_BUDGET_MIB (guest
 // memory the host may promise; default its RAM less max(2 GiB, 10 %)),
@@ -21,6 +23,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -52,6 +55,13 @@ func main() {
 	defer stop()
 	if len(os.Args) > 1 && (os.Args[1] == "--version" || os.Args[1] == "version") {
 		fmt.Println("zeishd", version.Version)
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "--accel-probe" {
+		if err := probeAccel(ctx); err != nil {
+			slog.Error("zeishd --accel-probe", "err", err)
+			os.Exit(1)
+		}
 		return
 	}
 	if err := run(ctx); err != nil {
@@ -100,7 +110,12 @@ func run(ctx context.Context) error {
 	// As root, VMMs run confined (unprivileged user, chroot, cgroup), like
 	// Firecracker's jailer; ZEISH_CONFINE=off runs them as zeishd's user.
 	confine := os.Geteuid() == 0 && env("ZEISH_CONFINE", "on") != "off"
+	kernel, err := guestKernel()
+	if err != nil {
+		return err
+	}
 	driver, err := qemu.New(qemu.Options{Accel: vmm.Accel(env("ZEISH_ACCEL", "")), TCGTBSizeMiB: 128,
+		ProbeKernel: kernel, AccelCache: filepath.Join(dataDir, accelCacheName),
 		Confine: confine, VMUser: os.Getenv("ZEISH_VM_USER"), Logger: log})
 	if err != nil {
 		return err
@@ -111,6 +126,7 @@ func run(ctx context.Context) error {
 	}
 	cat := catalog.New(st, template.BaseOptions{
 		CacheDir: env("ZEISH_TEMPLATE_CACHE", filepath.Join(dataDir, "templates")), SandboxdPath: sandboxd, Logger: log,
+		KernelPath: kernel,
 	})
 	bootTimeout, err := time.ParseDuration(env("ZEISH_BOOT_TIMEOUT", "3m"))
 	if err != nil {
@@ -155,7 +171,7 @@ func run(ctx context.Context) error {
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	caps := driver.Capabilities()
 	log.Info("zeishd listening", "addr", "http://"+ln.Addr().String(), "data_dir", dataDir, "node", nodeID,
-		"vmm", caps.Name, "accel", caps.Accel, "confinement", caps.Confinement, "memory_budget_mib", budget, "plan", fmt.Sprintf("%+v", plan), "admin_key", keyPath, "version", version.Version)
+		"vmm", caps.Name, "accel", caps.Accel, "accel_reason", caps.AccelReason, "accel_probe_ms", caps.AccelProbeMS, "confinement", caps.Confinement, "memory_budget_mib", budget, "plan", fmt.Sprintf("%+v", plan), "admin_key", keyPath, "version", version.Version)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -239,4 +255,36 @@ func sandboxdPath() (string, error) {
 		return "", fmt.Errorf("guest agent %s not found (build it with `make build`, or set ZEISH_SANDBOXD): %w", p, err)
 	}
 	return p, nil
+}
+
+// accelCacheName is the accelerator verdict's file in the data dir.
+const accelCacheName = "accel.json"
+
+// guestKernel is the kernel built-in templates boot and the KVM probe tries:
+// ZEISH_KERNEL (e.g. a PVM-built kernel on a kvm_pvm host), else the newest
+// Debian cloud kernel in /boot.
+func guestKernel() (string, error) {
+	if p := os.Getenv("ZEISH_KERNEL"); p != "" {
+		return filepath.Abs(p)
+	}
+	p, _, err := template.DefaultKernel()
+	return p, err
+}
+
+// probeAccel re-runs the accelerator probe (ignoring the cached verdict),
+// stores the verdict for the next start and prints it as JSON.
+func probeAccel(ctx context.Context) error {
+	dataDir := env("ZEISH_DATA_DIR", zeish.DefaultDataDir())
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return err
+	}
+	kernel, err := guestKernel()
+	if err != nil {
+		return err
+	}
+	v, err := qemu.ChooseAccel(ctx, qemu.AccelOptions{Requested: vmm.Accel(os.Getenv("ZEISH_ACCEL")), Kernel: kernel,
+		CacheFile: filepath.Join(dataDir, accelCacheName), Reprobe: true})
+	b, _ := json.MarshalIndent(v, "", "  ")
+	fmt.Println(string(b))
+	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -59,7 +60,22 @@ func (a *app) report(ctx context.Context, cmd *cobra.Command, err error) int {
 	}
 
 	var apiErr *zeish.APIError
+	var sbErr *zeish.SandboxError
 	switch {
+	case errors.As(err, &sbErr):
+		sb := sbErr.Sandbox
+		code := sb.ErrorCode
+		if code == "" {
+			code = "unknown"
+		}
+		fmt.Fprintf(a.err, "error: sandbox %s (%s) ended in state error (code %s)\n", sb.Name, sb.ID, code)
+		msg := sb.ErrorMessage
+		if msg == "" {
+			msg = sb.StateReason
+		}
+		for _, line := range strings.Split(msg, "\n") {
+			fmt.Fprintf(a.err, "  %s\n", line)
+		}
 	case errors.As(err, &apiErr):
 		fmt.Fprintf(a.err, "error: %s (code %s)\n", apiErr.Message, apiErr.Code)
 	case errors.Is(err, syscall.ECONNREFUSED):

@@ -57,6 +57,12 @@ func (a *app) settle(ctx context.Context, sbs []zeish.Sandbox) ([]zeish.Sandbox,
 		out[i] = got
 		p.update(i, got.State, true)
 	}
+	// A sandbox that settled in error fails the command, as Wait() does.
+	for _, sb := range out {
+		if sb.State == zeish.StateError {
+			return out, &zeish.SandboxError{Sandbox: sb}
+		}
+	}
 	return out, nil
 }
 

@@ -174,7 +174,13 @@ func (a *app) waitCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return a.printSandbox(sb)
+			if err := a.printSandbox(sb); err != nil {
+				return err
+			}
+			if sb.State == zeish.StateError && req.State != zeish.StateError {
+				return &zeish.SandboxError{Sandbox: sb, Wanted: req.State}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&state, "state", "", "state to wait for (default: any settled state)")

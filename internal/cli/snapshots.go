@@ -59,23 +59,39 @@ func (a *app) snapshotListCmd() *cobra.Command {
 	}
 }
 
+// sandboxFlag adds --sandbox, with which a SNAPSHOT argument may be a name
+// within that sandbox as well as an id.
+func sandboxFlag(cmd *cobra.Command, sandboxRef *string) {
+	cmd.Flags().StringVar(sandboxRef, "sandbox", "", "the snapshot's sandbox (id or name); SNAPSHOT may then be the snapshot's name")
+}
+
 func (a *app) snapshotGetCmd() *cobra.Command {
-	return &cobra.Command{
+	var sandboxRef string
+	cmd := &cobra.Command{
 		Use:   "get SNAPSHOT",
 		Short: "Show one snapshot",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			snp, err := a.sdk().GetSnapshot(cmd.Context(), args[0])
+			var snp zeish.Snapshot
+			var err error
+			if sandboxRef != "" {
+				snp, err = a.sdk().SandboxSnapshot(cmd.Context(), sandboxRef, args[0])
+			} else {
+				snp, err = a.sdk().GetSnapshot(cmd.Context(), args[0])
+			}
 			if err != nil {
 				return err
 			}
 			return a.printSnapshot(snp)
 		},
 	}
+	sandboxFlag(cmd, &sandboxRef)
+	return cmd
 }
 
 func (a *app) snapshotRestoreCmd() *cobra.Command {
 	var wait bool
+	var sandboxRef string
 	cmd := &cobra.Command{
 		Use:   "restore SNAPSHOT",
 		Short: "Roll a sandbox back to a snapshot; work done since is lost",
@@ -85,7 +101,13 @@ Work done since the snapshot is lost; other snapshots and forks are untouched.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts, watch := a.waitMode(wait)
-			resp, err := a.sdk().RestoreSnapshot(cmd.Context(), args[0], opts...)
+			var resp zeish.RestoreResponse
+			var err error
+			if sandboxRef != "" {
+				resp, err = a.sdk().RestoreSandboxSnapshot(cmd.Context(), sandboxRef, args[0], opts...)
+			} else {
+				resp, err = a.sdk().RestoreSnapshot(cmd.Context(), args[0], opts...)
+			}
 			if err != nil {
 				return err
 			}
@@ -102,17 +124,25 @@ Work done since the snapshot is lost; other snapshots and forks are untouched.`,
 		},
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "return once the sandbox is running again (or stays stopped)")
+	sandboxFlag(cmd, &sandboxRef)
 	return cmd
 }
 
 func (a *app) snapshotDeleteCmd() *cobra.Command {
-	return &cobra.Command{
+	var sandboxRef string
+	cmd := &cobra.Command{
 		Use:     "delete SNAPSHOT",
 		Aliases: []string{"rm"},
 		Short:   "Delete a snapshot; the sandbox and its other snapshots are untouched",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := a.sdk().DeleteSnapshot(cmd.Context(), args[0]); err != nil {
+			var err error
+			if sandboxRef != "" {
+				err = a.sdk().DeleteSandboxSnapshot(cmd.Context(), sandboxRef, args[0])
+			} else {
+				err = a.sdk().DeleteSnapshot(cmd.Context(), args[0])
+			}
+			if err != nil {
 				return err
 			}
 			// The API answers 204, so -o json has no object to print.
@@ -122,6 +152,8 @@ func (a *app) snapshotDeleteCmd() *cobra.Command {
 			return nil
 		},
 	}
+	sandboxFlag(cmd, &sandboxRef)
+	return cmd
 }
 
 // printSnapshots prints snapshots as the list table.

@@ -25,7 +25,7 @@ const (
 )
 
 type ExecInput struct {
-	SandboxID      string            `json:"sandbox_id" jsonschema:"sandbox to run in (sbx_…)"`
+	SandboxID      string            `json:"sandbox_id" jsonschema:"sandbox to run in (its id sbx_… or its name)"`
 	Command        string            `json:"command,omitempty" jsonschema:"shell command line, run with sh -c (pipes, redirections and && work); give this or argv"`
 	Argv           []string          `json:"argv,omitempty" jsonschema:"program and arguments, run without a shell; give this or command"`
 	Cwd            string            `json:"cwd,omitempty" jsonschema:"working directory; default /"`

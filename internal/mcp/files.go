@@ -34,7 +34,7 @@ const (
 )
 
 type ReadFileInput struct {
-	SandboxID string `json:"sandbox_id" jsonschema:"sandbox to read from (sbx_…)"`
+	SandboxID string `json:"sandbox_id" jsonschema:"sandbox to read from (its id sbx_… or its name)"`
 	Path      string `json:"path" jsonschema:"absolute path of the file in the sandbox"`
 	Encoding  string `json:"encoding,omitempty" jsonschema:"text, base64, or empty to choose: text when the content is valid UTF-8 without NUL bytes, else base64"`
 	MaxBytes  int    `json:"max_bytes,omitempty" jsonschema:"read at most this many bytes from the start; default 262144, at most 4194304"`
@@ -49,7 +49,7 @@ type ReadFileOutput struct {
 }
 
 type WriteFileInput struct {
-	SandboxID string `json:"sandbox_id" jsonschema:"sandbox to write to (sbx_…)"`
+	SandboxID string `json:"sandbox_id" jsonschema:"sandbox to write to (its id sbx_… or its name)"`
 	Path      string `json:"path" jsonschema:"absolute path of the file in the sandbox; missing parent directories are created; an existing file is replaced"`
 	Content   string `json:"content" jsonschema:"the file's new content, as encoding says"`
 	Encoding  string `json:"encoding,omitempty" jsonschema:"text (default) or base64 (for binary content)"`
@@ -71,7 +71,7 @@ func fileEntry(fi zeish.FileInfo) FileEntry {
 }
 
 type ListFilesInput struct {
-	SandboxID string `json:"sandbox_id" jsonschema:"sandbox to look in (sbx_…)"`
+	SandboxID string `json:"sandbox_id" jsonschema:"sandbox to look in (its id sbx_… or its name)"`
 	Path      string `json:"path" jsonschema:"absolute path of a directory in the sandbox"`
 }
 

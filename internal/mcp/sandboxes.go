@@ -61,11 +61,11 @@ type ListSandboxesOutput struct {
 }
 
 type SandboxIDInput struct {
-	SandboxID string `json:"sandbox_id" jsonschema:"sandbox id (sbx_…)"`
+	SandboxID string `json:"sandbox_id" jsonschema:"sandbox (its id sbx_… or its name)"`
 }
 
 type CloneSandboxInput struct {
-	SandboxID string `json:"sandbox_id" jsonschema:"sandbox to fork (sbx_…); it may be running or stopped"`
+	SandboxID string `json:"sandbox_id" jsonschema:"sandbox to fork (its id sbx_… or its name); it may be running or stopped"`
 	Count     int    `json:"count,omitempty" jsonschema:"how many copies to make, 1 to 16; default 1"`
 	Name      string `json:"name,omitempty" jsonschema:"name of the copy; with count > 1 the copies are <name>-1 … <name>-N; generated if omitted"`
 }
@@ -76,7 +76,7 @@ type CloneSandboxOutput struct {
 }
 
 type CreateSnapshotInput struct {
-	SandboxID string `json:"sandbox_id" jsonschema:"sandbox to snapshot (sbx_…)"`
+	SandboxID string `json:"sandbox_id" jsonschema:"sandbox to snapshot (its id sbx_… or its name)"`
 	Name      string `json:"name,omitempty" jsonschema:"snapshot name, unique within the sandbox; default snapshot-<UTC time>"`
 }
 

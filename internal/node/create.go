@@ -70,7 +70,7 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 	n.bootNew(ctx, r, "boot", func(ctx context.Context, spec *vmm.Spec) error {
 		tpl, err := n.opts.Templates.Get(ctx, r.Template)
 		if err != nil {
-			return fmt.Errorf("template %s: %w", r.Template, err)
+			return fmt.Errorf("template %s: %w: %w", r.Template, errTemplate, err)
 		}
 		r.Kernel, r.Initrd, r.KernelArgs = tpl.Kernel, tpl.Initrd, tpl.KernelArgs
 		spec.Kernel, spec.Initrd, spec.KernelArgs, spec.BaseDisk = tpl.Kernel, tpl.Initrd, tpl.KernelArgs, tpl.BaseDisk
@@ -84,6 +84,7 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 // the reason ("<what> failed: …").
 func (n *Node) bootNew(ctx context.Context, r *store.SandboxRecord, what string, prepare func(context.Context, *vmm.Spec) error) {
 	start := time.Now()
+	var console string // the guest's last words, when its agent never answered
 	err := func() (err error) {
 		var undo rollback.Stack
 		defer undo.OnError(ctx, &err)
@@ -103,6 +104,7 @@ func (n *Node) bootNew(ctx context.Context, r *store.SandboxRecord, what string,
 			return err
 		}
 		if err := n.attach(ctx, r.ID, h); err != nil {
+			console = n.opts.Driver.ConsoleTail(h, consoleTailBytes)
 			return err
 		}
 		undo.Release()
@@ -110,11 +112,37 @@ func (n *Node) bootNew(ctx context.Context, r *store.SandboxRecord, what string,
 	}()
 	if err != nil {
 		n.log.Error(what+" failed", logSandbox, r.ID, "err", err)
-		n.transition(ctx, r.ID, starting, sandbox.StateError, what+" failed: "+err.Error(), nil)
+		msg := what + " failed: " + err.Error()
+		if console != "" {
+			msg += "\n--- guest console, last lines ---\n" + console
+		}
+		n.fail(ctx, r.ID, starting, bootErrorCode(ctx, err), what+" failed: "+err.Error(), msg, nil)
 		return
 	}
 	n.transition(ctx, r.ID, starting, sandbox.StateRunning, "", nil)
 	n.log.Info("running", logSandbox, r.ID, "after", what, "ms", time.Since(start).Milliseconds())
+}
+
+// errTemplate marks a boot that failed for want of its template.
+var errTemplate = errors.New("template unavailable")
+
+// vmWatchInterval is how often a boot checks that its VM still runs.
+const vmWatchInterval = 250 * time.Millisecond
+
+// consoleTailBytes is how much of a failed guest's console its error keeps.
+const consoleTailBytes = 2048
+
+// bootErrorCode classifies why a new sandbox's boot failed.
+func bootErrorCode(ctx context.Context, err error) string {
+	switch {
+	case errors.Is(err, errTemplate):
+		return sandbox.ErrTemplateUnavailable
+	case errors.Is(err, errdefs.ErrTimeout):
+		return sandbox.ErrBootTimeout
+	case ctx.Err() != nil:
+		return sandbox.ErrInterrupted
+	}
+	return sandbox.ErrBootFailed
 }
 
 // nextVM prepares the folder of the sandbox's next VM and the spec to start
@@ -182,6 +210,23 @@ func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
 	n.dropAgent(id)
 	cctx, cancel := context.WithTimeout(ctx, n.opts.BootTimeout)
 	defer cancel()
+	// A guest that dies while booting (a kernel panic, a VMM that quits)
+	// ends the wait at once instead of at the boot bound.
+	go func() {
+		tick := time.NewTicker(vmWatchInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-cctx.Done():
+				return
+			case <-tick.C:
+				if !n.opts.Driver.Alive(h) {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
 	c, err := guest.Connect(cctx, dialer(n, h))
 	if err != nil {
 		if !n.opts.Driver.Alive(h) {

@@ -154,7 +154,7 @@ func (n *Node) stranded(ctx context.Context, r *store.SandboxRecord, meta *image
 // completed: nothing is left to run it from.
 func (n *Node) lost(ctx context.Context, r *store.SandboxRecord, cause error) error {
 	n.saveVM(ctx, r, nil)
-	n.transition(ctx, r.ID, nil, sandbox.StateError, "capture failed: "+cause.Error(), nil)
+	n.fail(ctx, r.ID, nil, sandbox.ErrCaptureFailed, "capture failed: "+cause.Error(), "capture failed: "+cause.Error(), nil)
 	return cause
 }
 

@@ -201,6 +201,9 @@ func (n *Node) transition(ctx context.Context, id string, from []sandbox.State, 
 		r.State = st
 		r.StateReason = reason
 		r.UpdatedAt = time.Now().UTC()
+		if st != sandbox.StateError {
+			r.ErrorCode, r.ErrorMessage = "", ""
+		}
 		if edit != nil {
 			edit(r)
 		}
@@ -213,6 +216,19 @@ func (n *Node) transition(ctx context.Context, id string, from []sandbox.State, 
 	n.log.Info("state", logSandbox, id, "state", st, "reason", reason)
 	n.watch.notify(id)
 	return r, nil
+}
+
+// fail moves a sandbox into state error with a stable code (sandbox.Err…)
+// and a message, which may hold guest text and is cleaned first; reason is
+// the short state_reason.
+func (n *Node) fail(ctx context.Context, id string, from []sandbox.State, code, reason, message string, edit func(*store.SandboxRecord)) {
+	message = sandbox.CleanMessage(message)
+	n.transition(ctx, id, from, sandbox.StateError, sandbox.CleanMessage(reason), func(r *store.SandboxRecord) {
+		r.ErrorCode, r.ErrorMessage = code, message
+		if edit != nil {
+			edit(r)
+		}
+	})
 }
 
 func removeDir(dir string) func(context.Context) error {

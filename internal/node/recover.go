@@ -85,7 +85,8 @@ func (n *Node) recoverOne(ctx context.Context, r *store.SandboxRecord, h *vmm.Ha
 		n.failLost(ctx, r.ID, h, "the VM was not running when zeishd restarted")
 	case h == nil && r.State == sandbox.StateStarting:
 		log.Warn("recover: boot never got a VM")
-		n.transition(ctx, r.ID, starting, sandbox.StateError, "zeishd stopped before the VM started", nil)
+		n.fail(ctx, r.ID, starting, sandbox.ErrInterrupted, "zeishd stopped before the VM started",
+			"zeishd stopped before the VM started; delete the sandbox and create it again", nil)
 	}
 }
 
@@ -97,8 +98,8 @@ func (n *Node) failLost(ctx context.Context, id string, h *vmm.Handle, reason st
 		n.log.Error("clean up lost VM", logSandbox, id, "err", err)
 	}
 	os.RemoveAll(n.sandboxDir(id))
-	n.transition(ctx, id, []sandbox.State{sandbox.StateStarting, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopping, sandbox.StateStopped},
-		sandbox.StateError, reason, func(r *store.SandboxRecord) { r.Handle = nil })
+	n.fail(ctx, id, []sandbox.State{sandbox.StateStarting, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopping, sandbox.StateStopped},
+		sandbox.ErrVMExited, reason, reason, func(r *store.SandboxRecord) { r.Handle = nil })
 }
 
 // sweepDirs removes sandbox folders that belong to no live sandbox, stopping

@@ -58,7 +58,7 @@ func (n *Node) destroy(ctx context.Context, id string) {
 	}
 	if err != nil {
 		n.log.Error("destroy", logSandbox, id, "err", err)
-		n.transition(ctx, id, deleting, sandbox.StateError, "delete failed: "+err.Error(), nil)
+		n.fail(ctx, id, deleting, sandbox.ErrDeleteFailed, "delete failed: "+err.Error(), "delete failed: "+err.Error(), nil)
 		return
 	}
 	// Let go of the images first, so destroyed means its files are gone.

@@ -117,7 +117,7 @@ func (n *Node) Restore(ctx context.Context, snapID string) (*store.SnapshotRecor
 	n.run(r.ID, func(ctx context.Context) {
 		if err := n.restoreRunning(ctx, r.ID, meta); err != nil {
 			n.log.Error("restore failed", logSandbox, r.ID, "err", err)
-			n.transition(ctx, r.ID, starting, sandbox.StateError, "restore failed: "+err.Error(), nil)
+			n.fail(ctx, r.ID, starting, sandbox.ErrRestoreFailed, "restore failed: "+err.Error(), "restore failed: "+err.Error(), nil)
 			return
 		}
 		n.transition(ctx, r.ID, starting, sandbox.StateRunning, "", nil)

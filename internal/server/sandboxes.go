@@ -199,23 +199,6 @@ func validState(st sandbox.State) bool {
 	return false
 }
 
-// ownSandbox loads the sandbox named in the path if it belongs to the caller's
-// account; another account's sandbox is indistinguishable from none.
-func (s *Server) ownSandbox(r *http.Request) (*store.SandboxRecord, error) {
-	id := r.PathValue("id")
-	if err := sandbox.CheckID(sandbox.PrefixSandbox, id); err != nil {
-		return nil, err
-	}
-	rec, err := s.store.GetSandbox(r.Context(), id)
-	if err != nil {
-		return nil, err
-	}
-	if rec.AccountID != accountFrom(r.Context()).ID {
-		return nil, fmt.Errorf("sandbox %s not found: %w", id, errdefs.ErrNotFound)
-	}
-	return rec, nil
-}
-
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 	rec, err := s.ownSandbox(r)
 	if err != nil {

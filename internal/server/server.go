@@ -110,6 +110,9 @@ func (s *Server) routes() []route {
 		{"GET " + p + "/sandboxes/{id}/events", s.withAccount(s.events)},
 		{"POST " + p + "/sandboxes/{id}/snapshots", s.withAccount(s.createSnapshot)},
 		{"GET " + p + "/sandboxes/{id}/snapshots", s.withAccount(s.listSnapshots)},
+		{"GET " + p + "/sandboxes/{id}/snapshots/{snapshot}", s.withAccount(s.getSnapshot)},
+		{"DELETE " + p + "/sandboxes/{id}/snapshots/{snapshot}", s.withAccount(s.deleteSnapshot)},
+		{"POST " + p + "/sandboxes/{id}/snapshots/{snapshot}/restore", s.withAccount(s.restoreSnapshot)},
 		{"GET " + p + "/snapshots/{id}", s.withAccount(s.getSnapshot)},
 		{"DELETE " + p + "/snapshots/{id}", s.withAccount(s.deleteSnapshot)},
 		{"POST " + p + "/snapshots/{id}/restore", s.withAccount(s.restoreSnapshot)},
@@ -181,7 +184,8 @@ func (s *Server) logRequests(h http.Handler) http.Handler {
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	c := s.node.Capabilities()
-	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: s.opts.Version, Accel: string(c.Accel), VMM: c.Name})
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: s.opts.Version, Accel: string(c.Accel),
+		AccelReason: c.AccelReason, AccelProbeMS: c.AccelProbeMS, VMM: c.Name})
 }
 
 // requestContext bounds waits a client asked for.

@@ -1,30 +1,12 @@
 package server
 
 import (
-	"fmt"
 	"net/http"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/zeish/zeish/api"
-	"github.com/zeish/zeish/errdefs"
-	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 )
-
-// checkSnapshotName: 1-64 printable characters.
-func checkSnapshotName(name string) error {
-	if name == "" || utf8.RuneCountInString(name) > 64 || !utf8.ValidString(name) {
-		return invalid("snapshot name %q: want 1-64 printable characters", name)
-	}
-	for _, c := range name {
-		if !unicode.IsPrint(c) {
-			return invalid("snapshot name %q: character %U is not printable", name, c)
-		}
-	}
-	return nil
-}
 
 func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 	var req api.CreateSnapshotRequest
@@ -39,7 +21,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 	if req.Name == "" {
 		req.Name = "snapshot-" + time.Now().UTC().Format("20060102-150405")
 	}
-	if err := checkSnapshotName(req.Name); err != nil {
+	if err := sandbox.CheckSnapshotName(req.Name); err != nil {
 		writeError(w, r, err)
 		return
 	}
@@ -72,22 +54,6 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		out.Snapshots = append(out.Snapshots, x.Snapshot)
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-// ownSnapshot loads the snapshot in the path if it is the caller's.
-func (s *Server) ownSnapshot(r *http.Request) (*store.SnapshotRecord, error) {
-	id := r.PathValue("id")
-	if err := sandbox.CheckID(sandbox.PrefixSnapshot, id); err != nil {
-		return nil, err
-	}
-	snap, err := s.store.GetSnapshot(r.Context(), id)
-	if err != nil {
-		return nil, err
-	}
-	if snap.AccountID != accountFrom(r.Context()).ID {
-		return nil, fmt.Errorf("snapshot %s not found: %w", id, errdefs.ErrNotFound)
-	}
-	return snap, nil
 }
 
 func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {

@@ -119,6 +119,9 @@ type Store interface {
 	// errdefs.ErrNameTaken.
 	CreateSandboxes(ctx context.Context, rs ...*SandboxRecord) error
 	GetSandbox(ctx context.Context, id string) (*SandboxRecord, error)
+	// SandboxByName finds the account's sandbox of that name among those not
+	// destroyed (names are unique there); none: errdefs.ErrNotFound.
+	SandboxByName(ctx context.Context, accountID, name string) (*SandboxRecord, error)
 	ListSandboxes(ctx context.Context, f SandboxFilter) ([]*SandboxRecord, error)
 	// CountCreated counts the account's sandboxes created at or after since,
 	// destroyed ones included.
@@ -131,6 +134,8 @@ type Store interface {
 	// checked in the same transaction (errdefs.ErrLimitReached, ErrNameTaken).
 	CreateSnapshot(ctx context.Context, s *SnapshotRecord, limit int) error
 	GetSnapshot(ctx context.Context, id string) (*SnapshotRecord, error)
+	// SnapshotByName finds a sandbox's snapshot by its name; none: errdefs.ErrNotFound.
+	SnapshotByName(ctx context.Context, sandboxID, name string) (*SnapshotRecord, error)
 	ListSnapshots(ctx context.Context, sandboxID string) ([]*SnapshotRecord, error)
 	DeleteSnapshot(ctx context.Context, id string) error
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/sandbox"
 )
 
 // APIError is an error response from zeishd. It unwraps to the errdefs
@@ -31,6 +32,52 @@ func (e *APIError) Unwrap() error {
 		return s
 	}
 	return nil
+}
+
+// SandboxError is a sandbox that ended in state error where it was meant to
+// run: a create, start, resume, clone or restore called with Wait(), or
+// WaitForState. Code is its stable error_code (sandbox.ErrBootFailed, …) and
+// Message its error_message (for a failed boot, the guest console's last
+// lines). It unwraps to errdefs.ErrInvalidState.
+type SandboxError struct {
+	Sandbox Sandbox
+	Wanted  State // the state waited for; "" for a call with Wait()
+}
+
+func (e *SandboxError) Error() string {
+	sb := e.Sandbox
+	msg := fmt.Sprintf("zeish: sandbox %s (%s) is in error", sb.Name, sb.ID)
+	if e.Wanted != "" {
+		msg += " and will not become " + string(e.Wanted)
+	}
+	code, text := sb.ErrorCode, sb.ErrorMessage
+	if code == "" {
+		code = "error"
+	}
+	if text == "" {
+		text = sb.StateReason
+	}
+	return msg + ": " + code + ": " + text
+}
+
+// Unwrap makes errors.Is(err, errdefs.ErrInvalidState) hold.
+func (e *SandboxError) Unwrap() error { return errdefs.ErrInvalidState }
+
+// settledErr turns a sandbox that a Wait() call found in state error into a
+// *SandboxError, so a failed create, start or restore is never mistaken for
+// a success.
+func settledErr(sb Sandbox, err error, opts []CallOption) error {
+	if err != nil || sb.State != sandbox.StateError {
+		return err
+	}
+	var o callOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if !o.wait {
+		return nil
+	}
+	return &SandboxError{Sandbox: sb}
 }
 
 // maxErrorBody bounds how much of an error response is read: a misbehaving

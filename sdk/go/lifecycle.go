@@ -40,7 +40,7 @@ func (c *Client) lifecycle(ctx context.Context, id, action string, opts []CallOp
 	r := c.control(http.MethodPost, sandboxPath(id, action), nil)
 	r.query = applyCallOptions(opts)
 	err := c.call(ctx, r, &sb)
-	return sb, err
+	return sb, settledErr(sb, err, opts)
 }
 
 // CloneSandbox forks a sandbox, running or stopped, into req.Count children
@@ -53,6 +53,11 @@ func (c *Client) CloneSandbox(ctx context.Context, id string, req CloneRequest, 
 	r := c.control(http.MethodPost, sandboxPath(id, "/clone"), req)
 	r.query = applyCallOptions(opts)
 	err := c.call(ctx, r, &resp)
+	for _, child := range resp.Sandboxes {
+		if err == nil {
+			err = settledErr(child, nil, opts)
+		}
+	}
 	return resp, err
 }
 
@@ -85,12 +90,10 @@ func (c *Client) WaitForState(ctx context.Context, id string, state State) (Sand
 			return sb, err
 		case sb.State == state:
 			return sb, nil
-		case sb.State == sandbox.StateError || sb.State == sandbox.StateDestroyed:
-			reason := ""
-			if sb.StateReason != "" {
-				reason = " (" + sb.StateReason + ")"
-			}
-			return sb, fmt.Errorf("zeish: sandbox %s is %s%s and will not become %s: %w", id, sb.State, reason, state, errdefs.ErrInvalidState)
+		case sb.State == sandbox.StateError:
+			return sb, &SandboxError{Sandbox: sb, Wanted: state}
+		case sb.State == sandbox.StateDestroyed:
+			return sb, fmt.Errorf("zeish: sandbox %s is destroyed and will not become %s: %w", id, state, errdefs.ErrInvalidState)
 		}
 		// Any other answer is a server that returned early; ask again.
 		if err := ctx.Err(); err != nil {
@@ -124,8 +127,17 @@ func (c *Client) ListSnapshots(ctx context.Context, sandboxID string) ([]Snapsho
 
 // GetSnapshot returns one snapshot.
 func (c *Client) GetSnapshot(ctx context.Context, id string) (Snapshot, error) {
+	return c.getSnapshot(ctx, snapshotPath(id, ""))
+}
+
+// SandboxSnapshot returns one of a sandbox's snapshots by its id or name.
+func (c *Client) SandboxSnapshot(ctx context.Context, sandboxID, snapshot string) (Snapshot, error) {
+	return c.getSnapshot(ctx, sandboxSnapshotPath(sandboxID, snapshot, ""))
+}
+
+func (c *Client) getSnapshot(ctx context.Context, path string) (Snapshot, error) {
 	var snp Snapshot
-	err := c.call(ctx, c.control(http.MethodGet, snapshotPath(id, ""), nil), &snp)
+	err := c.call(ctx, c.control(http.MethodGet, path, nil), &snp)
 	return snp, err
 }
 
@@ -135,14 +147,34 @@ func (c *Client) DeleteSnapshot(ctx context.Context, id string) error {
 	return c.call(ctx, c.control(http.MethodDelete, snapshotPath(id, ""), nil), nil)
 }
 
+// DeleteSandboxSnapshot deletes one of a sandbox's snapshots by its id or name.
+func (c *Client) DeleteSandboxSnapshot(ctx context.Context, sandboxID, snapshot string) error {
+	return c.call(ctx, c.control(http.MethodDelete, sandboxSnapshotPath(sandboxID, snapshot, ""), nil), nil)
+}
+
 // RestoreSnapshot rolls the snapshot's sandbox back to it; work done since is
 // lost. A running sandbox restarts from the snapshot (with Wait(), the call
 // returns once it is running again); a stopped one stays stopped and resumes
 // from the snapshot on its next start.
 func (c *Client) RestoreSnapshot(ctx context.Context, id string, opts ...CallOption) (RestoreResponse, error) {
+	return c.restore(ctx, snapshotPath(id, "/restore"), opts)
+}
+
+// RestoreSandboxSnapshot is RestoreSnapshot with the snapshot named by its
+// id or name within its sandbox.
+func (c *Client) RestoreSandboxSnapshot(ctx context.Context, sandboxID, snapshot string, opts ...CallOption) (RestoreResponse, error) {
+	return c.restore(ctx, sandboxSnapshotPath(sandboxID, snapshot, "/restore"), opts)
+}
+
+func (c *Client) restore(ctx context.Context, path string, opts []CallOption) (RestoreResponse, error) {
 	var resp RestoreResponse
-	r := c.control(http.MethodPost, snapshotPath(id, "/restore"), nil)
+	r := c.control(http.MethodPost, path, nil)
 	r.query = applyCallOptions(opts)
 	err := c.call(ctx, r, &resp)
-	return resp, err
+	return resp, settledErr(resp.Sandbox, err, opts)
+}
+
+// sandboxSnapshotPath is the route of a sandbox's snapshot by id or name.
+func sandboxSnapshotPath(sandboxID, snapshot, sub string) string {
+	return sandboxPath(sandboxID, "/snapshots/"+url.PathEscape(snapshot)+sub)
 }

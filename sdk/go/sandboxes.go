@@ -65,7 +65,7 @@ func (c *Client) CreateSandbox(ctx context.Context, req CreateSandboxRequest, op
 	r := c.control(http.MethodPost, "/public/sandboxes", req)
 	r.query = applyCallOptions(opts)
 	err := c.call(ctx, r, &sb)
-	return sb, err
+	return sb, settledErr(sb, err, opts)
 }
 
 // ListSandboxes lists the account's sandboxes.

@@ -28,3 +28,15 @@ type (
 	FileInfo              = guest.FileInfo
 	Process               = guest.Process
 )
+
+// Sandbox states, as the API reports them.
+const (
+	StateStarting  = sandbox.StateStarting
+	StateRunning   = sandbox.StateRunning
+	StatePaused    = sandbox.StatePaused
+	StateStopping  = sandbox.StateStopping
+	StateStopped   = sandbox.StateStopped
+	StateDeleting  = sandbox.StateDeleting
+	StateDestroyed = sandbox.StateDestroyed
+	StateError     = sandbox.StateError
+)

@@ -8,6 +8,8 @@
 package qemu
 
 import (
+	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -25,7 +27,15 @@ type Options struct {
 	QEMUPath    string // default "qemu-system-x86_64" from PATH
 	QEMUImgPath string // default "qemu-img" from PATH
 	ShmDir      string // where guest-RAM files live; default /dev/shm
-	Accel       vmm.Accel
+	// Accel is the accelerator asked for (ZEISH_ACCEL): "" proves KVM by
+	// booting ProbeKernel under it, or falls back to TCG; see ChooseAccel.
+	Accel vmm.Accel
+	// ProbeKernel is the guest kernel the KVM probe boots (the template's).
+	ProbeKernel string
+	// AccelCache keeps the probe's verdict across restarts ("" = none).
+	AccelCache string
+	// Reprobe ignores a cached verdict.
+	Reprobe bool
 	// TCGTBSizeMiB caps QEMU's TCG translation cache (its largest own
 	// allocation); 0 keeps QEMU's default. Ignored under KVM.
 	TCGTBSizeMiB int
@@ -41,7 +51,7 @@ type Driver struct {
 	qemuPath    string
 	qemuImgPath string
 	shmDir      string
-	accel       vmm.Accel
+	accel       AccelVerdict
 	version     version
 	tbSizeMiB   int
 	log         *slog.Logger
@@ -96,7 +106,8 @@ func New(opts Options) (*Driver, error) {
 	if fi, err := os.Stat(d.shmDir); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("shm dir %s: %w: not a directory", d.shmDir, errdefs.ErrInvalidArgument)
 	}
-	if d.accel, err = detectAccel(opts.Accel, kvmDevice); err != nil {
+	if d.accel, err = ChooseAccel(context.Background(), AccelOptions{Requested: opts.Accel, QEMUPath: d.qemuPath,
+		Kernel: opts.ProbeKernel, CacheFile: opts.AccelCache, Reprobe: opts.Reprobe}); err != nil {
 		return nil, err
 	}
 	if opts.Confine {
@@ -115,7 +126,8 @@ func New(opts Options) (*Driver, error) {
 // Capabilities reports the driver's name and accelerator; it forks live
 // and suspends (migrate.go).
 func (d *Driver) Capabilities() vmm.Capabilities {
-	c := vmm.Capabilities{Name: "qemu", Accel: d.accel, LiveFork: true, Suspend: true}
+	c := vmm.Capabilities{Name: "qemu", Accel: d.accel.Accel, AccelReason: d.accel.Reason, AccelProbeMS: d.accel.ProbeMS,
+		LiveFork: true, Suspend: true}
 	if d.confine != nil {
 		c.Confinement = d.confine.describe()
 	}
@@ -135,6 +147,30 @@ const (
 // when its command line has console=ttyS0): cite its tail in boot errors.
 func (d *Driver) ConsoleLog(h *vmm.Handle) string {
 	return filepath.Join(h.Spec.Dir, consoleName)
+}
+
+// ConsoleTail returns the last limit bytes of h's console log, from the start
+// of a line.
+func (d *Driver) ConsoleTail(h *vmm.Handle, limit int) string {
+	f, err := os.Open(d.ConsoleLog(h))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(0, fi.Size()-int64(limit))
+	b := make([]byte, fi.Size()-off)
+	n, _ := f.ReadAt(b, off)
+	b = b[:n]
+	if off > 0 {
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			b = b[i+1:]
+		}
+	}
+	return string(b)
 }
 
 func pidFile(h *vmm.Handle) string { return filepath.Join(h.Spec.Dir, pidName) }

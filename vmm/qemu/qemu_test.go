@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/internal/procscan"
+	"github.com/zeish/zeish/internal/testenv"
 	"github.com/zeish/zeish/vmm"
 	"github.com/zeish/zeish/vmm/vmmtest"
 )
@@ -39,14 +40,19 @@ func newTestDriver(t *testing.T) *Driver {
 			t.Skipf("%s not installed: %v", bin, err)
 		}
 	}
-	if _, _, err := testKernel(); err != nil {
+	kernel, _, err := testKernel()
+	if err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("guest kernel: %v", err)
 		}
 		t.Skipf("guest kernel: %v", err)
 	}
 	// As root, VMMs run confined, as zeishd runs them.
-	d, err := New(Options{Confine: os.Geteuid() == 0, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+	// The accelerator is decided as zeishd decides it (ZEISH_ACCEL, else a
+	// probe of the guest kernel, cached with the test fixtures).
+	os.MkdirAll(testenv.CacheDir(), 0o755)
+	d, err := New(Options{Confine: os.Geteuid() == 0, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)),
+		Accel: vmm.Accel(os.Getenv("ZEISH_ACCEL")), ProbeKernel: kernel, AccelCache: filepath.Join(testenv.CacheDir(), "accel.json")})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -162,7 +162,7 @@ func (d *Driver) newMemFile(id string) string {
 func (d *Driver) launchVM(ctx context.Context, undo *rollback.Stack, spec vmm.Spec, memFile string, memShared, incoming bool) (*vmm.Handle, error) {
 	h := &vmm.Handle{
 		Spec:        spec,
-		Accel:       d.accel,
+		Accel:       d.accel.Accel,
 		QMPSocket:   filepath.Join(spec.Dir, qmpName),
 		AgentSocket: filepath.Join(spec.Dir, agentName),
 		MemFile:     memFile,
@@ -191,7 +191,7 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback.Stack, spec vmm.Sp
 	}
 	args := buildArgs(launchConfig{
 		Tag:           tagOf(spec.ID),
-		Accel:         d.accel,
+		Accel:         d.accel.Accel,
 		TCGTBSizeMiB:  d.tbSizeMiB,
 		VCPUs:         spec.VCPUs,
 		MemoryMiB:     spec.MemoryMiB,
@@ -247,7 +247,7 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback.Stack, spec vmm.Sp
 	}); err != nil {
 		return nil, fmt.Errorf("first qmp contact: %w", err)
 	}
-	d.log.Info("vm started", logKeySandbox, spec.ID, logKeyPID, h.PID, "accel", d.accel, "incoming", incoming,
+	d.log.Info("vm started", logKeySandbox, spec.ID, logKeyPID, h.PID, "accel", d.accel.Accel, "incoming", incoming,
 		"launch_ms", launched.Milliseconds(), "qmp_ready_ms", time.Since(began).Milliseconds())
 	return h, nil
 }

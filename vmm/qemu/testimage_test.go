@@ -149,7 +149,7 @@ func buildTestImage() (testImage, error) {
 	return testImage{
 		Kernel:     testKernel,
 		Initrd:     initrd,
-		KernelArgs: "console=ttyS0 quiet loglevel=0",
+		KernelArgs: "console=ttyS0 quiet loglevel=1",
 		BaseDisk:   base,
 	}, nil
 }

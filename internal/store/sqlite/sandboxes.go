@@ -105,6 +105,17 @@ func (s *Store) GetSandbox(ctx context.Context, id string) (*store.SandboxRecord
 	return s.getSandbox(ctx, s.db, id)
 }
 
+// SandboxByName finds a live sandbox by its account and name.
+func (s *Store) SandboxByName(ctx context.Context, accountID, name string) (*store.SandboxRecord, error) {
+	var id, data string
+	err := s.db.QueryRowContext(ctx, `SELECT id, data FROM sandboxes WHERE account_id = ? AND name = ? AND state != ?`,
+		accountID, name, string(sandbox.StateDestroyed)).Scan(&id, &data)
+	if err != nil {
+		return nil, notFound("sandbox named", name, err)
+	}
+	return s.decode(id, data)
+}
+
 type queryer interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }

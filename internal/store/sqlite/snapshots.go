@@ -48,6 +48,17 @@ func (s *Store) GetSnapshot(ctx context.Context, id string) (*store.SnapshotReco
 	return r, json.Unmarshal([]byte(data), r)
 }
 
+// SnapshotByName finds a sandbox's snapshot by name.
+func (s *Store) SnapshotByName(ctx context.Context, sandboxID, name string) (*store.SnapshotRecord, error) {
+	var data string
+	err := s.db.QueryRowContext(ctx, `SELECT data FROM snapshots WHERE sandbox_id = ? AND name = ?`, sandboxID, name).Scan(&data)
+	if err != nil {
+		return nil, notFound("snapshot named", name, err)
+	}
+	r := new(store.SnapshotRecord)
+	return r, json.Unmarshal([]byte(data), r)
+}
+
 // ListSnapshots returns a sandbox's snapshots, oldest first; "" lists all.
 func (s *Store) ListSnapshots(ctx context.Context, sandboxID string) ([]*store.SnapshotRecord, error) {
 	q, args := `SELECT data FROM snapshots ORDER BY created_at, id`, []any{}

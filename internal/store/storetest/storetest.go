@@ -210,6 +210,25 @@ func testSandboxes(t *testing.T, s store.Store) {
 	if err := s.CreateSandboxes(ctx, mk("sbx_e", "alpha", "acc_1", t0.Add(3*time.Second))); err != nil {
 		t.Fatalf("name of a destroyed sandbox should be free: %v", err)
 	}
+	// By name: the live holder of the name, within its account only.
+	byName := []struct {
+		acc, name, want string
+	}{
+		{"acc_1", "alpha", "sbx_e"}, // not the destroyed sbx_a
+		{"acc_2", "alpha", "sbx_c"},
+		{"acc_1", "beta", "sbx_b"},
+		{"acc_2", "beta", ""},
+		{"acc_1", "nobody", ""},
+	}
+	for _, c := range byName {
+		got, err := s.SandboxByName(ctx, c.acc, c.name)
+		switch {
+		case c.want == "" && !errors.Is(err, errdefs.ErrNotFound):
+			t.Fatalf("SandboxByName(%s, %s) = %v, %v; want not_found", c.acc, c.name, got, err)
+		case c.want != "" && (err != nil || got.ID != c.want):
+			t.Fatalf("SandboxByName(%s, %s) = %v, %v; want %s", c.acc, c.name, got, err, c.want)
+		}
+	}
 
 	cases := []struct {
 		name   string
@@ -268,6 +287,12 @@ func testSnapshots(t *testing.T, s store.Store) {
 	got, err := s.GetSnapshot(ctx, "snp_1")
 	if err != nil || got.Name != "one" || got.Image != "img_snp_1" {
 		t.Fatalf("get: %+v %v", got, err)
+	}
+	if got, err := s.SnapshotByName(ctx, "sbx_b", "one"); err != nil || got.ID != "snp_5" {
+		t.Fatalf("by name on sbx_b: %+v %v, want snp_5", got, err)
+	}
+	if _, err := s.SnapshotByName(ctx, "sbx_b", "two"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("by name, another sandbox's: %v, want not_found", err)
 	}
 	list, err := s.ListSnapshots(ctx, "sbx_a")
 	if err != nil || len(list) != 2 {

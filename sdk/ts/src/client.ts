@@ -197,7 +197,7 @@ export class Zeish {
   /** Waits for `state` and throws SandboxStateError if the sandbox settles elsewhere. */
   async waitForState(id: string, state: SandboxState, opts: WaitOptions = {}): Promise<SandboxInfo> {
     const sb = await this.waitSandbox(id, state, opts);
-    if (sb.state !== state) throw new SandboxStateError(id, sb.state, state, sb.state_reason);
+    if (sb.state !== state) throw new SandboxStateError(id, sb.state, state, sb.state_reason, sb.error_code, sb.error_message);
     return sb;
   }
 

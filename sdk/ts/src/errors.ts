@@ -38,16 +38,26 @@ export class TimeoutError extends ZeishError {}
 /** 503 `unavailable`, 500 `internal`, or no answer at all. */
 export class ServerError extends ZeishError {}
 
-/** A sandbox settled in a state other than the one waited for (e.g. `error`). */
+/**
+ * A sandbox settled in a state other than the one waited for (e.g. `error`).
+ * For a sandbox in `error`, `errorCode` is its stable `error_code`
+ * (`boot_failed`, `boot_timeout`, …) and `errorMessage` its `error_message`
+ * (for a failed boot, the guest console's last lines).
+ */
 export class SandboxStateError extends ConflictError {
   readonly sandboxId: string;
   readonly state: string;
   readonly stateReason?: string;
-  constructor(sandboxId: string, state: string, wanted: string, stateReason?: string) {
-    super(0, "invalid_state", `sandbox ${sandboxId} is ${state}, not ${wanted}${stateReason ? `: ${stateReason}` : ""}`);
+  readonly errorCode?: string;
+  readonly errorMessage?: string;
+  constructor(sandboxId: string, state: string, wanted: string, stateReason?: string, errorCode?: string, errorMessage?: string) {
+    const why = errorCode ? `${errorCode}: ${errorMessage ?? stateReason ?? ""}` : stateReason;
+    super(0, "invalid_state", `sandbox ${sandboxId} is ${state}, not ${wanted}${why ? `: ${why}` : ""}`);
     this.sandboxId = sandboxId;
     this.state = state;
     if (stateReason !== undefined) this.stateReason = stateReason;
+    if (errorCode !== undefined) this.errorCode = errorCode;
+    if (errorMessage !== undefined) this.errorMessage = errorMessage;
   }
 }
 

@@ -195,7 +195,7 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -224,7 +224,7 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -250,7 +250,7 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -275,7 +275,7 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -300,7 +300,7 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -324,7 +324,7 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -348,7 +348,7 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -382,7 +382,7 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -405,7 +405,7 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -430,7 +430,7 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -504,12 +504,63 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/public/sandboxes/{id}/snapshots/{snapshot}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+                id: components["parameters"]["SandboxID"];
+                /** @description The snapshot's id or its name within this sandbox (a well-formed id is looked up as an id only). A snapshot of another sandbox gets 404. */
+                snapshot: components["parameters"]["SnapshotRef"];
+            };
+            cookie?: never;
+        };
+        /** Get a snapshot of a sandbox, by id or name */
+        get: operations["getSandboxSnapshot"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a snapshot of a sandbox, by id or name
+         * @description As `DELETE /api/v1/public/snapshots/{id}`.
+         */
+        delete: operations["deleteSandboxSnapshot"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/public/sandboxes/{id}/snapshots/{snapshot}/restore": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+                id: components["parameters"]["SandboxID"];
+                /** @description The snapshot's id or its name within this sandbox (a well-formed id is looked up as an id only). A snapshot of another sandbox gets 404. */
+                snapshot: components["parameters"]["SnapshotRef"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Roll a sandbox back to one of its snapshots, by id or name
+         * @description As `POST /api/v1/public/snapshots/{id}/restore`.
+         */
+        post: operations["restoreSandboxSnapshot"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/public/sandboxes/{id}/access": {
         parameters: {
             query?: never;
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -534,7 +585,7 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -793,6 +844,11 @@ export interface components {
          */
         SandboxID: string;
         /**
+         * @description A sandbox id (`sbx_` and 20 characters) or a sandbox name.
+         * @example brave-otter-42
+         */
+        SandboxRef: string;
+        /**
          * @description A snapshot id, `snp_` and 20 lower-case base32 characters.
          * @example snp_7d2w4k8m1q9c3x5z6b0n
          */
@@ -854,10 +910,20 @@ export interface components {
             /** @description The server's version. */
             version: string;
             /**
-             * @description CPU virtualisation of the VMs: `kvm` (hardware) or `tcg` (software emulation).
+             * @description CPU virtualisation of the VMs: `kvm` (hardware) or `tcg` (software emulation). KVM is chosen only when a probe boots the guest kernel under it (on the machine type sandboxes use) and reaches the kernel's banner; the verdict is cached in the data dir, keyed by the host kernel, the loaded KVM modules, QEMU's version and the guest kernel, and `zeishd --accel-probe` runs the probe again. `ZEISH_ACCEL=tcg` skips the probe; `ZEISH_ACCEL=kvm` makes a failed probe stop zeishd at start with the reason.
              * @enum {string}
              */
             accel: "kvm" | "tcg";
+            /**
+             * @description Why `accel` was chosen, e.g. `no /dev/kvm`, `probe booted the guest kernel under KVM`, `kvm_pvm module: needs a PVM guest kernel; probe boot silent after 15s`, or QEMU's own error.
+             * @example no /dev/kvm
+             */
+            accel_reason: string;
+            /**
+             * Format: int64
+             * @description How long the probe took at this start; 0 when it was skipped or its verdict cached.
+             */
+            accel_probe_ms: number;
             /**
              * @description The VMM driver, e.g. `qemu`.
              * @example qemu
@@ -913,6 +979,20 @@ export interface components {
             state: components["schemas"]["State"];
             /** @description Why the sandbox is in its state, when that needs saying (an `error`'s cause, `budget_exhausted`). */
             state_reason?: string;
+            /**
+             * @description Set only in state `error`: why, as a stable code.
+             *     `boot_failed`: the VM did not come up (QEMU refused to start it, or the guest died before its
+             *     agent answered); `boot_timeout`: the guest agent did not answer within the boot bound
+             *     (`ZEISH_BOOT_TIMEOUT`); `template_unavailable`: the template could not be built or found;
+             *     `vm_exited`: the VM ended while zeish did not stop it; `interrupted`: zeishd stopped while the
+             *     sandbox was starting; `capture_failed`: a fork, snapshot or stop lost the VM mid-way;
+             *     `restore_failed`: a restore could not bring the VM back; `delete_failed`: a delete could not
+             *     remove the VM or its files; `internal`: anything else.
+             * @enum {string}
+             */
+            error_code?: "boot_failed" | "boot_timeout" | "template_unavailable" | "vm_exited" | "interrupted" | "capture_failed" | "restore_failed" | "delete_failed" | "internal";
+            /** @description Set only in state `error`: what went wrong, for humans. For a failed boot it ends with the last lines of the guest's console (control characters removed). */
+            error_message?: string;
             /** @description The template's name. */
             template: string;
             vcpus: number;
@@ -1397,12 +1477,14 @@ export interface components {
         };
     };
     parameters: {
-        /** @description The sandbox's id. */
-        SandboxID: components["schemas"]["SandboxID"];
+        /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+        SandboxID: components["schemas"]["SandboxRef"];
         /** @description The sandbox's id; the data-plane token must be for this sandbox. */
         DataSandboxID: components["schemas"]["SandboxID"];
         /** @description The snapshot's id. */
         SnapshotID: components["schemas"]["SnapshotID"];
+        /** @description The snapshot's id or its name within this sandbox (a well-formed id is looked up as an id only). A snapshot of another sandbox gets 404. */
+        SnapshotRef: string;
         /**
          * @description `true`: answer only once the sandbox has settled (is in no transition), with `200`,
          *     instead of at once with `202`. Waits at most 10 minutes (then `503 timeout`).
@@ -1780,7 +1862,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -1814,7 +1896,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -1859,7 +1941,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -1905,7 +1987,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -1946,7 +2028,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -1974,7 +2056,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -2002,7 +2084,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -2042,7 +2124,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -2087,7 +2169,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -2126,7 +2208,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -2154,7 +2236,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -2182,7 +2264,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -2342,12 +2424,125 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
+    getSandboxSnapshot: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+                id: components["parameters"]["SandboxID"];
+                /** @description The snapshot's id or its name within this sandbox (a well-formed id is looked up as an id only). A snapshot of another sandbox gets 404. */
+                snapshot: components["parameters"]["SnapshotRef"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The snapshot. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Snapshot"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    deleteSandboxSnapshot: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+                id: components["parameters"]["SandboxID"];
+                /** @description The snapshot's id or its name within this sandbox (a well-formed id is looked up as an id only). A snapshot of another sandbox gets 404. */
+                snapshot: components["parameters"]["SnapshotRef"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["InvalidState"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    restoreSandboxSnapshot: {
+        parameters: {
+            query?: {
+                /**
+                 * @description `true`: answer only once the sandbox has settled (is in no transition), with `200`,
+                 *     instead of at once with `202`. Waits at most 10 minutes (then `503 timeout`).
+                 */
+                wait?: components["parameters"]["Wait"];
+            };
+            header?: never;
+            path: {
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+                id: components["parameters"]["SandboxID"];
+                /** @description The snapshot's id or its name within this sandbox (a well-formed id is looked up as an id only). A snapshot of another sandbox gets 404. */
+                snapshot: components["parameters"]["SnapshotRef"];
+            };
+            cookie?: never;
+        };
+        requestBody?: components["requestBodies"]["Empty"];
+        responses: {
+            /** @description `?wait=true`: the snapshot and the sandbox once it settled. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RestoreResponse"];
+                };
+            };
+            /** @description The snapshot and the sandbox as it is now (`starting` if it was running). */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RestoreResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            /** @description `invalid_state`: the sandbox is not running, paused or stopped (it is in a transition, in error or destroyed). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
     createAccess: {
         parameters: {
             query?: never;
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -2388,7 +2583,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;

@@ -42,7 +42,8 @@ describe("sdk against zeishd", { skip, timeout: 20 * 60_000 }, () => {
       assert.ok(e.message.length > 0);
       return true;
     });
-    await assert.rejects(zeish.getSandbox("not-an-id"), (e: unknown) => {
+    // Neither an id nor a name (names are lower-case hostnames): 400.
+    await assert.rejects(zeish.getSandbox("Not_A_Ref"), (e: unknown) => {
       assert.ok(isZeishError(e, "invalid_argument"), String(e));
       assert.ok(e instanceof InvalidArgumentError);
       assert.equal(e.status, 400);
@@ -183,6 +184,10 @@ describe("sdk against zeishd", { skip, timeout: 20 * 60_000 }, () => {
     assert.equal(sbx.name, "ts-sdk");
     assert.equal(sbx.info.memory_mib, 256);
     assert.deepEqual((await Sandbox.connect(sbx.id, { zeish })).info.id, sbx.id);
+    // The name works wherever the id does.
+    const byName = await Sandbox.connect("ts-sdk", { zeish });
+    assert.equal(byName.id, sbx.id);
+    assert.equal((await byName.exec("hostname")).stdout, "ts-sdk\n");
     await accountsAndKeys(zeish, sbx.id);
 
     // exec: exit code, stdout and stderr apart, streamed callbacks, env, cwd, stdin.
