@@ -33,6 +33,7 @@ func TestMain(m *testing.M) {
 	bin = dir
 	code := m.Run()
 	os.RemoveAll(dir)
+	pg.Stop()
 	os.Exit(code)
 }
 

@@ -10,7 +10,8 @@
 // built templates are kept; default <data dir>/templates), ZEISH_BOOT_TIMEOUT
 // (boot to guest-agent answer; default 3m), ZEISH_MEMORY_BUDGET_MIB (guest
 // memory the host may promise; default its RAM less max(2 GiB, 10 %)),
-// ZEISH_LOG_LEVEL (debug|info|warn); the per-account plan ZEISH_PLAN_RUNNING_SLOTS
+// ZEISH_LOG_LEVEL (debug|info|warn); ZEISH_DATABASE_URL (postgres://…; default
+// SQLite in the data dir); the per-account plan ZEISH_PLAN_RUNNING_SLOTS
 // (default 10), ZEISH_PLAN_CREATES_PER_MINUTE (30), ZEISH_PLAN_DAILY_CREATES
 // (500); ZEISH_CONFINE (on|off; default on as root) and ZEISH_VM_USER (default
 // zeish-vm) for the VMMs' confinement; prices in micro-dollars per unit-second ZEISH_PRICE_VCPU_SECOND_MICROS
@@ -42,6 +43,8 @@ import (
 	"github.com/zeish/zeish/internal/node"
 	"github.com/zeish/zeish/internal/secrets"
 	"github.com/zeish/zeish/internal/server"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/internal/store/postgres"
 	"github.com/zeish/zeish/internal/store/sqlite"
 	"github.com/zeish/zeish/internal/version"
 	zeish "github.com/zeish/zeish/sdk/go"
@@ -94,7 +97,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	st, err := sqlite.Open(ctx, filepath.Join(dataDir, "zeish.db"), sqlite.WithSecrets(box))
+	st, err := openStore(ctx, dataDir, box)
 	if err != nil {
 		return err
 	}
@@ -287,4 +290,17 @@ func probeAccel(ctx context.Context) error {
 	b, _ := json.MarshalIndent(v, "", "  ")
 	fmt.Println(string(b))
 	return err
+}
+
+// openStore opens ZEISH_DATABASE_URL (postgres://…, shared by control-plane
+// replicas) or, by default, the SQLite database in the data dir.
+func openStore(ctx context.Context, dataDir string, box *secrets.Box) (store.Store, error) {
+	url := os.Getenv("ZEISH_DATABASE_URL")
+	switch {
+	case url == "":
+		return sqlite.Open(ctx, filepath.Join(dataDir, "zeish.db"), sqlite.WithSecrets(box))
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		return postgres.Open(ctx, url, postgres.WithSecrets(box))
+	}
+	return nil, fmt.Errorf("ZEISH_DATABASE_URL: want postgres://… (or unset for SQLite in the data dir)")
 }

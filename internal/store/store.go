@@ -1,6 +1,6 @@
 // Package store is zeish's persistent state: accounts, API keys, templates and
 // sandboxes (with the VM handle a restarted zeishd needs to find its VMs again).
-// Store is the interface; sqlite/ implements it (postgres/ will), and storetest/
+// Store is the interface; sqlite/ and postgres/ implement it, and storetest/
 // is the conformance suite every implementation runs.
 package store
 
@@ -96,7 +96,7 @@ type SandboxFilter struct {
 	IncludeDestroyed bool
 }
 
-// Store is implemented by sqlite and (later) postgres.
+// Store is implemented by sqlite and postgres.
 type Store interface {
 	CreateAccount(ctx context.Context, a Account) error
 	GetAccount(ctx context.Context, id string) (Account, error)

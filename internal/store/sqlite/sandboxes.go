@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -13,55 +12,12 @@ import (
 	"github.com/zeish/zeish/sandbox"
 )
 
-// Sandboxes are stored as one JSON document plus the columns we query on, so a
-// new field needs no migration.
+// Sandboxes are stored as one JSON document (store.Codec) plus the columns
+// we query on, so a new field needs no migration.
 
-// sandboxRow is a record as stored: its secrets sealed, bound to its id.
-type sandboxRow struct {
-	*store.SandboxRecord
-	SealedSecrets string `json:"sealed_secrets,omitempty"`
-	// LegacySecrets is how secrets were kept before they were sealed; rows
-	// that still hold them are sealed on their next write.
-	LegacySecrets map[string]string `json:"secret_env,omitempty"`
-}
+func (s *Store) encode(r *store.SandboxRecord) (string, error) { return s.codec.Encode(r) }
 
-func (s *Store) encode(r *store.SandboxRecord) (string, error) {
-	row := sandboxRow{SandboxRecord: r}
-	if len(r.SecretEnv) > 0 {
-		if s.secrets == nil {
-			return "", fmt.Errorf("sandbox %s has secrets but the store has no secrets key: %w", r.ID, errdefs.ErrInternal)
-		}
-		plain, err := json.Marshal(r.SecretEnv)
-		if err != nil {
-			return "", err
-		}
-		row.SealedSecrets = s.secrets.Seal(plain, []byte(r.ID))
-	}
-	b, err := json.Marshal(row)
-	return string(b), err
-}
-
-func (s *Store) decode(id, data string) (*store.SandboxRecord, error) {
-	row := sandboxRow{SandboxRecord: new(store.SandboxRecord)}
-	if err := json.Unmarshal([]byte(data), &row); err != nil {
-		return nil, fmt.Errorf("decode sandbox %s: %w", id, err)
-	}
-	r := row.SandboxRecord
-	r.SecretEnv = row.LegacySecrets
-	if row.SealedSecrets != "" {
-		if s.secrets == nil {
-			return nil, fmt.Errorf("sandbox %s has sealed secrets but the store has no secrets key: %w", id, errdefs.ErrInternal)
-		}
-		plain, err := s.secrets.Open(row.SealedSecrets, []byte(r.ID))
-		if err != nil {
-			return nil, fmt.Errorf("secrets of sandbox %s: %v: %w", id, err, errdefs.ErrInternal)
-		}
-		if err := json.Unmarshal(plain, &r.SecretEnv); err != nil {
-			return nil, fmt.Errorf("secrets of sandbox %s: %w", id, err)
-		}
-	}
-	return r, nil
-}
+func (s *Store) decode(id, data string) (*store.SandboxRecord, error) { return s.codec.Decode(id, data) }
 
 // CreateSandboxes inserts rs in one transaction: all or none.
 func (s *Store) CreateSandboxes(ctx context.Context, rs ...*store.SandboxRecord) error {

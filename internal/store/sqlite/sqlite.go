@@ -5,7 +5,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -23,8 +22,8 @@ var _ store.Store = (*Store)(nil)
 
 // Store is a store.Store on one SQLite file.
 type Store struct {
-	db      *sql.DB
-	secrets *secrets.Box
+	db    *sql.DB
+	codec store.Codec
 }
 
 // Option configures Open.
@@ -32,7 +31,7 @@ type Option func(*Store)
 
 // WithSecrets seals sandbox secrets with box. Without it the store refuses
 // to keep secrets at all rather than write them in the clear.
-func WithSecrets(box *secrets.Box) Option { return func(s *Store) { s.secrets = box } }
+func WithSecrets(box *secrets.Box) Option { return func(s *Store) { s.codec.Secrets = box } }
 
 // migrations run in order once each; never edit one that has shipped.
 var migrations = []string{
@@ -106,7 +105,7 @@ func (s *Store) migrate(ctx context.Context) error {
 // stores before sealing wrote them), then vacuums so no free page keeps the
 // old text.
 func (s *Store) sealLegacySecrets(ctx context.Context) error {
-	if s.secrets == nil {
+	if s.codec.Secrets == nil {
 		return nil
 	}
 	rows, err := s.db.QueryContext(ctx, `SELECT id, data FROM sandboxes WHERE data LIKE '%"secret_env":%'`)
@@ -292,26 +291,13 @@ func (s *Store) AccountByKeyHash(ctx context.Context, hash string) (store.Accoun
 
 // PutTemplate inserts or replaces a template by name.
 func (s *Store) PutTemplate(ctx context.Context, t sandbox.Template) error {
-	data, err := json.Marshal(newTemplateRow(t))
+	data, err := store.EncodeTemplate(t)
 	if err != nil {
 		return err
 	}
 	_, err = s.db.ExecContext(ctx, `INSERT INTO templates (name, data) VALUES (?, ?)
-		ON CONFLICT(name) DO UPDATE SET data = excluded.data`, t.Name, string(data))
+		ON CONFLICT(name) DO UPDATE SET data = excluded.data`, t.Name, data)
 	return err
-}
-
-// templateRow keeps the fields the API hides (paths) when stored.
-type templateRow struct {
-	sandbox.Template
-	Kernel     string `json:"kernel"`
-	Initrd     string `json:"initrd"`
-	BaseDisk   string `json:"base_disk"`
-	KernelArgs string `json:"kernel_args"`
-}
-
-func newTemplateRow(t sandbox.Template) templateRow {
-	return templateRow{Template: t, Kernel: t.Kernel, Initrd: t.Initrd, BaseDisk: t.BaseDisk, KernelArgs: t.KernelArgs}
 }
 
 // GetTemplate reads a template by name.
@@ -321,11 +307,5 @@ func (s *Store) GetTemplate(ctx context.Context, name string) (sandbox.Template,
 	if err != nil {
 		return sandbox.Template{}, notFound("template", name, err)
 	}
-	var row templateRow
-	if err := json.Unmarshal([]byte(data), &row); err != nil {
-		return sandbox.Template{}, err
-	}
-	t := row.Template
-	t.Kernel, t.Initrd, t.BaseDisk, t.KernelArgs = row.Kernel, row.Initrd, row.BaseDisk, row.KernelArgs
-	return t, nil
+	return store.DecodeTemplate(data)
 }
