@@ -17,7 +17,9 @@ import (
 
 func (s *Store) encode(r *store.SandboxRecord) (string, error) { return s.codec.Encode(r) }
 
-func (s *Store) decode(id, data string) (*store.SandboxRecord, error) { return s.codec.Decode(id, data) }
+func (s *Store) decode(id, data string) (*store.SandboxRecord, error) {
+	return s.codec.Decode(id, data)
+}
 
 // CreateSandboxes inserts rs in one transaction: all or none.
 func (s *Store) CreateSandboxes(ctx context.Context, rs ...*store.SandboxRecord) error {
