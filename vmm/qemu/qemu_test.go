@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/internal/procscan"
+	"github.com/zeish/zeish/internal/testskip"
 	"github.com/zeish/zeish/vmm"
 	"github.com/zeish/zeish/vmm/vmmtest"
 )
@@ -28,22 +29,14 @@ func TestMain(m *testing.M) {
 // (failing instead when CI is set).
 func newTestDriver(t *testing.T) *Driver {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts VMs; skipped with -short")
-	}
+	testskip.Short(t, "starts VMs")
 	for _, bin := range []string{"qemu-system-x86_64", "qemu-img", "cpio"} {
 		if _, err := exec.LookPath(bin); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("%s not installed (CI is set): %v", bin, err)
-			}
-			t.Skipf("%s not installed: %v", bin, err)
+			testskip.Skip(t, "%s not installed: %v", bin, err)
 		}
 	}
 	if _, _, err := testKernel(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("guest kernel: %v", err)
-		}
-		t.Skipf("guest kernel: %v", err)
+		testskip.Skip(t, "guest kernel: %v", err)
 	}
 	// As root, VMMs run confined, as zeishd runs them.
 	d, err := New(Options{Confine: os.Geteuid() == 0, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zeish/zeish/internal/testskip"
 	"github.com/zeish/zeish/vmm"
 )
 
@@ -17,7 +18,7 @@ import (
 // in a cgroup of its own.
 func testConfined(t *testing.T, d vmm.Driver, spec vmm.Spec) {
 	if d.Capabilities().Confinement == "" {
-		t.Skip("driver declares no confinement")
+		testskip.Skip(t, "driver declares no confinement")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

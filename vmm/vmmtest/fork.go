@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zeish/zeish/internal/testskip"
 	"github.com/zeish/zeish/vmm"
 )
 
@@ -17,7 +18,7 @@ import (
 // it again from the full image on its own disk.
 func testCaptureAndClones(t *testing.T, d vmm.Driver, newSpec func(t *testing.T) vmm.Spec) {
 	if !d.Capabilities().LiveFork || !d.Capabilities().Suspend {
-		t.Skip("driver declares no live fork or suspend")
+		testskip.Skip(t, "driver declares no live fork or suspend")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
