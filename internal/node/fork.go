@@ -81,10 +81,11 @@ func (n *Node) capture(ctx context.Context, id string) (*captured, error) {
 // RAM file, which it does not touch until it loads the image. So the pause
 // is only: stop, write device state, quit, load it, go on.
 func (n *Node) captureRunning(ctx context.Context, r *store.SandboxRecord, h *vmm.Handle, wasPaused bool) (*captured, error) {
-	imgID, dir, err := n.newImageDir()
+	imgID, dir, unpin, err := n.newImageDir()
 	if err != nil {
 		return nil, err
 	}
+	defer unpin()
 	meta := &imageMeta{ID: imgID, SandboxID: r.ID, CreatedAt: time.Now().UTC(),
 		Disk: filepath.Join(dir, layerName), Layers: append([]string(nil), r.Layers...)}
 	if err := os.Link(r.Disk, meta.Disk); err != nil {

@@ -41,11 +41,19 @@ type imageMeta struct {
 func (n *Node) imagesDir() string         { return filepath.Join(n.opts.DataDir, "images") }
 func (n *Node) imageDir(id string) string { return filepath.Join(n.imagesDir(), id) }
 
-// newImageDir makes a folder for a new image.
-func (n *Node) newImageDir() (id, dir string, err error) {
+// newImageDir makes a folder for a new image, pinned until the caller's
+// unpin: until a record points at it the folder has no image.json or no
+// referrer, and gc must not take it for garbage (it once deleted a snapshot
+// being taken).
+func (n *Node) newImageDir() (id, dir string, unpin func(), err error) {
 	id = sandbox.NewID(imagePrefix)
 	dir = n.imageDir(id)
-	return id, dir, os.MkdirAll(dir, 0o700)
+	unpin = n.pin(id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		unpin()
+		return "", "", nil, err
+	}
+	return id, dir, unpin, nil
 }
 
 func (n *Node) writeImage(m *imageMeta) error {
@@ -88,6 +96,11 @@ func (n *Node) freezeDisk(m *imageMeta, disk string, layers []string) error {
 func (n *Node) gc(ctx context.Context) {
 	n.gcMu.Lock()
 	defer n.gcMu.Unlock()
+	// An image unpinned while gc reads the store may have a referrer the
+	// read missed: everything unpinned from here on is kept this round.
+	n.mu.Lock()
+	n.unpinned = map[string]bool{}
+	n.mu.Unlock()
 	mem, disk := map[string]bool{}, map[string]bool{}
 	rows, err := n.opts.Store.ListSandboxes(ctx, store.SandboxFilter{})
 	if err != nil {
@@ -122,6 +135,10 @@ func (n *Node) gc(ctx context.Context) {
 	for id := range n.pinned {
 		mem[id] = true
 	}
+	for id := range n.unpinned {
+		mem[id] = true
+	}
+	n.unpinned = nil
 	n.mu.Unlock()
 	entries, _ := os.ReadDir(n.imagesDir())
 	for _, e := range entries {
@@ -163,6 +180,9 @@ func (n *Node) pin(id string) func() {
 		n.mu.Lock()
 		if n.pinned[id]--; n.pinned[id] <= 0 {
 			delete(n.pinned, id)
+		}
+		if n.unpinned != nil {
+			n.unpinned[id] = true
 		}
 		n.mu.Unlock()
 	}

@@ -67,6 +67,9 @@ type Node struct {
 	// socket takes one client at a time.
 	connecting map[string]*sync.Mutex
 	pinned     map[string]int // images in use by operations in progress
+	// unpinned are images unpinned since the gc in progress began (nil
+	// when none runs).
+	unpinned map[string]bool
 	gcMu       sync.Mutex
 }
 
