@@ -152,7 +152,13 @@ func run(ctx context.Context) error {
 	budgetsDone := make(chan struct{})
 	go func() { defer close(budgetsDone); srv.EnforceBudgets(bctx, 2*time.Second) }()
 	defer func() { stopBudgets(); <-budgetsDone }()
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	limits := server.DefaultLimits
+	if v := os.Getenv("ZEISH_MAX_CONNECTIONS"); v != "" {
+		if limits.MaxConns, err = strconv.Atoi(v); err != nil || limits.MaxConns < 1 {
+			return fmt.Errorf("ZEISH_MAX_CONNECTIONS=%q: want a number above 0", v)
+		}
+	}
+	hs, ln := server.HTTPServer(ln, srv.Handler(), limits)
 	caps := driver.Capabilities()
 	log.Info("zeishd listening", "addr", "http://"+ln.Addr().String(), "data_dir", dataDir, "node", nodeID,
 		"vmm", caps.Name, "accel", caps.Accel, "confinement", caps.Confinement, "memory_budget_mib", budget, "plan", fmt.Sprintf("%+v", plan), "admin_key", keyPath, "version", version.Version)

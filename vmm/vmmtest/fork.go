@@ -45,6 +45,9 @@ func testCaptureAndClones(t *testing.T, d vmm.Driver, newSpec func(t *testing.T)
 			t.Fatalf("image file: %v", err)
 		}
 	}
+	// An image is the driver's own: no VM user may write what other VMs map.
+	requirePrivate(t, "image RAM", img.MemFile, os.Geteuid())
+	requirePrivate(t, "image state", img.StateFile, os.Geteuid())
 	layer := filepath.Join(imgDir, "layer.qcow2")
 	if err := os.Rename(h.Disk, layer); err != nil {
 		t.Fatal(err)
@@ -119,6 +122,7 @@ func testCaptureAndClones(t *testing.T, d vmm.Driver, newSpec func(t *testing.T)
 	if full.MemFile != "" {
 		t.Fatalf("a full image has its RAM in the state file: %+v", full)
 	}
+	requirePrivate(t, "full image state", full.StateFile, os.Geteuid())
 	if _, err := os.Stat(promoted.MemFile); err == nil {
 		t.Fatal("a full capture must remove the VM's own RAM file")
 	}
