@@ -50,6 +50,12 @@ func (s *Server) withToken(h http.HandlerFunc) http.HandlerFunc {
 			writeError(w, r, fmt.Errorf("the sandbox of this token no longer exists: %w", errdefs.ErrUnauthenticated))
 			return
 		}
+		release, err := s.calls.acquire(id)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		defer release()
 		agent, err := s.node.Agent(r.Context(), rec)
 		if err != nil {
 			writeError(w, r, err)
