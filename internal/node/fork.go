@@ -200,9 +200,11 @@ func (n *Node) Clone(ctx context.Context, parentID string, children []*store.San
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := n.reserve(parent, len(children)); err != nil {
+	release, err := n.reserve(parent, len(children))
+	if err != nil {
 		return 0, nil, err
 	}
+	defer release() // the children's records count from here on
 	// Refuse a taken name before the parent is paused, not after.
 	if err := n.namesFree(ctx, parent.AccountID, children); err != nil {
 		return 0, nil, err
@@ -288,38 +290,4 @@ func (n *Node) bootFromImage(ctx context.Context, r *store.SandboxRecord, meta *
 		spec.BaseDisk, spec.From = meta.Disk, meta.VM
 		return nil
 	})
-}
-
-// reserve checks the host has memory for count more sandboxes like parent.
-func (n *Node) reserve(parent *store.SandboxRecord, count int) error {
-	if n.opts.MemoryBudgetMiB <= 0 {
-		return nil
-	}
-	used, err := n.committedMiB()
-	if err != nil {
-		return err
-	}
-	need := count * parent.MemoryMiB
-	if used+need > n.opts.MemoryBudgetMiB {
-		return fmt.Errorf("host %s has %d MiB of its %d MiB budget free; %d sandbox(es) of %d MiB need %d: %w",
-			n.opts.ID, n.opts.MemoryBudgetMiB-used, n.opts.MemoryBudgetMiB, count, parent.MemoryMiB, need, errdefs.ErrNodeFull)
-	}
-	return nil
-}
-
-// committedMiB is the guest memory promised to the sandboxes that may run.
-func (n *Node) committedMiB() (int, error) {
-	rows, err := n.opts.Store.ListSandboxes(context.Background(), store.SandboxFilter{
-		States: []sandbox.State{sandbox.StateStarting, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopping},
-	})
-	if err != nil {
-		return 0, err
-	}
-	total := 0
-	for _, r := range rows {
-		if r.Host == n.opts.ID {
-			total += r.MemoryMiB
-		}
-	}
-	return total, nil
 }

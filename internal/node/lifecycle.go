@@ -154,6 +154,18 @@ func (n *Node) suspend(ctx context.Context, id string) error {
 // Start resumes a stopped sandbox where it was (or from the snapshot a
 // restore chose).
 func (n *Node) Start(ctx context.Context, id string) (*store.SandboxRecord, error) {
+	// A started sandbox counts against the host's memory again.
+	cur, err := n.opts.Store.GetSandbox(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if cur.State == sandbox.StateStopped {
+		release, err := n.reserve(cur, 1)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+	}
 	r, err := n.opts.Store.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
 		if r.State != sandbox.StateStopped {
 			return fmt.Errorf("sandbox %s is %s; start needs it stopped: %w", id, r.State, errdefs.ErrInvalidState)
