@@ -147,7 +147,7 @@ func (n *Node) stranded(ctx context.Context, r *store.SandboxRecord, meta *image
 	r.Disk = n.sandboxDir(r.ID) + fmt.Sprintf("/disk-%d.qcow2", r.Gen+1)
 	r.DiskBase, r.ResumeImage = meta.Disk, meta.ID
 	n.saveVM(ctx, r, nil)
-	n.transition(ctx, r.ID, nil, sandbox.StateStopped, "could not resume after capture: "+cause.Error(), nil)
+	n.transition(ctx, r.ID, notDeleted, sandbox.StateStopped, "could not resume after capture: "+cause.Error(), nil)
 	return fmt.Errorf("resume after capture: %w", cause)
 }
 
@@ -155,7 +155,7 @@ func (n *Node) stranded(ctx context.Context, r *store.SandboxRecord, meta *image
 // completed: nothing is left to run it from.
 func (n *Node) lost(ctx context.Context, r *store.SandboxRecord, cause error) error {
 	n.saveVM(ctx, r, nil)
-	n.transition(ctx, r.ID, nil, sandbox.StateError, "capture failed: "+cause.Error(), nil)
+	n.transition(ctx, r.ID, notDeleted, sandbox.StateError, "capture failed: "+cause.Error(), nil)
 	return cause
 }
 

@@ -125,3 +125,41 @@ func TestRecoverKeepsUserData(t *testing.T) {
 		t.Error("the silent VM's handle was dropped: a delete could no longer stop it")
 	}
 }
+
+// A DELETE that arrives while a fork captures or loads cancels it; the
+// fork's failure paths (stranded, lost) must leave the sandbox deleting, so
+// the delete that follows destroys it (it was overwritten, and the sandbox
+// never destroyed).
+func TestDeleteWinsOverAFailedFork(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer n.Close()
+	for _, fail := range []func(r *store.SandboxRecord) error{
+		func(r *store.SandboxRecord) error {
+			return n.stranded(ctx, r, &imageMeta{ID: "img_x", Disk: "/nonexistent"}, context.Canceled)
+		},
+		func(r *store.SandboxRecord) error { return n.lost(ctx, r, context.Canceled) },
+	} {
+		r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: sandbox.NewID(sandbox.PrefixSandbox), Name: sandbox.NewName(),
+			AccountID: "acc", State: sandbox.StateRunning, Host: "node-1", CreatedAt: time.Now()}}
+		if err := st.CreateSandboxes(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.UpdateSandbox(ctx, r.ID, func(r *store.SandboxRecord) error {
+			r.State = sandbox.StateDeleting
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		fail(r)
+		if got, _ := st.GetSandbox(ctx, r.ID); got.State != sandbox.StateDeleting {
+			t.Fatalf("a fork that failed under a delete left the sandbox %s (%s), want deleting", got.State, got.StateReason)
+		}
+	}
+}
