@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/internal/catalog"
+	"github.com/zeish/zeish/internal/datadir"
 	"github.com/zeish/zeish/internal/metering"
 	"github.com/zeish/zeish/internal/node"
 	"github.com/zeish/zeish/internal/secrets"
@@ -80,6 +81,13 @@ func run(ctx context.Context) error {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return err
 	}
+	// One zeishd per data dir: a second would recover the first one's VMs
+	// as orphans and kill them.
+	unlock, err := datadir.Lock(dataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	box, err := secrets.LoadOrCreate(dataDir)
 	if err != nil {
 		return err

@@ -108,3 +108,21 @@ func TestReserveCountsImageRAM(t *testing.T) {
 		t.Fatalf("more RAM than the tmpfs holds: %v, want storage_full", err)
 	}
 }
+
+// A stop that cannot fit the guest's memory in the data dir is refused up
+// front with storage_full, and the sandbox is left as it was.
+func TestStopRefusedWithoutRoom(t *testing.T) {
+	ctx := context.Background()
+	n := budgetNode(t, 0)
+	r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: "sbx_a", Name: "a", AccountID: "acc", MemoryMiB: 1 << 30,
+		State: sandbox.StateRunning, Host: "node-1", CreatedAt: time.Now()}}
+	if err := n.opts.Store.CreateSandboxes(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Stop(ctx, r.ID); !errors.Is(err, errdefs.ErrStorageFull) {
+		t.Fatalf("stop of 1 PiB of memory: %v, want storage_full", err)
+	}
+	if got, _ := n.opts.Store.GetSandbox(ctx, r.ID); got.State != sandbox.StateRunning {
+		t.Fatalf("a refused stop changed the sandbox: %s", got.State)
+	}
+}

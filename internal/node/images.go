@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/zeish/zeish/internal/datadir"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
@@ -61,11 +62,8 @@ func (n *Node) writeImage(m *imageMeta) error {
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(n.imageDir(m.ID), imageMetaFile)
-	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(path+".tmp", path)
+	// Synced: a crash must leave the old or the new image.json, whole.
+	return datadir.WriteFile(filepath.Join(n.imageDir(m.ID), imageMetaFile), b)
 }
 
 func (n *Node) readImage(id string) (*imageMeta, error) {
@@ -150,6 +148,7 @@ func (n *Node) gc(ctx context.Context) {
 		if err != nil {
 			n.log.Warn("gc: removing unreadable image", "image", id, "err", err)
 			os.RemoveAll(n.imageDir(id))
+			os.Remove(n.imageRAMPath(id)) // a capture that crashed before image.json
 			continue
 		}
 		if m.VM != nil {

@@ -79,7 +79,7 @@ type Node struct {
 	// unpinned are images unpinned since the gc in progress began (nil
 	// when none runs).
 	unpinned map[string]bool
-	gcMu       sync.Mutex
+	gcMu     sync.Mutex
 }
 
 // op is one background operation on a sandbox; only one runs at a time.

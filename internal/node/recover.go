@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/datadir"
 	"github.com/zeish/zeish/internal/procscan"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
@@ -51,6 +52,7 @@ func (n *Node) Recover(ctx context.Context) error {
 	n.sweepDirs(ctx, live)
 	n.sweepProcesses(live)
 	n.gc(ctx)
+	n.sweepRAM(ctx)
 	return nil
 }
 
@@ -193,7 +195,9 @@ func writeHandleFile(dir string, h *vmm.Handle) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, handleFile), b, 0o600); err != nil {
+	// The VM folder belongs to the VM user: never write through a symlink
+	// a VMM may have planted there.
+	if err := datadir.WriteFile(filepath.Join(dir, handleFile), b); err != nil {
 		return fmt.Errorf("write handle: %w", err)
 	}
 	return nil
