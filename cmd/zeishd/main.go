@@ -109,7 +109,7 @@ func run(ctx context.Context) error {
 	// Firecracker's jailer; ZEISH_CONFINE=off runs them as zeishd's user.
 	confine := os.Geteuid() == 0 && env("ZEISH_CONFINE", "on") != "off"
 	driver, err := qemu.New(qemu.Options{Accel: vmm.Accel(env("ZEISH_ACCEL", "")), TCGTBSizeMiB: 128,
-		Confine: confine, VMUser: os.Getenv("ZEISH_VM_USER"), Logger: log})
+		Confine: confine, VMUser: os.Getenv("ZEISH_VM_USER"), NoSeccomp: env("ZEISH_SECCOMP", "on") == "off", Logger: log})
 	if err != nil {
 		return err
 	}

@@ -110,6 +110,11 @@ func TestGuestBootsAndAgentEchoes(t *testing.T) {
 
 	// -daemonize (fork, setsid, fork): QEMU is not our child and is in a
 	// session of its own, so it outlives zeishd and gets none of its signals.
+	// QEMU runs under its seccomp filter (mode 2 in /proc/<pid>/status).
+	if status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", h.PID)); !strings.Contains(string(status), "\nSeccomp:\t2\n") {
+		t.Errorf("qemu pid %d runs without a seccomp filter:\n%s", h.PID, status)
+	}
+
 	_, ourSID := procStat(t, os.Getpid())
 	if ppid, sid := procStat(t, h.PID); ppid == os.Getpid() || sid == ourSID {
 		t.Errorf("qemu pid %d: ppid %d, sid %d; want neither our pid nor our session %d", h.PID, ppid, sid, ourSID)

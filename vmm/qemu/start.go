@@ -212,6 +212,7 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback.Stack, spec vmm.Sp
 		ConsoleLog:    d.ConsoleLog(h),
 		PIDFile:       pidFile(h),
 		IncomingDefer: incoming,
+		Seccomp:       d.seccomp,
 	})
 	if d.confine != nil {
 		args = append(args, d.confine.args(spec.Dir, d.version)...)
