@@ -40,7 +40,10 @@ func (s *Server) withToken(h http.HandlerFunc) http.HandlerFunc {
 			writeError(w, r, err)
 			return
 		}
-		acct, err := s.tokens.verify(tok, id, time.Now())
+		acct, keyID, err := s.tokens.verify(tok, id, time.Now())
+		if err == nil {
+			err = s.keyLive(r.Context(), acct, keyID)
+		}
 		if err != nil {
 			writeError(w, r, err)
 			return
