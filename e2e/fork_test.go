@@ -83,8 +83,10 @@ func TestFork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(resp.Sandboxes) != 2 || resp.PauseMS < 0 {
-		t.Fatalf("clone response: %+v", resp)
+	// A running parent is really paused for the capture: the measured
+	// pause cannot be zero (0 is what a paused baseline's re-fork reports).
+	if len(resp.Sandboxes) != 2 || resp.PauseMS <= 0 {
+		t.Fatalf("clone response: %+v; want 2 children and the parent's pause measured", resp)
 	}
 	t.Logf("parent paused %d ms", resp.PauseMS)
 	kids := resp.Sandboxes
@@ -142,8 +144,15 @@ func TestFork(t *testing.T) {
 			}
 		}
 		var out bytes.Buffer
-		conn := k1
-		conn.Exec(ctx, api.ExecRequest{Argv: []string{"/bin/busybox", "rm", "-rf", "/bin", "/sbin", "/usr", "/etc", "/root", "/lib"}}, &out, &out)
+		res, err := k1.Exec(ctx, api.ExecRequest{Argv: []string{"/bin/busybox", "rm", "-rf", "/bin", "/sbin", "/usr", "/etc", "/root", "/lib"}}, &out, &out)
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("rm -rf in child 1: exit %d, %v: %s", res.ExitCode, err, out.String())
+		}
+		// The wipe really happened in child 1: nothing is left to run.
+		var gone bytes.Buffer
+		if res, err := k1.Exec(ctx, api.ExecRequest{Argv: []string{"/bin/sh", "-c", "true"}}, &gone, &gone); err == nil && res.ExitCode == 0 {
+			t.Fatal("child 1 still runs /bin/sh after rm -rf /bin")
+		}
 		if _, _, res := run(t, k2, "ls", "/bin/sh", "/etc/passwd", "/root/prepared"); res.ExitCode != 0 {
 			t.Fatal("a sibling lost files when child 1 wiped its disk")
 		}

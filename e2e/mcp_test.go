@@ -174,7 +174,7 @@ func TestMCP(t *testing.T) {
 	var clone mcp.CloneSandboxOutput
 	callTool(t, ctx, cs, "clone_sandbox", map[string]any{"sandbox_id": sb.ID, "count": 1, "name": "mcp-child"}, &clone)
 	if len(clone.Sandboxes) != 1 || clone.Sandboxes[0].State != "running" || clone.Sandboxes[0].ParentID != sb.ID ||
-		clone.Sandboxes[0].Name != "mcp-child" || clone.PauseMS < 0 {
+		clone.Sandboxes[0].Name != "mcp-child" || clone.PauseMS <= 0 {
 		t.Fatalf("clone_sandbox: %+v", clone)
 	}
 	child := clone.Sandboxes[0]

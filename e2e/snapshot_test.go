@@ -167,14 +167,26 @@ func TestSnapshotsAndLifecycle(t *testing.T) {
 	})
 
 	t.Run("no sandbox from a snapshot", func(t *testing.T) {
+		before, err := c.ListSandboxes(ctx, zeish.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		var e api.ErrorBody
-		if st := s.do(t, "POST", api.BasePath+"/public/sandboxes", s.key, `{"snapshot_id":"`+first.ID+`"}`, &e); st != 400 {
-			t.Fatalf("create from a snapshot: %d %+v, want 400", st, e)
+		if st := s.do(t, "POST", api.BasePath+"/public/sandboxes", s.key, `{"snapshot_id":"`+first.ID+`"}`, &e); st != 400 ||
+			e.Error.Code != "invalid_argument" || !strings.Contains(e.Error.Message, "snapshot_id") {
+			t.Fatalf("create from a snapshot: %d %+v, want 400 invalid_argument naming snapshot_id", st, e)
+		}
+		after, err := c.ListSandboxes(ctx, zeish.ListOptions{})
+		if err != nil || len(after) != len(before) {
+			t.Fatalf("a refused create from a snapshot changed the sandboxes: %d → %d (%v)", len(before), len(after), err)
 		}
 	})
 
 	t.Run("delete removes snapshots and images", func(t *testing.T) {
-		list, _ := c.ListSnapshots(ctx, sb.ID)
+		list, err := c.ListSnapshots(ctx, sb.ID)
+		if err != nil || len(list) != sandbox.MaxSnapshots {
+			t.Fatalf("snapshots before the delete: %d, %v; want %d", len(list), err, sandbox.MaxSnapshots)
+		}
 		if _, err := c.DeleteSandbox(ctx, sb.ID, zeish.Wait()); err != nil {
 			t.Fatal(err)
 		}

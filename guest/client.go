@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/yamux"
 	"github.com/zeish/zeish/errdefs"
+	"golang.org/x/sync/semaphore"
 )
 
 // DialFunc opens a fresh connection to the host end of the agent's port
@@ -36,12 +37,30 @@ func WithLogger(l *slog.Logger) Option { return func(o *clientOptions) { o.log =
 // WithRetryDelay sets the pause between failed dials (default 50 ms).
 func WithRetryDelay(d time.Duration) Option { return func(o *clientOptions) { o.retryDelay = d } }
 
+// maxOpenStreams bounds a client's calls in flight. yamux blocks OpenStream,
+// with no way to cancel it, once 256 streams wait for the guest to accept
+// them (a stuck or hostile guest never does); below that, a call waits for
+// a slot as long as its ctx allows.
+const maxOpenStreams = 128
+
+// Replies larger than bigReply (JSON results, up to maxJSONChunk) are held
+// against one budget shared by every client of this process, so no number of
+// concurrent calls, or of guests answering with huge replies, can take the
+// host's memory: a reply waits for budget as long as its ctx allows.
+const (
+	bigReply        = 64 << 10
+	replyBudgetSize = 4 * maxJSONChunk
+)
+
+var replyBudget = semaphore.NewWeighted(replyBudgetSize)
+
 // Client is the host's side of the channel to one guest agent. It is safe
 // for concurrent use; every call runs on its own yamux stream.
 type Client struct {
-	conn net.Conn
-	mux  *yamux.Session
-	log  *slog.Logger
+	conn    net.Conn
+	mux     *yamux.Session
+	log     *slog.Logger
+	streams chan struct{} // a slot per call in flight
 }
 
 // Connect dials (retrying the dial too: the socket may not exist yet) and
@@ -123,7 +142,7 @@ func handshake(ctx context.Context, conn net.Conn, o clientOptions) (*Client, er
 		return nil, err
 	}
 	o.log.Debug("guest agent connected", "session", fmt.Sprintf("%016x", id))
-	return &Client{conn: conn, mux: mux, log: o.log}, nil
+	return &Client{conn: conn, mux: mux, log: o.log, streams: make(chan struct{}, maxOpenStreams)}, nil
 }
 
 // readHostFrames feeds this session's DATA to yamux and ignores everything
@@ -172,14 +191,24 @@ type call struct {
 	w      *chunkWriter
 	stop   func() bool
 	buf    []byte
+	held   int64 // bytes of replyBudget the last chunk holds
+	closed sync.Once
 }
 
 func (c *Client) start(ctx context.Context, req request) (*call, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, c.transportErr(ctx, req.Op, err)
 	}
+	select {
+	case c.streams <- struct{}{}:
+	case <-ctx.Done():
+		return nil, c.transportErr(ctx, req.Op, ctx.Err())
+	case <-c.mux.CloseChan():
+		return nil, c.transportErr(ctx, req.Op, yamux.ErrSessionShutdown)
+	}
 	st, err := c.mux.OpenStream()
 	if err != nil {
+		<-c.streams
 		return nil, c.transportErr(ctx, req.Op, err)
 	}
 	// Cancelling ctx wakes blocked reads and writes and half-closes the
@@ -202,13 +231,37 @@ func (c *Client) start(ctx context.Context, req request) (*call, error) {
 }
 
 func (cl *call) close() {
-	cl.stop()
-	cl.st.Close()
+	cl.closed.Do(func() {
+		cl.stop()
+		cl.st.Close()
+		cl.release()
+		<-cl.client.streams
+	})
 }
 
-// next reads the next chunk; a chunkError becomes the guest's error.
+// release gives back the budget of the last big chunk, and its buffer.
+func (cl *call) release() {
+	if cl.held > 0 {
+		replyBudget.Release(cl.held)
+		cl.held, cl.buf = 0, nil
+	}
+}
+
+// next reads the next chunk; a chunkError becomes the guest's error. The
+// chunk's payload is valid until the next call.
 func (cl *call) next() (byte, []byte, error) {
-	kind, p, err := readChunk(cl.r, cl.buf)
+	cl.release()
+	kind, n, err := readChunkHeader(cl.r)
+	if err != nil {
+		return 0, nil, cl.client.transportErr(cl.ctx, cl.op, err)
+	}
+	if n > bigReply {
+		if err := replyBudget.Acquire(cl.ctx, int64(n)); err != nil {
+			return 0, nil, cl.client.transportErr(cl.ctx, cl.op, err)
+		}
+		cl.held, cl.buf = int64(n), nil
+	}
+	kind, p, err := readChunkBody(cl.r, cl.buf, kind, n)
 	if err != nil {
 		return 0, nil, cl.client.transportErr(cl.ctx, cl.op, err)
 	}

@@ -162,14 +162,34 @@ func (k kindWriter) Write(p []byte) (int, error) {
 
 // readChunk reads one chunk; buf is reused for its payload when big enough.
 func readChunk(r *bufio.Reader, buf []byte) (byte, []byte, error) {
-	var hdr [maxChunkHeader]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+	kind, n, err := readChunkHeader(r)
+	if err != nil {
 		return 0, nil, err
 	}
-	n := int(binary.BigEndian.Uint32(hdr[1:]))
-	if n > maxJSONChunk {
-		return 0, nil, fmt.Errorf("chunk of %d bytes: too large", n)
+	return readChunkBody(r, buf, kind, n)
+}
+
+// readChunkHeader reads a chunk's kind and length and checks the length
+// against the kind's limit: data and output travel in chunks of at most
+// maxChunk, only a JSON result or error may be larger.
+func readChunkHeader(r *bufio.Reader) (byte, int, error) {
+	var hdr [maxChunkHeader]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return 0, 0, err
 	}
+	n := int(binary.BigEndian.Uint32(hdr[1:]))
+	limit := maxJSONChunk
+	switch hdr[0] {
+	case chunkData, chunkStdout, chunkStderr, chunkEOF:
+		limit = maxChunk
+	}
+	if n > limit {
+		return 0, 0, fmt.Errorf("chunk %q of %d bytes: over its %d-byte limit", hdr[0], n, limit)
+	}
+	return hdr[0], n, nil
+}
+
+func readChunkBody(r *bufio.Reader, buf []byte, kind byte, n int) (byte, []byte, error) {
 	if cap(buf) < n {
 		buf = make([]byte, n)
 	}
@@ -177,7 +197,7 @@ func readChunk(r *bufio.Reader, buf []byte) (byte, []byte, error) {
 	if _, err := io.ReadFull(r, buf); err != nil {
 		return 0, nil, unexpected(err)
 	}
-	return hdr[0], buf, nil
+	return kind, buf, nil
 }
 
 func unexpected(err error) error {

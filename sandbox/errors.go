@@ -19,6 +19,9 @@ const (
 	ErrTemplateUnavailable = "template_unavailable"
 	// ErrVMExited: the sandbox's VM ended while zeish did not stop it.
 	ErrVMExited = "vm_exited"
+	// ErrAgentSilent: the VM runs but its guest agent stopped answering (found
+	// so after a zeishd restart); the VM is kept, paused, until deleted.
+	ErrAgentSilent = "agent_silent"
 	// ErrInterrupted: zeishd stopped while the sandbox was starting.
 	ErrInterrupted = "interrupted"
 	// ErrCaptureFailed: a fork, snapshot or stop lost the VM mid-way.
@@ -32,7 +35,7 @@ const (
 )
 
 // ErrorCodes lists every error_code, for the API document and its test.
-var ErrorCodes = []string{ErrBootFailed, ErrBootTimeout, ErrTemplateUnavailable, ErrVMExited, ErrInterrupted,
+var ErrorCodes = []string{ErrBootFailed, ErrBootTimeout, ErrTemplateUnavailable, ErrVMExited, ErrAgentSilent, ErrInterrupted,
 	ErrCaptureFailed, ErrRestoreFailed, ErrDeleteFailed, ErrInternal}
 
 // maxErrorMessage bounds error_message: console text is the guest's.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/internal/testenv"
+	"github.com/zeish/zeish/internal/testskip"
 	"github.com/zeish/zeish/template"
 )
 
@@ -53,9 +54,7 @@ func TestBuildBaseMissingInputs(t *testing.T) {
 // Real builds (no VM): a second call is a cache hit that leaves the build
 // untouched; new sandboxd bytes give a new build and keep the old one.
 func TestBuildBaseRebuildsOnChange(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs mkfs.ext4 and qemu-img")
-	}
+	testskip.Short(t, "runs mkfs.ext4 and qemu-img")
 	testenv.RequireQEMU(t) // qemu-img
 	cache := t.TempDir()
 	agent := filepath.Join(t.TempDir(), "sandboxd")

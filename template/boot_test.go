@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/internal/testenv"
+	"github.com/zeish/zeish/internal/testskip"
 	"github.com/zeish/zeish/template"
 )
 
@@ -19,9 +20,7 @@ const initMarker = "ZEISH-INIT-OK"
 // once under QEMU and checks that the initramfs reached the root disk: the
 // stand-in prints the marker and `uname -r`, then powers off.
 func TestBaseBoots(t *testing.T) {
-	if testing.Short() {
-		t.Skip("boots a VM")
-	}
+	testskip.Short(t, "boots a VM")
 	testenv.RequireQEMU(t)
 	fakeInit := testenv.GoBuildStatic(t, "./template/testdata/fakeinit")
 

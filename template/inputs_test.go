@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/zeish/zeish/internal/testskip"
 )
 
 func sampleInputs() *inputs {
@@ -135,7 +137,7 @@ func TestKernelRelease(t *testing.T) {
 // nodes, symlinks and files intact.
 func TestCpioReadable(t *testing.T) {
 	if _, err := exec.LookPath("cpio"); err != nil {
-		t.Skip("cpio not installed")
+		testskip.Skip(t, "cpio not installed")
 	}
 	var buf bytes.Buffer
 	c := &cpioWriter{w: &buf}

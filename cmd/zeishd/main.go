@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/internal/catalog"
+	"github.com/zeish/zeish/internal/datadir"
 	"github.com/zeish/zeish/internal/metering"
 	"github.com/zeish/zeish/internal/node"
 	"github.com/zeish/zeish/internal/secrets"
@@ -93,6 +94,13 @@ func run(ctx context.Context) error {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return err
 	}
+	// One zeishd per data dir: a second would recover the first one's VMs
+	// as orphans and kill them.
+	unlock, err := datadir.Lock(dataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	box, err := secrets.LoadOrCreate(dataDir)
 	if err != nil {
 		return err
@@ -119,7 +127,7 @@ func run(ctx context.Context) error {
 	}
 	driver, err := qemu.New(qemu.Options{Accel: vmm.Accel(env("ZEISH_ACCEL", "")), TCGTBSizeMiB: 128,
 		ProbeKernel: kernel, AccelCache: filepath.Join(dataDir, accelCacheName),
-		Confine: confine, VMUser: os.Getenv("ZEISH_VM_USER"), Logger: log})
+		Confine: confine, VMUser: os.Getenv("ZEISH_VM_USER"), NoSeccomp: env("ZEISH_SECCOMP", "on") == "off", Logger: log})
 	if err != nil {
 		return err
 	}
@@ -171,7 +179,13 @@ func run(ctx context.Context) error {
 	budgetsDone := make(chan struct{})
 	go func() { defer close(budgetsDone); srv.EnforceBudgets(bctx, 2*time.Second) }()
 	defer func() { stopBudgets(); <-budgetsDone }()
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	limits := server.DefaultLimits
+	if v := os.Getenv("ZEISH_MAX_CONNECTIONS"); v != "" {
+		if limits.MaxConns, err = strconv.Atoi(v); err != nil || limits.MaxConns < 1 {
+			return fmt.Errorf("ZEISH_MAX_CONNECTIONS=%q: want a number above 0", v)
+		}
+	}
+	hs, ln := server.HTTPServer(ln, srv.Handler(), limits)
 	caps := driver.Capabilities()
 	log.Info("zeishd listening", "addr", "http://"+ln.Addr().String(), "data_dir", dataDir, "node", nodeID,
 		"vmm", caps.Name, "accel", caps.Accel, "accel_reason", caps.AccelReason, "accel_probe_ms", caps.AccelProbeMS, "confinement", caps.Confinement, "memory_budget_mib", budget, "plan", fmt.Sprintf("%+v", plan), "admin_key", keyPath, "version", version.Version)

@@ -40,9 +40,11 @@ func (n *Node) Create(ctx context.Context, r *store.SandboxRecord) (*store.Sandb
 	if r.Metadata == nil {
 		r.Metadata = map[string]string{}
 	}
-	if err := n.reserve(r, 1); err != nil {
+	release, err := n.reserve(r, 1)
+	if err != nil {
 		return nil, err
 	}
+	defer release()
 	if err := n.opts.Store.CreateSandboxes(ctx, r); err != nil {
 		return nil, err
 	}

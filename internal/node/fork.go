@@ -81,10 +81,11 @@ func (n *Node) capture(ctx context.Context, id string) (*captured, error) {
 // RAM file, which it does not touch until it loads the image. So the pause
 // is only: stop, write device state, quit, load it, go on.
 func (n *Node) captureRunning(ctx context.Context, r *store.SandboxRecord, h *vmm.Handle, wasPaused bool) (*captured, error) {
-	imgID, dir, err := n.newImageDir()
+	imgID, dir, unpin, err := n.newImageDir()
 	if err != nil {
 		return nil, err
 	}
+	defer unpin()
 	meta := &imageMeta{ID: imgID, SandboxID: r.ID, CreatedAt: time.Now().UTC(),
 		Disk: filepath.Join(dir, layerName), Layers: append([]string(nil), r.Layers...)}
 	if err := os.Link(r.Disk, meta.Disk); err != nil {
@@ -146,7 +147,7 @@ func (n *Node) stranded(ctx context.Context, r *store.SandboxRecord, meta *image
 	r.Disk = n.sandboxDir(r.ID) + fmt.Sprintf("/disk-%d.qcow2", r.Gen+1)
 	r.DiskBase, r.ResumeImage = meta.Disk, meta.ID
 	n.saveVM(ctx, r, nil)
-	n.transition(ctx, r.ID, nil, sandbox.StateStopped, "could not resume after capture: "+cause.Error(), nil)
+	n.transition(ctx, r.ID, notDeleted, sandbox.StateStopped, "could not resume after capture: "+cause.Error(), nil)
 	return fmt.Errorf("resume after capture: %w", cause)
 }
 
@@ -154,7 +155,7 @@ func (n *Node) stranded(ctx context.Context, r *store.SandboxRecord, meta *image
 // completed: nothing is left to run it from.
 func (n *Node) lost(ctx context.Context, r *store.SandboxRecord, cause error) error {
 	n.saveVM(ctx, r, nil)
-	n.fail(ctx, r.ID, nil, sandbox.ErrCaptureFailed, "capture failed: "+cause.Error(), "capture failed: "+cause.Error(), nil)
+	n.fail(ctx, r.ID, notDeleted, sandbox.ErrCaptureFailed, "capture failed: "+cause.Error(), "capture failed: "+cause.Error(), nil)
 	return cause
 }
 
@@ -199,9 +200,11 @@ func (n *Node) Clone(ctx context.Context, parentID string, children []*store.San
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := n.reserve(parent, len(children)); err != nil {
+	release, err := n.reserve(parent, len(children))
+	if err != nil {
 		return 0, nil, err
 	}
+	defer release() // the children's records count from here on
 	// Refuse a taken name before the parent is paused, not after.
 	if err := n.namesFree(ctx, parent.AccountID, children); err != nil {
 		return 0, nil, err
@@ -287,38 +290,4 @@ func (n *Node) bootFromImage(ctx context.Context, r *store.SandboxRecord, meta *
 		spec.BaseDisk, spec.From = meta.Disk, meta.VM
 		return nil
 	})
-}
-
-// reserve checks the host has memory for count more sandboxes like parent.
-func (n *Node) reserve(parent *store.SandboxRecord, count int) error {
-	if n.opts.MemoryBudgetMiB <= 0 {
-		return nil
-	}
-	used, err := n.committedMiB()
-	if err != nil {
-		return err
-	}
-	need := count * parent.MemoryMiB
-	if used+need > n.opts.MemoryBudgetMiB {
-		return fmt.Errorf("host %s has %d MiB of its %d MiB budget free; %d sandbox(es) of %d MiB need %d: %w",
-			n.opts.ID, n.opts.MemoryBudgetMiB-used, n.opts.MemoryBudgetMiB, count, parent.MemoryMiB, need, errdefs.ErrNodeFull)
-	}
-	return nil
-}
-
-// committedMiB is the guest memory promised to the sandboxes that may run.
-func (n *Node) committedMiB() (int, error) {
-	rows, err := n.opts.Store.ListSandboxes(context.Background(), store.SandboxFilter{
-		States: []sandbox.State{sandbox.StateStarting, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopping},
-	})
-	if err != nil {
-		return 0, err
-	}
-	total := 0
-	for _, r := range rows {
-		if r.Host == n.opts.ID {
-			total += r.MemoryMiB
-		}
-	}
-	return total, nil
 }

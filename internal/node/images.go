@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/zeish/zeish/internal/datadir"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
@@ -41,11 +42,19 @@ type imageMeta struct {
 func (n *Node) imagesDir() string         { return filepath.Join(n.opts.DataDir, "images") }
 func (n *Node) imageDir(id string) string { return filepath.Join(n.imagesDir(), id) }
 
-// newImageDir makes a folder for a new image.
-func (n *Node) newImageDir() (id, dir string, err error) {
+// newImageDir makes a folder for a new image, pinned until the caller's
+// unpin: until a record points at it the folder has no image.json or no
+// referrer, and gc must not take it for garbage (it once deleted a snapshot
+// being taken).
+func (n *Node) newImageDir() (id, dir string, unpin func(), err error) {
 	id = sandbox.NewID(imagePrefix)
 	dir = n.imageDir(id)
-	return id, dir, os.MkdirAll(dir, 0o700)
+	unpin = n.pin(id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		unpin()
+		return "", "", nil, err
+	}
+	return id, dir, unpin, nil
 }
 
 func (n *Node) writeImage(m *imageMeta) error {
@@ -53,11 +62,8 @@ func (n *Node) writeImage(m *imageMeta) error {
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(n.imageDir(m.ID), imageMetaFile)
-	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(path+".tmp", path)
+	// Synced: a crash must leave the old or the new image.json, whole.
+	return datadir.WriteFile(filepath.Join(n.imageDir(m.ID), imageMetaFile), b)
 }
 
 func (n *Node) readImage(id string) (*imageMeta, error) {
@@ -88,6 +94,11 @@ func (n *Node) freezeDisk(m *imageMeta, disk string, layers []string) error {
 func (n *Node) gc(ctx context.Context) {
 	n.gcMu.Lock()
 	defer n.gcMu.Unlock()
+	// An image unpinned while gc reads the store may have a referrer the
+	// read missed: everything unpinned from here on is kept this round.
+	n.mu.Lock()
+	n.unpinned = map[string]bool{}
+	n.mu.Unlock()
 	mem, disk := map[string]bool{}, map[string]bool{}
 	rows, err := n.opts.Store.ListSandboxes(ctx, store.SandboxFilter{})
 	if err != nil {
@@ -122,6 +133,10 @@ func (n *Node) gc(ctx context.Context) {
 	for id := range n.pinned {
 		mem[id] = true
 	}
+	for id := range n.unpinned {
+		mem[id] = true
+	}
+	n.unpinned = nil
 	n.mu.Unlock()
 	entries, _ := os.ReadDir(n.imagesDir())
 	for _, e := range entries {
@@ -133,6 +148,7 @@ func (n *Node) gc(ctx context.Context) {
 		if err != nil {
 			n.log.Warn("gc: removing unreadable image", "image", id, "err", err)
 			os.RemoveAll(n.imageDir(id))
+			os.Remove(n.imageRAMPath(id)) // a capture that crashed before image.json
 			continue
 		}
 		if m.VM != nil {
@@ -163,6 +179,9 @@ func (n *Node) pin(id string) func() {
 		n.mu.Lock()
 		if n.pinned[id]--; n.pinned[id] <= 0 {
 			delete(n.pinned, id)
+		}
+		if n.unpinned != nil {
+			n.unpinned[id] = true
 		}
 		n.mu.Unlock()
 	}

@@ -30,10 +30,11 @@ func TestGC(t *testing.T) {
 
 	// mkImage makes an image with memory, state and a disk layer.
 	mkImage := func(layers ...string) *imageMeta {
-		id, idir, err := n.newImageDir()
+		id, idir, unpin, err := n.newImageDir()
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer unpin()
 		m := &imageMeta{ID: id, VM: &vmm.Image{Dir: idir, MemFile: filepath.Join(idir, "ram"),
 			StateFile: filepath.Join(idir, "state"), MemoryMiB: 128}, Disk: filepath.Join(idir, layerName), Layers: layers}
 		for _, f := range []string{m.VM.MemFile, m.VM.StateFile, m.Disk} {
@@ -111,5 +112,38 @@ func TestGC(t *testing.T) {
 	n.gc(ctx)
 	if left, _ := os.ReadDir(n.imagesDir()); len(left) != 0 {
 		t.Fatalf("images left after everything was deleted: %d", len(left))
+	}
+}
+
+// An image an operation is still writing has no image.json and no referrer
+// yet: gc must leave it alone until the operation lets go of it (it once
+// deleted a snapshot being taken), and only then may it count as garbage.
+func TestGCSparesImagesInTheMaking(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	n := New(Options{ID: "node-1", DataDir: dir, Store: st})
+	defer n.Close()
+
+	_, idir, unpin, err := n.newImageDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ram := filepath.Join(idir, "ram")
+	if err := os.WriteFile(ram, []byte("guest memory"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n.gc(ctx)
+	if _, err := os.Stat(ram); err != nil {
+		t.Fatalf("gc removed an image still being written: %v", err)
+	}
+	unpin()
+	n.gc(ctx)
+	if _, err := os.Stat(idir); !os.IsNotExist(err) {
+		t.Fatalf("an abandoned image (no image.json, no referrer) survived gc: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/datadir"
 	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
@@ -85,6 +86,9 @@ func (n *Node) Resume(ctx context.Context, id string) (*store.SandboxRecord, err
 	return out, err
 }
 
+// diskHeadroomMiB is data-dir space a write of guest memory must leave free.
+const diskHeadroomMiB = 256
+
 // Stop suspends a sandbox to disk: memory, device state and disk are kept,
 // the VMM exits and no compute is used until Start.
 func (n *Node) Stop(ctx context.Context, id string) (*store.SandboxRecord, error) {
@@ -94,6 +98,14 @@ func (n *Node) Stop(ctx context.Context, id string) (*store.SandboxRecord, error
 // StopReason is Stop that leaves reason as the sandbox's state_reason (the
 // control plane stops sandboxes whose budget ran out).
 func (n *Node) StopReason(ctx context.Context, id, reason string) (*store.SandboxRecord, error) {
+	// A stop writes the guest's whole RAM to the data dir: refuse it up
+	// front, the sandbox untouched, rather than fill the disk halfway.
+	if cur, err := n.opts.Store.GetSandbox(ctx, id); err == nil {
+		if free, ok := datadir.FreeMiB(n.opts.DataDir); ok && free < cur.MemoryMiB+diskHeadroomMiB {
+			return nil, fmt.Errorf("host %s has %d MiB free in its data dir; stopping %s needs %d MiB for its memory: %w",
+				n.opts.ID, free, id, cur.MemoryMiB+diskHeadroomMiB, errdefs.ErrStorageFull)
+		}
+	}
 	r, err := n.opts.Store.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
 		if r.State != sandbox.StateRunning && r.State != sandbox.StatePaused {
 			return fmt.Errorf("sandbox %s is %s; stop needs it running or paused: %w", id, r.State, errdefs.ErrInvalidState)
@@ -129,10 +141,11 @@ func (n *Node) suspend(ctx context.Context, id string) error {
 		return fmt.Errorf("sandbox %s has no VM: %w", id, errdefs.ErrInternal)
 	}
 	n.dropAgent(id)
-	imgID, dir, err := n.newImageDir()
+	imgID, dir, unpin, err := n.newImageDir()
 	if err != nil {
 		return err
 	}
+	defer unpin()
 	img, _, err := n.opts.Driver.Capture(ctx, h, dir, true)
 	if err != nil {
 		os.RemoveAll(dir)
@@ -153,6 +166,18 @@ func (n *Node) suspend(ctx context.Context, id string) error {
 // Start resumes a stopped sandbox where it was (or from the snapshot a
 // restore chose).
 func (n *Node) Start(ctx context.Context, id string) (*store.SandboxRecord, error) {
+	// A started sandbox counts against the host's memory again.
+	cur, err := n.opts.Store.GetSandbox(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if cur.State == sandbox.StateStopped {
+		release, err := n.reserve(cur, 1)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+	}
 	r, err := n.opts.Store.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
 		if r.State != sandbox.StateStopped {
 			return fmt.Errorf("sandbox %s is %s; start needs it stopped: %w", id, r.State, errdefs.ErrInvalidState)

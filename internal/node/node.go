@@ -46,6 +46,10 @@ type Options struct {
 	// MemoryBudgetMiB is the guest memory the host may promise to sandboxes
 	// that run; a create or fork beyond it gets node_full. 0: no limit.
 	MemoryBudgetMiB int
+	// ShmDir is the tmpfs that holds guest RAM files (default /dev/shm): a
+	// start, create or fork is refused with storage_full unless it has room
+	// for the new RAM.
+	ShmDir string
 }
 
 // Node runs the sandboxes of one host.
@@ -67,7 +71,15 @@ type Node struct {
 	// socket takes one client at a time.
 	connecting map[string]*sync.Mutex
 	pinned     map[string]int // images in use by operations in progress
-	gcMu       sync.Mutex
+	// budgetMu makes a budget check and its reservation one step;
+	// reservedMiB is memory checked and promised to sandboxes whose records
+	// do not count yet.
+	budgetMu    sync.Mutex
+	reservedMiB int
+	// unpinned are images unpinned since the gc in progress began (nil
+	// when none runs).
+	unpinned map[string]bool
+	gcMu     sync.Mutex
 }
 
 // op is one background operation on a sandbox; only one runs at a time.
@@ -86,6 +98,9 @@ func New(opts Options) *Node {
 	}
 	if opts.Region == "" {
 		opts.Region = "local"
+	}
+	if opts.ShmDir == "" {
+		opts.ShmDir = "/dev/shm"
 	}
 	life, stop := context.WithCancel(context.Background())
 	return &Node{

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/datadir"
 	"github.com/zeish/zeish/internal/procscan"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
@@ -50,6 +52,7 @@ func (n *Node) Recover(ctx context.Context) error {
 	n.sweepDirs(ctx, live)
 	n.sweepProcesses(live)
 	n.gc(ctx)
+	n.sweepRAM(ctx)
 	return nil
 }
 
@@ -64,8 +67,23 @@ func (n *Node) recoverOne(ctx context.Context, r *store.SandboxRecord, h *vmm.Ha
 		// fork finishes; an interrupted stop never captured it.
 		log.Info("recover: re-attaching")
 		n.run(r.ID, func(ctx context.Context) {
+			// A running sandbox whose VM is paused was caught inside a pause
+			// or a capture (which resumes the guest when it fails): let it
+			// run again, or its agent could never answer.
+			if r.State == sandbox.StateRunning {
+				if st, err := n.opts.Driver.State(ctx, h); err == nil && st == vmm.RunStatePaused {
+					log.Info("recover: resuming a VM caught paused")
+					if err := n.opts.Driver.Resume(ctx, h); err != nil {
+						log.Warn("recover: resume", "err", err)
+					}
+				}
+			}
 			if err := n.attach(ctx, r.ID, h); err != nil {
-				n.failLost(ctx, r.ID, h, "agent did not answer after zeishd restart: "+err.Error())
+				if n.opts.Driver.Alive(h) {
+					n.failSilent(ctx, r.ID, h, "agent did not answer after zeishd restart: "+err.Error())
+				} else {
+					n.failLost(ctx, r.ID, h, "the VM exited after zeishd restarted: "+err.Error())
+				}
 				return
 			}
 			n.transition(ctx, r.ID, []sandbox.State{sandbox.StateStarting, sandbox.StateRunning, sandbox.StateStopping}, sandbox.StateRunning, "", nil)
@@ -90,16 +108,30 @@ func (n *Node) recoverOne(ctx context.Context, r *store.SandboxRecord, h *vmm.Ha
 	}
 }
 
-// failLost marks a sandbox whose VM is lost as error and removes what is left
-// of the VM, so no file outlives it.
+// failLost marks a sandbox whose VM is gone as error and removes what is
+// left of the VM process (sockets, pid file, its RAM file). Its disk is the
+// user's data: it stays, with the sandbox's folder, until the user deletes
+// the sandbox.
 func (n *Node) failLost(ctx context.Context, id string, h *vmm.Handle, reason string) {
 	ctx = context.WithoutCancel(ctx)
 	if err := n.opts.Driver.Destroy(ctx, h); err != nil {
 		n.log.Error("clean up lost VM", logSandbox, id, "err", err)
 	}
-	os.RemoveAll(n.sandboxDir(id))
 	n.fail(ctx, id, []sandbox.State{sandbox.StateStarting, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopping, sandbox.StateStopped},
-		sandbox.ErrVMExited, reason, reason, func(r *store.SandboxRecord) { r.Handle = nil })
+		sandbox.ErrVMExited, reason, reason+"; its disk is kept until the sandbox is deleted", func(r *store.SandboxRecord) { r.Handle = nil })
+}
+
+// failSilent marks a sandbox whose VM runs but whose agent does not answer
+// as error. A timeout proves nothing about the guest (it may be slow, or
+// was paused): the VM is paused, not destroyed, and keeps its memory and
+// disk until the user deletes the sandbox.
+func (n *Node) failSilent(ctx context.Context, id string, h *vmm.Handle, reason string) {
+	ctx = context.WithoutCancel(ctx)
+	if err := n.opts.Driver.Pause(ctx, h); err != nil {
+		n.log.Warn("pause silent VM", logSandbox, id, "err", err)
+	}
+	n.fail(ctx, id, []sandbox.State{sandbox.StateStarting, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopping},
+		sandbox.ErrAgentSilent, reason, reason+"; the VM is kept paused with its memory and disk until the sandbox is deleted", nil)
 }
 
 // sweepDirs removes sandbox folders that belong to no live sandbox, stopping
@@ -113,8 +145,13 @@ func (n *Node) sweepDirs(ctx context.Context, live map[string]bool) {
 			continue
 		}
 		r, err := n.opts.Store.GetSandbox(ctx, id)
-		if err == nil && r.State != sandbox.StateDestroyed && r.State != sandbox.StateError {
-			continue // its own recovery handles it
+		if err == nil && r.State != sandbox.StateDestroyed {
+			// Its own recovery handles it; a sandbox in error keeps its
+			// files (the user's data) until it is deleted.
+			continue
+		}
+		if err != nil && !errdefs.Is(err, errdefs.ClassNotFound) {
+			continue // unknown is not the same as gone
 		}
 		handles, _ := filepath.Glob(filepath.Join(root, id, "vm-*", handleFile))
 		for _, p := range handles {
@@ -159,7 +196,9 @@ func writeHandleFile(dir string, h *vmm.Handle) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, handleFile), b, 0o600); err != nil {
+	// The VM folder belongs to the VM user: never write through a symlink
+	// a VMM may have planted there.
+	if err := datadir.WriteFile(filepath.Join(dir, handleFile), b); err != nil {
 		return fmt.Errorf("write handle: %w", err)
 	}
 	return nil

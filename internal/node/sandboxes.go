@@ -38,6 +38,12 @@ func (n *Node) Delete(ctx context.Context, id string) (*store.SandboxRecord, err
 
 var deleting = []sandbox.State{sandbox.StateDeleting}
 
+// notDeleted are the states an operation's outcome may replace: a delete
+// that arrived meanwhile (a DELETE during a fork's load cancels it) must
+// win, or the sandbox is never destroyed.
+var notDeleted = []sandbox.State{sandbox.StateStarting, sandbox.StateRunning, sandbox.StatePaused,
+	sandbox.StateStopping, sandbox.StateStopped, sandbox.StateError}
+
 // destroy tears down the sandbox's VM and files and marks it destroyed.
 func (n *Node) destroy(ctx context.Context, id string) {
 	n.dropAgent(id)

@@ -120,9 +120,10 @@ func (s *Server) withAccount(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// Data-plane tokens are "zdp_<sandbox>.<account>.<unix expiry>.<mac>": signed
-// with a key kept in the data dir, so they need no store lookup and die with
-// their expiry (and with the sandbox, which the handler checks).
+// Data-plane tokens are "zdp_<sandbox>.<account>.<api key id>.<unix
+// expiry>.<mac>": signed with a key kept in the data dir. They die with
+// their expiry, with the sandbox, and with the API key that asked for them
+// (the handler checks both: a revoked key's tokens stop at once).
 const tokenPrefix = "zdp_"
 
 type tokenSigner struct{ key []byte }
@@ -151,31 +152,55 @@ func (t *tokenSigner) mac(payload string) string {
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-func (t *tokenSigner) issue(sandboxID, accountID string, exp time.Time) string {
-	payload := fmt.Sprintf("%s.%s.%d", sandboxID, accountID, exp.Unix())
+func (t *tokenSigner) issue(sandboxID, accountID, keyID string, exp time.Time) string {
+	payload := fmt.Sprintf("%s.%s.%s.%d", sandboxID, accountID, keyID, exp.Unix())
 	return tokenPrefix + payload + "." + t.mac(payload)
 }
 
-// verify checks a token for sandboxID and returns its account.
-func (t *tokenSigner) verify(token, sandboxID string, now time.Time) (accountID string, err error) {
+// verify checks a token for sandboxID and returns its account and the API
+// key that asked for it.
+func (t *tokenSigner) verify(token, sandboxID string, now time.Time) (accountID, keyID string, err error) {
 	rest, ok := strings.CutPrefix(token, tokenPrefix)
 	parts := strings.Split(rest, ".")
-	if !ok || len(parts) != 4 {
-		return "", fmt.Errorf("malformed data-plane token: %w", errdefs.ErrUnauthenticated)
+	if !ok || len(parts) != 5 {
+		return "", "", fmt.Errorf("malformed data-plane token: %w", errdefs.ErrUnauthenticated)
 	}
-	payload := strings.Join(parts[:3], ".")
-	if !hmac.Equal([]byte(parts[3]), []byte(t.mac(payload))) {
-		return "", fmt.Errorf("data-plane token signature is not valid: %w", errdefs.ErrUnauthenticated)
+	payload := strings.Join(parts[:4], ".")
+	if !hmac.Equal([]byte(parts[4]), []byte(t.mac(payload))) {
+		return "", "", fmt.Errorf("data-plane token signature is not valid: %w", errdefs.ErrUnauthenticated)
 	}
 	if parts[0] != sandboxID {
-		return "", fmt.Errorf("this data-plane token is for another sandbox: %w", errdefs.ErrUnauthenticated)
+		return "", "", fmt.Errorf("this data-plane token is for another sandbox: %w", errdefs.ErrUnauthenticated)
 	}
-	exp, err := strconv.ParseInt(parts[2], 10, 64)
+	exp, err := strconv.ParseInt(parts[3], 10, 64)
 	if err != nil {
-		return "", fmt.Errorf("malformed data-plane token: %w", errdefs.ErrUnauthenticated)
+		return "", "", fmt.Errorf("malformed data-plane token: %w", errdefs.ErrUnauthenticated)
 	}
 	if now.Unix() >= exp {
-		return "", fmt.Errorf("data-plane token expired at %s: %w", time.Unix(exp, 0).UTC().Format(time.RFC3339), errdefs.ErrTokenExpired)
+		return "", "", fmt.Errorf("data-plane token expired at %s: %w", time.Unix(exp, 0).UTC().Format(time.RFC3339), errdefs.ErrTokenExpired)
 	}
-	return parts[1], nil
+	return parts[1], parts[2], nil
+}
+
+// requestKey is the API key a control-plane request was made with.
+func (s *Server) requestKey(r *http.Request) (store.APIKey, error) {
+	tok, err := bearer(r)
+	if err != nil {
+		return store.APIKey{}, err
+	}
+	return s.store.KeyByHash(r.Context(), HashKey(tok))
+}
+
+// keyLive checks that the API key a token was issued to is not revoked.
+func (s *Server) keyLive(ctx context.Context, accountID, keyID string) error {
+	keys, err := s.store.ListAPIKeys(ctx, accountID)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if k.ID == keyID && k.RevokedAt == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("the API key this data-plane token was issued to is revoked: %w", errdefs.ErrUnauthenticated)
 }

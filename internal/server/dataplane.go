@@ -40,7 +40,10 @@ func (s *Server) withToken(h http.HandlerFunc) http.HandlerFunc {
 			writeError(w, r, err)
 			return
 		}
-		acct, err := s.tokens.verify(tok, id, time.Now())
+		acct, keyID, err := s.tokens.verify(tok, id, time.Now())
+		if err == nil {
+			err = s.keyLive(r.Context(), acct, keyID)
+		}
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -50,6 +53,12 @@ func (s *Server) withToken(h http.HandlerFunc) http.HandlerFunc {
 			writeError(w, r, fmt.Errorf("the sandbox of this token no longer exists: %w", errdefs.ErrUnauthenticated))
 			return
 		}
+		release, err := s.calls.acquire(id)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		defer release()
 		agent, err := s.node.Agent(r.Context(), rec)
 		if err != nil {
 			writeError(w, r, err)

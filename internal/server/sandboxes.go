@@ -284,10 +284,15 @@ func (s *Server) access(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, fmt.Errorf("sandbox %s is %s; data-plane access needs it running: %w", rec.ID, rec.State, errdefs.ErrInvalidState))
 		return
 	}
+	key, err := s.requestKey(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
 	exp := time.Now().Add(ttl).UTC().Truncate(time.Second)
 	writeJSON(w, http.StatusOK, api.Access{
 		URL:       s.publicURL(r) + api.DataPath + "/sandboxes/" + rec.ID,
-		Token:     s.tokens.issue(rec.ID, rec.AccountID, exp),
+		Token:     s.tokens.issue(rec.ID, rec.AccountID, key.ID, exp),
 		ExpiresAt: exp,
 	})
 }

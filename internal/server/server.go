@@ -44,6 +44,7 @@ type Server struct {
 	quotas *quotas
 	prices metering.Prices
 	log    *slog.Logger
+	calls  *callLimiter // data-plane calls in flight per sandbox
 }
 
 // New makes a server; the data dir holds its token-signing key.
@@ -63,7 +64,7 @@ func New(opts Options) (*Server, error) {
 		prices = *opts.Prices
 	}
 	return &Server{opts: opts, store: opts.Store, node: opts.Node, tokens: t, log: opts.Logger,
-		quotas: newQuotas(plan, opts.Store), prices: prices}, nil
+		quotas: newQuotas(plan, opts.Store), prices: prices, calls: newCallLimiter(MaxCallsPerSandbox)}, nil
 }
 
 // Routes lists every route the server serves, as "METHOD /path"; the OpenAPI

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+
+	"github.com/zeish/zeish/internal/testskip"
 )
 
 // recordTB captures how RequireQEMU ends a test without ending this one.
@@ -53,9 +55,7 @@ func TestRequireQEMU(t *testing.T) {
 // Binaries must be byte-identical across builds, or every test run would
 // miss the template cache and build a new base image.
 func TestGoBuildStaticIsReproducible(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs go build")
-	}
+	testskip.Short(t, "runs go build")
 	t.Setenv("ZEISH_TEST_CACHE", t.TempDir())
 	const pkg = "./template/testdata/fakeinit"
 	first, err := goBuildStatic(pkg)
@@ -79,16 +79,14 @@ func TestGoBuildStaticIsReproducible(t *testing.T) {
 // The real agent in the real template. Until ./cmd/sandboxd has source this
 // cannot run; once it has, it must build.
 func TestBaseTemplate(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the base template")
-	}
+	testskip.Short(t, "builds the base template")
 	RequireQEMU(t)
 	root, err := moduleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if srcs, _ := filepath.Glob(filepath.Join(root, "cmd/sandboxd/*.go")); len(srcs) == 0 {
-		t.Skip("cmd/sandboxd has no source yet")
+		testskip.Skip(t, "cmd/sandboxd has no source yet")
 	}
 	a := BaseTemplate(t)
 	if b := BaseTemplate(t); b != a {

@@ -81,7 +81,7 @@ func TestBuildArgs(t *testing.T) {
 				"-display": {"none"},
 				"-vga":     {"none"},
 			},
-			absent: []string{"-cpu", "-incoming"},
+			absent: []string{"-cpu", "-incoming", "-sandbox"},
 			flags:  []string{"-nodefaults", "-no-user-config", "-no-reboot", "-daemonize"},
 		},
 		{
@@ -99,6 +99,11 @@ func TestBuildArgs(t *testing.T) {
 			mutate: func(c *launchConfig) { c.Initrd, c.KernelArgs, c.MAC = "", "", "" },
 			want:   map[string][]string{"-device": {"virtio-net-pci,netdev=net0"}},
 			absent: []string{"-initrd", "-append"},
+		},
+		{
+			name:   "seccomp",
+			mutate: func(c *launchConfig) { c.Seccomp = true },
+			want:   map[string][]string{"-sandbox": {"on,obsolete=deny,resourcecontrol=deny"}},
 		},
 		{
 			name: "clone maps the template privately and waits for its state",

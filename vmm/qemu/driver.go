@@ -43,7 +43,10 @@ type Options struct {
 	// missing), chrooted into its VM folder, in a cgroup of its own. Needs root.
 	Confine bool
 	VMUser  string
-	Logger  *slog.Logger
+	// NoSeccomp runs QEMU without its seccomp filter (-sandbox), for a QEMU
+	// built without libseccomp. The default filters.
+	NoSeccomp bool
+	Logger    *slog.Logger
 }
 
 // Driver runs VMs as QEMU processes on this host.
@@ -58,6 +61,8 @@ type Driver struct {
 	qmpLocks    sync.Map       // QMP socket path → chan struct{} (one session at a time)
 	confine     *confinement   // nil: VMMs run unconfined
 	background  sync.WaitGroup // sparsifyLater work; tests wait on it
+
+	seccomp bool
 
 	afterLaunch func() // test hook: runs once QEMU has daemonized
 }
@@ -77,6 +82,7 @@ func New(opts Options) (*Driver, error) {
 		qemuImgPath: opts.QEMUImgPath,
 		shmDir:      opts.ShmDir,
 		tbSizeMiB:   opts.TCGTBSizeMiB,
+		seccomp:     !opts.NoSeccomp,
 		log:         opts.Logger,
 	}
 	if d.qemuPath == "" {

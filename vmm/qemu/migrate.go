@@ -261,6 +261,9 @@ func (d *Driver) Capture(ctx context.Context, h *vmm.Handle, dir string, full bo
 		if err := os.Rename(h.MemFile, img.MemFile); err != nil {
 			return nil, time.Time{}, fmt.Errorf("capture vm %q: keep its RAM: %w", h.Spec.ID, err)
 		}
+		if err := sealImageFile(img.MemFile); err != nil {
+			return nil, time.Time{}, fmt.Errorf("capture vm %q: %w", h.Spec.ID, err)
+		}
 	}
 	d.log.Info("vm captured", logKeySandbox, h.Spec.ID, "full", full, "image", dir,
 		"ms", time.Since(stoppedAt).Milliseconds(), "save_ms", migrated.Sub(stoppedAt).Milliseconds(),

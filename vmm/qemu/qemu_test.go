@@ -15,6 +15,7 @@ import (
 
 	"github.com/zeish/zeish/internal/procscan"
 	"github.com/zeish/zeish/internal/testenv"
+	"github.com/zeish/zeish/internal/testskip"
 	"github.com/zeish/zeish/vmm"
 	"github.com/zeish/zeish/vmm/vmmtest"
 )
@@ -29,23 +30,15 @@ func TestMain(m *testing.M) {
 // (failing instead when CI is set).
 func newTestDriver(t *testing.T) *Driver {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts VMs; skipped with -short")
-	}
+	testskip.Short(t, "starts VMs")
 	for _, bin := range []string{"qemu-system-x86_64", "qemu-img", "cpio"} {
 		if _, err := exec.LookPath(bin); err != nil {
-			if os.Getenv("CI") != "" {
-				t.Fatalf("%s not installed (CI is set): %v", bin, err)
-			}
-			t.Skipf("%s not installed: %v", bin, err)
+			testskip.Skip(t, "%s not installed: %v", bin, err)
 		}
 	}
 	kernel, _, err := testKernel()
 	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("guest kernel: %v", err)
-		}
-		t.Skipf("guest kernel: %v", err)
+		testskip.Skip(t, "guest kernel: %v", err)
 	}
 	// As root, VMMs run confined, as zeishd runs them.
 	// The accelerator is decided as zeishd decides it (ZEISH_ACCEL, else a
@@ -123,6 +116,11 @@ func TestGuestBootsAndAgentEchoes(t *testing.T) {
 
 	// -daemonize (fork, setsid, fork): QEMU is not our child and is in a
 	// session of its own, so it outlives zeishd and gets none of its signals.
+	// QEMU runs under its seccomp filter (mode 2 in /proc/<pid>/status).
+	if status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", h.PID)); !strings.Contains(string(status), "\nSeccomp:\t2\n") {
+		t.Errorf("qemu pid %d runs without a seccomp filter:\n%s", h.PID, status)
+	}
+
 	_, ourSID := procStat(t, os.Getpid())
 	if ppid, sid := procStat(t, h.PID); ppid == os.Getpid() || sid == ourSID {
 		t.Errorf("qemu pid %d: ppid %d, sid %d; want neither our pid nor our session %d", h.PID, ppid, sid, ourSID)

@@ -189,6 +189,11 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback.Stack, spec vmm.Sp
 			return nil, err
 		}
 	}
+	if h.MemShared {
+		if err := d.createMemFile(h.MemFile); err != nil {
+			return nil, err
+		}
+	}
 	args := buildArgs(launchConfig{
 		Tag:           tagOf(spec.ID),
 		Accel:         d.accel.Accel,
@@ -207,6 +212,7 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback.Stack, spec vmm.Sp
 		ConsoleLog:    d.ConsoleLog(h),
 		PIDFile:       pidFile(h),
 		IncomingDefer: incoming,
+		Seccomp:       d.seccomp,
 	})
 	if d.confine != nil {
 		args = append(args, d.confine.args(spec.Dir, d.version)...)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"syscall"
 	"time"
 )
 
@@ -40,7 +41,8 @@ func (s *stateSink) serve() {
 		return
 	}
 	defer conn.Close()
-	f, err := os.Create(s.path)
+	// 0600 and never through a symlink: a full state file holds guest RAM.
+	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		s.done <- err
 		return

@@ -9,15 +9,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zeish/zeish/internal/testskip"
 	"github.com/zeish/zeish/vmm"
 )
 
 // testConfined checks what a driver that declares confinement promises: its
 // VMM does not run as root, sees only its own folder as its root, and runs
-// in a cgroup of its own.
+// in a cgroup of its own, and its RAM file is the VM user's alone.
 func testConfined(t *testing.T, d vmm.Driver, spec vmm.Spec) {
 	if d.Capabilities().Confinement == "" {
-		t.Skip("driver declares no confinement")
+		testskip.Skip(t, "driver declares no confinement")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -40,6 +41,8 @@ func testConfined(t *testing.T, d vmm.Driver, spec vmm.Spec) {
 	if want, _ := filepath.EvalSymlinks(spec.Dir); err != nil || root != want {
 		t.Errorf("VMM root is %q (%v), want its own folder %q", root, err, want)
 	}
+	// Its RAM is its own: the VM user's, and no one else's to read.
+	requirePrivate(t, "RAM file", h.MemFile, processUID(t, h.PID))
 	cg, _ := os.ReadFile(proc + "/cgroup")
 	t.Logf("VMM root %s; cgroups:\n%s", root, cg)
 	if !strings.Contains(string(cg), spec.ID) {

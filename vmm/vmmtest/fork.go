@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zeish/zeish/internal/testskip"
 	"github.com/zeish/zeish/vmm"
 )
 
@@ -17,7 +18,7 @@ import (
 // it again from the full image on its own disk.
 func testCaptureAndClones(t *testing.T, d vmm.Driver, newSpec func(t *testing.T) vmm.Spec) {
 	if !d.Capabilities().LiveFork || !d.Capabilities().Suspend {
-		t.Skip("driver declares no live fork or suspend")
+		testskip.Skip(t, "driver declares no live fork or suspend")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -44,6 +45,9 @@ func testCaptureAndClones(t *testing.T, d vmm.Driver, newSpec func(t *testing.T)
 			t.Fatalf("image file: %v", err)
 		}
 	}
+	// An image is the driver's own: no VM user may write what other VMs map.
+	requirePrivate(t, "image RAM", img.MemFile, os.Geteuid())
+	requirePrivate(t, "image state", img.StateFile, os.Geteuid())
 	layer := filepath.Join(imgDir, "layer.qcow2")
 	if err := os.Rename(h.Disk, layer); err != nil {
 		t.Fatal(err)
@@ -118,6 +122,7 @@ func testCaptureAndClones(t *testing.T, d vmm.Driver, newSpec func(t *testing.T)
 	if full.MemFile != "" {
 		t.Fatalf("a full image has its RAM in the state file: %+v", full)
 	}
+	requirePrivate(t, "full image state", full.StateFile, os.Geteuid())
 	if _, err := os.Stat(promoted.MemFile); err == nil {
 		t.Fatal("a full capture must remove the VM's own RAM file")
 	}

@@ -29,9 +29,9 @@ export class InvalidArgumentError extends ZeishError {}
 export class AuthenticationError extends ZeishError {}
 /** 404: `not_found`, `file_not_found`. */
 export class NotFoundError extends ZeishError {}
-/** 409: `invalid_state`, `name_taken`, `file_exists`, `node_full`, `limit_reached`, `running_slots_full`, `budget_exhausted`. */
+/** 409: `invalid_state`, `name_taken`, `file_exists`, `node_full`, `limit_reached`, `running_slots_full`, `storage_full`, `budget_exhausted`. */
 export class ConflictError extends ZeishError {}
-/** 429: `rate_limited` (see `retryAfter`), `daily_cap_reached`. */
+/** 429: `rate_limited` (see `retryAfter`), `daily_cap_reached`, `too_many_requests`. */
 export class RateLimitError extends ZeishError {}
 /** 503 `timeout`: an operation or wait did not finish in time. */
 export class TimeoutError extends ZeishError {}
@@ -76,9 +76,11 @@ const classByCode: Record<ErrorCode, new (s: number, c: ErrorCode, m: string, o?
   node_full: ConflictError,
   limit_reached: ConflictError,
   running_slots_full: ConflictError,
+  storage_full: ConflictError,
   budget_exhausted: ConflictError,
   rate_limited: RateLimitError,
   daily_cap_reached: RateLimitError,
+  too_many_requests: RateLimitError,
   timeout: TimeoutError,
   unavailable: ServerError,
 };

@@ -830,14 +830,16 @@ export interface components {
          *     | `node_full` | 409 | The host has no free memory for this sandbox. |
          *     | `limit_reached` | 409 | A per-object limit is reached (for example 20 snapshots per sandbox). |
          *     | `running_slots_full` | 409 | The account has no free running slot. |
+         *     | `storage_full` | 409 | The host has no room left for this sandbox's memory or disk; delete snapshots or stopped sandboxes. |
          *     | `budget_exhausted` | 409 | The sandbox's max_cost_micros is reached: it stays stopped; fork it with a new budget. |
          *     | `rate_limited` | 429 | Too many creates in a short time; retry after Retry-After seconds. |
          *     | `daily_cap_reached` | 429 | The account's daily create cap is reached. |
+         *     | `too_many_requests` | 429 | Too many data-plane calls in flight on this sandbox; retry when one has finished. |
          *     | `timeout` | 503 | The operation did not finish in time. |
          *     | `unavailable` | 503 | A dependency (the VM, its agent, the store) is not reachable now. |
          * @enum {string}
          */
-        ErrorCode: "internal" | "invalid_argument" | "unknown_template" | "unauthenticated" | "token_expired" | "forbidden" | "not_found" | "file_not_found" | "invalid_state" | "name_taken" | "file_exists" | "node_full" | "limit_reached" | "running_slots_full" | "budget_exhausted" | "rate_limited" | "daily_cap_reached" | "timeout" | "unavailable";
+        ErrorCode: "internal" | "invalid_argument" | "unknown_template" | "unauthenticated" | "token_expired" | "forbidden" | "not_found" | "file_not_found" | "invalid_state" | "name_taken" | "file_exists" | "node_full" | "limit_reached" | "running_slots_full" | "storage_full" | "budget_exhausted" | "rate_limited" | "daily_cap_reached" | "too_many_requests" | "timeout" | "unavailable";
         /**
          * @description A sandbox id, `sbx_` and 20 lower-case base32 characters.
          * @example sbx_0f3k9q2m7c4x8z1b5n6p
@@ -1448,6 +1450,18 @@ export interface components {
             headers: {
                 /** @description Seconds to wait before retrying (with `rate_limited`). */
                 "Retry-After"?: number;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /**
+         * @description `too_many_requests`: this sandbox already has as many data-plane calls in flight as it
+         *     may (32); retry when one has finished.
+         */
+        TooManyCalls: {
+            headers: {
                 [name: string]: unknown;
             };
             content: {
@@ -2660,6 +2674,7 @@ export interface operations {
                 };
             };
             409: components["responses"]["NotRunning"];
+            429: components["responses"]["TooManyCalls"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -2694,6 +2709,7 @@ export interface operations {
             401: components["responses"]["DataUnauthorized"];
             404: components["responses"]["FileNotFound"];
             409: components["responses"]["NotRunning"];
+            429: components["responses"]["TooManyCalls"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -2732,6 +2748,7 @@ export interface operations {
             401: components["responses"]["DataUnauthorized"];
             404: components["responses"]["FileNotFound"];
             409: components["responses"]["NotRunning"];
+            429: components["responses"]["TooManyCalls"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -2764,6 +2781,7 @@ export interface operations {
             401: components["responses"]["DataUnauthorized"];
             404: components["responses"]["FileNotFound"];
             409: components["responses"]["NotRunning"];
+            429: components["responses"]["TooManyCalls"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -2796,6 +2814,7 @@ export interface operations {
             401: components["responses"]["DataUnauthorized"];
             404: components["responses"]["FileNotFound"];
             409: components["responses"]["NotRunning"];
+            429: components["responses"]["TooManyCalls"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -2828,6 +2847,7 @@ export interface operations {
             401: components["responses"]["DataUnauthorized"];
             404: components["responses"]["FileNotFound"];
             409: components["responses"]["NotRunning"];
+            429: components["responses"]["TooManyCalls"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -2872,6 +2892,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            429: components["responses"]["TooManyCalls"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -2900,6 +2921,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["DataUnauthorized"];
             409: components["responses"]["NotRunning"];
+            429: components["responses"]["TooManyCalls"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -2941,6 +2963,7 @@ export interface operations {
                 };
             };
             409: components["responses"]["NotRunning"];
+            429: components["responses"]["TooManyCalls"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };

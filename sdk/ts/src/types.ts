@@ -55,9 +55,11 @@ export const ERROR_CODES = [
   "node_full",
   "limit_reached",
   "running_slots_full",
+  "storage_full",
   "budget_exhausted",
   "rate_limited",
   "daily_cap_reached",
+  "too_many_requests",
   "timeout",
   "unavailable",
 ] as const satisfies readonly ErrorCode[];

@@ -1,0 +1,97 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"syscall"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+)
+
+// shmHeadroomMiB is tmpfs space a new RAM file must leave free: tmpfs full
+// means SIGBUS in every guest whose RAM lives there.
+const shmHeadroomMiB = 256
+
+// reserve checks the host has memory for count more sandboxes like r and
+// holds it for them until release, which the caller calls once their
+// records count (or the operation failed). Check and hold are one step
+// under budgetMu, so concurrent creates and forks cannot both take the last
+// of the budget. Memory is what may run plus the RAM that images
+// (snapshots, stopped forks' parents) keep in tmpfs.
+func (n *Node) reserve(r *store.SandboxRecord, count int) (release func(), err error) {
+	need := count * r.MemoryMiB
+	n.budgetMu.Lock()
+	defer n.budgetMu.Unlock()
+	if free, ok := tmpfsFreeMiB(n.opts.ShmDir); ok && free-n.reservedMiB < need+shmHeadroomMiB {
+		return nil, fmt.Errorf("host %s has %d MiB left in %s; %d sandbox(es) of %d MiB need %d: %w",
+			n.opts.ID, max(0, free-n.reservedMiB), n.opts.ShmDir, count, r.MemoryMiB, need, errdefs.ErrStorageFull)
+	}
+	if n.opts.MemoryBudgetMiB > 0 {
+		used, err := n.committedMiB()
+		if err != nil {
+			return nil, err
+		}
+		used += n.imageRAMMiB() + n.reservedMiB
+		if used+need > n.opts.MemoryBudgetMiB {
+			return nil, fmt.Errorf("host %s has %d MiB of its %d MiB budget free (saved images included); %d sandbox(es) of %d MiB need %d: %w",
+				n.opts.ID, max(0, n.opts.MemoryBudgetMiB-used), n.opts.MemoryBudgetMiB, count, r.MemoryMiB, need, errdefs.ErrNodeFull)
+		}
+	}
+	n.reservedMiB += need
+	released := false
+	return func() {
+		n.budgetMu.Lock()
+		defer n.budgetMu.Unlock()
+		if !released {
+			released = true
+			n.reservedMiB -= need
+		}
+	}, nil
+}
+
+// committedMiB is the guest memory promised to the sandboxes that may run.
+func (n *Node) committedMiB() (int, error) {
+	rows, err := n.opts.Store.ListSandboxes(context.Background(), store.SandboxFilter{
+		States: []sandbox.State{sandbox.StateStarting, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopping},
+	})
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, r := range rows {
+		if r.Host == n.opts.ID {
+			total += r.MemoryMiB
+		}
+	}
+	return total, nil
+}
+
+// imageRAMMiB is the RAM images hold in tmpfs, as allocated (a sparse
+// image counts only its pages).
+func (n *Node) imageRAMMiB() int {
+	entries, _ := os.ReadDir(n.imagesDir())
+	var bytes int64
+	for _, e := range entries {
+		m, err := n.readImage(e.Name())
+		if err != nil || m.VM == nil || m.VM.MemFile == "" {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat(m.VM.MemFile, &st) == nil {
+			bytes += st.Blocks * 512
+		}
+	}
+	return int((bytes + 1<<20 - 1) >> 20)
+}
+
+// tmpfsFreeMiB is the free space of dir's filesystem, if it can be read.
+func tmpfsFreeMiB(dir string) (int, bool) {
+	var fs syscall.Statfs_t
+	if syscall.Statfs(dir, &fs) != nil {
+		return 0, false
+	}
+	return int(fs.Bavail * uint64(fs.Bsize) >> 20), true
+}

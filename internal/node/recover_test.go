@@ -1,0 +1,165 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/internal/store/sqlite"
+	"github.com/zeish/zeish/sandbox"
+	"github.com/zeish/zeish/vmm"
+)
+
+// fakeDriver stands in for a VMM whose VMs are alive or not as told, and
+// whose guest agents never answer.
+type fakeDriver struct {
+	vmm.Driver
+	mu        sync.Mutex
+	alive     map[string]bool
+	destroyed []string
+	paused    []string
+}
+
+func (f *fakeDriver) Capabilities() vmm.Capabilities { return vmm.Capabilities{Name: "fake"} }
+func (f *fakeDriver) Alive(h *vmm.Handle) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.alive[h.Spec.ID]
+}
+func (f *fakeDriver) State(context.Context, *vmm.Handle) (vmm.RunState, error) {
+	return vmm.RunStateRunning, nil
+}
+func (f *fakeDriver) DialAgent(context.Context, *vmm.Handle) (net.Conn, error) {
+	return nil, errors.New("no agent")
+}
+func (f *fakeDriver) Destroy(_ context.Context, h *vmm.Handle) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.destroyed = append(f.destroyed, h.Spec.ID)
+	f.alive[h.Spec.ID] = false
+	return nil
+}
+func (f *fakeDriver) Pause(_ context.Context, h *vmm.Handle) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.paused = append(f.paused, h.Spec.ID)
+	return nil
+}
+
+// Recovery never deletes user data on a timeout or a lost VM: a silent
+// agent leaves the VM paused with its files, a VM gone leaves the disk, and
+// a sandbox already in error keeps its folder. Each ends in error with a
+// reason.
+func TestRecoverKeepsUserData(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	drv := &fakeDriver{alive: map[string]bool{"sbx_silent": true}}
+	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Driver: drv, BootTimeout: 300 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer n.Close()
+
+	mk := func(id string, state sandbox.State, withVM bool) string {
+		disk := filepath.Join(n.sandboxDir(id), "disk-0.qcow2")
+		if err := os.MkdirAll(filepath.Dir(disk), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(disk, []byte("user data"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: id, Name: strings.TrimPrefix(id, "sbx_"), AccountID: "acc",
+			State: state, Host: "node-1", MemoryMiB: 256, CreatedAt: time.Now()}, Disk: disk}
+		if withVM {
+			r.SetHandle(&vmm.Handle{Spec: vmm.Spec{ID: id, Dir: filepath.Join(n.sandboxDir(id), "vm-1")}, PID: 1})
+		}
+		if err := st.CreateSandboxes(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		return disk
+	}
+	disks := map[string]string{
+		"sbx_silent": mk("sbx_silent", sandbox.StateRunning, true),
+		"sbx_gone":   mk("sbx_gone", sandbox.StateRunning, true),
+		"sbx_failed": mk("sbx_failed", sandbox.StateError, false),
+	}
+	if err := n.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r, _ := st.GetSandbox(ctx, "sbx_silent")
+		if r.State == sandbox.StateError {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("silent sandbox still %s", r.State)
+		}
+	}
+	for id, disk := range disks {
+		r, err := st.GetSandbox(ctx, id)
+		if err != nil || r.State != sandbox.StateError || (id != "sbx_failed" && r.StateReason == "") {
+			t.Errorf("%s: %+v %v; want error with a reason", id, r, err)
+		}
+		if _, err := os.Stat(disk); err != nil {
+			t.Errorf("%s: recovery deleted the disk: %v", id, err)
+		}
+	}
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	if len(drv.paused) != 1 || drv.paused[0] != "sbx_silent" || len(drv.destroyed) != 1 || drv.destroyed[0] != "sbx_gone" {
+		t.Errorf("paused %v, destroyed %v; want the silent VM paused and only the gone one cleaned up", drv.paused, drv.destroyed)
+	}
+	if r, _ := st.GetSandbox(ctx, "sbx_silent"); r.Handle == nil {
+		t.Error("the silent VM's handle was dropped: a delete could no longer stop it")
+	}
+}
+
+// A DELETE that arrives while a fork captures or loads cancels it; the
+// fork's failure paths (stranded, lost) must leave the sandbox deleting, so
+// the delete that follows destroys it (it was overwritten, and the sandbox
+// never destroyed).
+func TestDeleteWinsOverAFailedFork(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer n.Close()
+	for _, fail := range []func(r *store.SandboxRecord) error{
+		func(r *store.SandboxRecord) error {
+			return n.stranded(ctx, r, &imageMeta{ID: "img_x", Disk: "/nonexistent"}, context.Canceled)
+		},
+		func(r *store.SandboxRecord) error { return n.lost(ctx, r, context.Canceled) },
+	} {
+		r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: sandbox.NewID(sandbox.PrefixSandbox), Name: sandbox.NewName(),
+			AccountID: "acc", State: sandbox.StateRunning, Host: "node-1", CreatedAt: time.Now()}}
+		if err := st.CreateSandboxes(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.UpdateSandbox(ctx, r.ID, func(r *store.SandboxRecord) error {
+			r.State = sandbox.StateDeleting
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		fail(r)
+		if got, _ := st.GetSandbox(ctx, r.ID); got.State != sandbox.StateDeleting {
+			t.Fatalf("a fork that failed under a delete left the sandbox %s (%s), want deleting", got.State, got.StateReason)
+		}
+	}
+}

@@ -1,0 +1,139 @@
+package server
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/zeish/zeish/api"
+)
+
+// Limits bound what one client can hold of the server: time to send
+// headers and a body, time to take a response, idle keep-alive time, and the
+// number of open connections. Streams (the data plane's exec output, file
+// transfers and terminals, and the events feed) are exempt from the body
+// and response deadlines by design: they live as long as their work, and
+// are bounded per sandbox instead.
+type Limits struct {
+	ReadHeader time.Duration // request line and headers
+	Body       time.Duration // a control-plane request's body
+	Write      time.Duration // a control-plane response, waits included
+	Idle       time.Duration // a keep-alive connection between requests
+	MaxConns   int           // open connections; more wait in the kernel's backlog
+}
+
+// DefaultLimits suit a node's API: a wait may last 600 s, so responses get
+// more than that.
+var DefaultLimits = Limits{
+	ReadHeader: 10 * time.Second,
+	Body:       30 * time.Second,
+	Write:      11 * time.Minute,
+	Idle:       2 * time.Minute,
+	MaxConns:   1024,
+}
+
+// HTTPServer returns an http.Server for h with l applied, and the listener
+// it must serve, capped at l.MaxConns connections.
+func HTTPServer(ln net.Listener, h http.Handler, l Limits) (*http.Server, net.Listener) {
+	hs := &http.Server{
+		Handler:           deadlines(h, l),
+		ReadHeaderTimeout: l.ReadHeader,
+		IdleTimeout:       l.Idle,
+		MaxHeaderBytes:    64 << 10,
+	}
+	if l.MaxConns > 0 {
+		ln = &limitListener{Listener: ln, slots: make(chan struct{}, l.MaxConns), closed: make(chan struct{})}
+	}
+	return hs, ln
+}
+
+// isStream says whether a request is one whose body or response may take
+// as long as its work does.
+func isStream(r *http.Request) bool {
+	return strings.HasPrefix(r.URL.Path, api.DataPath+"/") ||
+		(r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/events"))
+}
+
+// deadlines sets each request's own read and write deadlines: the server's
+// ReadTimeout and WriteTimeout would apply to streams too.
+func deadlines(h http.Handler, l Limits) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		if isStream(r) {
+			rc.SetReadDeadline(time.Time{})
+			rc.SetWriteDeadline(time.Time{})
+			h.ServeHTTP(w, r)
+			return
+		}
+		if l.Write > 0 {
+			rc.SetWriteDeadline(time.Now().Add(l.Write))
+		}
+		// A deadline left on the connection once the body is read would
+		// end the request: net/http then watches the connection for the
+		// client going away, and takes the timeout for that (a wait would
+		// be cancelled). So the deadline covers the body alone.
+		if l.Body > 0 && r.Body != nil && r.Body != http.NoBody {
+			rc.SetReadDeadline(time.Now().Add(l.Body))
+			r.Body = &bodyDeadline{ReadCloser: r.Body, rc: rc}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// bodyDeadline lifts the read deadline once the body has been read.
+type bodyDeadline struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	done bool
+}
+
+func (b *bodyDeadline) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.done {
+		b.done = true
+		b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
+// limitListener accepts at most cap(slots) connections at once.
+type limitListener struct {
+	net.Listener
+	slots     chan struct{}
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &slotConn{Conn: c, free: func() { <-l.slots }}, nil
+}
+
+func (l *limitListener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+type slotConn struct {
+	net.Conn
+	once sync.Once
+	free func()
+}
+
+func (c *slotConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.free)
+	return err
+}

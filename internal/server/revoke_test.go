@@ -1,0 +1,105 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/internal/store/sqlite"
+	"github.com/zeish/zeish/sandbox"
+)
+
+// Revoking an API key ends the data-plane tokens it asked for at once,
+// not when they expire; tokens of the account's other keys live on.
+func TestRevokedKeyEndsItsTokens(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	acct := sandbox.NewID(sandbox.PrefixAccount)
+	if err := st.CreateAccount(ctx, store.Account{ID: acct, Name: "team", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]string{} // key id → key
+	for i := 0; i < 2; i++ {
+		key, hash := NewAPIKey()
+		id := sandbox.NewID(sandbox.PrefixKey)
+		if err := st.CreateAPIKey(ctx, store.APIKey{ID: id, AccountID: acct, Hash: hash, Prefix: key[:8], CreatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		keys[id] = key
+	}
+	sb := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: sandbox.NewID(sandbox.PrefixSandbox), Name: "a", AccountID: acct,
+		State: sandbox.StateRunning, CreatedAt: time.Now()}}
+	if err := st.CreateSandboxes(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Store: st, DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+
+	tokens := map[string]string{} // key id → token
+	for id, key := range keys {
+		req, _ := http.NewRequest("POST", ts.URL+api.BasePath+"/public/sandboxes/"+sb.ID+"/access", strings.NewReader(`{}`))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a api.Access
+		json.NewDecoder(resp.Body).Decode(&a)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || a.Token == "" {
+			t.Fatalf("access: %d", resp.StatusCode)
+		}
+		tokens[id] = a.Token
+	}
+	var revoked, kept string
+	for id := range keys {
+		if revoked == "" {
+			revoked = id
+		} else {
+			kept = id
+		}
+	}
+	if _, err := st.RevokeAPIKey(ctx, revoked, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", ts.URL+api.DataPath+"/sandboxes/"+sb.ID+"/files/stat?path=/", nil)
+	req.Header.Set("Authorization", "Bearer "+tokens[revoked])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e api.ErrorBody
+	json.NewDecoder(resp.Body).Decode(&e)
+	resp.Body.Close()
+	if resp.StatusCode != 401 || e.Error.Code != "unauthenticated" {
+		t.Fatalf("token of a revoked key: %d %+v, want 401 unauthenticated", resp.StatusCode, e.Error)
+	}
+	// The other key's token still verifies and its key is live.
+	a, k, err := s.tokens.verify(tokens[kept], sb.ID, time.Now())
+	if err != nil || a != acct || k != kept || s.keyLive(ctx, a, k) != nil {
+		t.Fatalf("token of the live key: %s %s %v", a, k, err)
+	}
+	// A token from before key ids (4 parts) is refused, not misread.
+	old := tokenPrefix + sb.ID + "." + acct + ".9999999999." + s.tokens.mac(sb.ID+"."+acct+".9999999999")
+	if _, _, err := s.tokens.verify(old, sb.ID, time.Now()); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Fatalf("old-format token: %v", err)
+	}
+}
