@@ -40,6 +40,10 @@ type launchConfig struct {
 	ConsoleLog    string
 	PIDFile       string
 	IncomingDefer bool // -incoming defer: wait for migrate-incoming (fork clones)
+	// NeverStart (-S) keeps the guest's CPUs stopped even once an incoming
+	// migration completes: a live capture's receiver must stay the image of
+	// the switch-over instant.
+	NeverStart bool
 }
 
 // nameArg is the value of -name. Alive matches it exactly in /proc/<pid>/cmdline.
@@ -114,6 +118,9 @@ func buildArgs(c launchConfig) []string {
 	)
 	if c.IncomingDefer {
 		args = append(args, "-incoming", "defer")
+	}
+	if c.NeverStart {
+		args = append(args, "-S")
 	}
 	return args
 }
