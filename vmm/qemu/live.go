@@ -44,13 +44,13 @@ import (
 // multifd channel.
 
 const (
-	receiverDirName = "rcv"        // the receiver's folder inside the image folder
+	receiverDirName = "rcv" // the receiver's folder inside the image folder
 	// nextDiskPrefix names the source's next overlay inside its folder: a
 	// second name of swap.Next that the VMM can open from its chroot. It stays
 	// while the VM runs: QEMU reopens a frozen overlay read-only by name, and
 	// a name reused by the next capture would hand it another file.
-	nextDiskPrefix = "next-"
-	liveDowntimeMS  = 50           // the last pass may stop the guest this long
+	nextDiskPrefix  = "next-"
+	liveDowntimeMS  = 50 // the last pass may stop the guest this long
 	multifdChannels = 2
 	// contRetry is how often cont is repeated while QEMU refuses it as
 	// "Migration is not finalized yet" right after completion.
