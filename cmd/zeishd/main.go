@@ -100,7 +100,11 @@ func run(ctx context.Context) error {
 	// As root, VMMs run confined (unprivileged user, chroot, cgroup), like
 	// Firecracker's jailer; ZEISH_CONFINE=off runs them as zeishd's user.
 	confine := os.Geteuid() == 0 && env("ZEISH_CONFINE", "on") != "off"
-	driver, err := qemu.New(qemu.Options{Accel: vmm.Accel(env("ZEISH_ACCEL", "")), TCGTBSizeMiB: 128,
+	tbMiB, err := strconv.Atoi(env("ZEISH_TCG_TB_MIB", "128"))
+	if err != nil || tbMiB < 0 {
+		return fmt.Errorf("ZEISH_TCG_TB_MIB: want a size in MiB (0: QEMU's default), got %q", os.Getenv("ZEISH_TCG_TB_MIB"))
+	}
+	driver, err := qemu.New(qemu.Options{Accel: vmm.Accel(env("ZEISH_ACCEL", "")), TCGTBSizeMiB: tbMiB,
 		Confine: confine, VMUser: os.Getenv("ZEISH_VM_USER"), Logger: log})
 	if err != nil {
 		return err
@@ -121,7 +125,8 @@ func run(ctx context.Context) error {
 		return err
 	}
 	n := node.New(node.Options{ID: nodeID, DataDir: dataDir, Store: st, Driver: driver, Templates: cat,
-		Logger: log, BootTimeout: bootTimeout, MemoryBudgetMiB: budget})
+		Logger: log, BootTimeout: bootTimeout, MemoryBudgetMiB: budget,
+		StoppedPromotion: env("ZEISH_FORK_PROMOTION", "live") == "stopped"})
 	defer n.Close() // after the HTTP server is down: VMs keep running
 	if err := n.Recover(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)

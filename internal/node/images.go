@@ -41,11 +41,18 @@ type imageMeta struct {
 func (n *Node) imagesDir() string         { return filepath.Join(n.opts.DataDir, "images") }
 func (n *Node) imageDir(id string) string { return filepath.Join(n.imagesDir(), id) }
 
-// newImageDir makes a folder for a new image.
-func (n *Node) newImageDir() (id, dir string, err error) {
+// newImageDir makes a folder for a new image, pinned so that gc leaves it
+// alone while it is written (it has no image.json yet); unpin once a record
+// needs it.
+func (n *Node) newImageDir() (id, dir string, unpin func(), err error) {
 	id = sandbox.NewID(imagePrefix)
 	dir = n.imageDir(id)
-	return id, dir, os.MkdirAll(dir, 0o700)
+	unpin = n.pin(id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		unpin()
+		return "", "", nil, err
+	}
+	return id, dir, unpin, nil
 }
 
 func (n *Node) writeImage(m *imageMeta) error {

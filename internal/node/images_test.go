@@ -30,10 +30,11 @@ func TestGC(t *testing.T) {
 
 	// mkImage makes an image with memory, state and a disk layer.
 	mkImage := func(layers ...string) *imageMeta {
-		id, idir, err := n.newImageDir()
+		id, idir, unpin, err := n.newImageDir()
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer unpin()
 		m := &imageMeta{ID: id, VM: &vmm.Image{Dir: idir, MemFile: filepath.Join(idir, "ram"),
 			StateFile: filepath.Join(idir, "state"), MemoryMiB: 128}, Disk: filepath.Join(idir, layerName), Layers: layers}
 		for _, f := range []string{m.VM.MemFile, m.VM.StateFile, m.Disk} {
@@ -72,7 +73,16 @@ func TestGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	unpin := n.pin(pinned.ID)
+	// An image being written: a folder without image.json yet.
+	_, writing, unpinWriting, err := n.newImageDir()
+	if err != nil {
+		t.Fatal(err)
+	}
 	n.gc(ctx)
+	if _, err := os.Stat(writing); err != nil {
+		t.Errorf("gc removed an image folder still being written: %v", err)
+	}
+	unpinWriting()
 
 	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
 	cases := []struct {

@@ -129,10 +129,11 @@ func (n *Node) suspend(ctx context.Context, id string) error {
 		return fmt.Errorf("sandbox %s has no VM: %w", id, errdefs.ErrInternal)
 	}
 	n.dropAgent(id)
-	imgID, dir, err := n.newImageDir()
+	imgID, dir, unpin, err := n.newImageDir()
 	if err != nil {
 		return err
 	}
+	defer unpin()
 	img, _, err := n.opts.Driver.Capture(ctx, h, dir, true)
 	if err != nil {
 		os.RemoveAll(dir)

@@ -46,6 +46,11 @@ type Options struct {
 	// MemoryBudgetMiB is the guest memory the host may promise to sandboxes
 	// that run; a create or fork beyond it gets node_full. 0: no limit.
 	MemoryBudgetMiB int
+	// StoppedPromotion captures a sandbox whose RAM is an image's the old
+	// way: promoted into a VM owning its RAM with the guest stopped for the
+	// copy (a pause that grows with RAM), then captured. For comparison in
+	// bench; by default such sandboxes are captured live.
+	StoppedPromotion bool
 }
 
 // Node runs the sandboxes of one host.
