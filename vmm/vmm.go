@@ -150,8 +150,8 @@ type Driver interface {
 	// long the guest did not run.
 	Promote(ctx context.Context, h *Handle, dir string) (nh *Handle, downtime time.Duration, err error)
 
-	// CaptureLive captures h's guest into dir as an Image while it goes on
-	// running (or stays paused) in the same VMM: its memory is copied while
+	// CaptureLive captures h's running guest into dir as an Image while it
+	// goes on running in the same VMM (a paused guest is refused): its memory is copied while
 	// it runs and the guest is stopped only to switch over, so the pause is
 	// flat in RAM size. The disk is frozen at the same instant as swap
 	// says. h.Disk always names the overlay the VM writes when it returns,

@@ -40,10 +40,16 @@ type captured struct {
 // puts the sandbox back on top of it. Runs as the sandbox's operation.
 func (n *Node) capture(ctx context.Context, id string) (*captured, error) {
 	cap, err := n.captureAny(ctx, id)
-	if err == nil && cap.unpin == nil {
+	if err != nil {
+		return nil, err
+	}
+	if cap.unpin == nil {
 		cap.unpin = n.pin(cap.image.ID)
 	}
-	return cap, err
+	// One line per capture with the whole pause (promotion included): the
+	// bench reads snapshot pauses from it.
+	n.log.Info("capture done", logSandbox, id, "image", cap.image.ID, "pause_ms", cap.pause.Milliseconds())
+	return cap, nil
 }
 
 func (n *Node) captureAny(ctx context.Context, id string) (*captured, error) {
@@ -62,7 +68,9 @@ func (n *Node) captureAny(ctx context.Context, id string) (*captured, error) {
 			return &captured{image: meta}, nil
 		}
 	}
-	if !h.MemShared && n.opts.Driver.Capabilities().LiveCapture && !n.opts.StoppedPromotion {
+	// A paused sandbox loses no run time to a stopped promotion, and ends
+	// up as its own image (pristine), which later forks reuse.
+	if !h.MemShared && !wasPaused && n.opts.Driver.Capabilities().LiveCapture && !n.opts.StoppedPromotion {
 		return n.captureLive(ctx, r, h, wasPaused)
 	}
 	var pause time.Duration

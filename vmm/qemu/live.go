@@ -82,6 +82,14 @@ func (d *Driver) CaptureLive(ctx context.Context, h *vmm.Handle, dir string, swa
 	if !d.Alive(h) {
 		return nil, 0, fmt.Errorf("capture vm %q live: %w: qemu is not running", h.Spec.ID, errdefs.ErrUnavailable)
 	}
+	// A paused guest would be left "postmigrate", a state QEMU refuses to
+	// migrate from again: a paused VM is better captured stopped (it loses no
+	// run time either way).
+	if st, err := d.State(ctx, h); err != nil {
+		return nil, 0, err
+	} else if st != vmm.RunStateRunning {
+		return nil, 0, fmt.Errorf("capture vm %q live: %w: its guest is %s, not running", h.Spec.ID, errdefs.ErrInvalidState, st)
+	}
 	if dir, err = filepath.Abs(dir); err != nil {
 		return nil, 0, err
 	}

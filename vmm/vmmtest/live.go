@@ -33,6 +33,17 @@ func testCaptureLive(t *testing.T, d vmm.Driver, newSpec func(t *testing.T) vmm.
 		t.Fatalf("a refused capture changed the disk to %s", src.Disk)
 	}
 	requireState(ctx, t, d, src, vmm.RunStateRunning)
+	// A paused guest is refused, and stays paused and capturable.
+	if err := d.Pause(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := d.CaptureLive(ctx, src, t.TempDir(), vmm.DiskSwap{Frozen: filepath.Join(t.TempDir(), "f"), Next: disk + ".next"}); err == nil {
+		t.Fatal("CaptureLive of a paused guest must be refused")
+	}
+	requireState(ctx, t, d, src, vmm.RunStatePaused)
+	if err := d.Resume(ctx, src); err != nil {
+		t.Fatal(err)
+	}
 
 	// captureLive captures h live and starts a VM from the image.
 	captureLive := func(what string, h *vmm.Handle) *vmm.Handle {
