@@ -123,7 +123,7 @@ func (d *Driver) CaptureLive(ctx context.Context, h *vmm.Handle, dir string, swa
 	if err := d.confine.own(relaySock); err != nil {
 		return nil, 0, err
 	}
-	sw := switchover{d: d, h: h, uri: "unix:" + d.guestPath(h, relaySock), nextFile: d.guestPath(h, tmpNext)}
+	sw := switchover{d: d, h: h, uri: "unix:" + d.guestPath(h, relaySock), nextFile: d.guestPath(h, tmpNext), nextNode: nextNodeName(tmpNext)}
 	if err := d.withMonitor(ctx, h.QMPSocket, sw.run(ctx)); err != nil {
 		if sw.swapped {
 			h.Disk = swap.Next
@@ -330,6 +330,7 @@ type switchover struct {
 	h        *vmm.Handle
 	uri      string
 	nextFile string // the next overlay as the VMM names it
+	nextNode string // its node name once opened
 
 	wasRunning bool
 	swapped    bool
@@ -376,7 +377,15 @@ func (s *switchover) run(ctx context.Context) func(m *monitor) error {
 				s.d.log.Warn("reset migration capabilities", logKeySandbox, s.h.Spec.ID, "err", err)
 			}
 		}()
+		// The next overlay is opened now, while the guest runs: at the
+		// switch-over only the graph changes.
+		if err := m.execute(ctx, "blockdev-add", map[string]any{
+			"driver": "qcow2", "node-name": s.nextNode, "backing": nil,
+			"file": map[string]any{"driver": "file", "filename": s.nextFile}}, nil); err != nil {
+			return fmt.Errorf("open next overlay: %w", err)
+		}
 		if err := m.execute(ctx, "migrate", map[string]any{"uri": s.uri}, nil); err != nil {
+			s.abort(ctx, m)
 			return err
 		}
 		if _, err := waitStatus(ctx, m, events, "pre-switchover"); err != nil {
@@ -391,9 +400,7 @@ func (s *switchover) run(ctx context.Context) func(m *monitor) error {
 		s.stopped = stopped
 		// The guest is stopped and the last pass not sent yet: freeze the
 		// disk at this instant.
-		err = m.execute(ctx, "blockdev-snapshot-sync", map[string]any{
-			"node-name": node, "snapshot-file": s.nextFile, "snapshot-node-name": "disk-" + randomHex(4),
-			"format": "qcow2", "mode": "existing"}, nil)
+		err = m.execute(ctx, "blockdev-snapshot", map[string]any{"node": node, "overlay": s.nextNode}, nil)
 		if err != nil {
 			s.abort(ctx, m)
 			return fmt.Errorf("swap disk: %w", err)
@@ -432,6 +439,15 @@ func (s *switchover) abort(ctx context.Context, m *monitor) {
 	if err := settleMigration(ctx, m, s.wasRunning); err != nil {
 		s.d.log.Error("resume after failed live capture", logKeySandbox, s.h.Spec.ID, "err", err)
 	}
+	if !s.swapped {
+		_ = m.execute(ctx, "blockdev-del", map[string]any{"node-name": s.nextNode}, nil)
+	}
+}
+
+// nextNodeName is the node name of the next overlay at path: derived from
+// its file name, so that SettleCapture finds it again.
+func nextNodeName(path string) string {
+	return strings.TrimSuffix(filepath.Base(path), ".qcow2")
 }
 
 // settleMigration cancels any outgoing migration, waits for it to end, and
@@ -646,6 +662,9 @@ func (d *Driver) SettleCapture(ctx context.Context, h *vmm.Handle, dir string, s
 			}
 			if tmpNext != "" && (file == d.guestPath(h, tmpNext) || file == tmpNext) || file == swap.Next {
 				h.Disk = swap.Next
+			} else if tmpNext != "" {
+				// Opened ahead but never switched to: close it.
+				_ = m.execute(ctx, "blockdev-del", map[string]any{"node-name": nextNodeName(tmpNext)}, nil)
 			}
 			return nil
 		})
