@@ -28,6 +28,10 @@ type Capabilities struct {
 	AccelProbeMS int64  `json:"accel_probe_ms"`
 	LiveFork     bool   `json:"live_fork"` // fork a running VM with copy-on-write memory
 	Suspend      bool   `json:"suspend"`   // save a VM to disk and resume it later
+	// LiveCapture: CaptureLive captures any VM, whoever owns its RAM, into
+	// a new image while the guest keeps running; it pauses only for the
+	// switch-over, for a time that does not grow with its memory.
+	LiveCapture bool `json:"live_capture"`
 	// Confinement says how VMMs are confined ("" when they are not), e.g.
 	// "user zeish-vm, chroot, cgroup v1 memory cpu pids".
 	Confinement string `json:"confinement,omitempty"`
@@ -103,6 +107,16 @@ type Handle struct {
 	Confined bool `json:"confined,omitempty"`
 }
 
+// DiskSwap says where CaptureLive leaves a VM's disk. The overlay the VM
+// wrote until the switch-over is frozen, read-only from then on, as Frozen
+// (the image's disk layer, a hard link); the VM goes on writing Next, a new
+// overlay backed by Frozen. Both paths are on the filesystem of the VM's
+// current overlay and do not exist yet.
+type DiskSwap struct {
+	Frozen string `json:"frozen"`
+	Next   string `json:"next"`
+}
+
 // Driver runs VMs on one host.
 type Driver interface {
 	Capabilities() Capabilities
@@ -143,4 +157,20 @@ type Driver interface {
 	// (MemShared) and returns the new handle; h's VMM exits. downtime is how
 	// long the guest did not run.
 	Promote(ctx context.Context, h *Handle, dir string) (nh *Handle, downtime time.Duration, err error)
+
+	// CaptureLive captures h's running guest into dir as an Image while it
+	// goes on running in the same VMM (a paused guest is refused): its memory is copied while
+	// it runs and the guest is stopped only to switch over, so the pause is
+	// flat in RAM size. The disk is frozen at the same instant as swap
+	// says. h.Disk always names the overlay the VM writes when it returns,
+	// error or not: swap.Next once the disk was swapped. pause is how long
+	// the guest did not run.
+	CaptureLive(ctx context.Context, h *Handle, dir string, swap DiskSwap) (img *Image, pause time.Duration, err error)
+	// SettleCapture makes whole a VM whose CaptureLive into dir was cut short
+	// (zeishd died): its migration is cancelled, a guest the capture stopped
+	// runs again if run, the capture's helpers and its image's memory and
+	// state are removed, and h.Disk is set to the overlay the VM writes
+	// (swap.Next once the disk was swapped; then swap.Frozen is kept, else
+	// both paths are removed).
+	SettleCapture(ctx context.Context, h *Handle, dir string, swap DiskSwap, run bool) error
 }

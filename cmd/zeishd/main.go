@@ -125,7 +125,11 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	driver, err := qemu.New(qemu.Options{Accel: vmm.Accel(env("ZEISH_ACCEL", "")), TCGTBSizeMiB: 128,
+	tbMiB, err := strconv.Atoi(env("ZEISH_TCG_TB_MIB", "128"))
+	if err != nil || tbMiB < 0 {
+		return fmt.Errorf("ZEISH_TCG_TB_MIB: want a size in MiB (0: QEMU's default), got %q", os.Getenv("ZEISH_TCG_TB_MIB"))
+	}
+	driver, err := qemu.New(qemu.Options{Accel: vmm.Accel(env("ZEISH_ACCEL", "")), TCGTBSizeMiB: tbMiB,
 		ProbeKernel: kernel, AccelCache: filepath.Join(dataDir, accelCacheName),
 		Confine: confine, VMUser: os.Getenv("ZEISH_VM_USER"), NoSeccomp: env("ZEISH_SECCOMP", "on") == "off", Logger: log})
 	if err != nil {
@@ -148,7 +152,8 @@ func run(ctx context.Context) error {
 		return err
 	}
 	n := node.New(node.Options{ID: nodeID, DataDir: dataDir, Store: st, Driver: driver, Templates: cat,
-		Logger: log, BootTimeout: bootTimeout, MemoryBudgetMiB: budget})
+		Logger: log, BootTimeout: bootTimeout, MemoryBudgetMiB: budget,
+		StoppedPromotion: env("ZEISH_FORK_PROMOTION", "live") == "stopped"})
 	defer n.Close() // after the HTTP server is down: VMs keep running
 	if err := n.Recover(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)

@@ -18,21 +18,41 @@ import (
 // layer), and the sandbox carries on as a VM started from that image on a
 // fresh overlay. Forks start from the same image; a snapshot keeps it.
 //
-// A running sandbox is paused only while its device state is written and its
-// continuation loads it: its RAM file becomes the image as it is, so the
-// pause does not grow with memory. A sandbox whose RAM is an image's (it was
-// itself forked) is first promoted, live, into a VM owning its RAM. A stopped
-// sandbox already is an image (its suspend state): only its disk is frozen.
+// A running sandbox that owns its RAM (booted, or started from a full image)
+// is paused only while its device state is written and its continuation
+// loads it: its RAM file becomes the image as it is, so the pause does not
+// grow with memory. A sandbox whose RAM is an image's (a fork child, a parent
+// after a fork, a restored sandbox) is captured live (capturelive.go): its
+// RAM is copied while it runs, it pauses only to switch over, and it runs on
+// in the same VM. A stopped sandbox already is an image (its suspend state):
+// only its disk is frozen.
 
 // captured is what capture produced.
 type captured struct {
 	image *imageMeta
 	pause time.Duration
+	// unpin lets gc see the image again; call it once a record (children,
+	// a snapshot) needs the image, or the operation failed.
+	unpin func()
 }
 
 // capture freezes sandbox r (running, paused or stopped) into an image and
 // puts the sandbox back on top of it. Runs as the sandbox's operation.
 func (n *Node) capture(ctx context.Context, id string) (*captured, error) {
+	cap, err := n.captureAny(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if cap.unpin == nil {
+		cap.unpin = n.pin(cap.image.ID)
+	}
+	// One line per capture with the whole pause (promotion included): the
+	// bench reads snapshot pauses from it.
+	n.log.Info("capture done", logSandbox, id, "image", cap.image.ID, "pause_ms", cap.pause.Milliseconds())
+	return cap, nil
+}
+
+func (n *Node) captureAny(ctx context.Context, id string) (*captured, error) {
 	r, h, err := n.load(ctx, id, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopped)
 	if err != nil {
 		return nil, err
@@ -47,6 +67,11 @@ func (n *Node) capture(ctx context.Context, id string) (*captured, error) {
 			n.log.Info("captured (pristine)", logSandbox, id, "image", meta.ID)
 			return &captured{image: meta}, nil
 		}
+	}
+	// A paused sandbox loses no run time to a stopped promotion, and ends
+	// up as its own image (pristine), which later forks reuse.
+	if !h.MemShared && !wasPaused && n.opts.Driver.Capabilities().LiveCapture && !n.opts.StoppedPromotion {
+		return n.captureLive(ctx, r, h, wasPaused)
 	}
 	var pause time.Duration
 	n.dropAgent(id)
@@ -85,7 +110,7 @@ func (n *Node) captureRunning(ctx context.Context, r *store.SandboxRecord, h *vm
 	if err != nil {
 		return nil, err
 	}
-	defer unpin()
+	defer unpin() // the continuation maps the image from the capture on
 	meta := &imageMeta{ID: imgID, SandboxID: r.ID, CreatedAt: time.Now().UTC(),
 		Disk: filepath.Join(dir, layerName), Layers: append([]string(nil), r.Layers...)}
 	if err := os.Link(r.Disk, meta.Disk); err != nil {
@@ -218,7 +243,7 @@ func (n *Node) Clone(ctx context.Context, parentID string, children []*store.San
 	if err != nil {
 		return 0, nil, err
 	}
-	unpin := n.pin(cap.image.ID)
+	unpin := cap.unpin
 	parent, _ = n.opts.Store.GetSandbox(ctx, parentID)
 	now := time.Now().UTC()
 	for _, c := range children {

@@ -73,7 +73,16 @@ func TestGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	unpin := n.pin(pinned.ID)
+	// An image being written: a folder without image.json yet.
+	_, writing, unpinWriting, err := n.newImageDir()
+	if err != nil {
+		t.Fatal(err)
+	}
 	n.gc(ctx)
+	if _, err := os.Stat(writing); err != nil {
+		t.Errorf("gc removed an image folder still being written: %v", err)
+	}
+	unpinWriting()
 
 	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
 	cases := []struct {

@@ -50,6 +50,11 @@ type Options struct {
 	// start, create or fork is refused with storage_full unless it has room
 	// for the new RAM.
 	ShmDir string
+	// StoppedPromotion captures a sandbox whose RAM is an image's the old
+	// way: promoted into a VM owning its RAM with the guest stopped for the
+	// copy (a pause that grows with RAM), then captured. For comparison in
+	// bench; by default such sandboxes are captured live.
+	StoppedPromotion bool
 }
 
 // Node runs the sandboxes of one host.

@@ -43,6 +43,7 @@ func (n *Node) Recover(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		n.settleCapture(ctx, r, h)
 		alive := h != nil && n.opts.Driver.Alive(h)
 		if alive {
 			live[r.ID] = true

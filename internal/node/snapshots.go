@@ -36,6 +36,7 @@ func (n *Node) CreateSnapshot(ctx context.Context, id, name string) (*store.Snap
 		if err != nil {
 			return err
 		}
+		defer cap.unpin()
 		r, err := n.opts.Store.GetSandbox(ctx, id)
 		if err != nil {
 			return err

@@ -44,6 +44,10 @@ type launchConfig struct {
 	// into the VMM meets a syscall filter, no obsolete calls and no
 	// resource-limit changes.
 	Seccomp bool
+	// NeverStart (-S) keeps the guest's CPUs stopped even once an incoming
+	// migration completes: a live capture's receiver must stay the image of
+	// the switch-over instant.
+	NeverStart bool
 }
 
 // sandboxArg is the -sandbox value: QEMU's default filter plus denying
@@ -128,6 +132,9 @@ func buildArgs(c launchConfig) []string {
 	}
 	if c.Seccomp {
 		args = append(args, "-sandbox", sandboxArg)
+	}
+	if c.NeverStart {
+		args = append(args, "-S")
 	}
 	return args
 }

@@ -129,11 +129,11 @@ func New(opts Options) (*Driver, error) {
 	return d, nil
 }
 
-// Capabilities reports the driver's name and accelerator; it forks live
-// and suspends (migrate.go).
+// Capabilities reports the driver's name and accelerator; it forks live,
+// suspends (migrate.go) and captures any VM live (live.go).
 func (d *Driver) Capabilities() vmm.Capabilities {
 	c := vmm.Capabilities{Name: "qemu", Accel: d.accel.Accel, AccelReason: d.accel.Reason, AccelProbeMS: d.accel.ProbeMS,
-		LiveFork: true, Suspend: true}
+		LiveFork: true, Suspend: true, LiveCapture: true}
 	if d.confine != nil {
 		c.Confinement = d.confine.describe()
 	}

@@ -300,7 +300,7 @@ func (d *Driver) Promote(ctx context.Context, h *vmm.Handle, dir string) (_ *vmm
 	}
 	var undo rollback.Stack
 	defer d.rollbackOnError(ctx, &undo, spec.ID, &err)
-	nh, err := d.launchVM(ctx, &undo, spec, d.newMemFile(spec.ID), true, true)
+	nh, err := d.launchVM(ctx, &undo, spec, d.newMemFile(spec.ID), true, true, false)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -119,7 +119,7 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (_ *vmm.Handle, err e
 	if spec.From != nil && spec.From.MemFile != "" {
 		memFile, memShared = spec.From.MemFile, false
 	}
-	h, err := d.launchVM(ctx, &undo, spec, memFile, memShared, spec.From != nil)
+	h, err := d.launchVM(ctx, &undo, spec, memFile, memShared, spec.From != nil, false)
 	if err != nil {
 		return nil, err
 	}
@@ -158,8 +158,9 @@ func (d *Driver) newMemFile(id string) string {
 }
 
 // launchVM runs QEMU for spec with the given RAM file and waits for QMP.
-// With incoming, QEMU waits for migrate-incoming instead of booting.
-func (d *Driver) launchVM(ctx context.Context, undo *rollback.Stack, spec vmm.Spec, memFile string, memShared, incoming bool) (*vmm.Handle, error) {
+// With incoming, QEMU waits for migrate-incoming instead of booting; with
+// neverStart its guest stays stopped after that too.
+func (d *Driver) launchVM(ctx context.Context, undo *rollback.Stack, spec vmm.Spec, memFile string, memShared, incoming, neverStart bool) (*vmm.Handle, error) {
 	h := &vmm.Handle{
 		Spec:        spec,
 		Accel:       d.accel.Accel,
@@ -213,6 +214,7 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback.Stack, spec vmm.Sp
 		PIDFile:       pidFile(h),
 		IncomingDefer: incoming,
 		Seccomp:       d.seccomp,
+		NeverStart:    neverStart,
 	})
 	if d.confine != nil {
 		args = append(args, d.confine.args(spec.Dir, d.version)...)

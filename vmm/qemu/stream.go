@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -91,10 +92,12 @@ func feedState(ctx context.Context, sock, path string) error {
 	return nil
 }
 
-// relay accepts one connection on a socket and pipes it, both ways, to
-// another socket.
+// relay accepts connections on a socket and pipes each, both ways, to a new
+// connection to another socket: a migration with multifd opens several.
 type relay struct {
-	ln net.Listener
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
 }
 
 func newRelay(sock, target string) (*relay, error) {
@@ -103,27 +106,45 @@ func newRelay(sock, target string) (*relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay socket: %w", err)
 	}
+	r := &relay{ln: ln}
 	go func() {
-		in, err := ln.Accept()
-		if err != nil {
-			return
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("unix", target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			r.mu.Lock()
+			r.conns = append(r.conns, in, out)
+			r.mu.Unlock()
+			go pipe(in.(*net.UnixConn), out.(*net.UnixConn))
 		}
-		defer in.Close()
-		out, err := net.Dial("unix", target)
-		if err != nil {
-			return
-		}
-		defer out.Close()
-		done := make(chan struct{}, 2)
-		go func() { io.Copy(out, in); out.(*net.UnixConn).CloseWrite(); done <- struct{}{} }()
-		go func() { io.Copy(in, out); in.(*net.UnixConn).CloseWrite(); done <- struct{}{} }()
-		<-done
-		<-done
 	}()
-	return &relay{ln: ln}, nil
+	return r, nil
 }
 
+// pipe copies both ways until both directions ended.
+func pipe(in, out *net.UnixConn) {
+	defer in.Close()
+	defer out.Close()
+	done := make(chan struct{}, 2)
+	go func() { io.Copy(out, in); out.CloseWrite(); done <- struct{}{} }()
+	go func() { io.Copy(in, out); in.CloseWrite(); done <- struct{}{} }()
+	<-done
+	<-done
+}
+
+// close stops accepting and cuts every connection still open.
 func (r *relay) close() {
 	r.ln.Close()
 	os.Remove(r.ln.Addr().String())
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.conns {
+		c.Close()
+	}
 }

@@ -1,0 +1,335 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	zeish "github.com/zeish/zeish/sdk/go"
+)
+
+func init() {
+	register(section{
+		name:  "refork",
+		about: "re-fork of a child, at depth 10, snapshot of a child: live capture next to the stopped promotion, by RAM size; idle child memory",
+		run:   runRefork,
+	})
+	flag.StringVar(&reforkSizesFlag, "refork-sizes", "256,1024", "refork: guest sizes in MiB")
+	flag.StringVar(&reforkModesFlag, "refork-modes", "live,stopped", "refork: promotion modes (ZEISH_FORK_PROMOTION) to compare")
+	flag.IntVar(&reforkDepthFlag, "refork-depth", 10, "refork: depth of the chain (at the smallest size)")
+}
+
+var (
+	reforkSizesFlag string
+	reforkModesFlag string
+	reforkDepthFlag int
+)
+
+// The issue's targets for re-forks.
+const (
+	reforkPauseGoalMS    = 100 // pause of every kind of fork and snapshot at 256 MiB
+	reforkRatioGoal      = 1.3 // largest size ÷ 256 MiB
+	reforkDepthRatioGoal = 1.2 // pause at depth 10 ÷ depth 1
+)
+
+// reforkRun is what one mode measured at one size.
+type reforkRun struct {
+	first, firstExec   []float64 // a fresh parent's first fork: pause, fork → first exec
+	refork, reforkExec []float64 // a child forked again
+	snap, snapCall     []float64 // a snapshot of a child: pause, call
+	deep, deepExec     []float64 // a node at the chain's depth forked
+	privateMiB, ownMiB float64   // an idle grandchild (from a re-fork): guest Private_Dirty, QEMU's own
+	depth              int
+	imageRAMMiB        float64 // image RAM held once the re-forks are done
+}
+
+// restartWith restarts zeishd with env settings replacing any of the same names.
+func (e *benchEnv) restartWith(ctx context.Context, settings ...string) error {
+	if err := e.zeishd.Stop(); err != nil {
+		return err
+	}
+	for _, s := range settings {
+		name, _, _ := strings.Cut(s, "=")
+		e.zeishd.Env = slices.DeleteFunc(e.zeishd.Env, func(v string) bool { return strings.HasPrefix(v, name+"=") })
+		e.zeishd.Env = append(e.zeishd.Env, s)
+	}
+	return e.zeishd.Start(ctx)
+}
+
+var captureDoneRE = regexp.MustCompile(`msg="capture done" sandbox=(\S+) image=\S+ pause_ms=(\d+)`)
+
+// lastCapturePause is the pause of the last capture of id in zeishd's log.
+func (e *benchEnv) lastCapturePause(id string) (float64, bool) {
+	m := captureDoneRE.FindAllStringSubmatch(e.zeishd.Log.String(), -1)
+	for i := len(m) - 1; i >= 0; i-- {
+		if m[i][1] == id {
+			v, _ := strconv.ParseFloat(m[i][2], 64)
+			return v, true
+		}
+	}
+	return 0, false
+}
+
+// forkOnce forks id once and returns the child, the pause and fork → first exec.
+func (e *benchEnv) forkOnce(ctx context.Context, id string) (string, float64, float64, error) {
+	kids, pause, total, _, err := e.cloneAndExec(ctx, id, 1)
+	if err != nil {
+		return "", 0, 0, errors2(err, e.deleteAll(ctx, kids))
+	}
+	return kids[0], pause, ms(total), nil
+}
+
+func errors2(err, more error) error {
+	if more != nil {
+		return fmt.Errorf("%w (and %v)", err, more)
+	}
+	return err
+}
+
+func runRefork(ctx context.Context, e *benchEnv) (*report, error) {
+	r := &report{Section: "refork", Title: fmt.Sprintf("Re-fork and snapshot of children: live capture vs stopped promotion (%s)", e.accel)}
+	var sizes []int
+	for _, f := range strings.Split(reforkSizesFlag, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v < 64 {
+			return nil, fmt.Errorf("-refork-sizes %q: want MiB ≥ 64", reforkSizesFlag)
+		}
+		sizes = append(sizes, v)
+	}
+	modes := strings.Split(reforkModesFlag, ",")
+	results := map[string]map[int]*reforkRun{}
+	for _, mode := range modes {
+		if mode != "live" && mode != "stopped" {
+			return nil, fmt.Errorf("-refork-modes: %q is neither live nor stopped", mode)
+		}
+		if err := e.restartWith(ctx, "ZEISH_FORK_PROMOTION="+mode); err != nil {
+			return nil, err
+		}
+		results[mode] = map[int]*reforkRun{}
+		for i, mem := range sizes {
+			depth := 0
+			if i == 0 {
+				depth = reforkDepthFlag
+			}
+			res, err := e.reforkAt(ctx, mode, mem, depth)
+			if err != nil {
+				return nil, fmt.Errorf("%s, %d MiB: %w", mode, mem, err)
+			}
+			results[mode][mem] = res
+		}
+	}
+	if err := e.restartWith(ctx, "ZEISH_FORK_PROMOTION=live"); err != nil {
+		return nil, err
+	}
+
+	t := &table{Title: "parent pause (STOP → RESUME of the source, ms) and fork → first exec (ms): medians (min–max)",
+		Header: []string{"what", "size"}}
+	for _, mode := range modes {
+		t.Header = append(t.Header, mode+" pause", mode+" → exec")
+	}
+	cell := func(s []float64) string {
+		if len(s) == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%s (%s–%s)", fmtNum(median(s)), fmtNum(slices.Min(s)), fmtNum(slices.Max(s)))
+	}
+	rows := []struct {
+		key, what   string
+		pause, exec func(*reforkRun) []float64
+	}{
+		{"first", "first fork of a booted parent", func(x *reforkRun) []float64 { return x.first }, func(x *reforkRun) []float64 { return x.firstExec }},
+		{"refork", "re-fork of a child", func(x *reforkRun) []float64 { return x.refork }, func(x *reforkRun) []float64 { return x.reforkExec }},
+		{"deep", "re-fork at depth N", func(x *reforkRun) []float64 { return x.deep }, func(x *reforkRun) []float64 { return x.deepExec }},
+		{"snapshot", "snapshot of a child (pause; call)", func(x *reforkRun) []float64 { return x.snap }, func(x *reforkRun) []float64 { return x.snapCall }},
+	}
+	for _, row := range rows {
+		for _, mem := range sizes {
+			what := row.what
+			if strings.Contains(what, "depth N") {
+				if results[modes[0]][mem].depth == 0 {
+					continue
+				}
+				what = strings.Replace(what, "N", strconv.Itoa(results[modes[0]][mem].depth), 1)
+			}
+			line := []string{what, fmt.Sprintf("%d MiB", mem)}
+			for _, mode := range modes {
+				x := results[mode][mem]
+				line = append(line, cell(row.pause(x)), cell(row.exec(x)))
+				tag := fmt.Sprintf("%s_%s_%dmib", mode, row.key, mem)
+				r.add(newSeries("pause_"+tag, "ms", row.pause(x)))
+				r.add(newSeries("exec_"+tag, "ms", row.exec(x)))
+			}
+			t.Rows = append(t.Rows, line)
+		}
+	}
+	r.Tables = append(r.Tables, t)
+
+	mem := &table{Title: "an idle grandchild (forked from a child) after 10 s, and image RAM held", Header: []string{"mode", "size",
+		"guest Private_Dirty MiB", "QEMU's own MiB", "image RAM in /dev/shm MiB"}}
+	for _, mode := range modes {
+		for _, size := range sizes {
+			x := results[mode][size]
+			mem.Rows = append(mem.Rows, []string{mode, fmt.Sprintf("%d MiB", size), fmtNum(x.privateMiB), fmtNum(x.ownMiB), fmtNum(x.imageRAMMiB)})
+		}
+	}
+	r.Tables = append(r.Tables, mem)
+
+	// Goals, for the live mode (the one zeishd uses).
+	if live := results["live"]; live != nil {
+		small, large := sizes[0], sizes[len(sizes)-1]
+		for _, k := range []struct {
+			name string
+			get  func(*reforkRun) []float64
+		}{{"re-fork of a child", func(x *reforkRun) []float64 { return x.refork }},
+			{"snapshot of a child", func(x *reforkRun) []float64 { return x.snap }}} {
+			v := median(k.get(live[small]))
+			r.addGoal(goal{Name: fmt.Sprintf("%s: pause, %d MiB", k.name, small), Target: fmt.Sprintf("≤ %d ms", reforkPauseGoalMS),
+				Value: v, Unit: "ms", Met: v <= reforkPauseGoalMS})
+			if large != small && v > 0 {
+				ratio := median(k.get(live[large])) / v
+				r.addGoal(goal{Name: fmt.Sprintf("%s: pause %d MiB ÷ %d MiB", k.name, large, small), Target: fmt.Sprintf("≤ %.1f", reforkRatioGoal),
+					Value: ratio, Unit: "×", Met: ratio <= reforkRatioGoal})
+			}
+		}
+		if x := live[small]; len(x.deep) > 0 && len(x.refork) > 0 {
+			ratio := median(x.deep) / median(x.refork)
+			r.addGoal(goal{Name: fmt.Sprintf("pause at depth %d ÷ depth 1, %d MiB", x.depth, small), Target: fmt.Sprintf("≤ %.1f", reforkDepthRatioGoal),
+				Value: ratio, Unit: "×", Met: ratio <= reforkDepthRatioGoal})
+			ratio = median(x.reforkExec) / median(x.firstExec)
+			r.addGoal(goal{Name: fmt.Sprintf("re-fork → first exec ÷ first fork's, %d MiB", small), Target: "≤ 1.2",
+				Value: ratio, Unit: "×", Met: ratio <= 1.2})
+		}
+	}
+	r.Notes = append(r.Notes,
+		"live: the child's RAM is copied into a never-started receiver while it runs (multifd, zero-page detection), paused only to switch over; stopped: the old path, promotion with the guest stopped for the copy, then a capture",
+		"pause: the parent's pause_ms from the clone call; for snapshots the same figure from zeishd's `capture done` log line",
+		"first fork: a fresh parent each run, the same code in both modes",
+	)
+	return r, nil
+}
+
+// reforkAt measures one mode at one size: first forks of fresh parents,
+// re-forks and snapshots of one child, and (depth > 0) a chain that deep.
+func (e *benchEnv) reforkAt(ctx context.Context, mode string, memMiB, depth int) (_ *reforkRun, err error) {
+	x := &reforkRun{depth: depth}
+	var made []string
+	defer func() {
+		if derr := e.deleteAll(ctx, made); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+	var child string
+	for i := range e.opts.runs {
+		parent, _, err := e.createAndExec(ctx, memMiB)
+		if parent != "" {
+			made = append(made, parent)
+		}
+		if err != nil {
+			return nil, err
+		}
+		kid, pause, exec, err := e.forkOnce(ctx, parent)
+		if err != nil {
+			return nil, err
+		}
+		made = append(made, kid)
+		x.first, x.firstExec = append(x.first, pause), append(x.firstExec, exec)
+		e.log.Info("refork: first fork", "mode", mode, "mib", memMiB, "run", i, "pause_ms", pause, "exec_ms", exec)
+		if i == 0 {
+			child = kid
+			continue
+		}
+		if err := e.deleteAll(ctx, []string{kid, parent}); err != nil {
+			return nil, err
+		}
+		made = made[:len(made)-2]
+	}
+	var grandchild string
+	for i := range e.opts.runs {
+		kid, pause, exec, err := e.forkOnce(ctx, child)
+		if err != nil {
+			return nil, err
+		}
+		x.refork, x.reforkExec = append(x.refork, pause), append(x.reforkExec, exec)
+		e.log.Info("refork: re-fork of a child", "mode", mode, "mib", memMiB, "run", i, "pause_ms", pause, "exec_ms", exec)
+		if i == 0 {
+			grandchild = kid
+			made = append(made, kid)
+			continue
+		}
+		if err := e.deleteSandbox(ctx, kid); err != nil {
+			return nil, err
+		}
+	}
+	for i := range e.opts.runs {
+		start := time.Now()
+		snp, err := e.client.CreateSnapshot(ctx, child, zeish.CreateSnapshotRequest{Name: fmt.Sprintf("refork-%d", i)})
+		if err != nil {
+			return nil, fmt.Errorf("snapshot of a child: %w", err)
+		}
+		call := ms(time.Since(start))
+		pause, ok := e.lastCapturePause(child)
+		if !ok {
+			return nil, fmt.Errorf("no capture line for %s in zeishd's log", child)
+		}
+		x.snap, x.snapCall = append(x.snap, pause), append(x.snapCall, call)
+		e.log.Info("refork: snapshot of a child", "mode", mode, "mib", memMiB, "run", i, "pause_ms", pause, "call_ms", call)
+		if err := e.client.DeleteSnapshot(ctx, snp.ID); err != nil {
+			return nil, err
+		}
+	}
+	x.imageRAMMiB = imageRAMMiB(e.dataDir)
+	// The grandchild idles while the chain grows, then is measured.
+	idleSince := time.Now()
+	if depth > 1 {
+		cur := child
+		for d := 2; d <= depth; d++ {
+			kid, pause, exec, err := e.forkOnce(ctx, cur)
+			if err != nil {
+				return nil, fmt.Errorf("chain depth %d: %w", d, err)
+			}
+			made = append(made, kid)
+			e.log.Info("refork: chain", "mode", mode, "mib", memMiB, "depth", d-1, "pause_ms", pause, "exec_ms", exec)
+			if cur != child {
+				// Deleting the parent harms no descendant; it keeps the host quiet.
+				if err := e.deleteSandbox(ctx, cur); err != nil {
+					return nil, err
+				}
+				made = slices.DeleteFunc(made, func(id string) bool { return id == cur })
+			}
+			cur = kid
+		}
+		for i := range e.opts.runs {
+			kid, pause, exec, err := e.forkOnce(ctx, cur)
+			if err != nil {
+				return nil, err
+			}
+			x.deep, x.deepExec = append(x.deep, pause), append(x.deepExec, exec)
+			e.log.Info("refork: at depth", "mode", mode, "mib", memMiB, "depth", depth, "run", i, "pause_ms", pause, "exec_ms", exec)
+			if err := e.deleteSandbox(ctx, kid); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if wait := idleBeforeMeasure - time.Since(idleSince); wait > 0 {
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	pid, err := e.sandboxPID(grandchild)
+	if err != nil {
+		return nil, err
+	}
+	m, err := qemuMemory(pid)
+	if err != nil {
+		return nil, err
+	}
+	x.privateMiB, x.ownMiB = toMiB(m.GuestPrivateDirty), toMiB(m.QEMUOwn)
+	return x, nil
+}

@@ -1,0 +1,698 @@
+package qemu
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/digitalocean/go-qemu/qmp"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/rollback"
+	"github.com/zeish/zeish/vmm"
+)
+
+// Live capture (measured in ../shared/QEMU-NOTES.md, "live promotion"):
+//
+//   - A receiver QEMU is launched with -incoming defer -S on a NEW share=on
+//     RAM file: the image's. It is never started, so once the migration is
+//     over its RAM is the guest's at the switch-over instant and stays so.
+//   - The source live-migrates into it (pre-copy while the guest runs;
+//     x-ignore-shared off on both sides, so all RAM moves whoever owns it).
+//     On QEMU ≥ 10 multifd with zero-page-detection=multifd lets the
+//     receiver skip zero pages without touching them: the copy takes 0.5 s
+//     at 256 MiB and 1.5 s at 4 GiB instead of 1 s and 19 s, and the new
+//     file holds only non-zero pages.
+//   - pause-before-switchover stops the migration once the guest is stopped
+//     for the last pass: the disk is frozen right there (blockdev-snapshot-
+//     sync onto a new overlay), so disk and RAM are of one instant.
+//   - On completion the source is sent cont at once (retried while QEMU says
+//     "not finalized"): it pauses ~20–40 ms, flat in RAM size, and runs on
+//     untouched, on whatever RAM it had.
+//   - The receiver then saves its device state with x-ignore-shared on
+//     (its RAM file is the image's memory) and quits.
+//
+// VMMs are chrooted in their own folders: zeishd relays the migration from
+// a socket in the source's folder to the receiver's, one connection per
+// multifd channel.
+
+const (
+	receiverDirName = "rcv" // the receiver's folder inside the image folder
+	// nextDiskPrefix names the source's next overlay inside its folder: a
+	// second name of swap.Next that the VMM can open from its chroot. It stays
+	// while the VM runs: QEMU reopens a frozen overlay read-only by name, and
+	// a name reused by the next capture would hand it another file.
+	nextDiskPrefix  = "next-"
+	liveDowntimeMS  = 50 // the last pass may stop the guest this long
+	multifdChannels = 2
+	// contRetry is how often cont is repeated while QEMU refuses it as
+	// "Migration is not finalized yet" right after completion.
+	contRetry   = 500 * time.Microsecond
+	contTimeout = 5 * time.Second
+)
+
+// liveMultifd reports whether live captures use multifd with zero-page
+// detection (added in QEMU 9.0; measured on 10).
+func (d *Driver) liveMultifd() bool { return d.version.atLeast(10, 0) }
+
+// imageMemFile is where a live capture puts the image's RAM, named after
+// the image folder like a capture's renamed RAM file.
+func (d *Driver) imageMemFile(dir string) string {
+	return filepath.Join(d.shmDir, "zeish-img-"+filepath.Base(dir)+".mem")
+}
+
+type capability struct {
+	Capability string `json:"capability"`
+	State      bool   `json:"state"`
+}
+
+func setCapabilities(ctx context.Context, m *monitor, caps ...capability) error {
+	return m.execute(ctx, "migrate-set-capabilities", map[string]any{"capabilities": caps}, nil)
+}
+
+// CaptureLive captures h into dir while its guest keeps running.
+func (d *Driver) CaptureLive(ctx context.Context, h *vmm.Handle, dir string, swap vmm.DiskSwap) (_ *vmm.Image, pause time.Duration, err error) {
+	if !d.Alive(h) {
+		return nil, 0, fmt.Errorf("capture vm %q live: %w: qemu is not running", h.Spec.ID, errdefs.ErrUnavailable)
+	}
+	// A paused guest would be left "postmigrate", a state QEMU refuses to
+	// migrate from again: a paused VM is better captured stopped (it loses no
+	// run time either way).
+	if st, err := d.State(ctx, h); err != nil {
+		return nil, 0, err
+	} else if st != vmm.RunStateRunning {
+		return nil, 0, fmt.Errorf("capture vm %q live: %w: its guest is %s, not running", h.Spec.ID, errdefs.ErrInvalidState, st)
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		return nil, 0, err
+	}
+	img := &vmm.Image{Dir: dir, StateFile: filepath.Join(dir, stateName), MemFile: d.imageMemFile(dir), MemoryMiB: h.Spec.MemoryMiB}
+	began := time.Now()
+	var undo rollback.Stack
+	defer func() {
+		if err == nil {
+			return
+		}
+		if rbErr := undo.Run(context.WithoutCancel(ctx)); rbErr != nil {
+			d.log.Error("live capture rollback incomplete", logKeySandbox, h.Spec.ID, "err", rbErr)
+		}
+		err = fmt.Errorf("capture vm %q live: %w", h.Spec.ID, err)
+	}()
+	oldDisk := h.Disk
+	tmpNext, err := d.prepareSwap(ctx, &undo, h, swap)
+	if err != nil {
+		return nil, 0, err
+	}
+	rh, err := d.launchReceiver(ctx, &undo, h, dir, img.MemFile)
+	if err != nil {
+		return nil, 0, err
+	}
+	relaySock := filepath.Join(h.Spec.Dir, relaySockName)
+	relay, err := newRelay(relaySock, migrateSocket(rh))
+	if err != nil {
+		return nil, 0, err
+	}
+	defer relay.close()
+	if err := d.confine.own(relaySock); err != nil {
+		return nil, 0, err
+	}
+	sw := switchover{d: d, h: h, uri: "unix:" + d.guestPath(h, relaySock), nextFile: d.guestPath(h, tmpNext), nextNode: nextNodeName(tmpNext)}
+	if err := d.withMonitor(ctx, h.QMPSocket, sw.run(ctx)); err != nil {
+		if sw.swapped {
+			h.Disk = swap.Next
+		}
+		return nil, 0, err
+	}
+	h.Disk = swap.Next
+	copied := time.Now()
+	if err := d.saveReceiver(ctx, rh, img); err != nil {
+		return nil, 0, err
+	}
+	undo.Release()
+	os.RemoveAll(rh.Spec.Dir)
+	if !h.MemShared && h.MemFile != "" {
+		d.sparsifyLater(h.MemFile) // the source read, and so allocated, every page of its image
+	}
+	if !d.liveMultifd() {
+		d.sparsifyLater(img.MemFile) // the receiver wrote zero pages too
+	}
+	d.log.Info("vm captured live", logKeySandbox, h.Spec.ID, "image", dir, "pause_ms", sw.pause.Milliseconds(),
+		"stop_to_seen_ms", sw.seen.Sub(sw.stopped).Milliseconds(), "swap_ms", sw.swappedAt.Sub(sw.seen).Milliseconds(),
+		"last_pass_ms", sw.completed.Sub(sw.swappedAt).Milliseconds(),
+		"copy_ms", copied.Sub(began).Milliseconds(), "save_ms", time.Since(copied).Milliseconds(),
+		"multifd", d.liveMultifd(), "old_disk", oldDisk, "disk", h.Disk)
+	return img, sw.pause, nil
+}
+
+// prepareSwap links h's overlay as swap.Frozen and makes the next overlay,
+// backed by it, inside h's folder (a confined QEMU opens it from its
+// chroot), linked as swap.Next. It returns the in-folder path.
+func (d *Driver) prepareSwap(ctx context.Context, undo *rollback.Stack, h *vmm.Handle, swap vmm.DiskSwap) (string, error) {
+	if swap.Frozen == "" || swap.Next == "" {
+		return "", fmt.Errorf("disk swap %+v: %w: both paths are needed", swap, errdefs.ErrInvalidArgument)
+	}
+	size, err := d.diskSize(ctx, h)
+	if err != nil {
+		return "", err
+	}
+	if err := os.Link(h.Disk, swap.Frozen); err != nil {
+		return "", fmt.Errorf("link disk as frozen layer: %w", err)
+	}
+	// Removed on failure only while the VM still writes its old overlay.
+	undo.Add(func(context.Context) error {
+		if h.Disk != swap.Next {
+			return removeFiles(swap.Frozen)
+		}
+		return nil
+	})
+	tmpNext := filepath.Join(h.Spec.Dir, nextDiskPrefix+randomHex(4)+".qcow2")
+	out, err := exec.CommandContext(ctx, d.qemuImgPath, "create", "-q", "-u", "-f", "qcow2",
+		"-b", swap.Frozen, "-F", "qcow2", tmpNext, size).CombinedOutput()
+	undo.Add(func(context.Context) error {
+		if h.Disk != swap.Next {
+			return removeFiles(tmpNext, swap.Next)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("qemu-img create next overlay: %w: %s", err, tail(string(out), 1024))
+	}
+	if err := d.confine.own(tmpNext); err != nil {
+		return "", err
+	}
+	if err := os.Link(tmpNext, swap.Next); err != nil {
+		return "", fmt.Errorf("link next overlay: %w", err)
+	}
+	return tmpNext, nil
+}
+
+// diskSize is the virtual size of h's disk, as qemu-img takes it.
+func (d *Driver) diskSize(ctx context.Context, h *vmm.Handle) (string, error) {
+	if h.Spec.DiskMiB > 0 {
+		return strconv.Itoa(h.Spec.DiskMiB) + "M", nil
+	}
+	// -U: the running VM holds the image's lock.
+	out, err := exec.CommandContext(ctx, d.qemuImgPath, "info", "-U", "--output=json", h.Disk).Output()
+	if err != nil {
+		return "", fmt.Errorf("qemu-img info %s: %w", h.Disk, err)
+	}
+	var info struct {
+		VirtualSize int64 `json:"virtual-size"`
+	}
+	if err := json.Unmarshal(out, &info); err != nil || info.VirtualSize <= 0 {
+		return "", fmt.Errorf("qemu-img info %s: no virtual size (%v)", h.Disk, err)
+	}
+	return strconv.FormatInt(info.VirtualSize, 10), nil
+}
+
+// receiverSpec is the receiver's VM: h's devices, in dir/rcv, on a
+// throwaway disk of its own (it never runs, so its disk is never read).
+func receiverSpec(h *vmm.Handle, dir string) vmm.Spec {
+	spec := h.Spec
+	spec.Dir = filepath.Join(dir, receiverDirName)
+	spec.From, spec.BaseDisk, spec.Paused, spec.Deferred = nil, "", false, false
+	spec.Disk = filepath.Join(spec.Dir, diskName)
+	return spec
+}
+
+// receiverHandle names the files of the receiver in dir (for cleanup after
+// a crash, when no handle of it was kept).
+func receiverHandle(h *vmm.Handle, dir string) *vmm.Handle {
+	spec := receiverSpec(h, dir)
+	return &vmm.Handle{Spec: spec, QMPSocket: filepath.Join(spec.Dir, qmpName), AgentSocket: filepath.Join(spec.Dir, agentName),
+		Disk: spec.Disk, Confined: h.Confined}
+}
+
+// launchReceiver starts the never-started VM that h migrates into, mapping
+// memFile shared, and lets it wait for the stream.
+func (d *Driver) launchReceiver(ctx context.Context, undo *rollback.Stack, h *vmm.Handle, dir, memFile string) (*vmm.Handle, error) {
+	spec := receiverSpec(h, dir)
+	if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	undo.Add(removeDir(spec.Dir))
+	size, err := d.diskSize(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	if out, err := exec.CommandContext(ctx, d.qemuImgPath, "create", "-q", "-f", "qcow2", spec.Disk, size).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("receiver disk: %w: %s", err, tail(string(out), 1024))
+	}
+	spec, err = validate(spec)
+	if err != nil {
+		return nil, err
+	}
+	os.Remove(memFile)
+	rh, err := d.launchVM(ctx, undo, spec, memFile, true, true, true)
+	if err != nil {
+		return nil, fmt.Errorf("receiver: %w", err)
+	}
+	err = d.withMonitor(ctx, rh.QMPSocket, func(m *monitor) error {
+		caps := []capability{{"x-ignore-shared", false}}
+		if d.liveMultifd() {
+			caps = append(caps, capability{"multifd", true})
+		}
+		if err := setCapabilities(ctx, m, caps...); err != nil {
+			return err
+		}
+		if d.liveMultifd() {
+			if err := m.execute(ctx, "migrate-set-parameters", map[string]any{
+				"multifd-channels": multifdChannels, "zero-page-detection": "multifd"}, nil); err != nil {
+				return err
+			}
+		}
+		return m.execute(ctx, "migrate-incoming", map[string]any{"uri": "unix:" + d.guestPath(rh, migrateSocket(rh))}, nil)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("receiver: %w", err)
+	}
+	return rh, nil
+}
+
+func removeDir(dir string) func(context.Context) error {
+	return func(context.Context) error { return os.RemoveAll(dir) }
+}
+
+// saveReceiver writes the receiver's device state (its RAM file is the
+// image's memory) into img and lets it go.
+func (d *Driver) saveReceiver(ctx context.Context, rh *vmm.Handle, img *vmm.Image) error {
+	err := d.withMonitor(ctx, rh.QMPSocket, func(m *monitor) error {
+		if err := waitIncoming(ctx, m); err != nil {
+			return err
+		}
+		caps := []capability{{"x-ignore-shared", true}}
+		if d.liveMultifd() {
+			caps = append(caps, capability{"multifd", false}) // the state goes through one socket
+		}
+		if err := setCapabilities(ctx, m, caps...); err != nil {
+			return err
+		}
+		sock := filepath.Join(rh.Spec.Dir, saveSockName)
+		sink, err := newStateSink(sock, img.StateFile)
+		if err != nil {
+			return err
+		}
+		defer sink.close()
+		if err := d.confine.own(sock); err != nil {
+			return err
+		}
+		if err := m.execute(ctx, "migrate", map[string]any{"uri": "unix:" + d.guestPath(rh, sock)}, nil); err != nil {
+			return err
+		}
+		if _, err := waitMigration(ctx, m); err != nil {
+			return err
+		}
+		if err := sink.wait(ctx); err != nil {
+			return err
+		}
+		_ = m.execute(ctx, "quit", nil, nil)
+		return nil
+	})
+	if err != nil {
+		os.Remove(img.StateFile)
+		return fmt.Errorf("save receiver state: %w", err)
+	}
+	d.reap(rh)
+	return nil
+}
+
+// switchover drives the source's side of a live capture over one QMP
+// session: settings, migrate, the disk swap at pre-switchover, cont.
+type switchover struct {
+	d        *Driver
+	h        *vmm.Handle
+	uri      string
+	nextFile string // the next overlay as the VMM names it
+	nextNode string // its node name once opened
+
+	wasRunning bool
+	swapped    bool
+	pause      time.Duration
+	// Where the pause went, for the log: stop → pre-switchover seen, disk
+	// swapped, last pass completed.
+	seen, swappedAt, completed time.Time
+	stopped                    time.Time
+}
+
+func (s *switchover) run(ctx context.Context) func(m *monitor) error {
+	return func(m *monitor) error {
+		events := m.events()
+		var st qmpStatus
+		if err := m.execute(ctx, "query-status", nil, &st); err != nil {
+			return err
+		}
+		s.wasRunning = st.Running
+		node, _, err := activeDisk(ctx, m)
+		if err != nil {
+			return err
+		}
+		// Settings first: every round trip after the stop is pause.
+		caps := []capability{{"x-ignore-shared", false}, {"pause-before-switchover", true}, {"events", true}}
+		params := map[string]any{"max-bandwidth": localBandwidth, "downtime-limit": liveDowntimeMS}
+		if s.d.liveMultifd() {
+			caps = append(caps, capability{"multifd", true})
+			params["multifd-channels"], params["zero-page-detection"] = multifdChannels, "multifd"
+		}
+		if err := setCapabilities(ctx, m, caps...); err != nil {
+			return err
+		}
+		if err := m.execute(ctx, "migrate-set-parameters", params, nil); err != nil {
+			return err
+		}
+		// Whatever happens, the next save of this VM (a capture, a stop)
+		// goes through one socket again.
+		defer func() {
+			off := []capability{{"pause-before-switchover", false}}
+			if s.d.liveMultifd() {
+				off = append(off, capability{"multifd", false})
+			}
+			if err := setCapabilities(context.WithoutCancel(ctx), m, off...); err != nil {
+				s.d.log.Warn("reset migration capabilities", logKeySandbox, s.h.Spec.ID, "err", err)
+			}
+		}()
+		// The next overlay is opened now, while the guest runs: at the
+		// switch-over only the graph changes.
+		if err := m.execute(ctx, "blockdev-add", map[string]any{
+			"driver": "qcow2", "node-name": s.nextNode, "backing": nil,
+			"file": map[string]any{"driver": "file", "filename": s.nextFile}}, nil); err != nil {
+			return fmt.Errorf("open next overlay: %w", err)
+		}
+		if err := m.execute(ctx, "migrate", map[string]any{"uri": s.uri}, nil); err != nil {
+			s.abort(ctx, m)
+			return err
+		}
+		if _, err := waitStatus(ctx, m, events, "pre-switchover"); err != nil {
+			s.abort(ctx, m)
+			return err
+		}
+		s.seen = time.Now()
+		stopped := s.seen
+		if ts, ok := events.last("STOP"); ok {
+			stopped = ts
+		}
+		s.stopped = stopped
+		// The guest is stopped and the last pass not sent yet: freeze the
+		// disk at this instant.
+		err = m.execute(ctx, "blockdev-snapshot", map[string]any{"node": node, "overlay": s.nextNode}, nil)
+		if err != nil {
+			s.abort(ctx, m)
+			return fmt.Errorf("swap disk: %w", err)
+		}
+		s.swapped, s.swappedAt = true, time.Now()
+		if err := m.execute(ctx, "migrate-continue", map[string]any{"state": "pre-switchover"}, nil); err != nil {
+			s.abort(ctx, m)
+			return err
+		}
+		if _, err := waitStatus(ctx, m, events, "completed"); err != nil {
+			s.abort(ctx, m)
+			return err
+		}
+		s.completed = time.Now()
+		resumed := s.completed
+		if s.wasRunning {
+			if err := contAfterMigration(context.WithoutCancel(ctx), m); err != nil {
+				return err
+			}
+			resumed = time.Now()
+			if ts, ok := events.wait("RESUME", 100*time.Millisecond); ok {
+				resumed = ts
+			}
+		}
+		if s.wasRunning {
+			s.pause = resumed.Sub(stopped)
+		}
+		return nil
+	}
+}
+
+// abort cancels the migration and, once it has ended, lets a guest that was
+// running before run again (QEMU restarts it itself on most failures).
+func (s *switchover) abort(ctx context.Context, m *monitor) {
+	ctx = context.WithoutCancel(ctx)
+	if err := settleMigration(ctx, m, s.wasRunning); err != nil {
+		s.d.log.Error("resume after failed live capture", logKeySandbox, s.h.Spec.ID, "err", err)
+	}
+	if !s.swapped {
+		_ = m.execute(ctx, "blockdev-del", map[string]any{"node-name": s.nextNode}, nil)
+	}
+}
+
+// nextNodeName is the node name of the next overlay at path: derived from
+// its file name, so that SettleCapture finds it again.
+func nextNodeName(path string) string {
+	return strings.TrimSuffix(filepath.Base(path), ".qcow2")
+}
+
+// settleMigration cancels any outgoing migration, waits for it to end, and
+// conts the guest if run and it is not running.
+func settleMigration(ctx context.Context, m *monitor, run bool) error {
+	var info migrationInfo
+	if err := m.execute(ctx, "query-migrate", nil, &info); err != nil {
+		return err
+	}
+	switch info.Status {
+	case "", "none", "completed", "failed", "cancelled":
+	default:
+		if err := m.execute(ctx, "migrate_cancel", nil, nil); err != nil {
+			return err
+		}
+		deadline := time.Now().Add(migrateTimeout)
+		for {
+			if err := m.execute(ctx, "query-migrate", nil, &info); err != nil {
+				return err
+			}
+			if info.Status == "cancelled" || info.Status == "failed" || info.Status == "completed" || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if !run {
+		return nil
+	}
+	var st qmpStatus
+	if err := m.execute(ctx, "query-status", nil, &st); err != nil {
+		return err
+	}
+	if st.Running {
+		return nil
+	}
+	return contAfterMigration(ctx, m)
+}
+
+// contAfterMigration sends cont, repeating it while QEMU has not finalized
+// the migration that just completed.
+func contAfterMigration(ctx context.Context, m *monitor) error {
+	deadline := time.Now().Add(contTimeout)
+	for {
+		err := m.execute(ctx, "cont", nil, nil)
+		if err == nil || !strings.Contains(err.Error(), "not finalized") || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(contRetry)
+	}
+}
+
+// activeDisk returns the node name and file of the overlay the guest's disk
+// writes now (the format node at the top of vda's chain).
+func activeDisk(ctx context.Context, m *monitor) (node, file string, err error) {
+	var blocks []struct {
+		QDev     string `json:"qdev"`
+		Inserted *struct {
+			NodeName string `json:"node-name"`
+			File     string `json:"file"`
+		} `json:"inserted"`
+	}
+	if err := m.execute(ctx, "query-block", nil, &blocks); err != nil {
+		return "", "", err
+	}
+	for _, b := range blocks {
+		if b.Inserted != nil && strings.Contains(b.QDev, "/vda/") {
+			return b.Inserted.NodeName, b.Inserted.File, nil
+		}
+	}
+	return "", "", fmt.Errorf("query-block: no disk vda: %w", errdefs.ErrInternal)
+}
+
+// waitStatus waits until the outgoing migration reaches want, from events
+// (no poll delay) with a slower query-migrate poll as a safety net.
+func waitStatus(ctx context.Context, m *monitor, events *eventLog, want string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		status := ""
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("migration not %s: %w", want, ctx.Err())
+		case status = <-events.migration:
+		case <-tick.C:
+			var info migrationInfo
+			if err := m.execute(ctx, "query-migrate", nil, &info); err != nil {
+				return "", err
+			}
+			status = info.Status
+			if status == "failed" {
+				return status, fmt.Errorf("migration failed: %s: %w", info.Error, errdefs.ErrInternal)
+			}
+		}
+		switch status {
+		case want:
+			return status, nil
+		case "failed", "cancelled", "cancelling":
+			return status, fmt.Errorf("migration %s: %w", status, errdefs.ErrInternal)
+		}
+	}
+}
+
+// eventLog collects a QMP session's events: migration status changes in a
+// channel, and when STOP and RESUME last happened (QEMU's own clock).
+type eventLog struct {
+	migration chan string
+	times     chan stamped
+	seen      map[string]time.Time
+}
+
+type stamped struct {
+	name string
+	at   time.Time
+}
+
+// events starts reading m's events; the go-qemu reader blocks until they
+// are taken, so they are always taken, and dropped when nobody looks.
+func (m *monitor) events() *eventLog {
+	in, _ := m.mon.Events(context.Background())
+	l := &eventLog{migration: make(chan string, 64), times: make(chan stamped, 64), seen: map[string]time.Time{}}
+	go func() {
+		for e := range in {
+			switch e.Event {
+			case "MIGRATION":
+				if s, ok := e.Data["status"].(string); ok {
+					select {
+					case l.migration <- s:
+					default:
+					}
+				}
+			case "STOP", "RESUME":
+				select {
+				case l.times <- stamped{e.Event, eventTime(e)}:
+				default:
+				}
+			}
+		}
+	}()
+	return l
+}
+
+func eventTime(e qmp.Event) time.Time {
+	return time.Unix(e.Timestamp.Seconds, e.Timestamp.Microseconds*1000)
+}
+
+// last returns when the event last happened, among those received so far.
+func (l *eventLog) last(name string) (time.Time, bool) {
+	for {
+		select {
+		case s := <-l.times:
+			l.seen[s.name] = s.at
+		default:
+			at, ok := l.seen[name]
+			return at, ok
+		}
+	}
+}
+
+// wait waits up to timeout for the event, if it was not seen yet.
+func (l *eventLog) wait(name string, timeout time.Duration) (time.Time, bool) {
+	if at, ok := l.last(name); ok {
+		return at, true
+	}
+	deadline := time.After(timeout)
+	for {
+		select {
+		case s := <-l.times:
+			l.seen[s.name] = s.at
+			if s.name == name {
+				return s.at, true
+			}
+		case <-deadline:
+			return time.Time{}, false
+		}
+	}
+}
+
+// SettleCapture makes h whole after a CaptureLive into dir that was cut short.
+func (d *Driver) SettleCapture(ctx context.Context, h *vmm.Handle, dir string, swap vmm.DiskSwap, run bool) error {
+	rh := receiverHandle(h, dir)
+	pid, _ := readPIDFile(pidFile(rh))
+	kerr := killTagged(idOf(rh), pid)
+	if d.confine != nil {
+		d.confine.leave(cgroupID(rh))
+	}
+	removeFiles(d.imageMemFile(dir), filepath.Join(dir, stateName))
+	os.RemoveAll(rh.Spec.Dir)
+	tmpNext := sameFileIn(h.Spec.Dir, nextDiskPrefix+"*.qcow2", swap.Next)
+	var errs []error
+	if kerr != nil {
+		errs = append(errs, kerr)
+	}
+	if d.Alive(h) {
+		err := d.withMonitor(ctx, h.QMPSocket, func(m *monitor) error {
+			if err := settleMigration(ctx, m, run); err != nil {
+				return err
+			}
+			// Back to one socket per save, as CaptureLive leaves it.
+			off := []capability{{"pause-before-switchover", false}}
+			if d.liveMultifd() {
+				off = append(off, capability{"multifd", false})
+			}
+			if err := setCapabilities(ctx, m, off...); err != nil {
+				return err
+			}
+			_, file, err := activeDisk(ctx, m)
+			if err != nil {
+				return err
+			}
+			if tmpNext != "" && (file == d.guestPath(h, tmpNext) || file == tmpNext) || file == swap.Next {
+				h.Disk = swap.Next
+			} else if tmpNext != "" {
+				// Opened ahead but never switched to: close it.
+				_ = m.execute(ctx, "blockdev-del", map[string]any{"node-name": nextNodeName(tmpNext)}, nil)
+			}
+			return nil
+		})
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if h.Disk != swap.Next {
+		removeFiles(tmpNext, swap.Next, swap.Frozen)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("settle capture of vm %q: %w", h.Spec.ID, err)
+	}
+	return nil
+}
+
+// sameFileIn returns the file in dir matching pattern that is path under
+// another name ("" if none).
+func sameFileIn(dir, pattern, path string) string {
+	want, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	names, _ := filepath.Glob(filepath.Join(dir, pattern))
+	for _, n := range names {
+		if fi, err := os.Stat(n); err == nil && os.SameFile(fi, want) {
+			return n
+		}
+	}
+	return ""
+}
