@@ -16,6 +16,7 @@ import (
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/network"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
@@ -46,6 +47,9 @@ type Options struct {
 	// MemoryBudgetMiB is the guest memory the host may promise to sandboxes
 	// that run; a create or fork beyond it gets node_full. 0: no limit.
 	MemoryBudgetMiB int
+	// Network gives sandboxes routed links with egress policy (network.go);
+	// nil: the node runs without networking.
+	Network *network.Manager
 }
 
 // Node runs the sandboxes of one host.
