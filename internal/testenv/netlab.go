@@ -47,7 +47,13 @@ const (
 	LabHostA   = "198.18.5.5" // allowed.test
 	LabHostB   = "198.18.6.6" // denied.test
 	LabHostC   = "198.18.7.7" // other.test
+	// Addresses guests must never reach, though the lab routes them: a
+	// private (RFC 1918) host and a cloud metadata service.
+	LabPrivate  = "192.168.77.7"
+	LabMetadata = "169.254.169.254"
 )
+
+var labHosts = []string{LabGateway, LabHostA, LabHostB, LabHostC, LabPrivate, LabMetadata}
 
 // NewNetLab builds the lab; everything it made (namespaces, veths,
 // listeners) goes at cleanup, also when the test fails. Needs root.
@@ -86,7 +92,7 @@ func NewNetLab(t testing.TB) *NetLab {
 		{"-n", l.Inet, "link", "set", peer, "up"},
 		{"-n", l.Node, "route", "add", "default", "via", LabGateway},
 	}
-	for _, h := range []string{LabHostA, LabHostB, LabHostC} {
+	for _, h := range labHosts[1:] {
 		steps = append(steps, []string{"-n", l.Inet, "addr", "add", h + "/32", "dev", "lo"})
 	}
 	l.closers = append(l.closers, func() error {
@@ -98,7 +104,7 @@ func NewNetLab(t testing.TB) *NetLab {
 			t.Fatal(err)
 		}
 	}
-	for _, h := range []string{LabGateway, LabHostA, LabHostB, LabHostC} {
+	for _, h := range labHosts {
 		ln, err := l.ListenIn(l.Inet, "tcp", h+":80")
 		if err != nil {
 			t.Fatal(err)
