@@ -58,6 +58,7 @@ type CreateSandboxRequest struct {
 	Browser       bool              `json:"browser,omitempty"`
 	Desktop       bool              `json:"desktop,omitempty"`
 	Metadata      map[string]string `json:"metadata,omitempty"`
+	Network       *NetworkRequest   `json:"network,omitempty"`
 }
 
 // SandboxList is GET /public/sandboxes.
@@ -141,6 +142,8 @@ type CloneRequest struct {
 	MaxCostMicros *int64  `json:"max_cost_micros,omitempty"`
 	Browser       *bool   `json:"browser,omitempty"`
 	Desktop       *bool   `json:"desktop,omitempty"`
+	// Network replaces the parent's egress policy for the children.
+	Network *NetworkRequest `json:"network,omitempty"`
 }
 
 // MaxCloneCount bounds one clone call.

@@ -65,6 +65,12 @@ type server struct {
 // removed (and reported as a failure).
 func startServer(t *testing.T, extraEnv ...string) *server {
 	t.Helper()
+	return startServerWith(t, nil, extraEnv...)
+}
+
+// startServerWith is startServer with a say on how zeishd runs (setup).
+func startServerWith(t *testing.T, setup func(*testenv.Zeishd), extraEnv ...string) *server {
+	t.Helper()
 	testenv.RequireQEMU(t)
 	buildBinaries(t)
 	tpl := testenv.BaseTemplate(t) // builds sandboxd + template into the shared cache
@@ -81,6 +87,9 @@ func startServer(t *testing.T, extraEnv ...string) *server {
 			"ZEISH_TEMPLATE_CACHE=" + filepath.Dir(tpl.Dir),
 			"ZEISH_LOG_LEVEL=debug",
 		}, extraEnv...),
+	}
+	if setup != nil {
+		setup(s.zeishd)
 	}
 	t.Cleanup(s.cleanup)
 	s.start()

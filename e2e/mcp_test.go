@@ -88,7 +88,7 @@ func TestMCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"clone_sandbox", "create_sandbox", "create_snapshot", "delete_sandbox", "exec",
-		"list_files", "list_sandboxes", "read_file", "restore_snapshot", "write_file"}
+		"list_files", "list_sandboxes", "read_file", "restore_snapshot", "set_network", "write_file"}
 	var names []string
 	for _, tool := range list.Tools {
 		names = append(names, tool.Name)

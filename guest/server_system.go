@@ -157,7 +157,22 @@ func setNetwork(n Network) error {
 		}
 	}
 	if n.Gateway != "" {
-		return runIP("route", "replace", "default", "via", n.Gateway, "dev", dev)
+		if err := runIP("route", "replace", "default", "via", n.Gateway, "dev", dev); err != nil {
+			return err
+		}
+	}
+	if len(n.DNS) > 0 {
+		var b strings.Builder
+		for _, s := range n.DNS {
+			fmt.Fprintf(&b, "nameserver %s\n", s)
+		}
+		// By rename: a resolver reading it never sees it half written.
+		if err := os.WriteFile("/etc/resolv.conf.zeish", []byte(b.String()), 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename("/etc/resolv.conf.zeish", "/etc/resolv.conf"); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -60,6 +60,8 @@ type Network struct {
 	MAC       string `json:"mac"`
 	Address   string `json:"address"` // CIDR, "10.0.2.15/24"
 	Gateway   string `json:"gateway,omitempty"`
+	// DNS, when set, replaces the nameservers of /etc/resolv.conf.
+	DNS []string `json:"dns,omitempty"`
 }
 
 // Info is what the guest reports about itself.

@@ -50,6 +50,7 @@ type Sandbox struct {
 	Host          string            `json:"host"`
 	Hostname      string            `json:"hostname"`
 	Address       string            `json:"address"`
+	Network       *Network          `json:"network,omitempty"` // nil: the node runs without networking
 	Accel         string            `json:"accel,omitempty"`
 	ParentID      string            `json:"parent_id,omitempty"`
 	Env           map[string]string `json:"env"`

@@ -65,6 +65,12 @@ type Spec struct {
 	MemoryMiB int    `json:"memory_mib"`
 	VCPUs     int    `json:"vcpus"`
 	MAC       string `json:"mac"`
+	// NIC backs the guest's network card with a host TAP device. Without it
+	// the card has no way out (QEMU user mode, restricted), and with NoNIC
+	// the VM has no network card at all. A fork child keeps the device set
+	// of its parent, so NoNIC is inherited.
+	NIC   *NIC `json:"nic,omitempty"`
+	NoNIC bool `json:"no_nic,omitempty"`
 	// From starts the VM from a captured Image instead of booting the kernel.
 	From *Image `json:"from,omitempty"`
 	// Paused leaves a VM started From an image paused after loading it.
@@ -74,6 +80,13 @@ type Spec struct {
 	// maps at launch (a file being captured right then, renamed after).
 	// Launching ahead is how a fork keeps the parent's pause short.
 	Deferred bool `json:"deferred,omitempty"`
+}
+
+// NIC is a network card on a host TAP device the caller made (multi-queue,
+// so that two VMMs, a VM and its continuation, may hold it at once).
+type NIC struct {
+	TAP string `json:"tap"`
+	MAC string `json:"mac"`
 }
 
 // Image is a VM captured at one instant: its memory and device state. (Its

@@ -151,8 +151,15 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	netw, err := openNetwork(ctx, log)
+	if err != nil {
+		return err
+	}
+	if netw != nil {
+		defer netw.Close() // after the node: guests' rules stay while their VMs run
+	}
 	n := node.New(node.Options{ID: nodeID, DataDir: dataDir, Store: st, Driver: driver, Templates: cat,
-		Logger: log, BootTimeout: bootTimeout, MemoryBudgetMiB: budget,
+		Logger: log, BootTimeout: bootTimeout, MemoryBudgetMiB: budget, Network: netw,
 		StoppedPromotion: env("ZEISH_FORK_PROMOTION", "live") == "stopped"})
 	defer n.Close() // after the HTTP server is down: VMs keep running
 	if err := n.Recover(ctx); err != nil {

@@ -98,6 +98,7 @@ func (a *app) newRoot() *cobra.Command {
 
 	root.AddCommand(
 		a.sandboxesCmd(),
+		a.networkCmd(),
 		a.snapshotsCmd(),
 		a.execCmd(),
 		a.filesCmd(),

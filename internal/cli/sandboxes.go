@@ -31,6 +31,7 @@ func (a *app) createCmd() *cobra.Command {
 	var req api.CreateSandboxRequest
 	var env, secrets, metadata []string
 	var wait bool
+	var nf networkFlags
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a sandbox (returns at once unless --wait)",
@@ -46,6 +47,7 @@ func (a *app) createCmd() *cobra.Command {
 			if req.Metadata, err = parseKV("metadata", metadata); err != nil {
 				return err
 			}
+			req.Network = nf.request()
 			opts, watch := a.waitMode(wait)
 			sb, err := a.sdk().CreateSandbox(cmd.Context(), req, opts...)
 			if err != nil {
@@ -71,6 +73,7 @@ func (a *app) createCmd() *cobra.Command {
 	f.StringArrayVar(&secrets, "secret", nil, "secret KEY=VALUE, write-only (repeatable)")
 	f.StringArrayVar(&metadata, "metadata", nil, "metadata KEY=VALUE (repeatable)")
 	f.BoolVar(&wait, "wait", false, "return once the sandbox is running (or failed)")
+	nf.add(f)
 	return cmd
 }
 
@@ -135,6 +138,9 @@ func (a *app) describe(sb zeish.Sandbox) error {
 	row(tw, "Host:", sb.Host)
 	row(tw, "Hostname:", sb.Hostname)
 	row(tw, "Address:", sb.Address)
+	if n := sb.Network; n != nil && n.Enabled {
+		row(tw, "Egress:", fmt.Sprintf("%s (allow: %s; deny: %s)", n.Egress, strings.Join(n.Allow, ", "), strings.Join(n.Deny, ", ")))
+	}
 	if sb.ParentID != "" {
 		row(tw, "Parent:", sb.ParentID)
 	}

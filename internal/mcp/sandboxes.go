@@ -49,6 +49,9 @@ type CreateSandboxInput struct {
 	MemoryMiB int               `json:"memory_mib,omitempty" jsonschema:"memory in MiB, for example 256 or 1024"`
 	VCPUs     int               `json:"vcpus,omitempty" jsonschema:"number of virtual CPUs"`
 	Env       map[string]string `json:"env,omitempty" jsonschema:"environment variables every command in the sandbox gets"`
+	Egress    string            `json:"egress,omitempty" jsonschema:"network egress: allow (default, every public destination except deny rules) or deny (only allow rules)"`
+	Allow     []string          `json:"allow,omitempty" jsonschema:"destinations the sandbox may reach: IPv4 addresses, CIDRs, domains or *.domains"`
+	Deny      []string          `json:"deny,omitempty" jsonschema:"destinations it may not reach (wins over allow)"`
 }
 
 type ListSandboxesInput struct {
@@ -152,6 +155,7 @@ func (t *tools) createSandbox(ctx context.Context, in CreateSandboxInput) (Sandb
 	defer cancel()
 	sb, err := t.client.CreateSandbox(ctx, zeish.CreateSandboxRequest{
 		Template: in.Template, Name: in.Name, Size: in.Size, MemoryMiB: in.MemoryMiB, VCPUs: in.VCPUs, Env: in.Env,
+		Network: networkRequest(in),
 	}, zeish.Wait())
 	if err != nil {
 		return SandboxInfo{}, err

@@ -31,6 +31,7 @@ func NewServer(client *zeish.Client, version string) *sdkmcp.Server {
 		&sdkmcp.ServerOptions{Instructions: instructions})
 	t := &tools{client: client}
 	t.addSandboxTools(s)
+	t.addNetworkTools(s)
 	t.addExecTool(s)
 	t.addFileTools(s)
 	return s

@@ -33,7 +33,9 @@ func (n *Node) Create(ctx context.Context, r *store.SandboxRecord) (*store.Sandb
 	r.State = sandbox.StateStarting
 	r.CreatedAt, r.UpdatedAt = now, now
 	r.MAC = sandbox.NewMAC()
-	r.Address = newAddress()
+	if err := n.assignNetwork(r); err != nil {
+		return nil, err
+	}
 	if r.Env == nil {
 		r.Env = map[string]string{}
 	}
@@ -42,10 +44,12 @@ func (n *Node) Create(ctx context.Context, r *store.SandboxRecord) (*store.Sandb
 	}
 	release, err := n.reserve(r, 1)
 	if err != nil {
+		n.releaseNetwork(r)
 		return nil, err
 	}
 	defer release()
 	if err := n.opts.Store.CreateSandboxes(ctx, r); err != nil {
+		n.releaseNetwork(r)
 		return nil, err
 	}
 	n.log.Info("create", logSandbox, r.ID, "name", r.Name, "template", r.Template, "memory_mib", r.MemoryMiB)
@@ -101,6 +105,20 @@ func (n *Node) bootNew(ctx context.Context, r *store.SandboxRecord, what string,
 		if err := prepare(ctx, &spec); err != nil {
 			return err
 		}
+		if err := n.attachNetwork(r); err != nil {
+			return err
+		}
+		undo.Add(func(ctx context.Context) error {
+			// The sandbox stays (in error) without an address, so that its
+			// delete never touches a link handed out again since.
+			err := n.releaseNetwork(r)
+			r.Address = ""
+			_, serr := n.opts.Store.UpdateSandbox(context.WithoutCancel(ctx), r.ID, func(cur *store.SandboxRecord) error {
+				cur.Address = ""
+				return nil
+			})
+			return errors.Join(err, serr)
+		})
 		h, err := n.startVM(ctx, &undo, r, spec)
 		if err != nil {
 			return err
@@ -160,12 +178,14 @@ func (n *Node) nextVM(ctx context.Context, r *store.SandboxRecord) (vmm.Spec, er
 		cur.Gen = r.Gen
 		return nil
 	})
-	return vmm.Spec{
+	spec := vmm.Spec{
 		ID: r.ID, Dir: dir,
 		Kernel: r.Kernel, Initrd: r.Initrd, KernelArgs: r.KernelArgs,
 		Disk:    filepath.Join(n.sandboxDir(r.ID), fmt.Sprintf("disk-%d.qcow2", r.Gen)),
 		DiskMiB: r.DiskMiB, MemoryMiB: r.MemoryMiB, VCPUs: r.VCPUs, MAC: r.MAC,
-	}, err
+	}
+	n.nicSpec(r, &spec)
+	return spec, err
 }
 
 // startVM starts spec for r and persists the handle (in the store and beside
@@ -247,7 +267,7 @@ func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
 		Time:     time.Now().UTC(),
 		Entropy:  entropy,
 		Env:      guestEnv(r),
-		Network:  &guest.Network{Interface: "eth0", MAC: r.MAC, Address: r.Address + "/16"},
+		Network:  n.guestNetwork(r),
 	}
 	connected := time.Now()
 	defer func() {

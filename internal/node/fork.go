@@ -255,7 +255,13 @@ func (n *Node) Clone(ctx context.Context, parentID string, children []*store.San
 		c.VCPUs, c.MemoryMiB, c.DiskMiB = parent.VCPUs, parent.MemoryMiB, parent.DiskMiB
 		c.Region, c.Host, c.Accel = parent.Region, parent.Host, parent.Accel
 		c.GitRepo, c.Env, c.SecretEnv = parent.GitRepo, parent.Env, parent.SecretEnv
-		c.Hostname, c.MAC, c.Address = c.Name, sandbox.NewMAC(), newAddress()
+		c.Hostname, c.MAC = c.Name, sandbox.NewMAC()
+		if err := n.childNetwork(parent, c); err != nil {
+			n.releaseNetworks(children)
+			unpin()
+			n.gc(ctx)
+			return cap.pause, nil, err
+		}
 		c.Kernel, c.Initrd, c.KernelArgs = parent.Kernel, parent.Initrd, parent.KernelArgs
 		c.Layers = append(append([]string(nil), cap.image.Layers...), cap.image.ID)
 		c.State, c.CreatedAt, c.UpdatedAt = sandbox.StateStarting, now, now
@@ -266,6 +272,7 @@ func (n *Node) Clone(ctx context.Context, parentID string, children []*store.San
 	// All children or none: a name taken since namesFree refuses the clone
 	// (the parent was captured, and carries on unharmed).
 	if err := n.opts.Store.CreateSandboxes(ctx, children...); err != nil {
+		n.releaseNetworks(children)
 		unpin()
 		n.gc(ctx)
 		return cap.pause, nil, err

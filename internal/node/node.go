@@ -16,6 +16,7 @@ import (
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/network"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
@@ -55,6 +56,9 @@ type Options struct {
 	// copy (a pause that grows with RAM), then captured. For comparison in
 	// bench; by default such sandboxes are captured live.
 	StoppedPromotion bool
+	// Network gives sandboxes routed links with egress policy (network.go);
+	// nil: the node runs without networking.
+	Network *network.Manager
 }
 
 // Node runs the sandboxes of one host.

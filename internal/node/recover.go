@@ -50,6 +50,7 @@ func (n *Node) Recover(ctx context.Context) error {
 		}
 		n.recoverOne(ctx, r, h, alive)
 	}
+	n.recoverNetwork(rows)
 	n.sweepDirs(ctx, live)
 	n.sweepProcesses(live)
 	n.gc(ctx)

@@ -29,6 +29,17 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request) {
 	for _, c := range children {
 		inherit(c, parent, req)
 	}
+	if req.Network != nil {
+		netw, err := networkOf(req.Network)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		for _, c := range children {
+			p := *netw
+			c.Network = &p
+		}
+	}
 	// A fork of N is N creates and N running slots, all or none.
 	done, err := s.quotas.admit(r.Context(), parent.AccountID, len(children), true, "")
 	if err != nil {

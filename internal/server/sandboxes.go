@@ -77,8 +77,13 @@ func (s *Server) newRecord(ctx context.Context, acct store.Account, req api.Crea
 	case len(req.GitRepo) > 1024 || len(req.GitBranch) > 256:
 		return nil, invalid("git_repo or git_branch is too long")
 	}
+	netw, err := networkOf(req.Network)
+	if err != nil {
+		return nil, err
+	}
 	return &store.SandboxRecord{
 		Sandbox: sandbox.Sandbox{
+			Network:   netw,
 			AccountID: acct.ID, Name: req.Name, Template: req.Template,
 			VCPUs: size.VCPUs, MemoryMiB: size.MemoryMiB, DiskMiB: size.DiskMiB,
 			Env: req.Env, GitRepo: req.GitRepo, GitBranch: req.GitBranch, PRNumber: req.PRNumber,

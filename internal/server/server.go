@@ -105,6 +105,7 @@ func (s *Server) routes() []route {
 		{"POST " + p + "/sandboxes/{id}/resume", s.withAccount(s.lifecycle(s.node.Resume, true))},
 		{"POST " + p + "/sandboxes/{id}/stop", s.withAccount(s.lifecycle(s.node.Stop, false))},
 		{"POST " + p + "/sandboxes/{id}/start", s.withAccount(s.lifecycle(s.node.Start, true))},
+		{"PATCH " + p + "/sandboxes/{id}/network", s.withAccount(s.setNetwork)},
 		{"POST " + p + "/sandboxes/{id}/clone", s.withAccount(s.clone)},
 		{"POST " + p + "/sandboxes/{id}/fork", s.withAccount(s.clone)},
 		{"GET " + p + "/sandboxes/{id}/lineage", s.withAccount(s.lineage)},

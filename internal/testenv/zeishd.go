@@ -46,6 +46,12 @@ type Zeishd struct {
 	// OwnProcessGroup keeps a Ctrl-C in the terminal from reaching zeishd,
 	// for a caller that still needs it to delete its sandboxes.
 	OwnProcessGroup bool
+	// Netns runs zeishd inside that network namespace (a NetLab's Node),
+	// listening on Listen there; Addr is then a relay to it on the host's
+	// loopback (NetLab.Relay). Without Netns zeishd runs with ZEISH_NET=off:
+	// tests never touch the host's own network.
+	Netns  string
+	Listen string
 
 	Log LogBuffer // stdout and stderr of every run
 
@@ -71,7 +77,13 @@ func (z *Zeishd) Start(ctx context.Context) error {
 		z.Addr = addr
 	}
 	cmd := exec.Command(z.Bin)
-	cmd.Env = append(append(os.Environ(), "ZEISH_DATA_DIR="+z.DataDir, "ZEISH_LISTEN="+z.Addr), z.Env...)
+	listen, netDefault := z.Addr, "ZEISH_NET=off"
+	if z.Netns != "" {
+		// nsenter enters only the network namespace and then execs zeishd.
+		cmd = exec.Command("nsenter", "--net=/run/netns/"+z.Netns, z.Bin)
+		listen, netDefault = z.Listen, "ZEISH_NET=on"
+	}
+	cmd.Env = append(append(os.Environ(), "ZEISH_DATA_DIR="+z.DataDir, "ZEISH_LISTEN="+listen, netDefault), z.Env...)
 	cmd.Stdout, cmd.Stderr = &z.Log, &z.Log
 	if z.OwnProcessGroup {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

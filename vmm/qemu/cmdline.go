@@ -29,12 +29,16 @@ type launchConfig struct {
 	MemFile      string
 	// MemShared maps MemFile share=on (a VM that owns its RAM file). A clone
 	// started from a template maps the template's file share=off instead.
-	MemShared     bool
-	Kernel        string
-	Initrd        string
-	KernelArgs    string
-	Disk          string
-	MAC           string
+	MemShared  bool
+	Kernel     string
+	Initrd     string
+	KernelArgs string
+	Disk       string
+	MAC        string
+	// TAPFD, when > 0, is the fd (in QEMU) of a queue of the VM's TAP; NoNIC
+	// leaves the network card out. Neither: a user-mode card with no way out.
+	TAPFD         int
+	NoNIC         bool
 	QMPSocket     string
 	AgentSocket   string
 	ConsoleLog    string
@@ -121,9 +125,18 @@ func buildArgs(c launchConfig) []string {
 		"-chardev", "socket,id="+agentChardev+",path="+c.AgentSocket+",server=on,wait=off",
 		"-device", "virtio-serial-pci,id=vser0",
 		"-device", "virtserialport,chardev="+agentChardev+",name="+agentPortName,
+	)
+	switch {
+	case c.NoNIC:
+	case c.TAPFD > 0:
+		// QEMU gets the TAP as an open queue: it may be chrooted and run as
+		// an unprivileged user, and the TAP may be held by another VMM too.
+		args = append(args, "-netdev", "tap,id="+netdevID+",fd="+strconv.Itoa(c.TAPFD), "-device", nic)
+	default:
 		// restrict=on: the guest reaches neither the host nor anything beyond it.
-		"-netdev", "user,id="+netdevID+",restrict=on",
-		"-device", nic,
+		args = append(args, "-netdev", "user,id="+netdevID+",restrict=on", "-device", nic)
+	}
+	args = append(args,
 		"-device", "virtio-rng-pci",
 		"-serial", "file:"+c.ConsoleLog,
 	)

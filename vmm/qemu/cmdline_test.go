@@ -106,6 +106,16 @@ func TestBuildArgs(t *testing.T) {
 			want:   map[string][]string{"-sandbox": {"on,obsolete=deny,resourcecontrol=deny"}},
 		},
 		{
+			name:   "a tap queue backs the nic",
+			mutate: func(c *launchConfig) { c.TAPFD = 3 },
+			want:   map[string][]string{"-netdev": {"tap,id=net0,fd=3"}, "-device": {"virtio-net-pci,netdev=net0,mac=52:54:00:aa:bb:cc"}},
+		},
+		{
+			name:   "no nic at all",
+			mutate: func(c *launchConfig) { c.NoNIC = true },
+			absent: []string{"-netdev"},
+		},
+		{
 			name: "clone maps the template privately and waits for its state",
 			mutate: func(c *launchConfig) {
 				c.MemShared = false

@@ -24,8 +24,10 @@ const launchTimeout = 60 * time.Second
 // error carries QEMU's stderr. If ctx ends first the launcher's process group
 // is killed; the daemon has left that group by then (setsid), so callers must
 // also killTagged.
-func launch(ctx context.Context, qemuPath string, args []string) error {
+// files become QEMU's fds 3, 4, ….
+func launch(ctx context.Context, qemuPath string, args []string, files ...*os.File) error {
 	cmd := exec.Command(qemuPath, args...)
+	cmd.ExtraFiles = files
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out

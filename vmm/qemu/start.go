@@ -195,6 +195,16 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback.Stack, spec vmm.Sp
 			return nil, err
 		}
 	}
+	var files []*os.File
+	mac, tapFD := spec.MAC, 0
+	if spec.NIC != nil {
+		tap, err := openTAPQueue(spec.NIC.TAP)
+		if err != nil {
+			return nil, err
+		}
+		defer tap.Close() // QEMU holds its own copy once it runs
+		files, tapFD, mac = append(files, tap), 3, spec.NIC.MAC
+	}
 	args := buildArgs(launchConfig{
 		Tag:           tagOf(spec.ID),
 		Accel:         d.accel.Accel,
@@ -207,7 +217,9 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback.Stack, spec vmm.Sp
 		Initrd:        spec.Initrd,
 		KernelArgs:    spec.KernelArgs,
 		Disk:          h.Disk,
-		MAC:           spec.MAC,
+		MAC:           mac,
+		TAPFD:         tapFD,
+		NoNIC:         spec.NoNIC,
 		QMPSocket:     h.QMPSocket,
 		AgentSocket:   h.AgentSocket,
 		ConsoleLog:    d.ConsoleLog(h),
@@ -228,7 +240,7 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback.Stack, spec vmm.Sp
 		}
 		return err
 	})
-	if err := launch(ctx, d.qemuPath, args); err != nil {
+	if err := launch(ctx, d.qemuPath, args, files...); err != nil {
 		return nil, fmt.Errorf("launch: %w", err)
 	}
 	launched := time.Since(began)

@@ -3,7 +3,7 @@ export type BodyInit_ = NonNullable<RequestInit["body"]>;
 
 import { ServerError, TimeoutError, ZeishError, errorFromResponse, SandboxStateError } from "./errors.js";
 import type {
-  Access, AccountInfo, APIKeyInfo, CloneRequest, CloneResponse, CreatedAPIKey, CreateSandboxRequest, Health, Lineage,
+  Access, AccountInfo, APIKeyInfo, CloneRequest, CloneResponse, CreatedAPIKey, CreateSandboxRequest, Health, Lineage, NetworkPolicyRequest,
   PriceEstimate, RestoreResponse, SandboxEvent, SandboxInfo, SandboxState, SizePreset, SnapshotInfo, UsageReport,
 } from "./types.js";
 import { envVar, readLines } from "./util.js";
@@ -159,6 +159,14 @@ export class Zeish {
 
   getSandbox(id: string): Promise<SandboxInfo> {
     return this.json("GET", `/public/sandboxes/${enc(id)}`);
+  }
+
+  /**
+   * PATCH /public/sandboxes/{id}/network: changes the egress policy while the
+   * sandbox runs. Each field given replaces the sandbox's; `[]` clears a list.
+   */
+  setNetwork(id: string, req: NetworkPolicyRequest): Promise<SandboxInfo> {
+    return this.json("PATCH", `/public/sandboxes/${enc(id)}/network`, { json: req });
   }
 
   /** DELETE; returns at once (state `deleting`). */

@@ -343,6 +343,31 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/public/sandboxes/{id}/network": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Change a sandbox's egress policy, live
+         * @description Replaces the fields given of the sandbox's egress policy (see `Network`); it applies at
+         *     once to the running guest, without a restart. The whole policy is validated first: a bad
+         *     rule changes nothing.
+         */
+        patch: operations["setSandboxNetwork"];
+        trace?: never;
+    };
     "/api/v1/public/sandboxes/{id}/clone": {
         parameters: {
             query?: never;
@@ -972,6 +997,7 @@ export interface components {
             /** @description The sandbox runs a desktop. */
             desktop?: boolean;
             metadata?: components["schemas"]["Metadata"];
+            network?: components["schemas"]["NetworkRequest"];
         };
         /** @description One isolated machine. */
         Sandbox: {
@@ -1006,10 +1032,13 @@ export interface components {
             /** @description The guest's hostname (its name). */
             hostname: string;
             /**
-             * @description The guest's network address.
-             * @example 10.88.3.17
+             * @description The guest's IPv4 address: on its own routed /30 out of the node's pool
+             *     (`ZEISH_NET_CIDR`), kept across stop/start and restore; a fork child gets its own.
+             *     Empty when the sandbox has no network card.
+             * @example 10.213.0.2
              */
             address: string;
+            network?: components["schemas"]["Network"];
             /**
              * @description CPU virtualisation the VM runs with.
              * @enum {string}
@@ -1042,6 +1071,58 @@ export interface components {
              * @description When the sandbox was destroyed.
              */
             destroyed_at?: string;
+        };
+        /**
+         * @description An IPv4 address (`203.0.113.7`), an IPv4 CIDR (`203.0.113.0/24`), a domain (`example.com`,
+         *     that name only) or a wildcard domain (`*.example.com`, every name below it, not the apex).
+         * @example *.pypi.org
+         */
+        NetworkRule: string;
+        /**
+         * @description The sandbox's network card and egress policy. Guests never reach the host (its DNS
+         *     forwarder aside), other sandboxes, link-local (169.254.0.0/16), RFC 1918, CGNAT or other
+         *     reserved ranges, whatever the rules say (unless the operator opens a range with
+         *     `ZEISH_NET_ALLOW_RANGES`). Within what is left, `deny` wins over `allow`, and `egress`
+         *     decides what no rule names. Domain rules are enforced through the node's DNS
+         *     forwarder, which every guest's DNS traffic is redirected to: a denied name is refused,
+         *     and under `egress: deny` the addresses an allowed name resolves to are let through
+         *     for their TTL (at least 30 s). That is DNS-based filtering: an allowed name's
+         *     addresses are open to any use while allowed (a shared CDN address serves other sites
+         *     too), and under `egress: allow` a denied name's addresses are still reachable by
+         *     address. Connections already open to an address a change denies are cut; others carry on.
+         */
+        Network: {
+            /** @description false: the sandbox has no network card at all. */
+            enabled: boolean;
+            /**
+             * @description Where traffic no rule names goes.
+             * @enum {string}
+             */
+            egress?: "allow" | "deny";
+            allow: components["schemas"]["NetworkRule"][];
+            deny: components["schemas"]["NetworkRule"][];
+        };
+        /** @description The network of a new sandbox. Left out, it has a network card with `egress` `allow`. */
+        NetworkRequest: {
+            /**
+             * @description false: no network card at all (then no rules).
+             * @default true
+             */
+            enabled?: boolean;
+            /**
+             * @default allow
+             * @enum {string}
+             */
+            egress?: "allow" | "deny";
+            allow?: components["schemas"]["NetworkRule"][];
+            deny?: components["schemas"]["NetworkRule"][];
+        };
+        /** @description Each field given replaces the sandbox's; one left out (or null) is kept. `[]` clears a list. */
+        NetworkPolicyRequest: {
+            /** @enum {string} */
+            egress?: "allow" | "deny";
+            allow?: components["schemas"]["NetworkRule"][] | null;
+            deny?: components["schemas"]["NetworkRule"][] | null;
         };
         SandboxList: {
             sandboxes: components["schemas"]["Sandbox"][];
@@ -1169,6 +1250,11 @@ export interface components {
             max_cost_micros?: number;
             browser?: boolean;
             desktop?: boolean;
+            /**
+             * @description The children's egress policy instead of the parent's. `enabled` must equal the
+             *     parent's: a child resumes the parent's machine, network card included.
+             */
+            network?: components["schemas"]["NetworkRequest"];
         };
         CloneResponse: {
             /**
@@ -2125,6 +2211,46 @@ export interface operations {
             };
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+        };
+    };
+    setSandboxNetwork: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["NetworkPolicyRequest"];
+            };
+        };
+        responses: {
+            /** @description The sandbox with its new policy. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            /** @description `invalid_state`: the sandbox is destroyed or being deleted, or has no network card. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["Internal"];
         };
     };
     cloneSandbox: {

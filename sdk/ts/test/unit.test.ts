@@ -50,7 +50,7 @@ async function handle(req: IncomingMessage, res: ServerResponse) {
   const url = new URL(req.url!, base);
   const p = url.pathname;
   if (p === `/api/v1/public/sandboxes/${ID}` && req.method === "GET") return sendJSON(res, 200, sandboxJSON());
-  if (p.startsWith("/api/v1/admin/") || p === "/api/v1/public/usage" || p === "/api/v1/public/pricing/estimate" || p.endsWith("/fork")) {
+  if (p.startsWith("/api/v1/admin/") || p === "/api/v1/public/usage" || p === "/api/v1/public/pricing/estimate" || p.endsWith("/fork") || p.endsWith("/network")) {
     const rec = {
       method: req.method!, path: p, query: Object.fromEntries(url.searchParams), body: await body(req),
       auth: req.headers.authorization, type: req.headers["content-type"],
@@ -91,6 +91,11 @@ async function handle(req: IncomingMessage, res: ServerResponse) {
         sandboxes: Number(rec.query.sandboxes ?? 1), vcpus: Number(rec.query.vcpus ?? 1), memory_mib: Number(rec.query.memory_mib ?? 512),
         disk_mib: Number(rec.query.disk_mib ?? 2048), minutes: Number(rec.query.minutes ?? 60), prices: PRICES, usage: USAGE,
       });
+    }
+    if (m === `PATCH /api/v1/public/sandboxes/${ID}/network`) {
+      const req = JSON.parse(rec.body) as { egress?: string; allow?: string[]; deny?: string[] };
+      if (req.allow?.includes("1.2.3.4/33")) return sendJSON(res, 400, { error: { code: "invalid_argument", message: "bad cidr" } });
+      return sendJSON(res, 200, { ...sandboxJSON(), network: { enabled: true, egress: req.egress ?? "allow", allow: req.allow ?? [], deny: req.deny ?? [] } });
     }
     if (m === `POST /api/v1/public/sandboxes/${ID}/fork`) {
       return sendJSON(res, 429, { error: { code: "daily_cap_reached", message: "500 creates today" } });
@@ -284,4 +289,15 @@ test("quota and budget errors map to their codes", async () => {
     return true;
   });
   assert.deepEqual(seen.map((r) => [r.method, r.path, r.body]), [["POST", `/api/v1/public/sandboxes/${ID}/fork`, '{"count":2}']]);
+});
+
+test("setNetwork sends a PATCH with the policy and returns the sandbox", async () => {
+  const z = zeish();
+  seen.length = 0;
+  const sb = await z.setNetwork(ID, { egress: "deny", allow: ["pypi.org", "*.pythonhosted.org"] });
+  assert.deepEqual(sb.network, { enabled: true, egress: "deny", allow: ["pypi.org", "*.pythonhosted.org"], deny: [] });
+  assert.deepEqual(seen.map((r) => [r.method, r.path, r.body]), [
+    ["PATCH", `/api/v1/public/sandboxes/${ID}/network`, '{"egress":"deny","allow":["pypi.org","*.pythonhosted.org"]}'],
+  ]);
+  await assert.rejects(z.setNetwork(ID, { allow: ["1.2.3.4/33"] }), (e: unknown) => e instanceof ZeishError && e.code === "invalid_argument");
 });

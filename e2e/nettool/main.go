@@ -1,0 +1,65 @@
+// nettool is the guest side of the network tests: a tiny HTTP client and
+// TCP dialer with hard timeouts (busybox's wget and nc in the base template
+// misbehave with timeouts), built static and copied into the guest.
+//
+//	nettool get URL       print the body; exit 1 on any failure
+//	nettool dial HOST:PORT  connect; exit 0 if it connects
+//	nettool serve PORT     serve HTTP ("hello from the guest") until killed
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 3 {
+		fmt.Fprintln(os.Stderr, "usage: nettool get URL | dial HOST:PORT")
+		os.Exit(2)
+	}
+	if os.Args[1] == "serve" {
+		err := http.ListenAndServe(":"+os.Args[2], http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "hello from the guest %s\n", r.URL.Path)
+		}))
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	var err error
+	switch os.Args[1] {
+	case "get":
+		err = get(ctx, os.Args[2])
+	case "dial":
+		var c net.Conn
+		if c, err = (&net.Dialer{}).DialContext(ctx, "tcp", os.Args[2]); err == nil {
+			c.Close()
+			fmt.Println("connected")
+		}
+	default:
+		err = fmt.Errorf("unknown command %q", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func get(ctx context.Context, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(os.Stdout, resp.Body)
+	return err
+}

@@ -1,0 +1,315 @@
+// Package network gives every sandbox its own routed link: a TAP device on
+// the host with a /30 out of a pool, masquerade out through the uplink, an
+// nftables ruleset that isolates guests (from the host, from each other, from
+// private and link-local ranges) and applies each one's egress policy, and a
+// DNS forwarder that guests use, which enforces the domain rules. Everything
+// it makes carries zeishd's names (TAPs "zt-N", table "inet zeish"); it is
+// rebuilt at start and removed when the last guest goes.
+package network
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/zeish/zeish/sandbox"
+)
+
+// Config is the node's network setup (ZEISH_NET_* in the environment).
+type Config struct {
+	// CIDR is the pool guests' links come from; "" picks a private range
+	// none of the host's routes overlaps.
+	CIDR string
+	// Uplink is the interface guests' traffic leaves by (masqueraded);
+	// "" takes the default route's.
+	Uplink string
+	// Upstreams are the resolvers the DNS forwarder asks (host:port); empty:
+	// the nameservers of /etc/resolv.conf.
+	Upstreams []string
+	// AllowRanges are ranges the operator opens to guests out of the ones
+	// blocked by default (DefaultBlocked).
+	AllowRanges []string
+	Logger      *slog.Logger
+}
+
+// Manager owns the node's guest networking.
+type Manager struct {
+	log    *slog.Logger
+	nl     *netlink.Handle
+	pool   *Pool
+	uplink string
+	rs     *ruleset
+	fwd    *forwarder
+
+	mu     sync.Mutex
+	guests map[netip.Addr]*guestNet
+}
+
+type guestNet struct {
+	link        Link
+	egressDeny  bool
+	allow, deny []sandbox.Rule
+}
+
+// Open checks the host, installs the base ruleset (replacing any left by an
+// earlier run), turns IPv4 forwarding on and starts the DNS forwarder.
+// Guests are added back by Attach; TAPs no guest claims are removed by Sweep.
+func Open(ctx context.Context, cfg Config) (*Manager, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	// One netlink handle and one nftables connection, opened here: they stay
+	// in the network namespace Open ran in, whatever thread calls later.
+	nl, err := netlink.NewHandle()
+	if err != nil {
+		return nil, fmt.Errorf("network: netlink: %w", err)
+	}
+	cidr := cfg.CIDR
+	if cidr == "" {
+		routes, err := hostRoutes(nl)
+		if err != nil {
+			return nil, fmt.Errorf("network: read routes: %w", err)
+		}
+		if cidr, err = ChoosePool(DefaultPoolCandidates, routes); err != nil {
+			return nil, err
+		}
+	}
+	pool, err := NewPool(cidr)
+	if err != nil {
+		return nil, err
+	}
+	uplink := cfg.Uplink
+	if uplink == "" {
+		if uplink, err = defaultUplink(nl); err != nil {
+			return nil, fmt.Errorf("network: default route: %w", err)
+		}
+	}
+	ups := cfg.Upstreams
+	if len(ups) == 0 {
+		b, _ := os.ReadFile("/etc/resolv.conf")
+		ups = ResolvConfServers(string(b))
+	}
+	blocked, err := BlockedSpans(pool.Prefix(), cfg.AllowRanges)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{log: log, nl: nl, pool: pool, uplink: uplink, guests: map[netip.Addr]*guestNet{}}
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
+		return nil, fmt.Errorf("network: enable forwarding: %w", err)
+	}
+	m.fwd, err = startForwarder(log, ups, m.decide, m.learn)
+	if err != nil {
+		return nil, err
+	}
+	if m.rs, err = installBase(pool.Prefix(), uplink, m.fwd.port, blocked); err != nil {
+		m.fwd.close()
+		return nil, err
+	}
+	log.Info("network", "pool", pool.Prefix(), "uplink", uplink, "dns_upstreams", ups, "dns_port", m.fwd.port)
+	return m, nil
+}
+
+// BlockedSpans is DefaultBlocked plus the pool, minus what the operator allows.
+func BlockedSpans(pool netip.Prefix, allowRanges []string) ([]span, error) {
+	var base []netip.Prefix
+	for _, s := range DefaultBlocked {
+		base = append(base, netip.MustParsePrefix(s))
+	}
+	base = append(base, pool)
+	var cut []netip.Prefix
+	for _, s := range allowRanges {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil || !p.Addr().Is4() {
+			return nil, fmt.Errorf("ZEISH_NET_ALLOW_RANGES: %q is not an IPv4 CIDR", s)
+		}
+		if p.Overlaps(pool) {
+			return nil, fmt.Errorf("ZEISH_NET_ALLOW_RANGES: %s overlaps the guests' pool %s", p, pool)
+		}
+		cut = append(cut, p)
+	}
+	return subtractSpans(mergeSpans(base), mergeSpans(cut)), nil
+}
+
+// Pool is the CIDR guests' links come from.
+func (m *Manager) Pool() netip.Prefix { return m.pool.Prefix() }
+
+// Allocate takes a free link for a new sandbox; its kernel objects come with Attach.
+func (m *Manager) Allocate() (Link, error) { return m.pool.Allocate() }
+
+// LinkOf is the link of a guest address.
+func (m *Manager) LinkOf(guest string) (Link, error) {
+	a, err := netip.ParseAddr(guest)
+	if err != nil {
+		return Link{}, err
+	}
+	return m.pool.LinkOf(a)
+}
+
+// Attach makes (or completes, after a restart) the TAP and firewall of the
+// guest at address guest with policy p, and reserves its link.
+func (m *Manager) Attach(guest string, p sandbox.Network) (Link, error) {
+	a, err := netip.ParseAddr(guest)
+	if err != nil {
+		return Link{}, err
+	}
+	l, err := m.pool.Reserve(a)
+	if err != nil {
+		return Link{}, err
+	}
+	if err := ensureTAP(m.nl, l); err != nil {
+		return Link{}, err
+	}
+	g := compile(l, p)
+	if err := m.rs.setGuest(l.TAP, g.kernel(), !m.rs.hasGuest(l.TAP)); err != nil {
+		return Link{}, err
+	}
+	m.mu.Lock()
+	m.guests[a] = g
+	m.mu.Unlock()
+	return l, nil
+}
+
+// SetPolicy replaces a guest's egress policy; connections open to addresses
+// the new policy denies are cut, others carry on.
+func (m *Manager) SetPolicy(guest string, p sandbox.Network) error {
+	a, err := netip.ParseAddr(guest)
+	if err != nil {
+		return err
+	}
+	l, err := m.pool.LinkOf(a)
+	if err != nil {
+		return err
+	}
+	g := compile(l, p)
+	if err := m.rs.setGuest(l.TAP, g.kernel(), !m.rs.hasGuest(l.TAP)); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.guests[a] = g
+	m.mu.Unlock()
+	return nil
+}
+
+// Detach removes a guest's firewall and TAP and frees its link; a guest
+// that has none (never attached, or detached already) is fine.
+func (m *Manager) Detach(guest string) error {
+	a, err := netip.ParseAddr(guest)
+	if err != nil {
+		return err
+	}
+	l, err := m.pool.LinkOf(a)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	delete(m.guests, a)
+	m.mu.Unlock()
+	err = errors.Join(m.rs.delGuest(l.TAP), deleteTAP(m.nl, l.TAP))
+	if err == nil {
+		m.pool.Release(a)
+	}
+	return err
+}
+
+// Sweep removes every zeishd TAP that no attached guest has: left by a
+// crash between a delete's steps, or by sandboxes gone while zeishd was down.
+func (m *Manager) Sweep() error {
+	taps, err := listTAPs(m.nl)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	keep := map[string]bool{}
+	for _, g := range m.guests {
+		keep[g.link.TAP] = true
+	}
+	m.mu.Unlock()
+	var errs []error
+	for _, t := range taps {
+		if !keep[t] {
+			m.log.Info("network: removing leftover tap", "tap", t)
+			errs = append(errs, m.rs.delGuest(t), deleteTAP(m.nl, t))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close stops the DNS forwarder. The ruleset and TAPs stay while guests
+// exist: their VMs outlive zeishd and must stay isolated meanwhile; with no
+// guest left the table is removed too.
+func (m *Manager) Close() error {
+	m.fwd.close()
+	m.mu.Lock()
+	n := len(m.guests)
+	m.mu.Unlock()
+	var err error
+	if n == 0 {
+		err = m.rs.removeTable()
+	}
+	m.nl.Close()
+	return err
+}
+
+func (m *Manager) decide(src netip.Addr, name string) dnsVerdict {
+	m.mu.Lock()
+	g := m.guests[src]
+	m.mu.Unlock()
+	if g == nil {
+		return dnsVerdict{}
+	}
+	v := dnsVerdict{known: true}
+	for _, r := range g.deny {
+		if r.Matches(name) {
+			v.refuse = true
+			return v
+		}
+	}
+	if g.egressDeny {
+		for _, r := range g.allow {
+			if r.Matches(name) {
+				v.learnTo = g.link.TAP
+				break
+			}
+		}
+	}
+	return v
+}
+
+func (m *Manager) learn(tap string, addrs []netip.Addr, ttl time.Duration) error {
+	return m.rs.learn(tap, true, addrs, ttl)
+}
+
+func compile(l Link, p sandbox.Network) *guestNet {
+	g := &guestNet{link: l, egressDeny: p.Egress == sandbox.EgressDeny}
+	for _, r := range sandbox.Rules(p.Allow) {
+		g.allow = append(g.allow, r)
+	}
+	for _, r := range sandbox.Rules(p.Deny) {
+		g.deny = append(g.deny, r)
+	}
+	return g
+}
+
+// kernel is the CIDR part of the policy, which nftables enforces directly.
+func (g *guestNet) kernel() compiled {
+	var allow, deny []netip.Prefix
+	for _, r := range g.allow {
+		if r.Domain == "" {
+			allow = append(allow, r.Prefix)
+		}
+	}
+	for _, r := range g.deny {
+		if r.Domain == "" {
+			deny = append(deny, r.Prefix)
+		}
+	}
+	return compiled{deny: g.egressDeny, allow: mergeSpans(allow), den: mergeSpans(deny)}
+}

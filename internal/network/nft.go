@@ -1,0 +1,356 @@
+package network
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// The ruleset lives in one inet table that nothing else uses; zeishd
+// replaces it whole at start (one atomic transaction), so a restart never
+// finds rules of an older run. Layout:
+//
+//	prerouting (nat):  DNS from guests, to any server → the node's forwarder
+//	input:             from guests only the forwarder; everything else to the host dropped
+//	forward:           to guests only replies; from guests: IPv6 and blocked ranges
+//	                   dropped, then each guest's own chain (g-N) decides
+//	postrouting (nat): guest addresses masqueraded out of the uplink
+//
+// Every guest chain ends in an explicit verdict, and a guest without one is
+// dropped, so a guest is never let out by a missing rule (e.g. while the
+// ruleset is rebuilt after a restart).
+const (
+	tableName   = "zeish"
+	chainGuests = "guests"
+)
+
+type ruleset struct {
+	mu      sync.Mutex // a Conn batches messages until Flush: one batch at a time
+	conn    *nftables.Conn
+	table   *nftables.Table
+	guests  *nftables.Chain
+	blocked *nftables.Set
+}
+
+func nfTable() *nftables.Table {
+	return &nftables.Table{Name: tableName, Family: nftables.TableFamilyINet}
+}
+
+// installBase replaces the table with the base ruleset.
+func installBase(pool netip.Prefix, uplink string, dnsPort uint16, blocked []span) (*ruleset, error) {
+	c, err := nftables.New(nftables.AsLasting())
+	if err != nil {
+		return nil, err
+	}
+	rs := &ruleset{conn: c, table: nfTable()}
+	// Deleting a table that does not exist fails the whole batch: add it
+	// first (a no-op when it exists), then delete, then build.
+	c.AddTable(rs.table)
+	c.DelTable(rs.table)
+	c.AddTable(rs.table)
+
+	rs.blocked = &nftables.Set{Table: rs.table, Name: "blocked", KeyType: nftables.TypeIPAddr, Interval: true}
+	if err := c.AddSet(rs.blocked, intervalElements(blocked)); err != nil {
+		return nil, err
+	}
+	policyAccept := nftables.ChainPolicyAccept
+
+	pre := c.AddChain(&nftables.Chain{Name: "prerouting", Table: rs.table, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
+	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+		c.AddRule(&nftables.Rule{Table: rs.table, Chain: pre, Exprs: cat(
+			ifPrefix(expr.MetaKeyIIFNAME), ipv4(), l4(proto), dport(53),
+			[]expr.Any{
+				&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(dnsPort)},
+				&expr.Redir{RegisterProtoMin: 1, Flags: unix.NF_NAT_RANGE_PROTO_SPECIFIED},
+			})})
+	}
+
+	in := c.AddChain(&nftables.Chain{Name: "input", Table: rs.table, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &policyAccept})
+	c.AddRule(&nftables.Rule{Table: rs.table, Chain: in, Exprs: cat(ifPrefix(expr.MetaKeyIIFNAME), ctEstablished(), verdict(expr.VerdictAccept))})
+	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+		c.AddRule(&nftables.Rule{Table: rs.table, Chain: in, Exprs: cat(ifPrefix(expr.MetaKeyIIFNAME), ipv4(), l4(proto), dport(dnsPort), verdict(expr.VerdictAccept))})
+	}
+	c.AddRule(&nftables.Rule{Table: rs.table, Chain: in, Exprs: cat(ifPrefix(expr.MetaKeyIIFNAME), verdict(expr.VerdictDrop))})
+
+	rs.guests = c.AddChain(&nftables.Chain{Name: chainGuests, Table: rs.table})
+	fwd := c.AddChain(&nftables.Chain{Name: "forward", Table: rs.table, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &policyAccept})
+	c.AddRule(&nftables.Rule{Table: rs.table, Chain: fwd, Exprs: cat(ifPrefix(expr.MetaKeyOIFNAME), ctEstablished(), verdict(expr.VerdictAccept))})
+	c.AddRule(&nftables.Rule{Table: rs.table, Chain: fwd, Exprs: cat(ifPrefix(expr.MetaKeyOIFNAME), verdict(expr.VerdictDrop))})
+	c.AddRule(&nftables.Rule{Table: rs.table, Chain: fwd, Exprs: cat(ifPrefix(expr.MetaKeyIIFNAME), notIPv4(), verdict(expr.VerdictDrop))})
+	c.AddRule(&nftables.Rule{Table: rs.table, Chain: fwd, Exprs: cat(ifPrefix(expr.MetaKeyIIFNAME), daddrIn(rs.blocked, false), verdict(expr.VerdictDrop))})
+	c.AddRule(&nftables.Rule{Table: rs.table, Chain: fwd, Exprs: cat(ifPrefix(expr.MetaKeyIIFNAME), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: chainGuests}})})
+	c.AddRule(&nftables.Rule{Table: rs.table, Chain: fwd, Exprs: cat(ifPrefix(expr.MetaKeyIIFNAME), verdict(expr.VerdictDrop))})
+
+	post := c.AddChain(&nftables.Chain{Name: "postrouting", Table: rs.table, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource})
+	masq := cat(ipv4(), saddrIn(pool))
+	if uplink != "" {
+		masq = cat(masq, ifExact(expr.MetaKeyOIFNAME, uplink))
+	} else {
+		masq = cat(masq, ifPrefixNot(expr.MetaKeyOIFNAME))
+	}
+	c.AddRule(&nftables.Rule{Table: rs.table, Chain: post, Exprs: cat(masq, []expr.Any{&expr.Masq{}})})
+	if err := c.Flush(); err != nil {
+		return nil, fmt.Errorf("nftables: install table %s: %w", tableName, err)
+	}
+	return rs, nil
+}
+
+// removeTable deletes zeishd's table and closes the connection.
+func (rs *ruleset) removeTable() error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.conn.DelTable(rs.table)
+	return errors.Join(rs.conn.Flush(), rs.conn.CloseLasting())
+}
+
+// guestObjects names one guest's chain and sets.
+type guestObjects struct {
+	chain                          *nftables.Chain
+	allow, allowDyn, deny, denyDyn *nftables.Set
+	tap                            string
+}
+
+func (rs *ruleset) objects(tap string) guestObjects {
+	set := func(prefix string, interval bool) *nftables.Set {
+		return &nftables.Set{Table: rs.table, Name: prefix + "-" + tap, KeyType: nftables.TypeIPAddr, Interval: interval, HasTimeout: !interval}
+	}
+	return guestObjects{
+		chain: &nftables.Chain{Name: "g-" + tap, Table: rs.table},
+		allow: set("a", true), allowDyn: set("ad", false),
+		deny: set("d", true), denyDyn: set("dd", false),
+		tap: tap,
+	}
+}
+
+// compiled is a guest's policy as the kernel needs it.
+type compiled struct {
+	deny       bool // egress: deny
+	allow, den []span
+}
+
+// setGuest creates or replaces the chain and sets of one guest, and its jump
+// from the guests chain, in one transaction. Dynamic (DNS-learned) addresses
+// are kept when keepDynamic, e.g. across a restart of zeishd.
+func (rs *ruleset) setGuest(tap string, p compiled, fresh bool) error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	c := rs.conn
+	o := rs.objects(tap)
+	if fresh {
+		for _, s := range []*nftables.Set{o.allow, o.allowDyn, o.deny, o.denyDyn} {
+			if err := c.AddSet(s, nil); err != nil {
+				return err
+			}
+		}
+		c.AddChain(o.chain)
+	} else {
+		c.FlushChain(o.chain)
+		for _, s := range []*nftables.Set{o.allow, o.allowDyn, o.deny, o.denyDyn} {
+			c.FlushSet(s)
+		}
+	}
+	if len(p.allow) > 0 {
+		if err := c.SetAddElements(o.allow, intervalElements(p.allow)); err != nil {
+			return err
+		}
+	}
+	if len(p.den) > 0 {
+		if err := c.SetAddElements(o.deny, intervalElements(p.den)); err != nil {
+			return err
+		}
+	}
+	// Deny wins; then connections already open carry on (a TTL expiring on a
+	// learned address must not cut them); then allow; then the default.
+	add := func(e []expr.Any) { c.AddRule(&nftables.Rule{Table: rs.table, Chain: o.chain, Exprs: e}) }
+	add(cat(daddrIn(o.deny, false), counter(), verdict(expr.VerdictDrop)))
+	add(cat(daddrIn(o.denyDyn, false), counter(), verdict(expr.VerdictDrop)))
+	add(cat(ctEstablished(), verdict(expr.VerdictAccept)))
+	add(cat(daddrIn(o.allow, false), verdict(expr.VerdictAccept)))
+	add(cat(daddrIn(o.allowDyn, false), verdict(expr.VerdictAccept)))
+	if p.deny {
+		add(cat(counter(), verdict(expr.VerdictDrop)))
+	} else {
+		add(verdict(expr.VerdictAccept))
+	}
+	if fresh {
+		c.AddRule(&nftables.Rule{Table: rs.table, Chain: rs.guests, UserData: []byte(tap),
+			Exprs: cat(ifExact(expr.MetaKeyIIFNAME, tap), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: o.chain.Name}})})
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables: guest %s: %w", tap, err)
+	}
+	return nil
+}
+
+// hasGuest reports whether tap's chain exists.
+func (rs *ruleset) hasGuest(tap string) bool {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	_, err := rs.conn.GetSetByName(rs.table, "a-"+tap)
+	return err == nil
+}
+
+// delGuest removes a guest's jump, chain and sets; a guest that has none is fine.
+func (rs *ruleset) delGuest(tap string) error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if _, err := rs.conn.GetSetByName(rs.table, "a-"+tap); err != nil {
+		return nil
+	}
+	rules, err := rs.conn.GetRules(rs.table, rs.guests)
+	if err != nil {
+		return err
+	}
+	for _, r := range rules {
+		if string(r.UserData) == tap {
+			if err := rs.conn.DelRule(r); err != nil {
+				return err
+			}
+		}
+	}
+	o := rs.objects(tap)
+	rs.conn.DelChain(o.chain)
+	for _, s := range []*nftables.Set{o.allow, o.allowDyn, o.deny, o.denyDyn} {
+		rs.conn.DelSet(s)
+	}
+	if err := rs.conn.Flush(); err != nil {
+		return fmt.Errorf("nftables: remove guest %s: %w", tap, err)
+	}
+	return nil
+}
+
+// learn adds addresses a DNS answer gave to a guest's dynamic set for ttl.
+func (rs *ruleset) learn(tap string, allow bool, addrs []netip.Addr, ttl time.Duration) error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	o := rs.objects(tap)
+	s := o.allowDyn
+	if !allow {
+		s = o.denyDyn
+	}
+	var els []nftables.SetElement
+	for _, a := range addrs {
+		b := a.As4()
+		els = append(els, nftables.SetElement{Key: b[:], Timeout: ttl})
+	}
+	// An element that exists keeps its old timeout when added again:
+	// delete and re-add to refresh it, and when the delete fails (it did
+	// not exist) just add.
+	if err := rs.conn.SetDeleteElements(s, els); err != nil {
+		return err
+	}
+	if err := rs.conn.SetAddElements(s, els); err != nil {
+		return err
+	}
+	if err := rs.conn.Flush(); err == nil {
+		return nil
+	}
+	if err := rs.conn.SetAddElements(s, els); err != nil {
+		return err
+	}
+	return rs.conn.Flush()
+}
+
+func intervalElements(ss []span) []nftables.SetElement {
+	var els []nftables.SetElement
+	for _, s := range ss {
+		lo := addr4(s.lo).As4()
+		els = append(els, nftables.SetElement{Key: lo[:]})
+		// A range that runs to 255.255.255.255 has no end element.
+		if s.hi != ^uint32(0) {
+			end := addr4(s.hi + 1).As4()
+			els = append(els, nftables.SetElement{Key: end[:], IntervalEnd: true})
+		}
+	}
+	return els
+}
+
+// Expression helpers: each returns the expressions of one match, loading
+// into register 1.
+
+func cat(parts ...[]expr.Any) []expr.Any {
+	var out []expr.Any
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+func ifPrefix(key expr.MetaKey) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(tapPrefix)}}
+}
+
+func ifPrefixNot(key expr.MetaKey) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte(tapPrefix)}}
+}
+
+func ifExact(key expr.MetaKey, name string) []expr.Any {
+	b := make([]byte, unix.IFNAMSIZ)
+	copy(b, name)
+	return []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: b}}
+}
+
+func ipv4() []expr.Any {
+	return []expr.Any{&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}}}
+}
+
+func notIPv4() []expr.Any {
+	return []expr.Any{&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}}}
+}
+
+func l4(proto byte) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}}}
+}
+
+func dport(p uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(p)},
+	}
+}
+
+func ctEstablished() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
+			Xor:  make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+	}
+}
+
+// daddrIn matches IPv4 packets whose destination is in s (the caller made
+// sure of IPv4 before, or the family check is included here).
+func daddrIn(s *nftables.Set, invert bool) []expr.Any {
+	return cat(ipv4(), []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Lookup{SourceRegister: 1, SetName: s.Name, SetID: s.ID, Invert: invert},
+	})
+}
+
+func saddrIn(p netip.Prefix) []expr.Any {
+	mask := make([]byte, 4)
+	binary.BigEndian.PutUint32(mask, ^uint32(0)<<(32-p.Bits()))
+	net := p.Masked().Addr().As4()
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: net[:]},
+	}
+}
+
+func counter() []expr.Any { return []expr.Any{&expr.Counter{}} }
+
+func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }

@@ -1,0 +1,169 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+	"github.com/zeish/zeish/vmm"
+)
+
+// A sandbox's network is one of three:
+//   - managed (the node has a network.Manager and r.Network.Enabled): a TAP
+//     and a routed /30 of its own, the address kept for the sandbox's life;
+//   - none (r.Network.Enabled false): no network card at all;
+//   - legacy (the node runs without networking, r.Network nil): a card with
+//     no way out, and an address that is only an identity.
+
+func (n *Node) managedNet(r *store.SandboxRecord) bool {
+	return n.opts.Network != nil && r.Network != nil && r.Network.Enabled && r.Address != ""
+}
+
+// assignNetwork gives a new sandbox (created or forked) its address.
+func (n *Node) assignNetwork(r *store.SandboxRecord) error {
+	if n.opts.Network == nil {
+		if r.Network != nil && r.Network.Enabled {
+			return fmt.Errorf("networking is off on this node (ZEISH_NET=off): %w", errdefs.ErrInvalidArgument)
+		}
+		if r.Network == nil {
+			r.Address = newAddress()
+		}
+		return nil
+	}
+	if r.Network == nil {
+		r.Network = &sandbox.Network{Enabled: true, Egress: sandbox.EgressAllow, Allow: []string{}, Deny: []string{}}
+	}
+	if !r.Network.Enabled {
+		r.Address = ""
+		return nil
+	}
+	l, err := n.opts.Network.Allocate()
+	if err != nil {
+		return fmt.Errorf("%v: %w", err, errdefs.ErrNodeFull)
+	}
+	r.Address = l.Guest.String()
+	return nil
+}
+
+// attachNetwork makes the sandbox's TAP and firewall (again, idempotently).
+func (n *Node) attachNetwork(r *store.SandboxRecord) error {
+	if !n.managedNet(r) {
+		return nil
+	}
+	_, err := n.opts.Network.Attach(r.Address, *r.Network)
+	return err
+}
+
+// releaseNetwork removes the sandbox's TAP and firewall and frees its address.
+func (n *Node) releaseNetwork(r *store.SandboxRecord) error {
+	if !n.managedNet(r) {
+		return nil
+	}
+	return n.opts.Network.Detach(r.Address)
+}
+
+// nicSpec puts the sandbox's network card into the spec of its next VM.
+func (n *Node) nicSpec(r *store.SandboxRecord, spec *vmm.Spec) {
+	switch {
+	case r.Network != nil && !r.Network.Enabled:
+		spec.NoNIC = true
+	case n.managedNet(r):
+		if l, err := n.opts.Network.LinkOf(r.Address); err == nil {
+			spec.NIC = &vmm.NIC{TAP: l.TAP, MAC: r.MAC}
+		}
+	}
+}
+
+// guestNetwork is the network identity the guest is given on every boot,
+// fork and restore.
+func (n *Node) guestNetwork(r *store.SandboxRecord) *guest.Network {
+	switch {
+	case r.Network != nil && !r.Network.Enabled:
+		return nil
+	case n.managedNet(r):
+		l, err := n.opts.Network.LinkOf(r.Address)
+		if err != nil {
+			return nil
+		}
+		gw := l.Gateway.String()
+		return &guest.Network{Interface: "eth0", MAC: r.MAC, Address: l.GuestCIDR(), Gateway: gw, DNS: []string{gw}}
+	}
+	return &guest.Network{Interface: "eth0", MAC: r.MAC, Address: r.Address + "/16"}
+}
+
+// childNetwork decides a fork child's network: the parent's policy unless
+// the child brings one; a child has a network card exactly when its parent
+// has (it resumes the parent's machine).
+func (n *Node) childNetwork(parent, c *store.SandboxRecord) error {
+	if c.Network == nil {
+		if parent.Network != nil {
+			p := *parent.Network
+			p.Allow, p.Deny = slices.Clone(p.Allow), slices.Clone(p.Deny)
+			c.Network = &p
+		}
+	} else {
+		enabled := parent.Network == nil || parent.Network.Enabled
+		if n.opts.Network == nil && parent.Network == nil {
+			enabled = false
+		}
+		if c.Network.Enabled != enabled {
+			return fmt.Errorf("network.enabled: a fork has a network card exactly when its parent has (%v): %w", enabled, errdefs.ErrInvalidArgument)
+		}
+	}
+	return n.assignNetwork(c)
+}
+
+// SetNetwork replaces a sandbox's egress policy, live. p comes normalized.
+func (n *Node) SetNetwork(ctx context.Context, id string, p sandbox.Network) (*store.SandboxRecord, error) {
+	cur, err := n.opts.Store.GetSandbox(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case cur.State == sandbox.StateDestroyed || cur.State == sandbox.StateDeleting:
+		return nil, fmt.Errorf("sandbox %s is %s: %w", id, cur.State, errdefs.ErrInvalidState)
+	case !n.managedNet(cur):
+		return nil, fmt.Errorf("sandbox %s has no network: %w", id, errdefs.ErrInvalidState)
+	}
+	p.Enabled = true
+	if err := n.opts.Network.SetPolicy(cur.Address, p); err != nil {
+		return nil, err
+	}
+	return n.opts.Store.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
+		r.Network = &p
+		return nil
+	})
+}
+
+// recoverNetwork re-attaches the network of every sandbox that still has
+// one, then removes TAPs nobody claims. The ruleset itself was rebuilt when
+// the manager opened.
+func (n *Node) recoverNetwork(rows []*store.SandboxRecord) {
+	if n.opts.Network == nil {
+		return
+	}
+	for _, r := range rows {
+		if r.Host != n.opts.ID || r.State == sandbox.StateDestroyed {
+			continue
+		}
+		if err := n.attachNetwork(r); err != nil {
+			n.log.Error("recover: network", logSandbox, r.ID, "err", err)
+		}
+	}
+	if err := n.opts.Network.Sweep(); err != nil {
+		n.log.Warn("recover: sweep taps", "err", err)
+	}
+}
+
+// releaseNetworks frees the addresses of children that were never recorded.
+func (n *Node) releaseNetworks(children []*store.SandboxRecord) {
+	for _, c := range children {
+		if c.Address != "" {
+			n.releaseNetwork(c)
+		}
+	}
+}

@@ -1,0 +1,61 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/sandbox"
+)
+
+// networkOf validates the network part of a create or fork (nil: none given).
+func networkOf(req *api.NetworkRequest) (*sandbox.Network, error) {
+	if req == nil {
+		return nil, nil
+	}
+	n := sandbox.Network{Enabled: req.Enabled == nil || *req.Enabled, Egress: req.Egress, Allow: req.Allow, Deny: req.Deny}
+	n, err := n.Normalize()
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	return &n, nil
+}
+
+// setNetwork is PATCH /public/sandboxes/{id}/network: a live change of the
+// egress policy. Validated whole before anything changes.
+func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request) {
+	var req api.NetworkPolicyRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	rec, err := s.ownSandbox(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	var cur sandbox.Network
+	if rec.Network != nil {
+		cur = *rec.Network
+	}
+	cur.Enabled = true
+	if req.Egress != "" {
+		cur.Egress = req.Egress
+	}
+	if req.Allow != nil {
+		cur.Allow = req.Allow
+	}
+	if req.Deny != nil {
+		cur.Deny = req.Deny
+	}
+	next, err := cur.Normalize()
+	if err != nil {
+		writeError(w, r, invalid("%v", err))
+		return
+	}
+	rec, err = s.node.SetNetwork(r.Context(), rec.ID, next)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.view(rec))
+}
