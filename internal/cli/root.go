@@ -99,6 +99,7 @@ func (a *app) newRoot() *cobra.Command {
 	root.AddCommand(
 		a.sandboxesCmd(),
 		a.snapshotsCmd(),
+		a.templatesCmd(),
 		a.execCmd(),
 		a.filesCmd(),
 		a.processesCmd(),

@@ -202,6 +202,7 @@ func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
 		Env:      guestEnv(r),
 		Network:  &guest.Network{Interface: "eth0", MAC: r.MAC, Address: r.Address + "/16"},
 	}
+	n.templateDefaults(ctx, r, &cfg)
 	connected := time.Now()
 	defer func() {
 		n.log.Debug("guest configured", logSandbox, id, "configure_ms", time.Since(connected).Milliseconds())

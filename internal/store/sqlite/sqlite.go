@@ -290,14 +290,42 @@ func (s *Store) AccountByKeyHash(ctx context.Context, hash string) (store.Accoun
 	return a, err
 }
 
-// PutTemplate inserts or replaces a template by name.
+// PutTemplate inserts or replaces a template by its key (see Template.Key).
 func (s *Store) PutTemplate(ctx context.Context, t sandbox.Template) error {
 	data, err := json.Marshal(newTemplateRow(t))
 	if err != nil {
 		return err
 	}
 	_, err = s.db.ExecContext(ctx, `INSERT INTO templates (name, data) VALUES (?, ?)
-		ON CONFLICT(name) DO UPDATE SET data = excluded.data`, t.Name, string(data))
+		ON CONFLICT(name) DO UPDATE SET data = excluded.data`, t.Key(), string(data))
+	return err
+}
+
+// ListTemplates returns every template, deleted ones included.
+func (s *Store) ListTemplates(ctx context.Context) ([]sandbox.Template, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT data FROM templates ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []sandbox.Template
+	for rows.Next() {
+		var data string
+		if err := rows.Scan(&data); err != nil {
+			return nil, err
+		}
+		t, err := decodeTemplate(data)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// DeleteTemplate removes a template's row (its files are gone).
+func (s *Store) DeleteTemplate(ctx context.Context, key string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM templates WHERE name = ?`, key)
 	return err
 }
 
@@ -308,24 +336,29 @@ type templateRow struct {
 	Initrd     string `json:"initrd"`
 	BaseDisk   string `json:"base_disk"`
 	KernelArgs string `json:"kernel_args"`
+	Dir        string `json:"dir,omitempty"`
 }
 
 func newTemplateRow(t sandbox.Template) templateRow {
-	return templateRow{Template: t, Kernel: t.Kernel, Initrd: t.Initrd, BaseDisk: t.BaseDisk, KernelArgs: t.KernelArgs}
+	return templateRow{Template: t, Kernel: t.Kernel, Initrd: t.Initrd, BaseDisk: t.BaseDisk, KernelArgs: t.KernelArgs, Dir: t.Dir}
 }
 
-// GetTemplate reads a template by name.
+func decodeTemplate(data string) (sandbox.Template, error) {
+	var row templateRow
+	if err := json.Unmarshal([]byte(data), &row); err != nil {
+		return sandbox.Template{}, err
+	}
+	t := row.Template
+	t.Kernel, t.Initrd, t.BaseDisk, t.KernelArgs, t.Dir = row.Kernel, row.Initrd, row.BaseDisk, row.KernelArgs, row.Dir
+	return t, nil
+}
+
+// GetTemplate reads a template by its key (see Template.Key).
 func (s *Store) GetTemplate(ctx context.Context, name string) (sandbox.Template, error) {
 	var data string
 	err := s.db.QueryRowContext(ctx, `SELECT data FROM templates WHERE name = ?`, name).Scan(&data)
 	if err != nil {
 		return sandbox.Template{}, notFound("template", name, err)
 	}
-	var row templateRow
-	if err := json.Unmarshal([]byte(data), &row); err != nil {
-		return sandbox.Template{}, err
-	}
-	t := row.Template
-	t.Kernel, t.Initrd, t.BaseDisk, t.KernelArgs = row.Kernel, row.Initrd, row.BaseDisk, row.KernelArgs
-	return t, nil
+	return decodeTemplate(data)
 }
