@@ -33,6 +33,7 @@ func NewServer(client *zeish.Client, version string) *sdkmcp.Server {
 	t.addSandboxTools(s)
 	t.addExecTool(s)
 	t.addFileTools(s)
+	t.addTemplateTools(s)
 	return s
 }
 
