@@ -92,6 +92,9 @@ type ExecRequest struct {
 	Cwd            string            `json:"cwd,omitempty"`
 	Stdin          []byte            `json:"stdin,omitempty"` // base64 in JSON
 	TimeoutSeconds float64           `json:"timeout_seconds,omitempty"`
+	// User is a guest user (name, uid or user:group); "" is the template's
+	// default (root unless its config says otherwise).
+	User string `json:"user,omitempty"`
 }
 
 // Exec event types, one JSON object per line of the exec response.

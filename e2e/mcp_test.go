@@ -87,8 +87,8 @@ func TestMCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"clone_sandbox", "create_sandbox", "create_snapshot", "delete_sandbox", "exec",
-		"list_files", "list_sandboxes", "read_file", "restore_snapshot", "set_network", "write_file"}
+	want := []string{"build_template", "clone_sandbox", "create_sandbox", "create_snapshot", "delete_sandbox", "delete_template", "exec",
+		"list_files", "list_sandboxes", "list_templates", "read_file", "restore_snapshot", "set_network", "write_file"}
 	var names []string
 	for _, tool := range list.Tools {
 		names = append(names, tool.Name)

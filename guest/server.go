@@ -28,6 +28,8 @@ type Server struct {
 
 	mu    sync.Mutex
 	env   map[string]string // Config.Env, the default environment of execs
+	user  string            // Config.User, the default user of execs
+	cwd   string            // Config.Cwd, the default working folder
 	execs map[int]*runningExec
 }
 

@@ -203,9 +203,22 @@ func (s *Server) command(req ExecRequest) (*exec.Cmd, error) {
 	if req.Timeout < 0 {
 		return nil, fmt.Errorf("exec: negative timeout: %w", errdefs.ErrInvalidArgument)
 	}
+	s.mu.Lock()
+	userSpec, defCwd := s.user, s.cwd
+	s.mu.Unlock()
+	if req.User != "" {
+		userSpec = req.User
+	}
+	u, err := lookupUser(userSpec)
+	if err != nil {
+		return nil, err
+	}
 	cwd := req.Cwd
 	if cwd == "" {
-		cwd = "/root"
+		cwd = defCwd
+	}
+	if cwd == "" {
+		cwd = u.home
 		if _, err := os.Stat(cwd); err != nil {
 			cwd = "/"
 		}
@@ -218,7 +231,7 @@ func (s *Server) command(req ExecRequest) (*exec.Cmd, error) {
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("exec: working directory %s: not a directory: %w", cwd, errdefs.ErrInvalidArgument)
 	}
-	env := s.execEnv(req.Env)
+	env := s.execEnv(u, req.Env)
 	path, err := lookPath(req.Argv[0], cwd, env["PATH"])
 	if err != nil {
 		return nil, err
@@ -229,14 +242,18 @@ func (s *Server) command(req ExecRequest) (*exec.Cmd, error) {
 		Dir:         cwd,
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true}, // timeouts and cancels kill the whole group
 	}
+	if u.uid != 0 || u.gid != 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: u.groups}
+	}
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		cmd.Env = append(cmd.Env, k+"="+env[k])
 	}
 	return cmd, nil
 }
 
-func (s *Server) execEnv(req map[string]string) map[string]string {
+func (s *Server) execEnv(u execUser, req map[string]string) map[string]string {
 	env := maps.Clone(defaultEnv)
+	env["HOME"], env["USER"] = u.home, u.name
 	s.mu.Lock()
 	maps.Copy(env, s.env)
 	s.mu.Unlock()

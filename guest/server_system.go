@@ -38,6 +38,7 @@ func realSystem() system {
 func (s *Server) configure(cfg Config) error {
 	s.mu.Lock()
 	s.env = maps.Clone(cfg.Env)
+	s.user, s.cwd = cfg.User, cfg.Cwd
 	s.mu.Unlock()
 	var errs []error
 	if !cfg.Time.IsZero() {
@@ -58,6 +59,11 @@ func (s *Server) configure(cfg Config) error {
 	if cfg.Network != nil {
 		if err := s.sys.setNetwork(*cfg.Network); err != nil {
 			errs = append(errs, fmt.Errorf("set network: %w", err))
+		}
+	}
+	if len(cfg.StartCmd) > 0 {
+		if err := s.startOnce(cfg.StartCmd); err != nil {
+			errs = append(errs, fmt.Errorf("start command: %w", err))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -13,6 +13,9 @@ type ExecRequest struct {
 	Env     map[string]string `json:"env,omitempty"`
 	Cwd     string            `json:"cwd,omitempty"`
 	Timeout time.Duration     `json:"timeout,omitempty"` // 0: no limit
+	// User runs the process as a user of the guest's /etc/passwd: a name,
+	// a uid, or user:group; "" is Config.User (else root).
+	User string `json:"user,omitempty"`
 }
 
 // ExecResult is how a process ended.
@@ -52,6 +55,14 @@ type Config struct {
 	Entropy  []byte            `json:"entropy"` // fresh random bytes to reseed the kernel RNG
 	Env      map[string]string `json:"env"`     // default environment of every exec (vars and secrets)
 	Network  *Network          `json:"network,omitempty"`
+	// User and Cwd are the exec defaults of the template (an image's User
+	// and WorkingDir); empty: root, and the user's home.
+	User string `json:"user,omitempty"`
+	Cwd  string `json:"cwd,omitempty"`
+	// StartCmd is started once per boot, in the background, as User in Cwd
+	// with Env (a template's start command); output goes to
+	// /run/zeish/start.log.
+	StartCmd []string `json:"start_cmd,omitempty"`
 }
 
 // Network is the guest's network identity.

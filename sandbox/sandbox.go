@@ -67,18 +67,58 @@ type Sandbox struct {
 	DestroyedAt   *time.Time        `json:"destroyed_at,omitempty"`
 }
 
-// Template is a kernel plus a root filesystem that sandboxes boot from.
+// Template is a kernel plus a root filesystem that sandboxes boot from:
+// a built-in (base, debian) visible to every account, or one an account
+// built from a container image.
 type Template struct {
-	ID         string    `json:"id"`
-	Name       string    `json:"name"`
-	Kernel     string    `json:"-"`
-	Initrd     string    `json:"-"`
-	BaseDisk   string    `json:"-"`
-	KernelArgs string    `json:"-"`
-	Hash       string    `json:"hash"`
-	DiskMiB    int       `json:"disk_mib"` // size of the root filesystem in the base image
+	ID          string        `json:"id"`
+	Name        string        `json:"name"`
+	AccountID   string        `json:"account_id,omitempty"` // "" for built-ins
+	Builtin     bool          `json:"builtin"`
+	State       TemplateState `json:"state"`
+	StateReason string        `json:"state_reason,omitempty"`
+	Source      string        `json:"source,omitempty"` // "registry:host/repo:tag", "docker-archive:upload", …
+	Digest      string        `json:"digest,omitempty"` // the image's manifest digest
+	Kernel      string        `json:"-"`
+	Initrd      string        `json:"-"`
+	BaseDisk    string        `json:"-"`
+	KernelArgs  string        `json:"-"`
+	Dir         string        `json:"-"` // the build folder holding the files above
+	Hash        string        `json:"hash"`
+	DiskMiB     int           `json:"disk_mib"` // size of the root filesystem in the base image
+	// Exec defaults and start command, from the image config unless the
+	// build request set them.
+	Env        []string  `json:"env,omitempty"` // KEY=VALUE
+	WorkingDir string    `json:"working_dir,omitempty"`
+	User       string    `json:"user,omitempty"`
+	StartCmd   []string  `json:"start_cmd,omitempty"`
+	ReadyCmd   []string  `json:"ready_cmd,omitempty"`
+	Cold       bool      `json:"cold,omitempty"`
+	LayerBytes int64     `json:"layer_bytes,omitempty"`
 	CreatedAt  time.Time `json:"created_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
 }
+
+// Key is what the store files a template under: a built-in by its name,
+// an account's template by its id (names are unique per account only).
+func (t Template) Key() string {
+	if t.AccountID == "" {
+		return t.Name
+	}
+	return t.ID
+}
+
+// TemplateState is where a template's build is.
+type TemplateState string
+
+const (
+	TemplateBuilding TemplateState = "building"
+	TemplateReady    TemplateState = "ready"
+	TemplateError    TemplateState = "error"
+	// TemplateDeleted: gone from the API; its files stay while a sandbox
+	// still boots from them.
+	TemplateDeleted TemplateState = "deleted"
+)
 
 // Snapshot is a sandbox's disk and memory saved at one instant, by name.
 type Snapshot struct {

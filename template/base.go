@@ -19,14 +19,15 @@ const (
 
 // Artifacts are the files a sandbox boots from.
 type Artifacts struct {
-	Dir           string // the cache folder holding the files below
-	Kernel        string // path to vmlinuz
-	Initrd        string // path to initramfs (gzip cpio newc)
-	BaseDisk      string // ext4 root filesystem as qcow2, read-only backing for every sandbox's overlay
-	KernelArgs    string // the kernel command line to boot with
-	KernelRelease string // e.g. "6.1.0-56-cloud-amd64", what `uname -r` says in the guest
-	DiskMiB       int    // size of the root filesystem in BaseDisk
-	Hash          string // content hash of all inputs
+	Dir           string       // the cache folder holding the files below
+	Kernel        string       // path to vmlinuz
+	Initrd        string       // path to initramfs (gzip cpio newc)
+	BaseDisk      string       // ext4 root filesystem as qcow2, read-only backing for every sandbox's overlay
+	KernelArgs    string       // the kernel command line to boot with
+	KernelRelease string       // e.g. "6.1.0-56-cloud-amd64", what `uname -r` says in the guest
+	DiskMiB       int          // size of the root filesystem in BaseDisk
+	Hash          string       // content hash of all inputs
+	Image         *ImageConfig // what an OCI template's image config says (nil for base)
 }
 
 // BaseOptions say where the base template's inputs come from and where the

@@ -40,6 +40,8 @@ type manifest struct {
 	KernelArgs    string `json:"kernel_args"`
 	KernelRelease string `json:"kernel_release"`
 	DiskMiB       int    `json:"disk_mib"`
+	// Image is what an OCI template's image config says (nil for base).
+	Image *ImageConfig `json:"image,omitempty"`
 }
 
 func (m *manifest) artifacts(dir string) *Artifacts {
@@ -52,6 +54,7 @@ func (m *manifest) artifacts(dir string) *Artifacts {
 		KernelRelease: m.KernelRelease,
 		DiskMiB:       m.DiskMiB,
 		Hash:          m.Hash,
+		Image:         m.Image,
 	}
 }
 
@@ -59,7 +62,12 @@ func (m *manifest) artifacts(dir string) *Artifacts {
 type buildFunc func(ctx context.Context, dir string) (*manifest, error)
 
 func buildDir(cacheDir, hash string) string {
-	return filepath.Join(cacheDir, "base-"+hash[:24])
+	return kindDir(cacheDir, "base", hash)
+}
+
+// kindDir is where a build of one kind ("base", "oci") lives.
+func kindDir(cacheDir, kind, hash string) string {
+	return filepath.Join(cacheDir, kind+"-"+hash[:24])
 }
 
 // loadBuild returns the complete build in dir, or nil if there is none.
@@ -84,14 +92,25 @@ func loadBuild(dir, hash string) *Artifacts {
 // ensure returns the build for hash, running build under the cache lock if
 // it is not there yet. built reports whether this call built it.
 func ensure(ctx context.Context, log *slog.Logger, cacheDir, hash string, build buildFunc) (a *Artifacts, built bool, err error) {
-	final := buildDir(cacheDir, hash)
+	return ensureKind(ctx, log, cacheDir, "base", hash, build)
+}
+
+// ensureKind is ensure for builds of any kind. Base builds share one cache
+// lock; other kinds lock per hash, so that different images build in
+// parallel (the caller bounds how many) while one image builds once.
+func ensureKind(ctx context.Context, log *slog.Logger, cacheDir, kind, hash string, build buildFunc) (a *Artifacts, built bool, err error) {
+	final := kindDir(cacheDir, kind, hash)
 	if a := loadBuild(final, hash); a != nil {
 		return a, false, nil // fast path: no lock, the rename made it complete
 	}
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
 		return nil, false, err
 	}
-	unlock, err := lockDir(ctx, cacheDir)
+	lockName, stale := ".lock", tmpPrefix
+	if kind != "base" {
+		lockName, stale = ".lock-"+kind+"-"+hash[:24], tmpPrefix+kind+"-"+hash[:24]+"-"
+	}
+	unlock, err := lockFile(ctx, filepath.Join(cacheDir, lockName))
 	if err != nil {
 		return nil, false, err
 	}
@@ -99,7 +118,7 @@ func ensure(ctx context.Context, log *slog.Logger, cacheDir, hash string, build 
 	if a := loadBuild(final, hash); a != nil {
 		return a, false, nil // another process built it while we waited
 	}
-	removeStaleTemps(log, cacheDir)
+	removeStaleTemps(log, cacheDir, stale)
 	if _, err := os.Lstat(final); err == nil {
 		// Not complete but present: keep it for inspection, out of the way.
 		aside := fmt.Sprintf("%s.broken-%d", final, time.Now().Unix())
@@ -108,7 +127,11 @@ func ensure(ctx context.Context, log *slog.Logger, cacheDir, hash string, build 
 			return nil, false, err
 		}
 	}
-	tmp, err := os.MkdirTemp(cacheDir, tmpPrefix+hash[:24]+"-")
+	tmpName := tmpPrefix + hash[:24] + "-"
+	if kind != "base" {
+		tmpName = tmpPrefix + kind + "-" + hash[:24] + "-"
+	}
+	tmp, err := os.MkdirTemp(cacheDir, tmpName)
 	if err != nil {
 		return nil, false, err
 	}
@@ -144,7 +167,13 @@ func ensure(ctx context.Context, log *slog.Logger, cacheDir, hash string, build 
 // lockDir takes an exclusive flock on dir/.lock, polling so that ctx can
 // cancel the wait (a blocking flock cannot be interrupted).
 func lockDir(ctx context.Context, dir string) (unlock func(), err error) {
-	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	return lockFile(ctx, filepath.Join(dir, ".lock"))
+}
+
+// lockFile takes an exclusive flock on file (created if missing).
+func lockFile(ctx context.Context, file string) (unlock func(), err error) {
+	dir := filepath.Dir(file)
+	f, err := os.OpenFile(file, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -166,14 +195,24 @@ func lockDir(ctx context.Context, dir string) (unlock func(), err error) {
 	}
 }
 
-// removeStaleTemps deletes temp folders of crashed builds. It runs under the
-// lock, and every build holds the lock, so no temp folder is in use.
-func removeStaleTemps(log *slog.Logger, cacheDir string) {
+// removeStaleTemps deletes temp folders of crashed builds whose names start
+// with prefix. It runs under the lock that every build of those names holds,
+// so none of them is in use. Base's prefix covers only base builds: other
+// kinds' temps start with tmpPrefix+kind, which base's lock does not cover.
+func removeStaleTemps(log *slog.Logger, cacheDir, prefix string) {
 	entries, _ := os.ReadDir(cacheDir)
 	for _, e := range entries {
-		if e.IsDir() && strings.HasPrefix(e.Name(), tmpPrefix) {
+		if prefix == tmpPrefix && isKindTemp(e.Name()) {
+			continue
+		}
+		if e.IsDir() && strings.HasPrefix(e.Name(), prefix) {
 			log.Info("template: removing an interrupted build", keyDir, e.Name())
 			os.RemoveAll(filepath.Join(cacheDir, e.Name()))
 		}
 	}
+}
+
+// isKindTemp reports whether a temp folder belongs to a non-base build.
+func isKindTemp(name string) bool {
+	return strings.HasPrefix(name, tmpPrefix+"oci-") || strings.HasPrefix(name, tmpPrefix+"debian-")
 }

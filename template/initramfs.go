@@ -23,7 +23,12 @@ const KernelArgs = "console=ttyS0 quiet loglevel=1 panic=-1"
 // /proc and /sys into it and switch_root to its /sbin/init. Any failure prints
 // "zeish-init: FATAL: ..." on the console and powers the VM off, so QEMU exits
 // instead of hanging.
-var initScript = strings.ReplaceAll(`#!/bin/sh
+var initScript = initScriptFor("/sbin/init")
+
+// initScriptFor is the /init script that hands over to initPath on the root
+// disk (base: /sbin/init; OCI templates: zeish's own, beside the image's).
+func initScriptFor(initPath string) string {
+	return strings.NewReplacer("@MODULES@", strings.Join(guestModules, " "), "@INIT@", initPath).Replace(`#!/bin/sh
 # zeish base initramfs: virtio drivers, root disk /dev/vda, switch_root.
 export PATH=/bin
 
@@ -54,19 +59,25 @@ while [ ! -b /dev/vda ]; do
 done
 
 mount -t ext4 -o rw /dev/vda /newroot || fail "cannot mount /dev/vda (ext4) on /newroot"
-[ -e /newroot/sbin/init ] || [ -L /newroot/sbin/init ] || fail "no /sbin/init on the root disk"
+[ -e /newroot@INIT@ ] || [ -L /newroot@INIT@ ] || fail "no @INIT@ on the root disk"
 for d in dev proc sys; do
 	mount --move /$d /newroot/$d || fail "cannot move /$d to the root disk"
 done
-exec switch_root /newroot /sbin/init
-fail "switch_root to /sbin/init failed"
-`, "@MODULES@", strings.Join(guestModules, " "))
+exec switch_root /newroot @INIT@
+fail "switch_root to @INIT@ failed"
+`)
+}
 
 // initramfsApplets are the busybox applets /init uses.
 var initramfsApplets = []string{"sh", "mount", "insmod", "usleep", "sleep", "switch_root", "poweroff", "cat", "ls"}
 
 // writeInitramfs writes the gzip'd newc archive to file.
 func writeInitramfs(file string, in *inputs) error {
+	return writeInitramfsFor(file, in, "/sbin/init")
+}
+
+// writeInitramfsFor writes an initramfs whose /init starts initPath.
+func writeInitramfsFor(file string, in *inputs, initPath string) error {
 	f, err := os.OpenFile(file, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
@@ -89,7 +100,7 @@ func writeInitramfs(file string, in *inputs) error {
 	for _, m := range in.Modules {
 		c.File(m.GuestPath, 0o644, m.Data)
 	}
-	c.File("init", 0o755, []byte(initScript))
+	c.File("init", 0o755, []byte(initScriptFor(initPath)))
 	if err := c.Close(); err != nil {
 		return err
 	}

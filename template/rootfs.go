@@ -116,6 +116,11 @@ func guestSymlink(root, guestPath, target string) error {
 // anything (mkfs.ext4 -d), then into a qcow2 image that sandboxes' overlays
 // use as their read-only backing file.
 func makeDisk(ctx context.Context, stage, qcow2, hash string) error {
+	return makeDiskSized(ctx, stage, qcow2, hash, DiskMiB)
+}
+
+// makeDiskSized is makeDisk for a filesystem of diskMiB.
+func makeDiskSized(ctx context.Context, stage, qcow2, hash string, diskMiB int) error {
 	mkfs, err := findTool("mkfs.ext4", "e2fsprogs")
 	if err != nil {
 		return err
@@ -130,7 +135,7 @@ func makeDisk(ctx context.Context, stage, qcow2, hash string) error {
 	if err != nil {
 		return err
 	}
-	err = f.Truncate(DiskMiB << 20) // sparse: only what mkfs writes takes space
+	err = f.Truncate(int64(diskMiB) << 20) // sparse: only what mkfs writes takes space
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

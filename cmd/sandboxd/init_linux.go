@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -175,8 +176,9 @@ func loopbackUp() error {
 // e.g. a template's 2 GiB image for an 8 GiB sandbox) is bigger than the
 // root file system. It returns the child's pid for the reaper to log.
 func growRootFS(log *slog.Logger, console *os.File) (int, bool) {
-	const resize, disk = "/sbin/resize2fs", "/dev/vda"
-	if _, err := os.Stat(resize); err != nil {
+	const disk = "/dev/vda"
+	argv := resizeCommand()
+	if argv == nil {
 		return 0, false
 	}
 	b, err := os.ReadFile("/sys/block/vda/size")
@@ -197,7 +199,7 @@ func growRootFS(log *slog.Logger, console *os.File) (int, bool) {
 	if diskBytes-fsBytes < max(64<<20, diskBytes/20) {
 		return 0, false
 	}
-	proc, err := os.StartProcess(resize, []string{resize, disk}, &os.ProcAttr{Files: []*os.File{nil, console, console}})
+	proc, err := os.StartProcess(argv[0], append(argv, disk), &os.ProcAttr{Files: []*os.File{nil, console, console}})
 	if err != nil {
 		log.Warn("start resize2fs", "err", err)
 		return 0, false
@@ -205,4 +207,20 @@ func growRootFS(log *slog.Logger, console *os.File) (int, bool) {
 	log.Info("growing root file system", "disk_bytes", diskBytes, "fs_bytes", fsBytes, "pid", proc.Pid)
 	proc.Release()
 	return proc.Pid, true
+}
+
+// resizeCommand is how to run resize2fs: the one zeish installs beside an
+// image's own files (run through its own loader and libraries, so the
+// image's libc is never needed nor replaced), else the base image's.
+func resizeCommand() []string {
+	const dir = "/.zeish"
+	if loaders, _ := filepath.Glob(dir + "/lib/ld-linux*.so*"); len(loaders) > 0 {
+		if _, err := os.Stat(dir + "/resize2fs"); err == nil {
+			return []string{loaders[0], "--library-path", dir + "/lib", dir + "/resize2fs"}
+		}
+	}
+	if _, err := os.Stat("/sbin/resize2fs"); err == nil {
+		return []string{"/sbin/resize2fs"}
+	}
+	return nil
 }

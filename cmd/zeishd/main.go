@@ -167,6 +167,14 @@ func run(ctx context.Context) error {
 	}
 	// Build (or find) the base template now so the first create is quick.
 	go cat.Prepare(context.WithoutCancel(ctx))
+	builds, err := strconv.Atoi(env("ZEISH_TEMPLATE_BUILDS", "2"))
+	if err != nil || builds < 1 {
+		return fmt.Errorf("ZEISH_TEMPLATE_BUILDS: want a positive number, got %q", os.Getenv("ZEISH_TEMPLATE_BUILDS"))
+	}
+	if err := cat.StartBuilds(ctx, catalog.BuildOptions{Dir: filepath.Join(dataDir, "template-builds"), Parallel: builds}); err != nil {
+		return fmt.Errorf("template builds: %w", err)
+	}
+	defer cat.Close() // interrupted builds resume on the next start
 
 	ln, err := net.Listen("tcp", env("ZEISH_LISTEN", "127.0.0.1:7420"))
 	if err != nil {

@@ -17,8 +17,11 @@ import (
 	"github.com/zeish/zeish/template"
 )
 
-// BaseName is the built-in template's name.
-const BaseName = "base"
+// Built-in templates' names.
+const (
+	BaseName   = "base"
+	DebianName = "debian"
+)
 
 // Catalog is the node's view of templates.
 type Catalog struct {
@@ -31,6 +34,10 @@ type Catalog struct {
 	// building is closed when the build in progress ends.
 	building chan struct{}
 	err      error
+
+	b       *builds // nil until StartBuilds
+	closing bool    // Close was called: cancelled builds resume later
+	sweepMu sync.Mutex
 }
 
 // New returns a catalog that builds base with opts.
@@ -54,7 +61,9 @@ func (c *Catalog) Known(ctx context.Context, name string) error {
 	return nil
 }
 
-// Get returns name's artifacts, building base if needed.
+// Get returns the artifacts of the template filed under name (base, or an
+// account template's id), building base if needed. A deleted template is
+// still found while sandboxes boot from it.
 func (c *Catalog) Get(ctx context.Context, name string) (sandbox.Template, error) {
 	if name != BaseName {
 		t, err := c.store.GetTemplate(ctx, name)
@@ -104,6 +113,7 @@ func (c *Catalog) build() {
 			ID: sandbox.PrefixTemplate + a.Hash[:20], Name: BaseName,
 			Kernel: a.Kernel, Initrd: a.Initrd, BaseDisk: a.BaseDisk, KernelArgs: a.KernelArgs,
 			Hash: a.Hash, DiskMiB: a.DiskMiB, CreatedAt: time.Now().UTC(),
+			Builtin: true, State: sandbox.TemplateReady, Dir: a.Dir,
 		}
 		if old, gerr := c.store.GetTemplate(context.Background(), BaseName); gerr == nil && old.Hash == t.Hash {
 			t.CreatedAt = old.CreatedAt

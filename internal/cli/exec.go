@@ -18,7 +18,7 @@ const maxStdin = 64 << 20
 
 func (a *app) execCmd() *cobra.Command {
 	var env []string
-	var cwd string
+	var cwd, user string
 	var timeout time.Duration
 	var noStdin bool
 	cmd := &cobra.Command{
@@ -34,7 +34,7 @@ sent to the command when it is not a terminal.`,
 			if err != nil {
 				return err
 			}
-			req := zeish.ExecRequest{Argv: args[1:], Env: envMap, Cwd: cwd, TimeoutSeconds: timeout.Seconds()}
+			req := zeish.ExecRequest{Argv: args[1:], Env: envMap, Cwd: cwd, User: user, TimeoutSeconds: timeout.Seconds()}
 			if !noStdin && !a.inIsTerminal && a.in != nil {
 				if req.Stdin, err = readStdin(a.in); err != nil {
 					return err
@@ -56,7 +56,8 @@ sent to the command when it is not a terminal.`,
 	}
 	f := cmd.Flags()
 	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE (repeatable)")
-	f.StringVar(&cwd, "cwd", "", "working directory in the sandbox")
+	f.StringVar(&cwd, "cwd", "", "working directory in the sandbox (default the template's)")
+	f.StringVar(&user, "user", "", "run as this guest user, a name or uid (default the template's, else root)")
 	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long (exit 124); 0: no limit")
 	f.BoolVar(&noStdin, "no-stdin", false, "do not forward stdin even when it is a pipe")
 	return cmd

@@ -100,6 +100,7 @@ func (a *app) newRoot() *cobra.Command {
 		a.sandboxesCmd(),
 		a.networkCmd(),
 		a.snapshotsCmd(),
+		a.templatesCmd(),
 		a.execCmd(),
 		a.filesCmd(),
 		a.processesCmd(),

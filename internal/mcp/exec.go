@@ -28,7 +28,8 @@ type ExecInput struct {
 	SandboxID      string            `json:"sandbox_id" jsonschema:"sandbox to run in (its id sbx_… or its name)"`
 	Command        string            `json:"command,omitempty" jsonschema:"shell command line, run with sh -c (pipes, redirections and && work); give this or argv"`
 	Argv           []string          `json:"argv,omitempty" jsonschema:"program and arguments, run without a shell; give this or command"`
-	Cwd            string            `json:"cwd,omitempty" jsonschema:"working directory; default /"`
+	Cwd            string            `json:"cwd,omitempty" jsonschema:"working directory; default the template's (else the user's home)"`
+	User           string            `json:"user,omitempty" jsonschema:"guest user to run as (name or uid); default the template's, else root"`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"extra environment variables for this command"`
 	TimeoutSeconds float64           `json:"timeout_seconds,omitempty" jsonschema:"kill the command after this many seconds (timed_out is then true); default 600, at most 3600"`
 	Stdin          string            `json:"stdin,omitempty" jsonschema:"text sent to the command's standard input"`
@@ -86,7 +87,7 @@ func (t *tools) exec(ctx context.Context, in ExecInput) (ExecOutput, error) {
 	if err != nil {
 		return ExecOutput{}, err
 	}
-	req := zeish.ExecRequest{Argv: argv, Env: in.Env, Cwd: in.Cwd, TimeoutSeconds: timeout.Seconds()}
+	req := zeish.ExecRequest{Argv: argv, Env: in.Env, Cwd: in.Cwd, User: in.User, TimeoutSeconds: timeout.Seconds()}
 	if in.Stdin != "" {
 		req.Stdin = []byte(in.Stdin)
 	}

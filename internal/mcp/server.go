@@ -34,6 +34,7 @@ func NewServer(client *zeish.Client, version string) *sdkmcp.Server {
 	t.addNetworkTools(s)
 	t.addExecTool(s)
 	t.addFileTools(s)
+	t.addTemplateTools(s)
 	return s
 }
 

@@ -269,6 +269,7 @@ func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
 		Env:      guestEnv(r),
 		Network:  n.guestNetwork(r),
 	}
+	n.templateDefaults(ctx, r, &cfg)
 	connected := time.Now()
 	defer func() {
 		n.log.Debug("guest configured", logSandbox, id, "configure_ms", time.Since(connected).Milliseconds())

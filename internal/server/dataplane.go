@@ -97,7 +97,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		stdin = strings.NewReader(string(req.Stdin))
 	}
 	res, err := agentFrom(r.Context()).Exec(r.Context(), guest.ExecRequest{
-		Argv: req.Argv, Env: req.Env, Cwd: req.Cwd,
+		Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, User: req.User,
 		Timeout: time.Duration(req.TimeoutSeconds * float64(time.Second)),
 	}, stdin, ew.stream(api.EventStdout), ew.stream(api.EventStderr))
 	if err != nil {

@@ -45,9 +45,14 @@ func (s *Server) newRecord(ctx context.Context, acct store.Account, req api.Crea
 	if req.Template == "" {
 		req.Template = "base"
 	}
-	if err := s.opts.Catalog.Known(ctx, req.Template); err != nil {
-		return nil, err
+	tpl, err := s.opts.Catalog.Resolve(ctx, acct.ID, req.Template)
+	if err != nil {
+		return nil, fmt.Errorf("template %q does not exist: %w", req.Template, errdefs.ErrUnknownTemplate)
 	}
+	if !tpl.Builtin && tpl.State != sandbox.TemplateReady {
+		return nil, fmt.Errorf("template %q is %s, not ready: %w", req.Template, tpl.State, errdefs.ErrInvalidState)
+	}
+	req.Template = tpl.Key() // the node boots from the key; names are per account
 	if req.Name != "" {
 		if err := sandbox.CheckName(req.Name); err != nil {
 			return nil, err
@@ -56,6 +61,9 @@ func (s *Server) newRecord(ctx context.Context, acct store.Account, req api.Crea
 	size, err := sandbox.ResolveSize(req.Size, req.VCPUs, req.MemoryMiB, req.DiskMiB)
 	if err != nil {
 		return nil, err
+	}
+	if size.DiskMiB < tpl.DiskMiB {
+		return nil, invalid("disk_mib %d is smaller than template %s's root filesystem (%d MiB)", size.DiskMiB, tpl.Name, tpl.DiskMiB)
 	}
 	if req.Region != "" && req.Region != s.node.Region() {
 		return nil, invalid("region %q: no node serves it (this server has %q)", req.Region, s.node.Region())

@@ -74,11 +74,12 @@ type templateRow struct {
 	Initrd     string `json:"initrd"`
 	BaseDisk   string `json:"base_disk"`
 	KernelArgs string `json:"kernel_args"`
+	Dir        string `json:"dir,omitempty"`
 }
 
 // EncodeTemplate is t as stored, paths included.
 func EncodeTemplate(t sandbox.Template) (string, error) {
-	b, err := json.Marshal(templateRow{Template: t, Kernel: t.Kernel, Initrd: t.Initrd, BaseDisk: t.BaseDisk, KernelArgs: t.KernelArgs})
+	b, err := json.Marshal(templateRow{Template: t, Kernel: t.Kernel, Initrd: t.Initrd, BaseDisk: t.BaseDisk, KernelArgs: t.KernelArgs, Dir: t.Dir})
 	return string(b), err
 }
 
@@ -89,6 +90,6 @@ func DecodeTemplate(data string) (sandbox.Template, error) {
 		return sandbox.Template{}, err
 	}
 	t := row.Template
-	t.Kernel, t.Initrd, t.BaseDisk, t.KernelArgs = row.Kernel, row.Initrd, row.BaseDisk, row.KernelArgs
+	t.Kernel, t.Initrd, t.BaseDisk, t.KernelArgs, t.Dir = row.Kernel, row.Initrd, row.BaseDisk, row.KernelArgs, row.Dir
 	return t, nil
 }

@@ -111,8 +111,12 @@ type Store interface {
 	// RevokeAPIKey marks a key revoked (again is fine); unknown: not_found.
 	RevokeAPIKey(ctx context.Context, id string, at time.Time) (APIKey, error)
 
-	PutTemplate(ctx context.Context, t sandbox.Template) error // insert or replace by name
-	GetTemplate(ctx context.Context, name string) (sandbox.Template, error)
+	PutTemplate(ctx context.Context, t sandbox.Template) error // insert or replace by t.Key()
+	GetTemplate(ctx context.Context, key string) (sandbox.Template, error)
+	// ListTemplates lists every template of every account, deleted ones too.
+	ListTemplates(ctx context.Context) ([]sandbox.Template, error)
+	// DeleteTemplate removes the row under key (missing is fine).
+	DeleteTemplate(ctx context.Context, key string) error
 
 	// CreateSandboxes inserts rs, all or none (a fork of count N makes N);
 	// a live sandbox of the same account with the same name gives

@@ -1,8 +1,6 @@
 package testenv
 
 import (
-	"github.com/zeish/zeish/internal/testskip"
-
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -19,6 +17,8 @@ import (
 
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netns"
+
+	"github.com/zeish/zeish/internal/testskip"
 )
 
 // NetLab is a test's own little internet, so that nothing a test does with

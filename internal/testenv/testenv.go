@@ -178,3 +178,31 @@ func (w tbWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+var debianOnce struct {
+	sync.Mutex
+	a *template.Artifacts
+}
+
+// DebianTemplate builds (or takes from the cache) the debian template with
+// the real ./cmd/sandboxd: about a minute the first time on this host.
+func DebianTemplate(t testing.TB) *template.Artifacts {
+	t.Helper()
+	debianOnce.Lock()
+	defer debianOnce.Unlock()
+	if debianOnce.a != nil {
+		return debianOnce.a
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	a, err := template.BuildDebian(ctx, template.DebianOptions{Base: template.BaseOptions{
+		CacheDir:     filepath.Join(CacheDir(), "templates"),
+		SandboxdPath: SandboxdBinary(t),
+		Logger:       slog.New(slog.NewTextHandler(tbWriter{t}, nil)),
+	}})
+	if err != nil {
+		t.Fatalf("debian template: %v", err)
+	}
+	debianOnce.a = a
+	return a
+}

@@ -99,7 +99,9 @@ type request struct {
 	token  string
 	json   any       // encoded as the body when non-nil
 	body   io.Reader // raw body, streamed as is; exclusive with json
-	accept string    // Accept header; empty: none
+	// contentType of body; empty: application/octet-stream.
+	contentType string
+	accept      string // Accept header; empty: none
 }
 
 // control builds a control-plane request for path (relative to /api/v1).
@@ -123,6 +125,9 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 		// NopCloser keeps the transport from closing the caller's reader
 		// (an *os.File, say) behind its back.
 		body, contentType = io.NopCloser(r.body), "application/octet-stream"
+		if r.contentType != "" {
+			contentType = r.contentType
+		}
 	}
 	target := r.url
 	if len(r.query) > 0 {

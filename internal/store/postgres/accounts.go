@@ -111,18 +111,39 @@ func (s *Store) AccountByKeyHash(ctx context.Context, hash string) (store.Accoun
 	return a, err
 }
 
-// PutTemplate inserts or replaces a template by name.
+// PutTemplate inserts or replaces a template by its key (see Template.Key).
 func (s *Store) PutTemplate(ctx context.Context, t sandbox.Template) error {
 	data, err := store.EncodeTemplate(t)
 	if err != nil {
 		return err
 	}
 	_, err = s.pool.Exec(ctx, `INSERT INTO templates (name, data) VALUES ($1, $2)
-		ON CONFLICT (name) DO UPDATE SET data = excluded.data`, t.Name, data)
+		ON CONFLICT (name) DO UPDATE SET data = excluded.data`, t.Key(), data)
 	return err
 }
 
-// GetTemplate reads a template by name.
+// ListTemplates returns every template, deleted ones included.
+func (s *Store) ListTemplates(ctx context.Context) ([]sandbox.Template, error) {
+	rows, err := s.pool.Query(ctx, `SELECT data FROM templates ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (sandbox.Template, error) {
+		var data string
+		if err := r.Scan(&data); err != nil {
+			return sandbox.Template{}, err
+		}
+		return store.DecodeTemplate(data)
+	})
+}
+
+// DeleteTemplate removes a template's row (its files are gone).
+func (s *Store) DeleteTemplate(ctx context.Context, key string) error {
+	_, err := s.pool.Exec(ctx, `DELETE FROM templates WHERE name = $1`, key)
+	return err
+}
+
+// GetTemplate reads a template by its key (see Template.Key).
 func (s *Store) GetTemplate(ctx context.Context, name string) (sandbox.Template, error) {
 	var data string
 	if err := s.pool.QueryRow(ctx, `SELECT data FROM templates WHERE name = $1`, name).Scan(&data); err != nil {

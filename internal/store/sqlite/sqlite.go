@@ -289,18 +289,46 @@ func (s *Store) AccountByKeyHash(ctx context.Context, hash string) (store.Accoun
 	return a, err
 }
 
-// PutTemplate inserts or replaces a template by name.
+// PutTemplate inserts or replaces a template by its key (see Template.Key).
 func (s *Store) PutTemplate(ctx context.Context, t sandbox.Template) error {
 	data, err := store.EncodeTemplate(t)
 	if err != nil {
 		return err
 	}
 	_, err = s.db.ExecContext(ctx, `INSERT INTO templates (name, data) VALUES (?, ?)
-		ON CONFLICT(name) DO UPDATE SET data = excluded.data`, t.Name, data)
+		ON CONFLICT(name) DO UPDATE SET data = excluded.data`, t.Key(), data)
 	return err
 }
 
-// GetTemplate reads a template by name.
+// ListTemplates returns every template, deleted ones included.
+func (s *Store) ListTemplates(ctx context.Context) ([]sandbox.Template, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT data FROM templates ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []sandbox.Template
+	for rows.Next() {
+		var data string
+		if err := rows.Scan(&data); err != nil {
+			return nil, err
+		}
+		t, err := store.DecodeTemplate(data)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// DeleteTemplate removes a template's row (its files are gone).
+func (s *Store) DeleteTemplate(ctx context.Context, key string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM templates WHERE name = ?`, key)
+	return err
+}
+
+// GetTemplate reads a template by its key (see Template.Key).
 func (s *Store) GetTemplate(ctx context.Context, name string) (sandbox.Template, error) {
 	var data string
 	err := s.db.QueryRowContext(ctx, `SELECT data FROM templates WHERE name = ?`, name).Scan(&data)

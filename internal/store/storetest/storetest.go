@@ -143,6 +143,27 @@ func testTemplates(t *testing.T, s store.Store) {
 	if _, err := s.GetTemplate(ctx, "other"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("unknown template: got %v", err)
 	}
+	// Account templates are filed by id: two accounts may use one name.
+	a := sandbox.Template{ID: "tpl_a", Name: "py", AccountID: "acc_a", Dir: "/t/a", Env: []string{"X=1"}, State: sandbox.TemplateBuilding}
+	b := sandbox.Template{ID: "tpl_b", Name: "py", AccountID: "acc_b", Dir: "/t/b"}
+	for _, x := range []sandbox.Template{a, b} {
+		if err := s.PutTemplate(ctx, x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := s.GetTemplate(ctx, "tpl_a"); err != nil || got.Dir != "/t/a" || got.Env[0] != "X=1" || got.State != sandbox.TemplateBuilding {
+		t.Fatalf("GetTemplate(tpl_a) = %+v, %v", got, err)
+	}
+	all, err := s.ListTemplates(ctx)
+	if err != nil || len(all) != 3 {
+		t.Fatalf("ListTemplates = %+v, %v", all, err)
+	}
+	if err := s.DeleteTemplate(ctx, "tpl_a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetTemplate(ctx, "tpl_a"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("deleted template: got %v", err)
+	}
 }
 
 func testSandboxes(t *testing.T, s store.Store) {

@@ -5,6 +5,7 @@ import { ServerError, TimeoutError, ZeishError, errorFromResponse, SandboxStateE
 import type {
   Access, AccountInfo, APIKeyInfo, CloneRequest, CloneResponse, CreatedAPIKey, CreateSandboxRequest, Health, Lineage, NetworkPolicyRequest,
   PriceEstimate, RestoreResponse, SandboxEvent, SandboxInfo, SandboxState, SizePreset, SnapshotInfo, UsageReport,
+  BuildTemplateRequest, TemplateEvent, TemplateInfo,
 } from "./types.js";
 import { envVar, readLines } from "./util.js";
 
@@ -267,6 +268,66 @@ export class Zeish {
       },
       ...(opts.signal ? { signal: opts.signal } : {}),
     });
+  }
+
+  // ---- templates ---------------------------------------------------------
+
+  /**
+   * POST /public/templates from a registry image (`from: "registry:host/repo:tag"`);
+   * returns at once with the template `building`. Follow it with templateEvents or waitTemplate.
+   */
+  buildTemplate(req: BuildTemplateRequest, opts: { signal?: AbortSignal } = {}): Promise<TemplateInfo> {
+    return this.json("POST", "/public/templates", { json: req, ...(opts.signal ? { signal: opts.signal } : {}) });
+  }
+
+  /**
+   * Uploads an archive (`from: "docker-archive"` or `"oci-archive"`) and starts its build.
+   * The archive is a Blob (a file from `fs.openAsBlob`, say), sent as multipart/form-data
+   * without reading it into memory.
+   */
+  uploadTemplate(req: BuildTemplateRequest, archive: Blob, opts: { signal?: AbortSignal } = {}): Promise<TemplateInfo> {
+    const form = new FormData();
+    form.append("spec", JSON.stringify(req));
+    form.append("image", archive, "image.tar");
+    return this.json("POST", "/public/templates", { body: form, ...(opts.signal ? { signal: opts.signal } : {}) });
+  }
+
+  async listTemplates(): Promise<TemplateInfo[]> {
+    const r = await this.json<{ templates: TemplateInfo[] }>("GET", "/public/templates");
+    return r.templates;
+  }
+
+  /** A template by id or name. */
+  getTemplate(ref: string): Promise<TemplateInfo> {
+    return this.json("GET", `/public/templates/${enc(ref)}`);
+  }
+
+  /** Deletes a template; sandboxes created from it keep working. */
+  deleteTemplate(ref: string): Promise<TemplateInfo> {
+    return this.json("DELETE", `/public/templates/${enc(ref)}`);
+  }
+
+  /** Replays a template's build log and follows it until the build ends. */
+  async *templateEvents(ref: string, opts: { signal?: AbortSignal } = {}): AsyncGenerator<TemplateEvent> {
+    const res = await this.request("GET", `/public/templates/${enc(ref)}/events`, {
+      headers: { accept: "text/event-stream" }, ...(opts.signal ? { signal: opts.signal } : {}),
+    });
+    if (!res.body) return;
+    let data: string[] = [];
+    for await (const line of readLines(res.body)) {
+      if (line === "") {
+        if (data.length) yield JSON.parse(data.join("\n")) as TemplateEvent;
+        data = [];
+      } else if (line.startsWith("data:")) {
+        data.push(line.slice(5).replace(/^ /, ""));
+      }
+    }
+  }
+
+  /** Waits for a build to end and returns the template (`ready`, or `error` with its `state_reason`). */
+  async waitTemplate(ref: string, opts: { signal?: AbortSignal; onEvent?: (e: TemplateEvent) => void } = {}): Promise<TemplateInfo> {
+    for await (const e of this.templateEvents(ref, opts.signal ? { signal: opts.signal } : {})) opts.onEvent?.(e);
+    return this.getTemplate(ref);
   }
 
   // ---- snapshots ---------------------------------------------------------

@@ -348,7 +348,7 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -629,6 +629,98 @@ export interface paths {
          *     closes it; after the sandbox is `destroyed` no more events come.
          */
         get: operations["sandboxEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/public/templates": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List templates
+         * @description The account's templates (any state but deleted) and the built-ins (`base`, `debian` when built).
+         */
+        get: operations["listTemplates"];
+        put?: never;
+        /**
+         * Build a template from a container image
+         * @description Records a template in state `building` and builds it in the background (`202`): the
+         *     image's layers are applied in order (whiteouts, opaque folders, hard links, symlinks,
+         *     owners, modes, extended attributes; device nodes skipped; paths that leave the root
+         *     refused) onto an ext4 disk of `disk_mib`, with zeish's agent installed under `/.zeish`
+         *     beside the image's own files. The image config's `Env`, `WorkingDir` and `User` become
+         *     the exec defaults of its sandboxes and `Entrypoint` + `Cmd` the default `start_cmd`, run
+         *     once at each sandbox's boot. Builds are cached by image digest and disk size, run a few
+         *     at a time (`ZEISH_TEMPLATE_BUILDS`, default 2) and are resumed after a zeishd restart
+         *     (one with registry credentials fails instead: they are not kept). Follow a build with
+         *     `GET /api/v1/public/templates/{id}/events`.
+         *
+         *     Send JSON with `from: registry:host/repo:tag` (optional `username`/`password` for basic
+         *     auth); the admin account may also name archives on the server
+         *     (`docker-archive:/p.tar`, `oci:/layout-dir`, `oci-archive:/p.tar`). To upload an archive
+         *     send `multipart/form-data` with a `spec` part (this JSON, `from` = `docker-archive` or
+         *     `oci-archive`) followed by an `image` part (the archive): it is streamed to disk.
+         */
+        post: operations["buildTemplate"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/public/templates/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The template's id, or its name (the account's own first, then the built-ins). */
+                id: components["parameters"]["TemplateRef"];
+            };
+            cookie?: never;
+        };
+        /** Get a template */
+        get: operations["getTemplate"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a template
+         * @description The template disappears at once (state `deleted`, then `404`) and a build in progress is
+         *     cancelled. Sandboxes already booted from it keep working; its files are removed when the
+         *     last of them is deleted. Built-ins answer `403 forbidden`.
+         */
+        delete: operations["deleteTemplate"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/public/templates/{id}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The template's id, or its name (the account's own first, then the built-ins). */
+                id: components["parameters"]["TemplateRef"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Follow a template build (server-sent events)
+         * @description A `text/event-stream` replaying the template's build log from the start, then following
+         *     it: `event: progress` (a build step; layers carry `bytes` of `total`), `event: log` (a
+         *     line) and `event: state` (the template changed). It ends after the state event that
+         *     leaves `building` (`ready` or `error` with its `state_reason`). The log is kept after the
+         *     build, so the same call shows a finished build's log.
+         */
+        get: operations["templateEvents"];
         put?: never;
         post?: never;
         delete?: never;
@@ -960,7 +1052,7 @@ export interface components {
         /** @description Every field is optional. Sizes are a preset, overridden field by field. */
         CreateSandboxRequest: {
             /**
-             * @description The template to boot (kernel and root filesystem).
+             * @description The template to boot (kernel and root filesystem): a built-in's name, or the account's template's id or name.
              * @default base
              */
             template?: string;
@@ -1012,16 +1104,18 @@ export interface components {
              *     `boot_failed`: the VM did not come up (QEMU refused to start it, or the guest died before its
              *     agent answered); `boot_timeout`: the guest agent did not answer within the boot bound
              *     (`ZEISH_BOOT_TIMEOUT`); `template_unavailable`: the template could not be built or found;
-             *     `vm_exited`: the VM ended while zeish did not stop it; `interrupted`: zeishd stopped while the
+             *     `vm_exited`: the VM ended while zeish did not stop it (its disk is kept until the sandbox is
+             *     deleted); `agent_silent`: the VM runs but its guest agent stopped answering (the VM is kept,
+             *     paused, until deleted); `interrupted`: zeishd stopped while the
              *     sandbox was starting; `capture_failed`: a fork, snapshot or stop lost the VM mid-way;
              *     `restore_failed`: a restore could not bring the VM back; `delete_failed`: a delete could not
              *     remove the VM or its files; `internal`: anything else.
              * @enum {string}
              */
-            error_code?: "boot_failed" | "boot_timeout" | "template_unavailable" | "vm_exited" | "interrupted" | "capture_failed" | "restore_failed" | "delete_failed" | "internal";
+            error_code?: "boot_failed" | "boot_timeout" | "template_unavailable" | "vm_exited" | "agent_silent" | "interrupted" | "capture_failed" | "restore_failed" | "delete_failed" | "internal";
             /** @description Set only in state `error`: what went wrong, for humans. For a failed boot it ends with the last lines of the guest's console (control characters removed). */
             error_message?: string;
-            /** @description The template's name. */
+            /** @description The template: a built-in's name, or the id of the account's template. */
             template: string;
             vcpus: number;
             memory_mib: number;
@@ -1313,6 +1407,93 @@ export interface components {
             snapshot: components["schemas"]["Snapshot"];
             sandbox: components["schemas"]["Sandbox"];
         };
+        /** @description A kernel and a root filesystem that sandboxes boot from. */
+        Template: {
+            /** @description The template's id (empty for a built-in not built yet). */
+            id: string;
+            name: string;
+            account_id?: components["schemas"]["AccountID"];
+            /** @description A built-in (`base`, `debian`), visible to every account. */
+            builtin: boolean;
+            /** @enum {string} */
+            state: "building" | "ready" | "error" | "deleted";
+            /** @description Why a build failed (`error`). */
+            state_reason?: string;
+            /** @description Where the image came from: `registry:…`, `docker-archive:upload`, … */
+            source?: string;
+            /** @description The image's manifest digest. */
+            digest?: string;
+            /** @description Content hash of everything the build used. */
+            hash: string;
+            /** @description Size of the root filesystem; sandboxes' disks are at least this big and grow it. */
+            disk_mib: number;
+            /** @description `KEY=VALUE` exec defaults from the image config; a sandbox's env wins. */
+            env?: string[];
+            /** @description Default working folder of execs. */
+            working_dir?: string;
+            /** @description Default user of execs (a name, a uid, or user:group). */
+            user?: string;
+            /** @description Started in the background once at every boot of a sandbox (default the image's Entrypoint + Cmd). */
+            start_cmd?: string[];
+            ready_cmd?: string[];
+            cold?: boolean;
+            /**
+             * Format: int64
+             * @description Compressed size of the image's layers.
+             */
+            layer_bytes?: number;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        TemplateList: {
+            templates: components["schemas"]["Template"][];
+        };
+        BuildTemplateRequest: {
+            /** @description Unique among the account's templates. */
+            name: string;
+            /**
+             * @description `registry:host/repo:tag`; for an upload `docker-archive` or `oci-archive`; for the admin account also `docker-archive:PATH`, `oci:DIR`, `oci-archive:PATH` on the server.
+             * @example registry:ghcr.io/acme/agent:1.2
+             */
+            from: string;
+            /** @description Registry basic-auth user. */
+            username?: string;
+            /** @description Registry basic-auth password (never stored: a build with credentials fails if zeishd restarts during it). */
+            password?: string;
+            /**
+             * @description Root filesystem size; the image must fit in it.
+             * @default 1024
+             */
+            disk_mib?: number;
+            /** @description Overrides the image's Entrypoint + Cmd. */
+            start_cmd?: string[];
+            /** @description Recorded for warm templates (not used yet). */
+            ready_cmd?: string[];
+            /** @description Recorded for warm templates (every template boots cold today). */
+            cold?: boolean;
+        };
+        /** @description One server-sent event's `data` of a template build. */
+        TemplateEvent: {
+            /** @enum {string} */
+            type: "progress" | "log" | "state";
+            /** Format: date-time */
+            time: string;
+            message?: string;
+            progress?: {
+                /** @enum {string} */
+                step: "resolve" | "layer" | "inject" | "disk" | "done";
+                layer?: number;
+                layers?: number;
+                /** Format: int64 */
+                bytes?: number;
+                /** Format: int64 */
+                total?: number;
+                message?: string;
+            };
+            template?: components["schemas"]["Template"];
+        };
         /** @description One server-sent event's `data`: the sandbox as it is after a change. */
         Event: {
             /** @enum {string} */
@@ -1324,7 +1505,7 @@ export interface components {
             argv: string[];
             /** @description Variables added to the sandbox's environment for this command. */
             env?: components["schemas"]["EnvMap"];
-            /** @description The working directory, an absolute path (default `/`). */
+            /** @description The working directory, an absolute path (default the template's working directory, else the user's home). */
             cwd?: string;
             /**
              * Format: byte
@@ -1333,6 +1514,8 @@ export interface components {
             stdin?: string;
             /** @description Kill the command (and its children) after this many seconds; 0 means no limit. */
             timeout_seconds?: number;
+            /** @description Run as this guest user (a name, a uid, or `user:group`); default the template's user (root unless the template's image config sets one). */
+            user?: string;
         };
         /**
          * @description One line of the exec stream. `type` says which other field is set:
@@ -1496,6 +1679,24 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /** @description `name_taken`: the account has a template of that name, or it is a built-in's. */
+        NameTaken: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description `forbidden`: built-in templates cannot be deleted. */
+        BuiltinTemplate: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
         /** @description `invalid_state`: the object is not in a state that allows this operation. */
         InvalidState: {
             headers: {
@@ -1585,6 +1786,8 @@ export interface components {
         SnapshotID: components["schemas"]["SnapshotID"];
         /** @description The snapshot's id or its name within this sandbox (a well-formed id is looked up as an id only). A snapshot of another sandbox gets 404. */
         SnapshotRef: string;
+        /** @description The template's id, or its name (the account's own first, then the built-ins). */
+        TemplateRef: string;
         /**
          * @description `true`: answer only once the sandbox has settled (is in no transition), with `200`,
          *     instead of at once with `202`. Waits at most 10 minutes (then `503 timeout`).
@@ -2218,7 +2421,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description The sandbox's id. */
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
             };
             cookie?: never;
@@ -2725,6 +2928,151 @@ export interface operations {
             path: {
                 /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
                 id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The event stream. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listTemplates: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The templates, oldest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    buildTemplate: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BuildTemplateRequest"];
+                "multipart/form-data": {
+                    spec: components["schemas"]["BuildTemplateRequest"];
+                    /**
+                     * Format: binary
+                     * @description A `docker save` archive or an OCI image layout as a tar.
+                     */
+                    image: string;
+                };
+            };
+        };
+        responses: {
+            /** @description The template, in state `building`. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Template"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            409: components["responses"]["NameTaken"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getTemplate: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The template's id, or its name (the account's own first, then the built-ins). */
+                id: components["parameters"]["TemplateRef"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The template. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Template"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    deleteTemplate: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The template's id, or its name (the account's own first, then the built-ins). */
+                id: components["parameters"]["TemplateRef"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The template, in state `deleted`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Template"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["BuiltinTemplate"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    templateEvents: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The template's id, or its name (the account's own first, then the built-ins). */
+                id: components["parameters"]["TemplateRef"];
             };
             cookie?: never;
         };

@@ -41,6 +41,11 @@ export type Usage = S["Usage"];
 export type SandboxUsage = S["SandboxUsage"];
 export type UsageReport = S["UsageReport"];
 export type PriceEstimate = S["PriceEstimate"];
+/** A template (the `Template` schema): built-in, or built from an image. */
+export type TemplateInfo = S["Template"];
+export type BuildTemplateRequest = S["BuildTemplateRequest"];
+/** One event of a template build's log (the `TemplateEvent` schema). */
+export type TemplateEvent = S["TemplateEvent"];
 
 /** Every error code, for runtime checks. Kept equal to ErrorCode by the compiler. */
 export const ERROR_CODES = [

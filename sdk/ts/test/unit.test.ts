@@ -50,6 +50,7 @@ async function handle(req: IncomingMessage, res: ServerResponse) {
   const url = new URL(req.url!, base);
   const p = url.pathname;
   if (p === `/api/v1/public/sandboxes/${ID}` && req.method === "GET") return sendJSON(res, 200, sandboxJSON());
+  if (p.startsWith("/api/v1/public/templates")) return templateRoute(req, res, p);
   if (p.startsWith("/api/v1/admin/") || p === "/api/v1/public/usage" || p === "/api/v1/public/pricing/estimate" || p.endsWith("/fork") || p.endsWith("/network")) {
     const rec = {
       method: req.method!, path: p, query: Object.fromEntries(url.searchParams), body: await body(req),
@@ -300,4 +301,39 @@ test("setNetwork sends a PATCH with the policy and returns the sandbox", async (
     ["PATCH", `/api/v1/public/sandboxes/${ID}/network`, '{"egress":"deny","allow":["pypi.org","*.pythonhosted.org"]}'],
   ]);
   await assert.rejects(z.setNetwork(ID, { allow: ["1.2.3.4/33"] }), (e: unknown) => e instanceof ZeishError && e.code === "invalid_argument");
+});
+
+const TPL = {
+  id: "tpl_cccccccccccccccccccc", name: "py", account_id: "acc_admin", builtin: false, state: "building", hash: "",
+  disk_mib: 1024, created_at: T0, updated_at: T0,
+};
+const templateRequests: { method: string; path: string; type: string | undefined; body: string }[] = [];
+
+async function templateRoute(req: IncomingMessage, res: ServerResponse, p: string) {
+  templateRequests.push({ method: req.method!, path: p, type: req.headers["content-type"], body: await body(req) });
+  if (p.endsWith("/events")) {
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    res.write(`event: progress\ndata: ${JSON.stringify({ type: "progress", time: T0, progress: { step: "layer", layer: 1, layers: 2, bytes: 5, total: 10 } })}\n\n`);
+    res.end(`event: state\ndata: ${JSON.stringify({ type: "state", time: T0, template: { ...TPL, state: "ready" } })}\n\n`);
+    return;
+  }
+  if (req.method === "GET" && p === "/api/v1/public/templates") return sendJSON(res, 200, { templates: [TPL] });
+  if (req.method === "POST") return sendJSON(res, 202, TPL);
+  return sendJSON(res, 200, { ...TPL, state: req.method === "DELETE" ? "deleted" : "ready" });
+}
+
+test("templates: JSON and multipart builds, list, events until the build ends", async () => {
+  const z = new Zeish({ apiUrl: base + "/api/v1", apiKey: "zk_test" });
+  assert.equal((await z.buildTemplate({ name: "py", from: "registry:r.example/a:b" })).state, "building");
+  await z.uploadTemplate({ name: "py", from: "docker-archive" }, new Blob(["ARCHIVE-BYTES"]));
+  const up = templateRequests.at(-1)!;
+  assert.match(up.type ?? "", /^multipart\/form-data; boundary=/);
+  assert.ok(up.body.indexOf('name="spec"') < up.body.indexOf('name="image"'), "spec part comes before the image");
+  assert.ok(up.body.includes("ARCHIVE-BYTES") && up.body.includes('"from":"docker-archive"'));
+  assert.equal((await z.listTemplates())[0]!.name, "py");
+  const steps: string[] = [];
+  const t = await z.waitTemplate("py", { onEvent: (e) => steps.push(e.type) });
+  assert.deepEqual(steps, ["progress", "state"]);
+  assert.equal(t.state, "ready");
+  assert.equal((await z.deleteTemplate("py")).state, "deleted");
 });

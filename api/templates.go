@@ -1,0 +1,46 @@
+package api
+
+import "github.com/zeish/zeish/sandbox"
+
+// BuildTemplateRequest asks for a template built from a container image.
+// As JSON, From is "registry:host/repo:tag" (or, for the admin account, a
+// path on the server: "docker-archive:/p.tar", "oci:/dir", "oci-archive:/p.tar").
+// To upload an archive, send multipart/form-data with a "spec" part holding
+// this object (From "docker-archive" or "oci-archive") followed by an
+// "image" part holding the archive; it is streamed, never held whole.
+type BuildTemplateRequest struct {
+	Name     string   `json:"name"`
+	From     string   `json:"from"`
+	Username string   `json:"username,omitempty"` // registry basic auth
+	Password string   `json:"password,omitempty"`
+	DiskMiB  int      `json:"disk_mib,omitempty"`  // root filesystem size; default 1024
+	StartCmd []string `json:"start_cmd,omitempty"` // default the image's Entrypoint + Cmd
+	ReadyCmd []string `json:"ready_cmd,omitempty"`
+	Cold     bool     `json:"cold,omitempty"`
+}
+
+// TemplateList is GET /public/templates.
+type TemplateList struct {
+	Templates []sandbox.Template `json:"templates"`
+}
+
+// TemplateEvent is one server-sent event of GET /public/templates/{id}/events:
+// type progress (a build step), log (a line) or state (the template changed).
+type TemplateEvent struct {
+	Type     string            `json:"type"`
+	Time     string            `json:"time"`
+	Message  string            `json:"message,omitempty"`
+	Progress *TemplateProgress `json:"progress,omitempty"`
+	Template *sandbox.Template `json:"template,omitempty"`
+}
+
+// TemplateProgress is a build step: resolve, layer (with bytes of total),
+// inject, disk, done.
+type TemplateProgress struct {
+	Step    string `json:"step"`
+	Layer   int    `json:"layer,omitempty"`
+	Layers  int    `json:"layers,omitempty"`
+	Bytes   int64  `json:"bytes,omitempty"`
+	Total   int64  `json:"total,omitempty"`
+	Message string `json:"message,omitempty"`
+}

@@ -1,0 +1,511 @@
+package catalog
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+	"github.com/zeish/zeish/template"
+)
+
+// Builds folder layout (<data dir>/template-builds):
+//
+//	<template id>/build.log   one JSON Event per line, kept after the build
+//	<template id>/image.tar   an uploaded archive, removed once built
+//	<template id>/work/       an oci-archive unpacked while building
+//
+// The built files themselves live in the template cache (oci-<hash>/),
+// shared by every template of the same image digest and disk size.
+
+// Event is one line of a template's build log and of its event stream.
+type Event struct {
+	Time     time.Time          `json:"time"`
+	Type     string             `json:"type"` // progress, log, state
+	Progress *template.Progress `json:"progress,omitempty"`
+	Message  string             `json:"message,omitempty"`
+	Template *sandbox.Template  `json:"template,omitempty"`
+}
+
+// BuildRequest asks for a template built from an image.
+type BuildRequest struct {
+	AccountID string
+	Name      string
+	// Source names the image; for an upload, Transport only (docker-archive
+	// or oci-archive) and Upload streams the archive.
+	Source   template.Source
+	Upload   io.Reader
+	DiskMiB  int
+	StartCmd []string
+	ReadyCmd []string
+	Cold     bool
+}
+
+// BuildOptions configure template builds.
+type BuildOptions struct {
+	Dir      string // <data dir>/template-builds
+	Parallel int    // builds running at once; default 2
+}
+
+type builds struct {
+	dir string
+	sem chan struct{}
+
+	mu      sync.Mutex
+	cancels map[string]context.CancelFunc
+	changed map[string]chan struct{}
+	running sync.WaitGroup
+}
+
+// uploadName is where an uploaded archive waits for its build.
+const uploadName = "image.tar"
+
+// StartBuilds enables template builds and resumes those a previous zeishd
+// left in state building: a build with its inputs still there (an upload
+// kept in its folder, a registry reference without credentials, a path)
+// starts again from scratch; one whose credentials were not kept fails with
+// that reason.
+func (c *Catalog) StartBuilds(ctx context.Context, opts BuildOptions) error {
+	if opts.Parallel <= 0 {
+		opts.Parallel = 2
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return err
+	}
+	c.b = &builds{dir: opts.Dir, sem: make(chan struct{}, opts.Parallel),
+		cancels: map[string]context.CancelFunc{}, changed: map[string]chan struct{}{}}
+	all, err := c.store.ListTemplates(ctx)
+	if err != nil {
+		return err
+	}
+	for _, t := range all {
+		if t.State != sandbox.TemplateBuilding {
+			continue
+		}
+		req, ok := c.resumable(t)
+		if !ok {
+			c.finish(t, nil, errors.New("interrupted by a zeishd restart; registry credentials are not kept, build it again"))
+			continue
+		}
+		c.log.Info("template build resumed after restart", "template", t.ID, "name", t.Name)
+		c.appendEvent(t.ID, Event{Type: "log", Message: "zeishd restarted: building again"})
+		c.spawn(t, req)
+	}
+	go c.sweepLoop(ctx)
+	return nil
+}
+
+// sweepLoop removes deleted templates' files once their last sandbox is
+// gone (a sandbox delete does not call into the catalog).
+func (c *Catalog) sweepLoop(ctx context.Context) {
+	c.Sweep(ctx)
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.Sweep(ctx)
+		}
+	}
+}
+
+// Close cancels running builds and waits for them (they are resumed by
+// the next StartBuilds).
+func (c *Catalog) Close() {
+	if c.b == nil {
+		return
+	}
+	c.mu.Lock()
+	c.closing = true
+	c.mu.Unlock()
+	c.b.mu.Lock()
+	for _, cancel := range c.b.cancels {
+		cancel()
+	}
+	c.b.mu.Unlock()
+	c.b.running.Wait()
+}
+
+// buildSpec is what a build needs beyond the template row, kept beside
+// the log so a restart can resume it.
+type buildSpec struct {
+	Transport string `json:"transport"`
+	Ref       string `json:"ref"`
+	HasAuth   bool   `json:"has_auth"`
+}
+
+func (c *Catalog) resumable(t sandbox.Template) (BuildRequest, bool) {
+	b, err := os.ReadFile(filepath.Join(c.b.dir, t.ID, "spec.json"))
+	if err != nil {
+		return BuildRequest{}, false
+	}
+	var s buildSpec
+	if json.Unmarshal(b, &s) != nil || s.HasAuth {
+		return BuildRequest{}, false
+	}
+	return BuildRequest{AccountID: t.AccountID, Name: t.Name, Source: template.Source{Transport: s.Transport, Ref: s.Ref},
+		DiskMiB: t.DiskMiB, StartCmd: t.StartCmd, ReadyCmd: t.ReadyCmd, Cold: t.Cold}, true
+}
+
+// Build records a template in state building and builds it in the
+// background. An upload is streamed to the build's folder first (the
+// caller's request carries it), so Build returns once it is stored.
+func (c *Catalog) Build(ctx context.Context, req BuildRequest) (sandbox.Template, error) {
+	if c.b == nil {
+		return sandbox.Template{}, fmt.Errorf("template builds are not enabled on this server: %w", errdefs.ErrUnavailable)
+	}
+	if err := c.nameFree(ctx, req.AccountID, req.Name); err != nil {
+		return sandbox.Template{}, err
+	}
+	now := time.Now().UTC()
+	t := sandbox.Template{ID: sandbox.NewID(sandbox.PrefixTemplate), Name: req.Name, AccountID: req.AccountID,
+		State: sandbox.TemplateBuilding, Source: req.Source.String(), DiskMiB: req.DiskMiB,
+		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, Cold: req.Cold, CreatedAt: now, UpdatedAt: now}
+	dir := filepath.Join(c.b.dir, t.ID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return t, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			os.RemoveAll(dir)
+		}
+	}()
+	if req.Upload != nil {
+		p := filepath.Join(dir, uploadName)
+		if err := copyToFile(p, req.Upload); err != nil {
+			return t, fmt.Errorf("upload: %w", err)
+		}
+		req.Source.Ref = p
+		t.Source = req.Source.Transport + ":upload"
+	}
+	spec, _ := json.Marshal(buildSpec{Transport: req.Source.Transport, Ref: req.Source.Ref,
+		HasAuth: req.Source.Username != "" || req.Source.Password != ""})
+	if err := os.WriteFile(filepath.Join(dir, "spec.json"), spec, 0o600); err != nil {
+		return t, err
+	}
+	if err := c.store.PutTemplate(ctx, t); err != nil {
+		return t, err
+	}
+	ok = true
+	c.appendEvent(t.ID, Event{Type: "state", Template: &t})
+	c.spawn(t, req)
+	return t, nil
+}
+
+func copyToFile(p string, r io.Reader) error {
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, r)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// nameFree refuses a name the account already uses, or a built-in's.
+func (c *Catalog) nameFree(ctx context.Context, accountID, name string) error {
+	if name == BaseName || name == DebianName {
+		return fmt.Errorf("template name %q is a built-in's: %w", name, errdefs.ErrNameTaken)
+	}
+	all, err := c.store.ListTemplates(ctx)
+	if err != nil {
+		return err
+	}
+	for _, t := range all {
+		if t.AccountID == accountID && t.Name == name && t.State != sandbox.TemplateDeleted {
+			return fmt.Errorf("template name %q is taken (%s): %w", name, t.ID, errdefs.ErrNameTaken)
+		}
+	}
+	return nil
+}
+
+// spawn runs the build when a slot is free.
+func (c *Catalog) spawn(t sandbox.Template, req BuildRequest) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c.b.mu.Lock()
+	c.b.cancels[t.ID] = cancel
+	c.b.mu.Unlock()
+	c.b.running.Add(1)
+	go func() {
+		defer c.b.running.Done()
+		defer func() {
+			c.b.mu.Lock()
+			delete(c.b.cancels, t.ID)
+			c.b.mu.Unlock()
+			cancel()
+		}()
+		select {
+		case c.b.sem <- struct{}{}:
+		case <-ctx.Done():
+			c.finish(t, nil, ctx.Err())
+			return
+		}
+		defer func() { <-c.b.sem }()
+		c.appendEvent(t.ID, Event{Type: "log", Message: "build started"})
+		a, err := c.runBuild(ctx, t, req)
+		c.finish(t, a, err)
+	}()
+}
+
+func (c *Catalog) runBuild(ctx context.Context, t sandbox.Template, req BuildRequest) (*template.Artifacts, error) {
+	dir := filepath.Join(c.b.dir, t.ID)
+	work := filepath.Join(dir, "work")
+	os.RemoveAll(work)
+	if err := os.Mkdir(work, 0o700); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+	return template.BuildOCI(ctx, template.OCIOptions{Base: c.opts, Source: req.Source, DiskMiB: req.DiskMiB, WorkDir: work,
+		Progress: func(p template.Progress) {
+			c.appendEvent(t.ID, Event{Type: "progress", Progress: &p, Message: p.Message})
+		}})
+}
+
+// finish records a build's end. A build cancelled by Close stays building
+// (the next zeishd resumes it); one cancelled by a delete stays deleted.
+func (c *Catalog) finish(t sandbox.Template, a *template.Artifacts, err error) {
+	ctx := context.Background()
+	cur, gerr := c.store.GetTemplate(ctx, t.Key())
+	if gerr != nil || cur.State == sandbox.TemplateDeleted {
+		c.appendEvent(t.ID, Event{Type: "log", Message: "build ended after the template was deleted"})
+		c.Sweep(ctx)
+		return
+	}
+	c.mu.Lock()
+	closing := c.closing
+	c.mu.Unlock()
+	if err != nil && closing && errors.Is(err, context.Canceled) {
+		c.appendEvent(t.ID, Event{Type: "log", Message: "build interrupted by a zeishd shutdown; it resumes on the next start"})
+		return
+	}
+	cur.UpdatedAt = time.Now().UTC()
+	if err != nil {
+		cur.State, cur.StateReason = sandbox.TemplateError, "build failed: "+err.Error()
+		c.log.Warn("template build failed", "template", t.ID, "err", err)
+	} else {
+		cur.State, cur.StateReason = sandbox.TemplateReady, ""
+		cur.Kernel, cur.Initrd, cur.BaseDisk, cur.KernelArgs, cur.Dir = a.Kernel, a.Initrd, a.BaseDisk, a.KernelArgs, a.Dir
+		cur.Hash, cur.DiskMiB = a.Hash, a.DiskMiB
+		if img := a.Image; img != nil {
+			cur.Digest, cur.LayerBytes = img.Digest, img.LayerBytes
+			cur.Env, cur.WorkingDir, cur.User = img.Env, img.WorkingDir, img.User
+			if len(cur.StartCmd) == 0 {
+				cur.StartCmd = img.StartCmd()
+			}
+		}
+	}
+	if perr := c.store.PutTemplate(ctx, cur); perr != nil {
+		c.log.Error("record template build", "template", t.ID, "err", perr)
+	}
+	os.Remove(filepath.Join(c.b.dir, t.ID, uploadName))
+	c.appendEvent(t.ID, Event{Type: "state", Template: &cur})
+	c.log.Info("template build ended", "template", t.ID, "name", t.Name, "state", cur.State)
+}
+
+// appendEvent adds e to the template's build log and wakes its watchers.
+func (c *Catalog) appendEvent(id string, e Event) {
+	if e.Time.IsZero() {
+		e.Time = time.Now().UTC()
+	}
+	b, _ := json.Marshal(e)
+	c.b.mu.Lock()
+	defer c.b.mu.Unlock()
+	if f, err := os.OpenFile(filepath.Join(c.b.dir, id, "build.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600); err == nil {
+		f.Write(append(b, '\n'))
+		f.Close()
+	}
+	if ch := c.b.changed[id]; ch != nil {
+		close(ch)
+		delete(c.b.changed, id)
+	}
+}
+
+// Events returns the build log's events from line `from` on, and a channel
+// closed when more arrive.
+func (c *Catalog) Events(id string, from int) ([]Event, <-chan struct{}) {
+	c.b.mu.Lock()
+	ch := c.b.changed[id]
+	if ch == nil {
+		ch = make(chan struct{})
+		c.b.changed[id] = ch
+	}
+	c.b.mu.Unlock()
+	var out []Event
+	f, err := os.Open(filepath.Join(c.b.dir, id, "build.log"))
+	if err != nil {
+		return nil, ch
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for i := 0; sc.Scan(); i++ {
+		if i < from {
+			continue
+		}
+		var e Event
+		if json.Unmarshal(sc.Bytes(), &e) == nil {
+			out = append(out, e)
+		}
+	}
+	return out, ch
+}
+
+// Resolve finds the template an account means by ref (an id or a name):
+// its own first, then the built-ins. Other accounts' templates and deleted
+// ones do not exist for it.
+func (c *Catalog) Resolve(ctx context.Context, accountID, ref string) (sandbox.Template, error) {
+	all, err := c.store.ListTemplates(ctx)
+	if err != nil {
+		return sandbox.Template{}, err
+	}
+	var builtin *sandbox.Template
+	for i := range all {
+		t := all[i]
+		if t.State == sandbox.TemplateDeleted || (t.ID != ref && t.Name != ref) {
+			continue
+		}
+		if t.AccountID == accountID && accountID != "" {
+			return t, nil
+		}
+		if t.AccountID == "" {
+			builtin = &all[i]
+		}
+	}
+	if builtin != nil {
+		b := *builtin
+		b.Builtin = true
+		if b.State == "" {
+			b.State = sandbox.TemplateReady
+		}
+		return b, nil
+	}
+	if ref == BaseName {
+		// Not built yet: it is on its way.
+		return sandbox.Template{Name: BaseName, Builtin: true, State: sandbox.TemplateBuilding}, nil
+	}
+	return sandbox.Template{}, fmt.Errorf("template %q does not exist: %w", ref, errdefs.ErrNotFound)
+}
+
+// List returns the account's templates and the built-ins.
+func (c *Catalog) List(ctx context.Context, accountID string) ([]sandbox.Template, error) {
+	all, err := c.store.ListTemplates(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []sandbox.Template{}
+	for _, t := range all {
+		switch {
+		case t.State == sandbox.TemplateDeleted:
+		case t.AccountID == "":
+			t.Builtin = true
+			if t.State == "" {
+				t.State = sandbox.TemplateReady
+			}
+			out = append(out, t)
+		case t.AccountID == accountID:
+			out = append(out, t)
+		}
+	}
+	if !slices.ContainsFunc(out, func(t sandbox.Template) bool { return t.Builtin && t.Name == BaseName }) {
+		// Recorded once its first build ends; until then it is on its way.
+		out = append(out, sandbox.Template{Name: BaseName, Builtin: true, State: sandbox.TemplateBuilding})
+	}
+	slices.SortFunc(out, func(a, b sandbox.Template) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return out, nil
+}
+
+// Delete hides an account's template at once and cancels its build; its
+// files go when no sandbox boots from them any more (Sweep).
+func (c *Catalog) Delete(ctx context.Context, accountID, ref string) (sandbox.Template, error) {
+	t, err := c.Resolve(ctx, accountID, ref)
+	if err != nil {
+		return t, err
+	}
+	if t.Builtin {
+		return t, fmt.Errorf("template %q is built in: %w", t.Name, errdefs.ErrForbidden)
+	}
+	t.State, t.StateReason, t.UpdatedAt = sandbox.TemplateDeleted, "deleted", time.Now().UTC()
+	if err := c.store.PutTemplate(ctx, t); err != nil {
+		return t, err
+	}
+	if c.b != nil {
+		c.b.mu.Lock()
+		cancel := c.b.cancels[t.ID]
+		c.b.mu.Unlock()
+		if cancel != nil {
+			cancel()
+		}
+		c.appendEvent(t.ID, Event{Type: "state", Template: &t})
+	}
+	c.Sweep(ctx)
+	return t, nil
+}
+
+// Sweep removes the files of deleted templates that no live sandbox uses
+// and no other template shares, then their rows and build folders.
+func (c *Catalog) Sweep(ctx context.Context) {
+	c.sweepMu.Lock()
+	defer c.sweepMu.Unlock()
+	all, err := c.store.ListTemplates(ctx)
+	if err != nil {
+		return
+	}
+	live, err := c.store.ListSandboxes(ctx, store.SandboxFilter{})
+	if err != nil {
+		return
+	}
+	inUse := map[string]bool{}
+	for _, r := range live {
+		inUse[r.Template] = true
+	}
+	dirInUse := map[string]bool{}
+	for _, t := range all {
+		if t.Dir != "" && (t.State != sandbox.TemplateDeleted || inUse[t.Key()]) {
+			dirInUse[t.Dir] = true
+		}
+	}
+	for _, t := range all {
+		if t.State != sandbox.TemplateDeleted || inUse[t.Key()] {
+			continue
+		}
+		running := false
+		if c.b != nil {
+			c.b.mu.Lock()
+			running = c.b.cancels[t.ID] != nil
+			c.b.mu.Unlock()
+		}
+		if running {
+			continue // its end calls Sweep again
+		}
+		if t.Dir != "" && !dirInUse[t.Dir] && strings.HasPrefix(filepath.Base(t.Dir), "oci-") {
+			if err := os.RemoveAll(t.Dir); err != nil {
+				c.log.Warn("remove template files", "template", t.ID, "dir", t.Dir, "err", err)
+				continue
+			}
+		}
+		if c.b != nil {
+			os.RemoveAll(filepath.Join(c.b.dir, t.ID))
+		}
+		if err := c.store.DeleteTemplate(ctx, t.Key()); err != nil {
+			c.log.Warn("drop template row", "template", t.ID, "err", err)
+			continue
+		}
+		c.log.Info("template files removed", "template", t.ID, "name", t.Name)
+	}
+}

@@ -1,0 +1,191 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/internal/catalog"
+	"github.com/zeish/zeish/sandbox"
+	"github.com/zeish/zeish/template"
+)
+
+// Template build limits.
+const (
+	minTemplateDiskMiB = 64
+	maxUploadBytes     = 32 << 30
+	maxCmdArgs         = 256
+)
+
+func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) {
+	acct := accountFrom(r.Context())
+	var (
+		req    api.BuildTemplateRequest
+		upload io.Reader
+	)
+	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if mt == "multipart/form-data" {
+		// Parts in order: spec first, then the archive, streamed as it
+		// arrives (never parsed into memory or a temp file by net/http).
+		mr := multipart.NewReader(http.MaxBytesReader(w, r.Body, maxUploadBytes), params["boundary"])
+		part, err := mr.NextPart()
+		if err != nil || part.FormName() != "spec" {
+			writeError(w, r, invalid("multipart body: the first part must be \"spec\" (the JSON request)"))
+			return
+		}
+		dec := json.NewDecoder(io.LimitReader(part, maxBody))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeError(w, r, invalid("spec part: %s", strings.TrimPrefix(err.Error(), "json: ")))
+			return
+		}
+		if part, err = mr.NextPart(); err != nil || part.FormName() != "image" {
+			writeError(w, r, invalid("multipart body: the second part must be \"image\" (the archive)"))
+			return
+		}
+		upload = part
+	} else if err := decode(r, &req); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	breq, err := s.buildRequest(acct.ID, acct.Admin, req, upload != nil)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	breq.Upload = upload
+	t, err := s.opts.Catalog.Build(r.Context(), breq)
+	if err != nil {
+		if errors.As(err, new(*http.MaxBytesError)) {
+			err = invalid("upload larger than %d GiB", maxUploadBytes>>30)
+		}
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, t)
+}
+
+// buildRequest validates a build request at the edge.
+func (s *Server) buildRequest(accountID string, admin bool, req api.BuildTemplateRequest, upload bool) (catalog.BuildRequest, error) {
+	if err := sandbox.CheckName(req.Name); err != nil {
+		return catalog.BuildRequest{}, err
+	}
+	var src template.Source
+	if upload {
+		t := strings.TrimSuffix(strings.TrimSuffix(req.From, ":upload"), ":")
+		if t != template.TransportDockerArchive && t != template.TransportOCIArchive {
+			return catalog.BuildRequest{}, invalid("from %q: an upload is a docker-archive or an oci-archive", req.From)
+		}
+		src = template.Source{Transport: t}
+	} else {
+		var err error
+		if src, err = template.ParseSource(req.From); err != nil {
+			return catalog.BuildRequest{}, invalid("from: %v", err)
+		}
+		// A path names a file on the server: only the operator may.
+		if src.Transport != template.TransportRegistry && !admin {
+			return catalog.BuildRequest{}, invalid("from %q: upload the archive (multipart/form-data), or use registry:", req.From)
+		}
+		src.Username, src.Password = req.Username, req.Password
+	}
+	switch {
+	case req.DiskMiB == 0:
+		req.DiskMiB = template.DiskMiB
+	case req.DiskMiB < minTemplateDiskMiB || req.DiskMiB > sandbox.MaxDiskMiB:
+		return catalog.BuildRequest{}, invalid("disk_mib %d is outside %d..%d", req.DiskMiB, minTemplateDiskMiB, sandbox.MaxDiskMiB)
+	}
+	for _, c := range [][]string{req.StartCmd, req.ReadyCmd} {
+		if len(c) > maxCmdArgs {
+			return catalog.BuildRequest{}, invalid("start_cmd and ready_cmd take at most %d arguments", maxCmdArgs)
+		}
+	}
+	return catalog.BuildRequest{AccountID: accountID, Name: req.Name, Source: src, DiskMiB: req.DiskMiB,
+		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, Cold: req.Cold}, nil
+}
+
+func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {
+	ts, err := s.opts.Catalog.List(r.Context(), accountFrom(r.Context()).ID)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.TemplateList{Templates: ts})
+}
+
+func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
+	t, err := s.opts.Catalog.Resolve(r.Context(), accountFrom(r.Context()).ID, r.PathValue("id"))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, t)
+}
+
+func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
+	t, err := s.opts.Catalog.Delete(r.Context(), accountFrom(r.Context()).ID, r.PathValue("id"))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, t)
+}
+
+// templateEvents replays the build log as server-sent events and follows
+// it until the build ends (a state event with a settled template).
+func (s *Server) templateEvents(w http.ResponseWriter, r *http.Request) {
+	t, err := s.opts.Catalog.Resolve(r.Context(), accountFrom(r.Context()).ID, r.PathValue("id"))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	if t.Builtin || t.ID == "" {
+		b, _ := jsonLine(api.TemplateEvent{Type: "state", Time: time.Now().UTC().Format(time.RFC3339Nano), Template: &t})
+		fmt.Fprintf(w, "event: state\ndata: %s\n\n", b)
+		rc.Flush()
+		return
+	}
+	keepAlive := time.NewTicker(15 * time.Second)
+	defer keepAlive.Stop()
+	seen := 0
+	for {
+		events, more := s.opts.Catalog.Events(t.ID, seen)
+		seen += len(events)
+		done := false
+		for _, e := range events {
+			ev := api.TemplateEvent{Type: e.Type, Time: e.Time.Format(time.RFC3339Nano), Message: e.Message, Template: e.Template}
+			if p := e.Progress; p != nil {
+				ev.Progress = &api.TemplateProgress{Step: p.Step, Layer: p.Layer, Layers: p.Layers, Bytes: p.Bytes, Total: p.Total, Message: p.Message}
+			}
+			b, _ := jsonLine(ev)
+			if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", e.Type, b); err != nil {
+				return
+			}
+			if e.Template != nil && e.Template.State != sandbox.TemplateBuilding {
+				done = true
+			}
+		}
+		if rc.Flush() != nil || done {
+			return
+		}
+		select {
+		case <-more:
+		case <-keepAlive.C:
+			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
+				return
+			}
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
