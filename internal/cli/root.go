@@ -100,6 +100,7 @@ func (a *app) newRoot() *cobra.Command {
 		a.sandboxesCmd(),
 		a.snapshotsCmd(),
 		a.execCmd(),
+		a.shellCmd(),
 		a.filesCmd(),
 		a.processesCmd(),
 		a.adminCmd(),

@@ -122,6 +122,9 @@ func (s *Server) routes() []route {
 		{"POST " + d + "/files/mkdir", s.withToken(s.mkdir)},
 		{"GET " + d + "/processes", s.withToken(s.processes)},
 		{"POST " + d + "/processes/{pid}/kill", s.withToken(s.kill)},
+		{"GET " + d + "/terminals", s.withToken(s.listTerminals)},
+		{"GET " + d + "/terminals/connect", queryToken(s.withToken(s.newTerminal))},
+		{"GET " + d + "/terminals/{pid}/connect", queryToken(s.withToken(s.attachTerminal))},
 	}
 }
 
