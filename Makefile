@@ -5,14 +5,20 @@ GO      ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/zeish/zeish/internal/version.Version=$(VERSION)
 
-.PHONY: all deps build run test test-ts vet bench clean
+.PHONY: all deps build console run test test-ts test-browser vet bench clean
 
 all: build
 
 deps:
 	@./scripts/deps.sh
 
-build:
+# The web console (TypeScript + xterm.js, bundled by esbuild) goes into
+# internal/console/dist, which zeishd embeds; without it zeishd serves a
+# page saying to run make build.
+console:
+	cd internal/console/web && npm ci --no-audit --no-fund && npm run build
+
+build: console
 	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -o bin/sandboxd ./cmd/sandboxd
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/zeishd ./cmd/zeishd
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/zeishctl ./cmd/zeishctl
@@ -28,6 +34,7 @@ vet:
 test: deps vet
 	$(GO) test -p 2 -timeout 30m ./...
 	$(MAKE) test-ts
+	$(MAKE) test-browser
 
 # The TypeScript SDK and its eval-farm example, against a real zeishd (bin/)
 # and real VMs; the Go tests above fill the shared template cache first.
@@ -35,6 +42,12 @@ test-ts: build
 	cd sdk/ts && npm ci --no-audit --no-fund && npm run build
 	cd examples/eval-farm/ts && npm ci --no-audit --no-fund && npm run build
 	cd sdk/ts && npm test
+
+# The console in real Chromium (Debian's /usr/bin/chromium, driven by
+# playwright-core) against a real zeishd (bin/) and real VMs; screenshots go
+# to internal/console/web/screenshots.
+test-browser: build
+	cd internal/console/web && npm test
 
 # BENCHFLAGS, e.g. make bench BENCHFLAGS='-runs 3 -only cold'
 bench: deps build

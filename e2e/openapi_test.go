@@ -206,6 +206,13 @@ func (v *validatingTransport) check(req *http.Request, body []byte, bodyRead boo
 		Header:                 resp.Header,
 		Options:                opts,
 	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// A WebSocket: the upgrade must be documented; the body is the socket.
+		if route.Operation.Responses.Status(resp.StatusCode) == nil {
+			return "WebSocket upgrade (101) not documented"
+		}
+		return ""
+	}
 	if streamingTypes[respCT] {
 		// Status, headers and content type; the body stays a stream.
 		ref := route.Operation.Responses.Status(resp.StatusCode)

@@ -31,11 +31,14 @@ type Server struct {
 	user  string            // Config.User, the default user of execs
 	cwd   string            // Config.Cwd, the default working folder
 	execs map[int]*runningExec
+	terms map[int]*terminal
+	// linger overrides TerminalLinger (tests).
+	linger time.Duration
 }
 
 // NewServer returns an agent that reports version in Info.
 func NewServer(log *slog.Logger, version string) *Server {
-	return &Server{log: log, version: version, sys: realSystem(), execs: map[int]*runningExec{}}
+	return &Server{log: log, version: version, sys: realSystem(), execs: map[int]*runningExec{}, terms: map[int]*terminal{}}
 }
 
 // ServePort serves a virtio-serial port for as long as ctx lives. The port
@@ -152,6 +155,18 @@ func (s *Server) handle(st *yamux.Stream) {
 		}
 		s.exec(st, r, w, *req.Exec)
 		return
+	case opTerm:
+		if req.Term == nil {
+			err = fmt.Errorf("terminal: no request: %w", errdefs.ErrInvalidArgument)
+			break
+		}
+		s.startTerminal(st, r, w, *req.Term)
+		return
+	case opAttach:
+		s.attachTerminal(st, r, w, req.PID, req.Size)
+		return
+	case opTerms:
+		res = s.terminals()
 	case opReadFile:
 		s.readFile(st, r, w, req.Path)
 		return

@@ -28,6 +28,8 @@ const (
 	chunkStarted byte = 's' // exec: JSON {"pid":…}
 	chunkResult  byte = 'r' // JSON result of the op
 	chunkError   byte = 'x' // JSON wireError; ends the call
+	chunkResize  byte = 'w' // terminal: JSON TermSize
+	chunkSignal  byte = 'k' // terminal: a signal name for its foreground process group
 
 	maxChunk       = 32 << 10
 	maxChunkHeader = 5
@@ -47,6 +49,9 @@ const (
 	opRemove    = "remove"
 	opProcesses = "ps"
 	opKill      = "kill"
+	opTerm      = "term"
+	opAttach    = "term_attach"
+	opTerms     = "term_list"
 )
 
 // request is the header line of a stream.
@@ -61,6 +66,8 @@ type request struct {
 	Group     bool         `json:"group,omitempty"` // kill: the process group of a running exec
 	Exec      *ExecRequest `json:"exec,omitempty"`
 	Config    *Config      `json:"config,omitempty"`
+	Term      *TermRequest `json:"term,omitempty"`
+	Size      *TermSize    `json:"size,omitempty"` // term_attach: resize on attach
 }
 
 type started struct {

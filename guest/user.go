@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -18,6 +19,17 @@ type execUser struct {
 	uid, gid uint32
 	groups   []uint32 // supplementary groups from /etc/group
 	home     string
+	shell    string // login shell from /etc/passwd; "" when unknown
+}
+
+// loginShell is the user's shell, or /bin/sh when that is a nologin
+// placeholder or missing (nobody's /bin/false would end at once).
+func (u execUser) loginShell() string {
+	base := filepath.Base(u.shell)
+	if u.shell == "" || base == "false" || base == "nologin" || checkExecutable(u.shell) != nil {
+		return "/bin/sh"
+	}
+	return u.shell
 }
 
 // Where lookupUser reads accounts; tests point them elsewhere.
@@ -46,7 +58,7 @@ func lookupUser(spec string) (execUser, error) {
 		if err1 != nil || err2 != nil {
 			return true
 		}
-		u.name, u.uid, u.gid, u.home, found = f[0], uint32(uid), uint32(gid), f[5], true
+		u.name, u.uid, u.gid, u.home, u.shell, found = f[0], uint32(uid), uint32(gid), f[5], f[6], true
 		return false
 	})
 	if !found {

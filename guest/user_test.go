@@ -22,9 +22,9 @@ func TestLookupUser(t *testing.T) {
 	}{
 		{"", execUser{name: "root", home: "/root"}, false},
 		{"root", execUser{name: "root", home: "/root"}, false},
-		{"user", execUser{name: "user", uid: 1000, gid: 1000, home: "/home/user", groups: []uint32{27}}, false},
-		{"1000", execUser{name: "user", uid: 1000, gid: 1000, home: "/home/user", groups: []uint32{27}}, false},
-		{"user:staff", execUser{name: "user", uid: 1000, gid: 50, home: "/home/user", groups: []uint32{27}}, false},
+		{"user", execUser{name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash", groups: []uint32{27}}, false},
+		{"1000", execUser{name: "user", uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash", groups: []uint32{27}}, false},
+		{"user:staff", execUser{name: "user", uid: 1000, gid: 50, home: "/home/user", shell: "/bin/bash", groups: []uint32{27}}, false},
 		{"4242", execUser{name: "4242", uid: 4242, gid: 4242, home: "/"}, false},
 		{"4242:7", execUser{name: "4242", uid: 4242, gid: 7, home: "/"}, false},
 		{"nobody-here", execUser{}, true},

@@ -102,6 +102,7 @@ func (a *app) newRoot() *cobra.Command {
 		a.snapshotsCmd(),
 		a.templatesCmd(),
 		a.execCmd(),
+		a.shellCmd(),
 		a.filesCmd(),
 		a.processesCmd(),
 		a.adminCmd(),

@@ -106,6 +106,10 @@ func accountFrom(ctx context.Context) store.Account {
 // withAccount authenticates an API key and puts its account in the context.
 func (s *Server) withAccount(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := r.Context().Value(accountKey).(store.Account); ok {
+			h(w, r) // a console request, authenticated by its session (console.go)
+			return
+		}
 		key, err := bearer(r)
 		if err != nil {
 			writeError(w, r, err)
@@ -184,12 +188,19 @@ func (t *tokenSigner) verify(token, sandboxID string, now time.Time) (accountID,
 
 // requestKey is the API key a control-plane request was made with.
 func (s *Server) requestKey(r *http.Request) (store.APIKey, error) {
+	if k, ok := r.Context().Value(apiKeyCtx{}).(store.APIKey); ok {
+		return k, nil // a console session's key
+	}
 	tok, err := bearer(r)
 	if err != nil {
 		return store.APIKey{}, err
 	}
 	return s.store.KeyByHash(r.Context(), HashKey(tok))
 }
+
+// apiKeyCtx carries the API key of a request authenticated another way
+// than by its bearer (a console session).
+type apiKeyCtx struct{}
 
 // keyLive checks that the API key a token was issued to is not revoked.
 func (s *Server) keyLive(ctx context.Context, accountID, keyID string) error {

@@ -37,14 +37,15 @@ type Options struct {
 
 // Server serves the API.
 type Server struct {
-	opts   Options
-	store  store.Store
-	node   *node.Node
-	tokens *tokenSigner
-	quotas *quotas
-	prices metering.Prices
-	log    *slog.Logger
-	calls  *callLimiter // data-plane calls in flight per sandbox
+	opts    Options
+	store   store.Store
+	node    *node.Node
+	tokens  *tokenSigner
+	quotas  *quotas
+	prices  metering.Prices
+	log     *slog.Logger
+	calls   *callLimiter // data-plane calls in flight per sandbox
+	console consoleSessions
 }
 
 // New makes a server; the data dir holds its token-signing key.
@@ -132,6 +133,13 @@ func (s *Server) routes() []route {
 		{"POST " + d + "/files/mkdir", s.withToken(s.mkdir)},
 		{"GET " + d + "/processes", s.withToken(s.processes)},
 		{"POST " + d + "/processes/{pid}/kill", s.withToken(s.kill)},
+		{"POST /console/api/session", s.signIn},
+		{"GET /console/api/session", s.withSession(s.getSession)},
+		{"DELETE /console/api/session", s.withSession(s.signOut)},
+		{"PUT /console/api/sandboxes/{id}/files", s.withSession(s.consoleUpload)},
+		{"GET " + d + "/terminals", s.withToken(s.listTerminals)},
+		{"GET " + d + "/terminals/connect", queryToken(s.withToken(s.newTerminal))},
+		{"GET " + d + "/terminals/{pid}/connect", queryToken(s.withToken(s.attachTerminal))},
 	}
 }
 
@@ -144,6 +152,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, invalidRoute(r))
 	})
+	s.registerConsole(mux)
 	return s.logRequests(mux)
 }
 

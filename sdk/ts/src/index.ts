@@ -10,5 +10,8 @@ export {
   ZeishError, InvalidArgumentError, AuthenticationError, NotFoundError, ConflictError, RateLimitError,
   TimeoutError, ServerError, SandboxStateError, isZeishError,
 } from "./errors.js";
+export {
+  Terminal, checkSize, MAX_TERMINAL_SIZE, type TerminalOptions, type TerminalInfo, type WebSocketLike, type WebSocketCtor,
+} from "./terminal.js";
 export * from "./types.js";
 export type { paths, components, operations } from "./schema.js";

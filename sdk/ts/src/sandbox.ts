@@ -4,6 +4,7 @@ import type {
   Access, ErrorCode, ExecEvent, ExecRequest, FileInfo, Lineage, ProcessInfo, SandboxEvent, SandboxInfo,
   SandboxState, SizePreset, SnapshotInfo,
 } from "./types.js";
+import { Terminal, checkSize, terminalQuery, type TerminalInfo, type TerminalOptions, type WebSocketCtor } from "./terminal.js";
 import { base64Decode, base64Encode, readLines, snakeKeys } from "./util.js";
 
 /** Options of Sandbox.create (camelCase; sent as the API's CreateSandboxRequest). */
@@ -418,6 +419,33 @@ export class Sandbox {
     return this.#dp.access();
   }
 
+  /** Opens an interactive terminal (an exec with a TTY) over a WebSocket. */
+  async terminal(opts: TerminalOptions): Promise<Terminal> {
+    const q = terminalQuery(opts);
+    const acc = await this.#dp.access();
+    q.set("access_token", acc.token);
+    return Terminal.open(wsURL(acc.url + "/terminals/connect?" + q.toString()), opts.WebSocket);
+  }
+
+  /** Re-attaches to the terminal of pid (its recent output is replayed first). */
+  async attachTerminal(pid: number, opts: { rows?: number; cols?: number; WebSocket?: WebSocketCtor } = {}): Promise<Terminal> {
+    const q = new URLSearchParams();
+    if (opts.rows !== undefined || opts.cols !== undefined) {
+      checkSize(opts.rows ?? 0, opts.cols ?? 0);
+      q.set("rows", String(opts.rows));
+      q.set("cols", String(opts.cols));
+    }
+    const acc = await this.#dp.access();
+    q.set("access_token", acc.token);
+    return Terminal.open(wsURL(`${acc.url}/terminals/${pid}/connect?${q.toString()}`), opts.WebSocket);
+  }
+
+  /** The sandbox's terminals: running, and exited ones not yet collected. */
+  async terminals(): Promise<TerminalInfo[]> {
+    const list = await this.#dp.json<{ terminals: TerminalInfo[] }>("GET", "/terminals");
+    return list.terminals;
+  }
+
   /**
    * Runs a command: an argv array (no shell) or a string (run with `sh -c`).
    * Output is streamed to onStdout/onStderr as it arrives and collected.
@@ -543,3 +571,8 @@ export class Sandbox {
 }
 
 export { enc };
+
+/** ws(s):// for an http(s):// data-plane URL. */
+function wsURL(u: string): string {
+  return u.replace(/^http/, "ws");
+}

@@ -7,7 +7,7 @@ import {
   AuthenticationError, ConflictError, InvalidArgumentError, NotFoundError, Sandbox, ServerError, Zeish, ZeishError,
   isZeishError,
 } from "../src/index.js";
-import type { Prices } from "../src/index.js";
+import type { Prices, Terminal } from "../src/index.js";
 import { Harness, vmSkipReason } from "./harness.js";
 
 const skip = vmSkipReason();
@@ -207,6 +207,8 @@ describe("sdk against zeishd", { skip, timeout: 20 * 60_000 }, () => {
     assert.equal(slow.timedOut, true);
     await assert.rejects(sbx.exec(["/no/such/binary"]), (e: unknown) => isZeishError(e, "file_not_found"));
 
+    await terminal(sbx);
+
     // files: binary round trip, streamed upload, list, stat, mkdir, remove.
     const blob = new Uint8Array(256 * 1024 + 7);
     for (let i = 0; i < blob.length; i++) blob[i] = (i * 7 + (i >> 8)) & 0xff;
@@ -272,3 +274,56 @@ describe("sdk against zeishd", { skip, timeout: 20 * 60_000 }, () => {
     console.log(`vm test total: ${Date.now() - t0} ms`);
   }));
 });
+
+/** A terminal through the SDK: size, resize, Ctrl-C, detach and re-attach, exit code, refusals. */
+async function terminal(sbx: Sandbox): Promise<void> {
+  const screen = (t: Terminal) => {
+    let text = "";
+    const waiters: Array<() => void> = [];
+    t.onData = (c) => {
+      text += new TextDecoder().decode(c);
+      waiters.splice(0).forEach((w) => w());
+    };
+    return {
+      text: () => text,
+      async waitFor(want: string): Promise<void> {
+        const deadline = Date.now() + 60_000;
+        while (!text.includes(want)) {
+          if (Date.now() > deadline) throw new Error(`terminal never showed ${JSON.stringify(want)}: ${JSON.stringify(text)}`);
+          await new Promise<void>((r) => { waiters.push(r); setTimeout(r, 1000); });
+        }
+      },
+    };
+  };
+  const t = await sbx.terminal({ rows: 24, cols: 80, env: { PS1: "$ " } });
+  assert.ok(t.pid > 1);
+  const out = screen(t);
+  t.write("stty size\n");
+  await out.waitFor("24 80");
+  t.resize(40, 120);
+  t.write("stty size\n");
+  await out.waitFor("40 120");
+  t.write("echo sleeping; sleep 300\n");
+  await out.waitFor("sleeping\r\n");
+  t.write("\x03");
+  t.write("echo rc=$?\n");
+  await out.waitFor("rc=130");
+  const refused = new Promise<unknown>((r) => { t.onRefused = r; });
+  t.signal("BOGUS");
+  assert.ok(isZeishError(await refused, "invalid_argument"));
+  assert.throws(() => t.resize(0, 0), (e: unknown) => e instanceof InvalidArgumentError);
+  t.write("echo mark-$((6*7))\n");
+  await out.waitFor("mark-42");
+  t.close();
+  await assert.rejects(t.exited, (e: unknown) => isZeishError(e, "unavailable"));
+
+  const list = await sbx.terminals();
+  assert.deepEqual(list.map((x) => [x.pid, x.exited]), [[t.pid, false]]);
+  const again = await sbx.attachTerminal(t.pid, { rows: 30, cols: 90 });
+  const out2 = screen(again);
+  await out2.waitFor("mark-42");
+  again.write("stty size; exit 6\n");
+  await out2.waitFor("30 90");
+  assert.equal((await again.exited).exit_code, 6);
+  await assert.rejects(sbx.terminal({ rows: 0, cols: 0 }), (e: unknown) => e instanceof InvalidArgumentError);
+}

@@ -1,0 +1,299 @@
+// The console in real Chromium against a real zeishd with real VMs: sign
+// in, create, terminal, files, snapshots, clones and lineage, delete, another
+// account, and the refusals. Screenshots go to screenshots/.
+import assert from "node:assert/strict";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { chromium } from "playwright-core";
+import { Zeishd } from "./harness.mjs";
+
+const shots = new URL("../screenshots/", import.meta.url).pathname;
+mkdirSync(shots, { recursive: true });
+const T = 180_000; // a VM boots in seconds, but the CPU is shared
+
+let z, ctx, page, profile, failed = false;
+const external = [];
+
+before(async () => {
+  z = await Zeishd.start();
+  profile = mkdtempSync(join(tmpdir(), "zeish-chromium-"));
+  ctx = await chromium.launchPersistentContext(profile, {
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    headless: true,
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+      "--disable-component-update", "--disable-sync"],
+    viewport: { width: 1280, height: 800 },
+    acceptDownloads: true,
+  });
+  // No external network: anything not to this zeishd is refused and reported.
+  await ctx.route("**/*", (route) => {
+    const u = new URL(route.request().url());
+    if (u.host === `127.0.0.1:${z.port}`) return route.continue();
+    external.push(u.href);
+    return route.abort();
+  });
+  page = ctx.pages()[0] ?? await ctx.newPage();
+  page.setDefaultTimeout(T);
+  page.on("dialog", (d) => d.accept());
+});
+
+after(async () => {
+  await ctx?.close();
+  if (profile) rmSync(profile, { recursive: true, force: true });
+  const left = await z?.stop(failed);
+  assert.deepEqual(left ?? [], [], "VM processes left behind");
+});
+
+async function step(name, fn) {
+  const t0 = Date.now();
+  try {
+    await fn();
+    console.log(`step ${name}: ${Date.now() - t0} ms`);
+  } catch (e) {
+    failed = true;
+    await page?.screenshot({ path: shots + "FAILED-" + name + ".png" }).catch(() => {});
+    throw e;
+  }
+}
+
+const shot = (name) => page.screenshot({ path: shots + name + ".png" });
+const go = (hash) => page.goto(`${z.base}/console/${hash}`);
+const rowOf = (name) => page.locator(`#sandboxes tr[data-name="${name}"]`);
+const screenText = () => page.locator(".xterm-rows").innerText();
+
+async function waitText(fn, want, what) {
+  const deadline = Date.now() + T;
+  for (;;) {
+    const text = await fn();
+    if (text.includes(want)) return text;
+    if (Date.now() > deadline) throw new Error(`${what}: never showed ${JSON.stringify(want)}: ${JSON.stringify(text)}`);
+    await page.waitForTimeout(200);
+  }
+}
+
+test("the console end to end", { timeout: 15 * 60_000 }, async () => {
+  let id;
+  await step("signin", async () => {
+    await go("");
+    await page.waitForURL(/#\/login$/);
+    await shot("01-login");
+    await page.fill("#apikey", "zk_not-a-real-key");
+    await page.press("#apikey", "Enter");
+    await page.getByRole("alert").filter({ hasText: "unauthenticated" }).waitFor();
+    await page.fill("#apikey", z.adminKey);
+    await page.press("#apikey", "Enter");
+    await page.waitForURL(/#\/sandboxes$/);
+    const cookie = (await ctx.cookies()).find((c) => c.name === "zeish_session");
+    assert.ok(cookie && cookie.httpOnly && cookie.sameSite === "Strict", `session cookie ${JSON.stringify(cookie)}`);
+  });
+
+  await step("create", async () => {
+    await page.click("summary");
+    await page.fill("#new-name", "web-1");
+    await page.fill("#new-memory", "256");
+    await page.fill("#new-env", "GREETING=hello");
+    await page.click("#create");
+    await rowOf("web-1").locator('[data-state="running"]').waitFor();
+    id = await rowOf("web-1").getAttribute("data-id");
+    await shot("02-sandboxes");
+  });
+
+  await step("overview", async () => {
+    await rowOf("web-1").getByRole("link", { name: "web-1" }).click();
+    await page.locator('[data-field="state"] [data-state="running"]').waitFor();
+    assert.equal(await page.locator('[data-field="memory_mib"]').innerText(), "256");
+    await shot("03-overview");
+  });
+
+  await step("terminal", async () => {
+    await page.click("#tab-terminal");
+    await waitText(() => page.locator("#term-status").innerText(), "Connected", "terminal status");
+    await page.locator("#terminal").click();
+    await page.keyboard.type("echo hi\n");
+    // The answer is a line of its own ("echo hi" is the echo of the typing).
+    const deadline = Date.now() + T;
+    while (!(await screenText()).split("\n").some((l) => l.trim() === "hi")) {
+      if (Date.now() > deadline) throw new Error("echo hi never answered: " + (await screenText()));
+      await page.waitForTimeout(200);
+    }
+    await page.keyboard.type("stty size\n");
+    const status = await page.locator("#term-status").innerText();
+    const [, cols, rows] = status.match(/(\d+)×(\d+)/);
+    await waitText(screenText, `${rows} ${cols}`, "stty size");
+    await shot("04-terminal");
+  });
+
+  const original = "hello from the browser\n";
+  await step("files", async () => {
+    await page.click("#tab-files");
+    await page.locator("#files").waitFor();
+    await page.setInputFiles("#upload", { name: "hello.txt", mimeType: "text/plain", buffer: Buffer.from(original) });
+    const row = page.locator('#files tr[data-file="hello.txt"]');
+    await row.waitFor();
+    const [download] = await Promise.all([page.waitForEvent("download"), row.getByRole("button", { name: "Download" }).click()]);
+    assert.equal(readFileSync(await download.path(), "utf8"), original);
+    await shot("05-files");
+
+    // Bad input: an upload over the console's limit is refused in words, and nothing is written.
+    await page.setInputFiles("#upload", { name: "big.bin", mimeType: "application/octet-stream", buffer: Buffer.alloc(33 << 20) });
+    await page.getByRole("alert").filter({ hasText: "over the console's 32 MiB limit" }).waitFor();
+    await page.click('button[type="submit"]');
+    await row.waitFor();
+    assert.equal(await page.locator('#files tr[data-file="big.bin"]').count(), 0);
+  });
+
+  await step("snapshots", async () => {
+    await page.click("#tab-snapshots");
+    await page.fill("#snap-name", "before");
+    await page.click("#take-snapshot");
+    await page.locator('#snapshots tr[data-snapshot="before"]').waitFor();
+    // A rule's refusal, in words: the name is taken.
+    await page.fill("#snap-name", "before");
+    await page.click("#take-snapshot");
+    await page.getByRole("alert").filter({ hasText: "name_taken" }).waitFor();
+
+    // Change the file in the editor…
+    await page.click("#tab-files");
+    await page.locator('#files tr[data-file="hello.txt"]').getByRole("button", { name: "Edit" }).click();
+    await page.fill("#editor", "changed\n");
+    await page.click("#save");
+    await page.locator("#editor").waitFor({ state: "detached" });
+    await page.locator('#files tr[data-file="hello.txt"]').getByRole("button", { name: "Edit" }).click();
+    assert.equal(await page.inputValue("#editor"), "changed\n");
+
+    // …restore, and it is rolled back.
+    await page.click("#tab-snapshots");
+    await page.locator('#snapshots tr[data-snapshot="before"]').getByRole("button", { name: "Restore" }).click();
+    await page.getByRole("status").filter({ hasText: "Restored before." }).waitFor();
+    await shot("06-snapshots");
+    await page.click("#tab-files");
+    await page.locator('#files tr[data-file="hello.txt"]').getByRole("button", { name: "Edit" }).click();
+    assert.equal(await page.inputValue("#editor"), original);
+  });
+
+  let children;
+  await step("clone-lineage", async () => {
+    await page.click("#tab-overview");
+    await page.locator('[data-field="state"] [data-state="running"]').waitFor();
+    await page.fill("#clone-count", "2");
+    await page.click("#act-clone");
+    await page.click("#tab-lineage");
+    const kids = page.locator(`#lineage a[data-parent="${id}"]`);
+    const deadline = Date.now() + T;
+    while ((await kids.count()) !== 2) {
+      if (Date.now() > deadline) throw new Error(`lineage has ${await kids.count()} children`);
+      await page.waitForTimeout(250);
+    }
+    children = await kids.evaluateAll((els) => els.map((e) => e.getAttribute("data-node")));
+    await page.locator(`#lineage a[data-parent="${id}"][data-state="running"]`).nth(1).waitFor();
+    await shot("07-lineage");
+    await page.locator(`#lineage a[data-node="${children[0]}"]`).click();
+    await page.waitForURL(new RegExp(`#/sandboxes/${children[0]}/lineage$`));
+  });
+
+  await step("usage-account-templates", async () => {
+    await go(`#/sandboxes/${id}/usage`);
+    await page.locator("#usage dl").waitFor();
+    await shot("08-usage");
+    await go("#/templates");
+    await page.locator("#templates").waitFor();
+    await go("#/account");
+    await page.locator("#new-key").waitFor();
+    await shot("09-account");
+  });
+
+  let otherKey;
+  await step("keys", async () => {
+    // An admin makes a key in the console; it is shown once and works.
+    await page.click("#new-key");
+    const key = await page.locator("#new-key-value").innerText();
+    assert.match(key, /^zk_/);
+    await z.api("GET", "/public/sandboxes", key);
+    const acct = await z.api("POST", "/admin/accounts", z.adminKey, { name: "other" });
+    otherKey = (await z.api("POST", `/admin/accounts/${acct.id}/keys`, z.adminKey, {})).key;
+  });
+
+  await step("phone", async () => {
+    await page.setViewportSize({ width: 390, height: 844 });
+    await go("#/sandboxes");
+    await rowOf("web-1").waitFor();
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    assert.ok(overflow <= 0, `the page is ${overflow}px wider than a phone`);
+    await shot("10-phone");
+    await page.setViewportSize({ width: 1280, height: 800 });
+    // Keyboard: a page puts focus on its content; Tab reaches the create
+    // form, Enter opens it, Tab goes into it; Shift+Tab back to the header.
+    await go("#/sandboxes");
+    await rowOf("web-1").waitFor();
+    const focused = () => page.evaluate(() => document.activeElement?.id || document.activeElement?.textContent);
+    await page.keyboard.press("Tab");
+    assert.equal(await focused(), "New sandbox");
+    await page.keyboard.press("Enter");
+    await page.keyboard.press("Tab");
+    assert.equal(await focused(), "new-name");
+    await page.keyboard.press("Shift+Tab");
+    await page.keyboard.press("Shift+Tab");
+    assert.equal(await focused(), "signout");
+  });
+
+  await step("delete", async () => {
+    await go("#/sandboxes");
+    for (const c of children) await page.locator(`#sandboxes tr[data-id="${c}"] input[type=checkbox]`).check();
+    await page.click("#bulk-delete");
+    for (const c of children) await page.locator(`#sandboxes tr[data-id="${c}"]`).waitFor({ state: "detached" });
+    await go(`#/sandboxes/${id}/overview`);
+    await page.locator('[data-field="state"] [data-state="running"]').waitFor();
+    await page.click("#act-delete");
+    await page.locator('[data-field="state"] [data-state="destroyed"]').waitFor();
+    await shot("11-destroyed");
+  });
+
+  await step("refusals", async () => {
+    const cookie = (await ctx.cookies()).find((c) => c.name === "zeish_session").value;
+    const at = (path, init = {}) => fetch(z.base + path, init).then(async (r) => [r.status, await r.text()]);
+    // A cross-site request with the real cookie: another Origin, or no console header.
+    let [status, body] = await at("/console/api/v1/public/sandboxes", {
+      method: "POST", headers: { Cookie: "zeish_session=" + cookie, Origin: "http://evil.example", "X-Zeish-Console": "1", "Content-Type": "application/json" }, body: "{}",
+    });
+    assert.equal(status, 403, body);
+    assert.match(body, /"forbidden"/);
+    [status, body] = await at("/console/api/v1/public/sandboxes", {
+      method: "POST", headers: { Cookie: "zeish_session=" + cookie, "Content-Type": "application/json" }, body: "{}",
+    });
+    assert.equal(status, 403, body);
+    [status, body] = await at("/console/api/v1/public/sandboxes", { headers: { Cookie: "zeish_session=" + cookie, "Sec-Fetch-Site": "cross-site" } });
+    assert.equal(status, 403, body);
+    // The same from inside the page without the header: refused too.
+    status = await page.evaluate(async () => (await fetch("/console/api/v1/public/sandboxes", { method: "POST", body: "{}" })).status);
+    assert.equal(status, 403);
+    assert.equal((await z.api("GET", "/public/sandboxes", z.adminKey)).sandboxes.length, 0, "a refused request created a sandbox");
+
+    // A forged session cookie: refused, and the console goes to sign-in.
+    [status, body] = await at("/console/api/session", { headers: { Cookie: "zeish_session=forged" } });
+    assert.equal(status, 401, body);
+    assert.match(body, /"unauthenticated"/);
+    await ctx.clearCookies();
+    await ctx.addCookies([{ name: "zeish_session", value: "forged", url: z.base + "/console" }]);
+    await go("#/sandboxes");
+    await page.waitForURL(/#\/login$/);
+  });
+
+  await step("another-account", async () => {
+    await page.fill("#apikey", otherKey);
+    await page.press("#apikey", "Enter");
+    await page.waitForURL(/#\/sandboxes$/);
+    await page.locator("#sandboxes td.note").filter({ hasText: "No sandboxes." }).waitFor();
+    await go(`#/sandboxes/${id}/overview`);
+    await page.getByRole("alert").filter({ hasText: "not_found" }).first().waitFor();
+    const status = await page.evaluate(async (sid) => (await fetch(`/console/api/v1/public/sandboxes/${sid}/lineage`)).status, id);
+    assert.equal(status, 404);
+    await page.click("#signout");
+    await page.waitForURL(/#\/login$/);
+    const after = await page.evaluate(async () => (await fetch("/console/api/session")).status);
+    assert.equal(after, 401);
+  });
+
+  assert.deepEqual(external, [], "the console reached outside zeishd");
+});
