@@ -58,6 +58,11 @@ type CreateSandboxRequest struct {
 	Browser       bool              `json:"browser,omitempty"`
 	Desktop       bool              `json:"desktop,omitempty"`
 	Metadata      map[string]string `json:"metadata,omitempty"`
+	// TimeoutSeconds > 0 ends the sandbox's life that long after create
+	// (extend it with POST /public/sandboxes/{id}/timeout); OnTimeout is what
+	// then happens: delete (default), pause or stop.
+	TimeoutSeconds int    `json:"timeout_seconds,omitempty"`
+	OnTimeout      string `json:"on_timeout,omitempty"`
 }
 
 // SandboxList is GET /public/sandboxes.

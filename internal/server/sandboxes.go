@@ -77,12 +77,20 @@ func (s *Server) newRecord(ctx context.Context, acct store.Account, req api.Crea
 	case len(req.GitRepo) > 1024 || len(req.GitBranch) > 256:
 		return nil, invalid("git_repo or git_branch is too long")
 	}
+	timeoutAt, onTimeout, err := resolveTimeout(req.TimeoutSeconds, req.OnTimeout, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	if timeoutAt != nil && onTimeout == "" {
+		onTimeout = sandbox.OnTimeoutDelete
+	}
 	return &store.SandboxRecord{
 		Sandbox: sandbox.Sandbox{
 			AccountID: acct.ID, Name: req.Name, Template: req.Template,
 			VCPUs: size.VCPUs, MemoryMiB: size.MemoryMiB, DiskMiB: size.DiskMiB,
 			Env: req.Env, GitRepo: req.GitRepo, GitBranch: req.GitBranch, PRNumber: req.PRNumber,
 			MaxCostMicros: req.MaxCostMicros, Browser: req.Browser, Desktop: req.Desktop, Metadata: req.Metadata,
+			TimeoutAt: timeoutAt, OnTimeout: onTimeout,
 		},
 		SecretEnv: req.Secrets,
 	}, nil
