@@ -7,8 +7,8 @@ import (
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
-	zeish "github.com/zeish/zeish/sdk/go"
 	"github.com/zeish/zeish/sandbox"
+	zeish "github.com/zeish/zeish/sdk/go"
 )
 
 // TestSandboxTimeout: a sandbox created with a timeout is deleted when it
