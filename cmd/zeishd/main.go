@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/internal/catalog"
+	"github.com/zeish/zeish/internal/e2b"
 	"github.com/zeish/zeish/internal/metering"
 	"github.com/zeish/zeish/internal/node"
 	"github.com/zeish/zeish/internal/secrets"
@@ -168,7 +169,9 @@ func run(ctx context.Context) error {
 	budgetsDone := make(chan struct{})
 	go func() { defer close(budgetsDone); srv.EnforceBudgets(bctx, 2*time.Second) }()
 	defer func() { stopBudgets(); <-budgetsDone }()
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	apiHandler := srv.Handler()
+	facade := e2b.New(e2b.Options{API: apiHandler, Backend: srv, Logger: log}) // E2B's SDKs, under /e2b
+	hs := &http.Server{Handler: facade.Mount(apiHandler), ReadHeaderTimeout: 10 * time.Second}
 	caps := driver.Capabilities()
 	log.Info("zeishd listening", "addr", "http://"+ln.Addr().String(), "data_dir", dataDir, "node", nodeID,
 		"vmm", caps.Name, "accel", caps.Accel, "accel_reason", caps.AccelReason, "accel_probe_ms", caps.AccelProbeMS, "confinement", caps.Confinement, "memory_budget_mib", budget, "plan", fmt.Sprintf("%+v", plan), "admin_key", keyPath, "version", version.Version)
