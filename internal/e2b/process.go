@@ -413,4 +413,3 @@ func (s *processService) CloseStdin(ctx context.Context, req *connect.Request[pb
 	p.mu.Unlock()
 	return connect.NewResponse(&pb.CloseStdinResponse{}), nil
 }
-
