@@ -266,6 +266,16 @@ func (f *Facade) get(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, detail(sb))
 }
 
+// metrics: zeish keeps no per-sandbox resource samples yet, so there are none
+// to return for a sandbox that exists.
+func (f *Facade) metrics(w http.ResponseWriter, r *http.Request) {
+	if _, err := f.lookup(r.Context(), r.PathValue("id")); err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, []any{})
+}
+
 func (f *Facade) kill(w http.ResponseWriter, r *http.Request) {
 	sb, err := f.lookup(r.Context(), r.PathValue("id"))
 	if err == nil {
@@ -395,15 +405,14 @@ func (f *Facade) listV2(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []map[string]any{}
 	var last string
-	for i, sb := range all {
+	for _, sb := range all {
 		st, _ := state(sb.State)
 		if !slices.Contains(states, st) || !matches(sb, md) || (q.Get("template") != "" && sb.Template != q.Get("template")) {
 			continue
 		}
 		if len(out) == limit {
-			if i < len(all) {
-				w.Header().Set("X-Next-Token", last)
-			}
+			// Another match exists: the next page starts after last.
+			w.Header().Set("X-Next-Token", last)
 			break
 		}
 		out = append(out, detail(sb))

@@ -95,6 +95,7 @@ func (f *Facade) routes() []route {
 		{"GET " + p + "/v2/sandboxes", f.withKey(f.listV2)},
 		{"GET " + p + "/sandboxes/{id}", f.withKey(f.get)},
 		{"DELETE " + p + "/sandboxes/{id}", f.withKey(f.kill)},
+		{"GET " + p + "/sandboxes/{id}/metrics", f.withKey(f.metrics)},
 		{"POST " + p + "/sandboxes/{id}/timeout", f.withKey(f.setTimeout)},
 		{"POST " + p + "/sandboxes/{id}/refreshes", f.withKey(f.refresh)},
 		{"POST " + p + "/sandboxes/{id}/pause", f.withKey(f.pause)},
