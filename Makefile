@@ -5,7 +5,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/zeish/zeish/internal/version.Version=$(VERSION)
 
-.PHONY: all deps build console run test test-ts test-browser vet bench clean
+.PHONY: all deps build console run test test-ts test-browser test-e2b vet bench clean proto
 
 all: build
 
@@ -48,6 +48,21 @@ test-ts: build
 # to internal/console/web/screenshots.
 test-browser: build
 	cd internal/console/web && npm test
+
+# The unmodified npm `e2b` SDK against a real zeishd (bin/) and real VMs.
+test-e2b: build
+	cd sdk/e2b-compat && npm ci --no-audit --no-fund && npm test
+
+# Go code for our envd-compatible .proto files (internal/e2b/proto): protoc
+# from Debian (scripts/deps.sh), the plugins at the versions go.mod pins.
+PROTO_PLUGINS := $(CURDIR)/bin/proto-plugins
+proto:
+	GOBIN=$(PROTO_PLUGINS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go
+	GOBIN=$(PROTO_PLUGINS) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go
+	cd internal/e2b/proto && PATH=$(PROTO_PLUGINS):$$PATH protoc -I . -I /usr/include \
+		--go_out=../envdpb --go_opt=module=github.com/zeish/zeish/internal/e2b/envdpb \
+		--connect-go_out=../envdpb --connect-go_opt=module=github.com/zeish/zeish/internal/e2b/envdpb \
+		process/process.proto filesystem/filesystem.proto
 
 # BENCHFLAGS, e.g. make bench BENCHFLAGS='-runs 3 -only cold'
 bench: deps build

@@ -3,6 +3,9 @@ module github.com/zeish/zeish
 go 1.26.8
 
 require (
+	connectrpc.com/connect v1.21.1
+	github.com/coder/websocket v1.8.15
+	github.com/creack/pty v1.1.24
 	github.com/digitalocean/go-qemu v0.0.0-20250212194115-ee9b0668d242
 	github.com/getkin/kin-openapi v0.153.0
 	github.com/google/go-containerregistry v0.22.1
@@ -18,12 +21,11 @@ require (
 	github.com/vishvananda/netns v0.0.5
 	golang.org/x/sync v0.24.0
 	golang.org/x/sys v0.50.0
+	google.golang.org/protobuf v1.36.12
 	modernc.org/sqlite v1.62.0
 )
 
 require (
-	github.com/coder/websocket v1.8.15 // indirect
-	github.com/creack/pty v1.1.24 // indirect
 	github.com/digitalocean/go-libvirt v0.0.0-20220804181439-8648fbde413e // indirect
 	github.com/docker/cli v29.7.2+incompatible // indirect
 	github.com/docker/docker-credential-helpers v0.9.3 // indirect
@@ -59,4 +61,9 @@ require (
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
+)
+
+tool (
+	connectrpc.com/connect/cmd/protoc-gen-connect-go
+	google.golang.org/protobuf/cmd/protoc-gen-go
 )

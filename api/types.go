@@ -59,6 +59,11 @@ type CreateSandboxRequest struct {
 	Desktop       bool              `json:"desktop,omitempty"`
 	Metadata      map[string]string `json:"metadata,omitempty"`
 	Network       *NetworkRequest   `json:"network,omitempty"`
+	// TimeoutSeconds > 0 ends the sandbox's life that long after create
+	// (extend it with POST /public/sandboxes/{id}/timeout); OnTimeout is what
+	// then happens: delete (default), pause or stop.
+	TimeoutSeconds int    `json:"timeout_seconds,omitempty"`
+	OnTimeout      string `json:"on_timeout,omitempty"`
 }
 
 // SandboxList is GET /public/sandboxes.

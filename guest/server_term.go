@@ -433,4 +433,3 @@ func (s *Server) terminals() []TermInfo {
 	slices.SortFunc(out, func(a, b TermInfo) int { return a.PID - b.PID })
 	return out
 }
-

@@ -65,7 +65,22 @@ type Sandbox struct {
 	CreatedAt     time.Time         `json:"created_at"`
 	UpdatedAt     time.Time         `json:"updated_at"`
 	DestroyedAt   *time.Time        `json:"destroyed_at,omitempty"`
+
+	// TimeoutAt, when set, is when the sandbox's time is up; OnTimeout says
+	// what happens then (one of TimeoutActions). Clients move it.
+	TimeoutAt *time.Time `json:"timeout_at,omitempty"`
+	OnTimeout string     `json:"on_timeout,omitempty"`
 }
+
+// What happens to a sandbox when its TimeoutAt passes.
+const (
+	OnTimeoutDelete = "delete"
+	OnTimeoutPause  = "pause"
+	OnTimeoutStop   = "stop"
+)
+
+// TimeoutActions lists the values of OnTimeout.
+var TimeoutActions = []string{OnTimeoutDelete, OnTimeoutPause, OnTimeoutStop}
 
 // Template is a kernel plus a root filesystem that sandboxes boot from:
 // a built-in (base, debian) visible to every account, or one an account

@@ -40,6 +40,7 @@ import (
 
 	"github.com/zeish/zeish/internal/catalog"
 	"github.com/zeish/zeish/internal/datadir"
+	"github.com/zeish/zeish/internal/e2b"
 	"github.com/zeish/zeish/internal/metering"
 	"github.com/zeish/zeish/internal/node"
 	"github.com/zeish/zeish/internal/secrets"
@@ -199,13 +200,15 @@ func run(ctx context.Context) error {
 	budgetsDone := make(chan struct{})
 	go func() { defer close(budgetsDone); srv.EnforceBudgets(bctx, 2*time.Second) }()
 	defer func() { stopBudgets(); <-budgetsDone }()
+	apiHandler := srv.Handler()
+	facade := e2b.New(e2b.Options{API: apiHandler, Backend: srv, Logger: log}) // E2B's SDKs, under /e2b
 	limits := server.DefaultLimits
 	if v := os.Getenv("ZEISH_MAX_CONNECTIONS"); v != "" {
 		if limits.MaxConns, err = strconv.Atoi(v); err != nil || limits.MaxConns < 1 {
 			return fmt.Errorf("ZEISH_MAX_CONNECTIONS=%q: want a number above 0", v)
 		}
 	}
-	hs, ln := server.HTTPServer(ln, srv.Handler(), limits)
+	hs, ln := server.HTTPServer(ln, facade.Mount(apiHandler), limits)
 	caps := driver.Capabilities()
 	log.Info("zeishd listening", "addr", "http://"+ln.Addr().String(), "data_dir", dataDir, "node", nodeID,
 		"vmm", caps.Name, "accel", caps.Accel, "accel_reason", caps.AccelReason, "accel_probe_ms", caps.AccelProbeMS, "confinement", caps.Confinement, "memory_budget_mib", budget, "plan", fmt.Sprintf("%+v", plan), "admin_key", keyPath, "version", version.Version)

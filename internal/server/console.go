@@ -13,8 +13,8 @@ import (
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
-	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/internal/console"
+	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 )
 

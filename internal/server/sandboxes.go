@@ -89,6 +89,13 @@ func (s *Server) newRecord(ctx context.Context, acct store.Account, req api.Crea
 	if err != nil {
 		return nil, err
 	}
+	timeoutAt, onTimeout, err := resolveTimeout(req.TimeoutSeconds, req.OnTimeout, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	if timeoutAt != nil && onTimeout == "" {
+		onTimeout = sandbox.OnTimeoutDelete
+	}
 	return &store.SandboxRecord{
 		Sandbox: sandbox.Sandbox{
 			Network:   netw,
@@ -96,6 +103,7 @@ func (s *Server) newRecord(ctx context.Context, acct store.Account, req api.Crea
 			VCPUs: size.VCPUs, MemoryMiB: size.MemoryMiB, DiskMiB: size.DiskMiB,
 			Env: req.Env, GitRepo: req.GitRepo, GitBranch: req.GitBranch, PRNumber: req.PRNumber,
 			MaxCostMicros: req.MaxCostMicros, Browser: req.Browser, Desktop: req.Desktop, Metadata: req.Metadata,
+			TimeoutAt: timeoutAt, OnTimeout: onTimeout,
 		},
 		SecretEnv: req.Secrets,
 	}, nil

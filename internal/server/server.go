@@ -101,6 +101,7 @@ func (s *Server) routes() []route {
 		{"GET " + p + "/sandboxes/{id}", s.withAccount(s.getSandbox)},
 		{"DELETE " + p + "/sandboxes/{id}", s.withAccount(s.deleteSandbox)},
 		{"POST " + p + "/sandboxes/{id}/wait", s.withAccount(s.waitSandbox)},
+		{"POST " + p + "/sandboxes/{id}/timeout", s.withAccount(s.setTimeout)},
 		{"POST " + p + "/sandboxes/{id}/access", s.withAccount(s.access)},
 		{"POST " + p + "/sandboxes/{id}/pause", s.withAccount(s.lifecycle(s.node.Pause, false))},
 		{"POST " + p + "/sandboxes/{id}/resume", s.withAccount(s.lifecycle(s.node.Resume, true))},

@@ -144,12 +144,14 @@ func (s *Server) estimate(w http.ResponseWriter, r *http.Request) {
 const budgetReason = "budget_exhausted"
 
 // EnforceBudgets stops every running or paused sandbox whose cost reached
-// its max_cost_micros, every interval, until ctx ends.
+// its max_cost_micros, and acts on every sandbox whose timeout passed, every
+// interval, until ctx ends.
 func (s *Server) EnforceBudgets(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		s.enforceBudgets(ctx)
+		s.enforceTimeouts(ctx)
 		select {
 		case <-ctx.Done():
 			return

@@ -1,0 +1,157 @@
+package e2b
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/sandbox"
+)
+
+// fakeAPI answers zeish's list and get from a fixed set, and 401 for any key
+// but "good".
+type fakeAPI struct{ sandboxes []sandbox.Sandbox }
+
+func (a *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Authorization") != "Bearer good" {
+		writeJSON(w, http.StatusUnauthorized, api.ErrorBody{Error: api.ErrorDetail{Code: "unauthenticated", Message: "bad key"}})
+		return
+	}
+	path := strings.TrimPrefix(r.URL.Path, api.BasePath+"/public")
+	if path == "/sandboxes" {
+		writeJSON(w, http.StatusOK, api.SandboxList{Sandboxes: a.sandboxes})
+		return
+	}
+	for _, sb := range a.sandboxes {
+		if path == "/sandboxes/"+sb.ID {
+			writeJSON(w, http.StatusOK, sb)
+			return
+		}
+	}
+	writeJSON(w, http.StatusNotFound, api.ErrorBody{Error: api.ErrorDetail{Code: "not_found", Message: "no such sandbox"}})
+}
+
+func testFacade() *Facade {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	mk := func(id string, st sandbox.State, age int, md map[string]string) sandbox.Sandbox {
+		return sandbox.Sandbox{ID: id, State: st, Template: "base", CreatedAt: t0.Add(time.Duration(age) * time.Minute), Metadata: md}
+	}
+	return New(Options{API: &fakeAPI{sandboxes: []sandbox.Sandbox{
+		mk("sbx_a", sandbox.StateRunning, 1, map[string]string{"team": "x y", "k": "1"}),
+		mk("sbx_b", sandbox.StatePaused, 2, map[string]string{"team": "x y"}),
+		mk("sbx_c", sandbox.StateStopped, 3, nil),
+		mk("sbx_d", sandbox.StateDestroyed, 4, nil),
+		mk("sbx_e", sandbox.StateStarting, 5, nil),
+		mk("sbx_f", sandbox.StateError, 6, nil),
+	}}})
+}
+
+func serve(f *Facade, method, target, key string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, target, nil)
+	if key != "" {
+		req.Header.Set("X-API-KEY", key)
+	}
+	w := httptest.NewRecorder()
+	f.Handler().ServeHTTP(w, req)
+	return w
+}
+
+func ids(t *testing.T, w *httptest.ResponseRecorder) []string {
+	t.Helper()
+	var list []struct {
+		SandboxID string `json:"sandboxID"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &list); err != nil {
+		t.Fatalf("%d %s: %v", w.Code, w.Body, err)
+	}
+	out := []string{}
+	for _, x := range list {
+		out = append(out, x.SandboxID)
+	}
+	return out
+}
+
+func TestList(t *testing.T) {
+	f := testFacade()
+	// The SDK encodes each key and value, then the pairs as a query.
+	team := "metadata=" + "team%3Dx%252520y"
+	for _, tc := range []struct {
+		target string
+		want   []string
+		next   string
+	}{
+		{"/e2b/v2/sandboxes", []string{"sbx_e", "sbx_c", "sbx_b", "sbx_a"}, ""},
+		{"/e2b/v2/sandboxes?state=running", []string{"sbx_e", "sbx_a"}, ""},
+		{"/e2b/v2/sandboxes?state=paused", []string{"sbx_c", "sbx_b"}, ""},
+		{"/e2b/v2/sandboxes?" + team, []string{"sbx_b", "sbx_a"}, ""},
+		{"/e2b/v2/sandboxes?limit=2", []string{"sbx_e", "sbx_c"}, "sbx_c"},
+		{"/e2b/v2/sandboxes?limit=2&nextToken=sbx_c", []string{"sbx_b", "sbx_a"}, ""},
+		{"/e2b/v2/sandboxes?limit=1&state=paused&nextToken=sbx_c", []string{"sbx_b"}, ""},
+		{"/e2b/v2/sandboxes?template=other", []string{}, ""},
+		{"/e2b/sandboxes", []string{"sbx_e", "sbx_a"}, ""},
+		{"/e2b/sandboxes?" + team, []string{"sbx_a"}, ""},
+	} {
+		w := serve(f, "GET", tc.target, "good")
+		if got := ids(t, w); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.target, got, tc.want)
+		}
+		if got := w.Header().Get("X-Next-Token"); got != tc.next {
+			t.Errorf("%s: next token %q, want %q", tc.target, got, tc.next)
+		}
+	}
+}
+
+// Errors come in E2B's shape, {code: <status>, message}, with the status the
+// SDK maps to its classes.
+func TestErrors(t *testing.T) {
+	f := testFacade()
+	for _, tc := range []struct {
+		method, target, key string
+		status              int
+	}{
+		{"GET", "/e2b/v2/sandboxes", "", http.StatusUnauthorized},
+		{"GET", "/e2b/v2/sandboxes", "bad", http.StatusUnauthorized},
+		{"GET", "/e2b/v2/sandboxes?limit=0", "good", http.StatusBadRequest},
+		{"GET", "/e2b/v2/sandboxes?state=gone", "good", http.StatusBadRequest},
+		{"GET", "/e2b/v2/sandboxes?nextToken=sbx_zz", "good", http.StatusBadRequest},
+		{"GET", "/e2b/sandboxes/sbx_nope", "good", http.StatusNotFound},
+		{"GET", "/e2b/sandboxes/sbx_d", "good", http.StatusNotFound}, // destroyed
+		{"GET", "/e2b/sandboxes/sbx_f", "good", http.StatusNotFound}, // failed
+		{"DELETE", "/e2b/sandboxes/sbx_d", "good", http.StatusNotFound},
+		{"POST", "/e2b/sandboxes/sbx_a/timeout", "good", http.StatusBadRequest}, // no body
+		{"GET", "/e2b/no/such/route", "good", http.StatusNotFound},
+	} {
+		w := serve(f, tc.method, tc.target, tc.key)
+		var body struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || w.Code != tc.status || body.Code != tc.status || body.Message == "" {
+			t.Errorf("%s %s: %d %s, want %d in E2B's shape", tc.method, tc.target, w.Code, w.Body, tc.status)
+		}
+	}
+}
+
+func TestDetail(t *testing.T) {
+	at := time.Date(2026, 2, 3, 4, 5, 6, 0, time.UTC)
+	for _, tc := range []struct {
+		sb     sandbox.Sandbox
+		state  string
+		end    time.Time
+		action string
+	}{
+		{sandbox.Sandbox{State: sandbox.StateRunning}, "running", never, "kill"},
+		{sandbox.Sandbox{State: sandbox.StateStopped, TimeoutAt: &at, OnTimeout: "pause"}, "paused", at, "pause"},
+		{sandbox.Sandbox{State: sandbox.StatePaused, TimeoutAt: &at, OnTimeout: "delete"}, "paused", at, "kill"},
+	} {
+		d := detail(tc.sb)
+		if d["state"] != tc.state || d["endAt"] != tc.end || d["lifecycle"].(map[string]any)["onTimeout"] != tc.action {
+			t.Errorf("%+v: %v", tc.sb, d)
+		}
+	}
+}

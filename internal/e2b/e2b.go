@@ -1,0 +1,139 @@
+// Package e2b lets the unmodified E2B SDKs use zeish: it serves E2B's control
+// plane (sandboxes, timeouts, pause and connect, with X-API-KEY auth mapped to
+// zeish API keys) and, for every sandbox, a data plane compatible with E2B's
+// in-sandbox agent envd (its Connect-RPC process and filesystem services,
+// /files and /health) over zeish's own guest agent.
+//
+// The control plane is a translation: each E2B call becomes calls to zeish's
+// public API, served in-process by the same handler every other client uses,
+// so validation, quotas and errors stay in one place. The data plane is found
+// by E2B's E2b-Sandbox-Id header (clients set E2B_SANDBOX_URL to
+// <zeish>/e2b/envd), so no wildcard DNS is needed. docs/e2b-protocol.md
+// describes the protocol and docs/e2b.md what is supported.
+package e2b
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/e2b/envdpb/filesystem/filesystemconnect"
+	"github.com/zeish/zeish/internal/e2b/envdpb/process/processconnect"
+)
+
+// Prefix is where zeishd mounts the facade: E2B_API_URL is <zeish>/e2b and
+// E2B_SANDBOX_URL <zeish>/e2b/envd.
+const Prefix = "/e2b"
+
+// envdVersion is the envd version the facade claims: the SDK turns features
+// on by it (0.4.0: no implicit user; 0.5.2: close stdin; 0.5.7: raw uploads).
+// It stays below 0.6.2, which would promise file metadata.
+const envdVersion = "0.5.7"
+
+// tokenTTL is how long an envd access token from create or connect lasts;
+// connecting again issues a fresh one.
+const tokenTTL = 24 * time.Hour
+
+// Backend is what the facade needs from zeish's server.
+type Backend interface {
+	// IssueToken signs a data-plane token for a sandbox, issued to the API
+	// key apiKey (revoking the key ends the token).
+	IssueToken(ctx context.Context, sandboxID, apiKey string, ttl time.Duration) (string, error)
+	// SandboxAgent checks a token for a sandbox and returns its running
+	// agent (errdefs.ErrUnavailable when the sandbox is gone or not running).
+	SandboxAgent(ctx context.Context, id, token string) (*guest.Client, error)
+}
+
+// Options configure the facade.
+type Options struct {
+	// API serves zeish's public API (server.Handler); control-plane calls go
+	// through it in-process.
+	API     http.Handler
+	Backend Backend
+	Logger  *slog.Logger
+}
+
+// Facade serves the E2B API.
+type Facade struct {
+	api     http.Handler
+	backend Backend
+	log     *slog.Logger
+	procs   *processTable
+}
+
+// New makes a facade. Processes started through it run on when zeishd stops,
+// like any guest process whose agent connection breaks.
+func New(opts Options) *Facade {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Facade{api: opts.API, backend: opts.Backend, log: opts.Logger, procs: newProcessTable()}
+}
+
+// Routes lists the control-plane routes, as "METHOD /path".
+func (f *Facade) Routes() []string {
+	var out []string
+	for _, r := range f.routes() {
+		out = append(out, r.pattern)
+	}
+	return out
+}
+
+type route struct {
+	pattern string
+	handler http.HandlerFunc
+}
+
+func (f *Facade) routes() []route {
+	const p = Prefix
+	return []route{
+		{"POST " + p + "/sandboxes", f.withKey(f.create)},
+		{"POST " + p + "/v2/sandboxes", f.withKey(f.create)},
+		{"GET " + p + "/sandboxes", f.withKey(f.listV1)},
+		{"GET " + p + "/v2/sandboxes", f.withKey(f.listV2)},
+		{"GET " + p + "/sandboxes/{id}", f.withKey(f.get)},
+		{"DELETE " + p + "/sandboxes/{id}", f.withKey(f.kill)},
+		{"GET " + p + "/sandboxes/{id}/metrics", f.withKey(f.metrics)},
+		{"POST " + p + "/sandboxes/{id}/timeout", f.withKey(f.setTimeout)},
+		{"POST " + p + "/sandboxes/{id}/refreshes", f.withKey(f.refresh)},
+		{"POST " + p + "/sandboxes/{id}/pause", f.withKey(f.pause)},
+		{"POST " + p + "/sandboxes/{id}/resume", f.withKey(f.resume)},
+		{"POST " + p + "/v2/sandboxes/{id}/connect", f.withKey(f.connect)},
+		{"POST " + p + "/sandboxes/{id}/fork", f.withKey(f.fork)},
+	}
+}
+
+// Handler serves everything under Prefix.
+func (f *Facade) Handler() http.Handler {
+	mux := http.NewServeMux()
+	for _, r := range f.routes() {
+		mux.HandleFunc(r.pattern, r.handler)
+	}
+	envd := http.NewServeMux()
+	envd.HandleFunc("GET /health", f.health)
+	envd.HandleFunc("GET /files", f.readFile)
+	envd.HandleFunc("POST /files", f.writeFile)
+	envd.Handle(processconnect.NewProcessHandler(&processService{f: f}))
+	envd.Handle(filesystemconnect.NewFilesystemHandler(&filesystemService{f: f}))
+	mux.Handle(Prefix+"/envd/", http.StripPrefix(Prefix+"/envd", f.withSandbox(envd)))
+	mux.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such route: "+r.Method+" "+strings.TrimPrefix(r.URL.Path, Prefix))
+	})
+	return mux
+}
+
+// Mount serves the facade under Prefix and everything else with next
+// (zeishd's API).
+func (f *Facade) Mount(next http.Handler) http.Handler {
+	h := f.Handler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == Prefix || strings.HasPrefix(r.URL.Path, Prefix+"/") {
+			h.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,187 @@
+package e2b
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"path"
+	"strings"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/guest"
+	pb "github.com/zeish/zeish/internal/e2b/envdpb/filesystem"
+)
+
+// The filesystem service, over the agent's file operations. Watching is not
+// served: the agent has no file-change notifications yet.
+
+type filesystemService struct{ f *Facade }
+
+// maxListDepth bounds ListDir's recursion.
+const maxListDepth = 16
+
+func entry(fi guest.FileInfo) *pb.EntryInfo {
+	e := &pb.EntryInfo{
+		Name: fi.Name, Path: fi.Path, Size: fi.Size, Permissions: fi.Mode,
+		Mode: fi.Perm, Type: pb.FileType_FILE_TYPE_FILE, ModifiedTime: timestamppb.New(fi.ModTime),
+	}
+	switch {
+	case fi.Symlink != "":
+		e.Type = pb.FileType_FILE_TYPE_SYMLINK
+		e.SymlinkTarget = &fi.Symlink
+		e.Mode |= uint32(fs.ModeSymlink)
+	case fi.IsDir:
+		e.Type = pb.FileType_FILE_TYPE_DIRECTORY
+		e.Mode |= uint32(fs.ModeDir)
+	}
+	if e.Name == "" {
+		e.Name = path.Base(fi.Path)
+	}
+	return e
+}
+
+// rpcPath resolves a request's path for its user.
+func rpcPath(h http.Header, p string) (string, error) {
+	home, err := rpcUser(h)
+	if err != nil {
+		return "", err
+	}
+	return resolve(home, p)
+}
+
+func (s *filesystemService) Stat(ctx context.Context, req *connect.Request[pb.StatRequest]) (*connect.Response[pb.StatResponse], error) {
+	p, err := rpcPath(req.Header(), req.Msg.GetPath())
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	fi, err := targetFrom(ctx).agent.Stat(ctx, p)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&pb.StatResponse{Entry: entry(fi)}), nil
+}
+
+func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRequest]) (*connect.Response[pb.MakeDirResponse], error) {
+	p, err := rpcPath(req.Header(), req.Msg.GetPath())
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	agent := targetFrom(ctx).agent
+	if _, err := agent.Stat(ctx, p); err == nil {
+		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("%s already exists", p))
+	}
+	fi, err := agent.Mkdir(ctx, p, true)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&pb.MakeDirResponse{Entry: entry(fi)}), nil
+}
+
+// Move renames with the guest's mv: the agent has no rename of its own.
+func (s *filesystemService) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]) (*connect.Response[pb.MoveResponse], error) {
+	src, err := rpcPath(req.Header(), req.Msg.GetSource())
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	dst, err := rpcPath(req.Header(), req.Msg.GetDestination())
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	agent := targetFrom(ctx).agent
+	if _, err := agent.Stat(ctx, src); err != nil {
+		return nil, rpcError(err)
+	}
+	var stderr strings.Builder
+	res, err := agent.Exec(ctx, guest.ExecRequest{Argv: []string{"mv", "-f", "--", src, dst}}, nil, nil, &stderr)
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("move %s to %s: %s: %w", src, dst, strings.TrimSpace(stderr.String()), errdefs.ErrInvalidArgument)
+	}
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	fi, err := agent.Stat(ctx, dst)
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&pb.MoveResponse{Entry: entry(fi)}), nil
+}
+
+func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[pb.ListDirRequest]) (*connect.Response[pb.ListDirResponse], error) {
+	p, err := rpcPath(req.Header(), req.Msg.GetPath())
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	depth := int(req.Msg.GetDepth())
+	if depth == 0 {
+		depth = 1
+	}
+	if depth > maxListDepth {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("depth %d: at most %d", depth, maxListDepth))
+	}
+	agent := targetFrom(ctx).agent
+	fi, err := agent.Stat(ctx, p)
+	if err == nil && !fi.IsDir {
+		err = fmt.Errorf("%s is not a directory: %w", p, errdefs.ErrInvalidArgument)
+	}
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	out := &pb.ListDirResponse{}
+	var walk func(dir string, left int) error
+	walk = func(dir string, left int) error {
+		list, err := agent.List(ctx, dir)
+		if err != nil {
+			return err
+		}
+		for _, fi := range list {
+			if fi.Path == "" {
+				fi.Path = path.Join(dir, fi.Name)
+			}
+			out.Entries = append(out.Entries, entry(fi))
+			if fi.IsDir && fi.Symlink == "" && left > 1 {
+				if err := walk(fi.Path, left-1); err != nil && !errors.Is(err, errdefs.ErrFileNotFound) {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if err := walk(p, depth); err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *filesystemService) Remove(ctx context.Context, req *connect.Request[pb.RemoveRequest]) (*connect.Response[pb.RemoveResponse], error) {
+	p, err := rpcPath(req.Header(), req.Msg.GetPath())
+	if err != nil {
+		return nil, rpcError(err)
+	}
+	if err := targetFrom(ctx).agent.Remove(ctx, p, true); err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&pb.RemoveResponse{}), nil
+}
+
+var errNoWatch = connect.NewError(connect.CodeUnimplemented, errors.New("watching directories is not supported by zeish yet"))
+
+func (s *filesystemService) WatchDir(context.Context, *connect.Request[pb.WatchDirRequest], *connect.ServerStream[pb.WatchDirResponse]) error {
+	return errNoWatch
+}
+
+func (s *filesystemService) CreateWatcher(context.Context, *connect.Request[pb.CreateWatcherRequest]) (*connect.Response[pb.CreateWatcherResponse], error) {
+	return nil, errNoWatch
+}
+
+func (s *filesystemService) GetWatcherEvents(context.Context, *connect.Request[pb.GetWatcherEventsRequest]) (*connect.Response[pb.GetWatcherEventsResponse], error) {
+	return nil, errNoWatch
+}
+
+func (s *filesystemService) RemoveWatcher(context.Context, *connect.Request[pb.RemoveWatcherRequest]) (*connect.Response[pb.RemoveWatcherResponse], error) {
+	return nil, errNoWatch
+}

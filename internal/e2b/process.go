@@ -1,0 +1,415 @@
+package e2b
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"sort"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/guest"
+	pb "github.com/zeish/zeish/internal/e2b/envdpb/process"
+)
+
+// The process service. Each started process runs in the guest through one
+// exec of zeish's agent, owned by the facade rather than by the RPC that
+// started it: a dropped stream leaves the process running, and Connect
+// attaches to it again. Its pid is the facade's own number, unique per
+// sandbox, since the agent reports the guest's pid only at the end.
+
+type processTable struct {
+	mu    sync.Mutex
+	next  uint32
+	procs map[string]map[uint32]*proc // sandbox id → pid → process
+}
+
+func newProcessTable() *processTable {
+	return &processTable{next: 1000, procs: map[string]map[uint32]*proc{}}
+}
+
+type proc struct {
+	pid    uint32
+	tag    string
+	config *pb.ProcessConfig
+	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	stdin *io.PipeWriter // nil when stdin was not asked for, or once closed
+	subs  map[*subscriber]struct{}
+	ended *pb.ProcessEvent // the end event, once the process ended
+	done  chan struct{}
+}
+
+// subscriber is one stream following a process's events.
+type subscriber struct {
+	ch   chan *pb.ProcessEvent
+	gone chan struct{}
+}
+
+func (t *processTable) add(sandboxID string, p *proc) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.next++
+	p.pid = t.next
+	if t.procs[sandboxID] == nil {
+		t.procs[sandboxID] = map[uint32]*proc{}
+	}
+	t.procs[sandboxID][p.pid] = p
+}
+
+func (t *processTable) remove(sandboxID string, pid uint32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.procs[sandboxID], pid)
+	if len(t.procs[sandboxID]) == 0 {
+		delete(t.procs, sandboxID)
+	}
+}
+
+func (t *processTable) list(sandboxID string) []*proc {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []*proc
+	for _, p := range t.procs[sandboxID] {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].pid < out[j].pid })
+	return out
+}
+
+func (t *processTable) find(sandboxID string, sel *pb.ProcessSelector) (*proc, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch s := sel.GetSelector().(type) {
+	case *pb.ProcessSelector_Pid:
+		if p := t.procs[sandboxID][s.Pid]; p != nil {
+			return p, nil
+		}
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d not found", s.Pid))
+	case *pb.ProcessSelector_Tag:
+		for _, p := range t.procs[sandboxID] {
+			if p.tag != "" && p.tag == s.Tag {
+				return p, nil
+			}
+		}
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with tag %q not found", s.Tag))
+	}
+	return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("process selector needs a pid or a tag"))
+}
+
+// subscribe follows the process's events from now on; the channel closes
+// after the end event.
+func (p *proc) subscribe() *subscriber {
+	s := &subscriber{ch: make(chan *pb.ProcessEvent, 64), gone: make(chan struct{})}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended != nil {
+		s.ch <- p.ended
+		close(s.ch)
+		return s
+	}
+	p.subs[s] = struct{}{}
+	return s
+}
+
+func (p *proc) unsubscribe(s *subscriber) {
+	close(s.gone)
+	p.mu.Lock()
+	delete(p.subs, s)
+	p.mu.Unlock()
+}
+
+// publish hands ev to every subscriber, waiting for slow ones (the guest's
+// output waits with it) but not for those that left.
+func (p *proc) publish(ev *pb.ProcessEvent) {
+	p.mu.Lock()
+	subs := make([]*subscriber, 0, len(p.subs))
+	for s := range p.subs {
+		subs = append(subs, s)
+	}
+	p.mu.Unlock()
+	for _, s := range subs {
+		select {
+		case s.ch <- ev:
+		case <-s.gone:
+		}
+	}
+}
+
+// end publishes the end event and closes every subscription.
+func (p *proc) end(ev *pb.ProcessEvent) {
+	p.publish(ev)
+	p.mu.Lock()
+	p.ended = ev
+	subs := p.subs
+	p.subs = nil
+	p.mu.Unlock()
+	for s := range subs {
+		close(s.ch)
+	}
+	close(p.done)
+}
+
+type output struct {
+	p      *proc
+	stderr bool
+}
+
+func (o output) Write(b []byte) (int, error) {
+	data := &pb.ProcessEvent_DataEvent{}
+	if o.stderr {
+		data.Output = &pb.ProcessEvent_DataEvent_Stderr{Stderr: append([]byte(nil), b...)}
+	} else {
+		data.Output = &pb.ProcessEvent_DataEvent_Stdout{Stdout: append([]byte(nil), b...)}
+	}
+	o.p.publish(&pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: data}})
+	return len(b), nil
+}
+
+type processService struct{ f *Facade }
+
+// shell is the command E2B's SDK starts for commands.run: bash. A template
+// without bash (the built-in busybox one) gets its POSIX shell instead.
+func shell(ctx context.Context, agent *guest.Client, cmd string) string {
+	if cmd == "/bin/bash" {
+		if _, err := agent.Stat(ctx, cmd); errors.Is(err, errdefs.ErrFileNotFound) {
+			return "/bin/sh"
+		}
+	}
+	return cmd
+}
+
+func (s *processService) Start(ctx context.Context, req *connect.Request[pb.StartRequest], stream *connect.ServerStream[pb.StartResponse]) error {
+	if req.Msg.Pty != nil {
+		return connect.NewError(connect.CodeUnimplemented, errors.New("PTY sessions are not supported by zeish yet"))
+	}
+	cfg := req.Msg.GetProcess()
+	if cfg.GetCmd() == "" {
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is required"))
+	}
+	home, err := rpcUser(req.Header())
+	if err != nil {
+		return rpcError(err)
+	}
+	t := targetFrom(ctx)
+	cwd := home
+	if cfg.Cwd != nil {
+		if cwd, err = resolve(home, cfg.GetCwd()); err != nil {
+			return rpcError(err)
+		}
+	}
+	if fi, err := t.agent.Stat(ctx, cwd); err != nil || !fi.IsDir {
+		if cfg.Cwd != nil {
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("cwd %s is not a directory", cwd))
+		}
+		cwd = "/"
+	}
+	argv := append([]string{shell(ctx, t.agent, cfg.GetCmd())}, cfg.GetArgs()...)
+	env := maps.Clone(cfg.GetEnvs())
+	if env == nil {
+		env = map[string]string{}
+	}
+	if _, ok := env["HOME"]; !ok {
+		env["HOME"] = home
+	}
+
+	// The process outlives this call: its context is the facade's, not the
+	// request's.
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p := &proc{tag: req.Msg.GetTag(), config: cfg, cancel: cancel, subs: map[*subscriber]struct{}{}, done: make(chan struct{})}
+	var stdin io.Reader
+	if req.Msg.GetStdin() {
+		pr, pw := io.Pipe()
+		stdin, p.stdin = pr, pw
+	}
+	s.f.procs.add(t.id, p)
+	sub := p.subscribe()
+	go s.run(pctx, t, p, guest.ExecRequest{Argv: argv, Env: env, Cwd: cwd}, stdin)
+
+	if err := stream.Send(&pb.StartResponse{Event: startEvent(p.pid)}); err != nil {
+		p.unsubscribe(sub)
+		return err
+	}
+	return follow(ctx, p, sub, func(ev *pb.ProcessEvent) error { return stream.Send(&pb.StartResponse{Event: ev}) })
+}
+
+func (s *processService) run(ctx context.Context, t target, p *proc, req guest.ExecRequest, stdin io.Reader) {
+	defer s.f.procs.remove(t.id, p.pid)
+	defer p.cancel()
+	res, err := t.agent.Exec(ctx, req, stdin, output{p: p}, output{p: p, stderr: true})
+	p.mu.Lock()
+	if p.stdin != nil {
+		p.stdin.Close()
+	}
+	p.mu.Unlock()
+	end := &pb.ProcessEvent_EndEvent{ExitCode: int32(res.ExitCode), Exited: res.Signal == "" && err == nil,
+		Status: fmt.Sprintf("exit status %d", res.ExitCode)}
+	switch {
+	case err != nil && ctx.Err() != nil:
+		end.ExitCode, end.Status = -1, "signal: killed"
+	case err != nil:
+		msg := err.Error()
+		end.ExitCode, end.Status, end.Error = 127, "error", &msg
+	case res.Signal != "":
+		end.Status = "signal: " + res.Signal
+	}
+	p.end(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}})
+}
+
+func startEvent(pid uint32) *pb.ProcessEvent {
+	return &pb.ProcessEvent{Event: &pb.ProcessEvent_Start{Start: &pb.ProcessEvent_StartEvent{Pid: pid}}}
+}
+
+// keepAlive is how often a quiet stream gets a keepalive event, so proxies
+// and the SDK see it is alive.
+const keepAlive = 30 * time.Second
+
+// follow sends the events of sub until the end event, the caller leaving or
+// a failed send; only the end stops the process.
+func follow(ctx context.Context, p *proc, sub *subscriber, send func(*pb.ProcessEvent) error) error {
+	defer p.unsubscribe(sub)
+	tick := time.NewTicker(keepAlive)
+	defer tick.Stop()
+	for {
+		select {
+		case ev, ok := <-sub.ch:
+			if !ok {
+				return nil
+			}
+			if err := send(ev); err != nil {
+				return err
+			}
+		case <-tick.C:
+			if err := send(&pb.ProcessEvent{Event: &pb.ProcessEvent_Keepalive{Keepalive: &pb.ProcessEvent_KeepAlive{}}}); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (s *processService) Connect(ctx context.Context, req *connect.Request[pb.ConnectRequest], stream *connect.ServerStream[pb.ConnectResponse]) error {
+	p, err := s.f.procs.find(targetFrom(ctx).id, req.Msg.GetProcess())
+	if err != nil {
+		return err
+	}
+	sub := p.subscribe()
+	if err := stream.Send(&pb.ConnectResponse{Event: startEvent(p.pid)}); err != nil {
+		p.unsubscribe(sub)
+		return err
+	}
+	return follow(ctx, p, sub, func(ev *pb.ProcessEvent) error { return stream.Send(&pb.ConnectResponse{Event: ev}) })
+}
+
+func (s *processService) List(ctx context.Context, req *connect.Request[pb.ListRequest]) (*connect.Response[pb.ListResponse], error) {
+	out := &pb.ListResponse{}
+	for _, p := range s.f.procs.list(targetFrom(ctx).id) {
+		info := &pb.ProcessInfo{Config: p.config, Pid: p.pid}
+		if p.tag != "" {
+			info.Tag = &p.tag
+		}
+		out.Processes = append(out.Processes, info)
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *processService) Update(ctx context.Context, req *connect.Request[pb.UpdateRequest]) (*connect.Response[pb.UpdateResponse], error) {
+	if _, err := s.f.procs.find(targetFrom(ctx).id, req.Msg.GetProcess()); err != nil {
+		return nil, err
+	}
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("PTY sessions are not supported by zeish yet"))
+}
+
+// input writes to a process's stdin.
+func (p *proc) input(in *pb.ProcessInput) error {
+	if _, ok := in.GetInput().(*pb.ProcessInput_Pty); ok {
+		return connect.NewError(connect.CodeUnimplemented, errors.New("PTY sessions are not supported by zeish yet"))
+	}
+	p.mu.Lock()
+	w := p.stdin
+	p.mu.Unlock()
+	if w == nil {
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("process %d has no open stdin (start it with stdin: true)", p.pid))
+	}
+	if _, err := w.Write(in.GetStdin()); err != nil {
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("stdin of process %d: %w", p.pid, err))
+	}
+	return nil
+}
+
+func (s *processService) SendInput(ctx context.Context, req *connect.Request[pb.SendInputRequest]) (*connect.Response[pb.SendInputResponse], error) {
+	p, err := s.f.procs.find(targetFrom(ctx).id, req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if err := p.input(req.Msg.GetInput()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&pb.SendInputResponse{}), nil
+}
+
+func (s *processService) StreamInput(ctx context.Context, stream *connect.ClientStream[pb.StreamInputRequest]) (*connect.Response[pb.StreamInputResponse], error) {
+	var p *proc
+	for stream.Receive() {
+		switch ev := stream.Msg().GetEvent().(type) {
+		case *pb.StreamInputRequest_Start:
+			var err error
+			if p, err = s.f.procs.find(targetFrom(ctx).id, ev.Start.GetProcess()); err != nil {
+				return nil, err
+			}
+		case *pb.StreamInputRequest_Data:
+			if p == nil {
+				return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("input before the start message"))
+			}
+			if err := p.input(ev.Data.GetInput()); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&pb.StreamInputResponse{}), nil
+}
+
+// SendSignal ends the process: the agent kills a cancelled exec's whole
+// process group with SIGKILL, whichever of SIGTERM and SIGKILL was asked.
+func (s *processService) SendSignal(ctx context.Context, req *connect.Request[pb.SendSignalRequest]) (*connect.Response[pb.SendSignalResponse], error) {
+	p, err := s.f.procs.find(targetFrom(ctx).id, req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	switch req.Msg.GetSignal() {
+	case pb.Signal_SIGNAL_SIGKILL, pb.Signal_SIGNAL_SIGTERM:
+	default:
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("signal %v is not supported", req.Msg.GetSignal()))
+	}
+	p.cancel()
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return connect.NewResponse(&pb.SendSignalResponse{}), nil
+}
+
+func (s *processService) CloseStdin(ctx context.Context, req *connect.Request[pb.CloseStdinRequest]) (*connect.Response[pb.CloseStdinResponse], error) {
+	p, err := s.f.procs.find(targetFrom(ctx).id, req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	if p.stdin != nil {
+		p.stdin.Close()
+		p.stdin = nil
+	}
+	p.mu.Unlock()
+	return connect.NewResponse(&pb.CloseStdinResponse{}), nil
+}

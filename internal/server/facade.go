@@ -1,0 +1,53 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/sandbox"
+)
+
+// What other front ends mounted beside the API (internal/e2b) need from the
+// server: they make the control-plane calls through Handler, as any client,
+// and reach a sandbox's agent with a data-plane token, as the data plane does.
+
+// IssueToken signs a data-plane token for one sandbox, issued to the live
+// API key apiKey, whose account must own the sandbox.
+func (s *Server) IssueToken(ctx context.Context, sandboxID, apiKey string, ttl time.Duration) (string, error) {
+	key, err := s.store.KeyByHash(ctx, HashKey(apiKey))
+	if err != nil {
+		return "", err
+	}
+	rec, err := s.store.GetSandbox(ctx, sandboxID)
+	if err != nil || rec.AccountID != key.AccountID {
+		return "", fmt.Errorf("sandbox %s not found: %w", sandboxID, errdefs.ErrNotFound)
+	}
+	return s.tokens.issue(sandboxID, key.AccountID, key.ID, time.Now().Add(ttl).UTC().Truncate(time.Second)), nil
+}
+
+// SandboxAgent checks a data-plane token for sandbox id and returns the
+// sandbox's agent. A sandbox that is gone or not running is
+// errdefs.ErrUnavailable; a bad token errdefs.ErrUnauthenticated.
+func (s *Server) SandboxAgent(ctx context.Context, id, token string) (*guest.Client, error) {
+	if err := sandbox.CheckID(sandbox.PrefixSandbox, id); err != nil {
+		return nil, err
+	}
+	acct, keyID, err := s.tokens.verify(token, id, time.Now())
+	if err == nil {
+		err = s.keyLive(ctx, acct, keyID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.store.GetSandbox(ctx, id)
+	if err != nil || rec.AccountID != acct {
+		return nil, fmt.Errorf("sandbox %s not found: %w", id, errdefs.ErrUnavailable)
+	}
+	if rec.State != sandbox.StateRunning {
+		return nil, fmt.Errorf("sandbox %s is %s, not running: %w", id, rec.State, errdefs.ErrUnavailable)
+	}
+	return s.node.Agent(ctx, rec)
+}

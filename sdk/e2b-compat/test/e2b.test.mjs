@@ -1,0 +1,252 @@
+// The unmodified npm `e2b` SDK (pinned in package.json) against a real zeishd
+// with real VMs on the built-in `base` (busybox) template. Each test names the
+// SDK calls it proves; docs/e2b.md lists them with those that are not served.
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { after, before, describe, test } from "node:test";
+import {
+  AuthenticationError,
+  CommandExitError,
+  FileNotFoundError,
+  InvalidArgumentError,
+  Sandbox,
+  SandboxError,
+  SandboxNotFoundError,
+} from "e2b";
+import { Harness, vmSkipReason } from "./harness.mjs";
+
+const skip = vmSkipReason();
+const unknownID = "sbx_00000000000000000000";
+
+/** Polls fn until it returns a truthy value; the deadline only bounds a hang. */
+async function eventually(what, fn, ms = 120_000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms / 1000}s`);
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}
+
+async function rejectsWith(promise, cls, what) {
+  await assert.rejects(promise, (err) => {
+    assert.ok(err instanceof cls, `${what}: got ${err?.constructor?.name}: ${err?.message}, want ${cls.name}`);
+    return true;
+  });
+}
+
+describe("e2b SDK on zeish", { skip, timeout: 30 * 60_000 }, () => {
+  let h;
+  let sbx; // the sandbox most tests share
+  const o = (extra) => h.opts(extra);
+
+  before(async () => {
+    h = await Harness.start();
+    sbx = await Sandbox.create("base", o({ timeoutMs: 3_600_000, metadata: { suite: "e2b", role: "main" }, envs: { GREETING: "hi there" } }));
+  });
+  after(async (t) => {
+    await h?.stop();
+  });
+
+  test("Sandbox.create (template alias, metadata, envs), getInfo, isRunning, Sandbox.getInfo", async () => {
+    assert.match(sbx.sandboxId, /^sbx_/);
+    const info = await sbx.getInfo();
+    assert.equal(info.sandboxId, sbx.sandboxId);
+    assert.equal(info.templateId, "base");
+    assert.equal(info.state, "running");
+    assert.equal(info.metadata.role, "main");
+    assert.ok(info.endAt > info.startedAt, "endAt is the timeout");
+    assert.equal(await sbx.isRunning(), true);
+    const r = await sbx.commands.run("echo \"$GREETING\"");
+    assert.equal(r.stdout, "hi there\n");
+    assert.equal((await Sandbox.getInfo(sbx.sandboxId, o())).state, "running");
+  });
+
+  test("files: write, read (text, bytes), relative paths, batch write, list with depth, exists, getInfo, makeDir, rename, remove", async () => {
+    const w = await sbx.files.write("/root/a.txt", "alpha");
+    assert.equal(w.path, "/root/a.txt");
+    assert.equal(w.name, "a.txt");
+    assert.equal(await sbx.files.read("/root/a.txt"), "alpha");
+    assert.deepEqual(Buffer.from(await sbx.files.read("/root/a.txt", { format: "bytes" })), Buffer.from("alpha"));
+    await sbx.files.write("rel.txt", "relative");
+    assert.equal(await sbx.files.read("/root/rel.txt"), "relative", "relative paths are under root's home");
+
+    const batch = await sbx.files.write([{ path: "/root/d/x.txt", data: "x" }, { path: "/root/d/e/y.txt", data: "yy" }]);
+    assert.deepEqual(batch.map((e) => e.path).sort(), ["/root/d/e/y.txt", "/root/d/x.txt"]);
+    const one = await sbx.files.list("/root/d");
+    assert.deepEqual(one.map((e) => `${e.name}:${e.type}`).sort(), ["e:dir", "x.txt:file"]);
+    const two = await sbx.files.list("/root/d", { depth: 2 });
+    assert.deepEqual(two.map((e) => e.path).sort(), ["/root/d/e", "/root/d/e/y.txt", "/root/d/x.txt"]);
+    assert.equal(two.find((e) => e.name === "y.txt").size, 2);
+
+    assert.equal(await sbx.files.exists("/root/d/x.txt"), true);
+    assert.equal(await sbx.files.exists("/root/nope"), false);
+    const st = await sbx.files.getInfo("/root/d");
+    assert.equal(st.type, "dir");
+    assert.equal(await sbx.files.makeDir("/root/m/n"), true);
+    assert.equal(await sbx.files.makeDir("/root/m/n"), false, "makeDir of an existing dir is false");
+
+    const moved = await sbx.files.rename("/root/a.txt", "/root/b.txt");
+    assert.equal(moved.path, "/root/b.txt");
+    assert.equal(await sbx.files.exists("/root/a.txt"), false);
+    assert.equal(await sbx.files.read("/root/b.txt"), "alpha");
+
+    await sbx.files.remove("/root/d");
+    assert.equal(await sbx.files.exists("/root/d"), false);
+    await rejectsWith(sbx.files.read("/root/d/x.txt"), FileNotFoundError, "read of a removed file");
+    await rejectsWith(sbx.files.getInfo("/root/missing"), FileNotFoundError, "getInfo of a missing file");
+  });
+
+  test("files: 50 MiB upload (multipart and octet-stream) and download, bytes intact", async () => {
+    const data = randomBytes(50 << 20);
+    await sbx.files.write("/root/big.bin", new Blob([data]));
+    const back = Buffer.from(await sbx.files.read("/root/big.bin", { format: "bytes" }));
+    assert.ok(back.equals(data), "multipart upload read back");
+    await sbx.files.write("/root/big2.bin", new Blob([data]).stream());
+    const r = await sbx.commands.run("cmp /root/big.bin /root/big2.bin && wc -c < /root/big2.bin");
+    assert.equal(r.stdout.trim(), String(data.length));
+    await sbx.files.remove("/root/big.bin");
+    await sbx.files.remove("/root/big2.bin");
+  });
+
+  test("commands.run: stdout, stderr, exit codes (CommandExitError), envs, cwd, onStdout", async () => {
+    const r = await sbx.commands.run("echo out; echo err >&2");
+    assert.equal(r.exitCode, 0);
+    assert.equal(r.stdout, "out\n");
+    assert.equal(r.stderr, "err\n");
+    await assert.rejects(sbx.commands.run("echo failing >&2; exit 3"), (err) => {
+      assert.ok(err instanceof CommandExitError, `got ${err}`);
+      assert.equal(err.exitCode, 3);
+      assert.equal(err.stderr, "failing\n");
+      return true;
+    });
+    assert.equal((await sbx.commands.run("echo $A-$B", { envs: { A: "1", B: "2" } })).stdout, "1-2\n");
+    assert.equal((await sbx.commands.run("pwd", { cwd: "/tmp" })).stdout, "/tmp\n");
+    assert.equal((await sbx.commands.run("pwd")).stdout, "/root\n", "default cwd is the user's home");
+    const seen = [];
+    await sbx.commands.run("echo a; echo b", { onStdout: (d) => seen.push(d) });
+    assert.equal(seen.join(""), "a\nb\n");
+  });
+
+  test("commands: background, list, connect after disconnect, sendStdin, closeStdin, kill", async () => {
+    const sleeper = await sbx.commands.run("sleep 300", { background: true });
+    assert.ok((await sbx.commands.list()).some((p) => p.pid === sleeper.pid), "list shows the background process");
+    assert.equal(await sbx.commands.kill(sleeper.pid), true);
+    await assert.rejects(sleeper.wait(), CommandExitError);
+    assert.equal(await sbx.commands.kill(sleeper.pid), false, "kill of a process that ended");
+
+    const cat = await sbx.commands.run("cat", { background: true, stdin: true });
+    await sbx.commands.sendStdin(cat.pid, "hello ");
+    await sbx.commands.sendStdin(cat.pid, "stdin\n");
+    await sbx.commands.closeStdin(cat.pid);
+    const done = await cat.wait();
+    assert.equal(done.stdout, "hello stdin\n");
+
+    // The stream drops; the process carries on and is attached again.
+    const ticker = await sbx.commands.run("read x; echo got $x; sleep 1; echo done", { background: true, stdin: true });
+    await ticker.disconnect();
+    const again = await sbx.commands.connect(ticker.pid);
+    await sbx.commands.sendStdin(ticker.pid, "it\n");
+    const end = await again.wait();
+    assert.match(end.stdout, /got it\ndone\n/);
+  });
+
+  test("Sandbox.list: metadata and state filters, limit and nextToken pages", async () => {
+    const other = await Sandbox.create("base", o({ timeoutMs: 600_000, metadata: { suite: "e2b", role: "other" } }));
+    try {
+      const mine = await Sandbox.list(o({ query: { metadata: { role: "main" } } })).nextItems();
+      assert.deepEqual(mine.map((s) => s.sandboxId), [sbx.sandboxId]);
+      const both = await Sandbox.list(o({ query: { metadata: { suite: "e2b" }, state: ["running"] } })).nextItems();
+      assert.deepEqual(both.map((s) => s.sandboxId).sort(), [sbx.sandboxId, other.sandboxId].sort());
+      assert.deepEqual(await Sandbox.list(o({ query: { state: ["paused"] } })).nextItems(), []);
+      const pager = Sandbox.list(o({ limit: 1, query: { metadata: { suite: "e2b" } } }));
+      const first = await pager.nextItems();
+      assert.equal(first.length, 1);
+      assert.equal(pager.hasNext, true);
+      const second = await pager.nextItems();
+      assert.equal(second.length, 1);
+      assert.equal(pager.hasNext, false);
+      assert.notEqual(first[0].sandboxId, second[0].sandboxId);
+    } finally {
+      assert.equal(await other.kill(), true);
+    }
+    assert.equal(await Sandbox.kill(other.sandboxId, o()), false, "a second kill finds nothing");
+    await rejectsWith(Sandbox.getInfo(other.sandboxId, o()), SandboxNotFoundError, "getInfo of a killed sandbox");
+    assert.equal(await other.isRunning(), false);
+  });
+
+  test("pause, pause again (false), Sandbox.connect resumes with files and processes intact", async () => {
+    await sbx.files.write("/root/kept.txt", "before pause");
+    const sleeper = await sbx.commands.run("sleep 600", { background: true });
+    assert.equal(await sbx.pause(), true);
+    assert.equal(await sbx.pause(), false, "already paused");
+    assert.equal((await sbx.getInfo()).state, "paused");
+    assert.equal(await sbx.isRunning(), false);
+    const back = await Sandbox.connect(sbx.sandboxId, o());
+    assert.equal((await back.getInfo()).state, "running");
+    assert.equal(await back.files.read("/root/kept.txt"), "before pause");
+    assert.ok((await back.commands.list()).some((p) => p.pid === sleeper.pid), "the process survived the pause");
+    assert.equal(await back.commands.kill(sleeper.pid), true);
+    await sbx.connect(); // a running sandbox: nothing to do
+  });
+
+  test("setTimeout: shortened, the sandbox is killed when it passes", async () => {
+    const s = await Sandbox.create("base", o({ timeoutMs: 3_600_000 }));
+    const before = (await s.getInfo()).endAt;
+    await s.setTimeout(2_000);
+    assert.ok((await s.getInfo()).endAt < before, "endAt moved earlier");
+    await eventually("killed by its timeout", async () => {
+      try {
+        await Sandbox.getInfo(s.sandboxId, o());
+        return false;
+      } catch (err) {
+        assert.ok(err instanceof SandboxNotFoundError, `got ${err}`);
+        return true;
+      }
+    });
+  });
+
+  test("lifecycle onTimeout pause: paused when the timeout passes, Sandbox.connect brings it back", async () => {
+    const s = await Sandbox.create("base", o({ timeoutMs: 3_600_000, lifecycle: { onTimeout: "pause" } }));
+    assert.equal((await s.getInfo()).lifecycle.onTimeout, "pause");
+    await s.files.write("/root/note", "kept");
+    await s.setTimeout(1_000);
+    await eventually("paused by its timeout", async () => (await s.getInfo()).state === "paused");
+    const back = await Sandbox.connect(s.sandboxId, o({ timeoutMs: 600_000 }));
+    assert.equal(await back.files.read("/root/note"), "kept");
+    assert.equal(await back.kill(), true);
+  });
+
+  test("Sandbox.fork: children carry the parent's files", async () => {
+    await sbx.files.write("/root/forked.txt", "from the parent");
+    const kids = await sbx.fork({ count: 2 });
+    assert.equal(kids.length, 2);
+    for (const kid of kids) {
+      assert.ok(kid instanceof Sandbox, `fork result: ${kid}`);
+      assert.equal(await kid.files.read("/root/forked.txt"), "from the parent");
+      await kid.files.write("/root/forked.txt", "changed in " + kid.sandboxId);
+    }
+    assert.equal(await sbx.files.read("/root/forked.txt"), "from the parent");
+    for (const kid of kids) assert.equal(await kid.kill(), true);
+  });
+
+  test("errors: unknown sandbox, bad key, wrong template, other users, PTY", async () => {
+    await rejectsWith(Sandbox.getInfo(unknownID, o()), SandboxNotFoundError, "getInfo");
+    await rejectsWith(Sandbox.connect(unknownID, o()), SandboxNotFoundError, "connect");
+    await rejectsWith(Sandbox.setTimeout(unknownID, 60_000, o()), SandboxNotFoundError, "setTimeout");
+    await rejectsWith(Sandbox.pause(unknownID, o()), SandboxNotFoundError, "pause");
+    assert.equal(await Sandbox.kill(unknownID, o()), false);
+    await rejectsWith(Sandbox.getInfo("not a sandbox", o()), SandboxNotFoundError, "getInfo of a malformed id");
+
+    await rejectsWith(Sandbox.create("base", o({ apiKey: "zk_not-a-key" })), AuthenticationError, "create with a bad key");
+    await rejectsWith(Sandbox.list(o({ apiKey: "zk_not-a-key" })).nextItems(), AuthenticationError, "list with a bad key");
+    await rejectsWith(Sandbox.create("no-such-template", o()), SandboxError, "create from an unknown template");
+    const list = (await h.zeish("GET", "/sandboxes")).body.sandboxes;
+    assert.ok(list.every((s) => s.template === "base"), "the refused create made no sandbox");
+
+    await rejectsWith(sbx.commands.run("id", { user: "user" }), InvalidArgumentError, "run as a user the template lacks");
+    await rejectsWith(sbx.files.read("/etc/hostname", { user: "user" }), InvalidArgumentError, "read as a user the template lacks");
+    await rejectsWith(sbx.pty.create({ cols: 80, rows: 24, onData: () => {} }), SandboxError, "PTY");
+  });
+});

@@ -1,0 +1,206 @@
+// A real zeishd for the E2B compatibility tests: bin/zeishd (from `make
+// build`) on a temp data dir and a free loopback port, with the template cache
+// the Go tests fill. env() points the unmodified `e2b` SDK at it. stop()
+// deletes every sandbox, stops zeishd, kills any VM process it left and
+// removes the temp dir; an exit hook does the same if the test process dies.
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+export function repoRoot() {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  while (!existsSync(join(dir, "go.mod"))) {
+    const up = dirname(dir);
+    if (up === dir) throw new Error("zeish repo root (go.mod) not found");
+    dir = up;
+  }
+  return dir;
+}
+
+/** Why VM tests cannot run here, or undefined. Under CI a missing QEMU is an error, never a skip. */
+export function vmSkipReason() {
+  const missing = ["qemu-system-x86_64", "qemu-img"].filter((t) => spawnSync("sh", ["-c", `command -v ${t}`]).status !== 0);
+  if (missing.length === 0) return undefined;
+  const msg = `${missing.join(", ")} not found`;
+  if (process.env.CI) throw new Error(`CI is set, refusing to skip VM tests: ${msg}`);
+  return msg;
+}
+
+async function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const port = srv.address().port;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+function processesUnder(dir) {
+  const pids = [];
+  for (const e of readdirSync("/proc")) {
+    const pid = Number(e);
+    if (!Number.isInteger(pid) || pid === process.pid) continue;
+    try {
+      if (readFileSync(`/proc/${e}/cmdline`, "latin1").includes(dir + "/")) pids.push(pid);
+    } catch {
+      // gone already
+    }
+  }
+  return pids;
+}
+
+export class Harness {
+  failed = false;
+  #proc;
+  #exited;
+  #log = [];
+  #onExit = () => this.#emergency();
+
+  static async start() {
+    const h = new Harness();
+    const root = repoRoot();
+    const zeishd = join(root, "bin", "zeishd");
+    const sandboxd = join(root, "bin", "sandboxd");
+    for (const b of [zeishd, sandboxd]) {
+      if (!existsSync(b)) throw new Error(`${b} is missing: run \`make build\` first`);
+    }
+    h.dataDir = mkdtempSync(join(tmpdir(), "zeish-e2b-test-"));
+    h.port = await freePort();
+    h.base = `http://127.0.0.1:${h.port}`;
+    h.#proc = spawn(zeishd, [], {
+      env: {
+        ...process.env,
+        ZEISH_DATA_DIR: h.dataDir,
+        ZEISH_LISTEN: `127.0.0.1:${h.port}`,
+        ZEISH_SANDBOXD: sandboxd,
+        ZEISH_TEMPLATE_CACHE: join(process.env.ZEISH_TEST_CACHE || "/var/tmp/zeish-test-cache", "templates"),
+        ZEISH_LOG_LEVEL: "debug",
+      },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    h.#exited = new Promise((resolve) => h.#proc.once("exit", () => resolve()));
+    process.once("exit", h.#onExit);
+    const keep = (b) => {
+      h.#log.push(b.toString("utf8"));
+      if (h.#log.length > 4000) h.#log.splice(0, 1000);
+    };
+    h.#proc.stdout.on("data", keep);
+    h.#proc.stderr.on("data", keep);
+    let dead = false;
+    void h.#exited.then(() => (dead = true));
+    try {
+      const deadline = Date.now() + 60_000;
+      for (;;) {
+        if (dead) throw new Error("zeishd exited at start");
+        try {
+          if ((await fetch(`${h.base}/healthz`)).ok) break;
+        } catch {
+          // not listening yet
+        }
+        if (Date.now() > deadline) throw new Error("zeishd did not answer /healthz within 60s");
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      h.apiKey = readFileSync(join(h.dataDir, "admin.key"), "utf8").trim();
+    } catch (err) {
+      h.failed = true;
+      await h.stop();
+      throw err;
+    }
+    return h;
+  }
+
+  /** The SDK's connection options for this server (what E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY would say). */
+  opts(extra = {}) {
+    return { apiUrl: `${this.base}/e2b`, sandboxUrl: `${this.base}/e2b/envd`, apiKey: this.apiKey, ...extra };
+  }
+
+  /** A call to zeish's own API, for what the E2B SDK cannot see. */
+  async zeish(method, path, body) {
+    const res = await fetch(`${this.base}/api/v1/public${path}`, {
+      method,
+      headers: { Authorization: `Bearer ${this.apiKey}`, "Content-Type": "application/json" },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await res.text();
+    return { status: res.status, body: text ? JSON.parse(text) : undefined };
+  }
+
+  log(max = 8000) {
+    const s = this.#log.join("");
+    return s.length > max ? "…" + s.slice(-max) : s;
+  }
+
+  async #deleteAll() {
+    let list;
+    try {
+      list = (await this.zeish("GET", "/sandboxes")).body.sandboxes;
+    } catch (err) {
+      console.error("harness: listing sandboxes:", err);
+      return;
+    }
+    await Promise.all(list.map(async (sb) => {
+      try {
+        if (sb.state !== "deleting") await this.zeish("DELETE", `/sandboxes/${sb.id}`);
+        await this.zeish("POST", `/sandboxes/${sb.id}/wait`, { timeout_seconds: 120 });
+      } catch (err) {
+        console.error(`harness: deleting ${sb.id}:`, err);
+      }
+    }));
+  }
+
+  /** Deletes every sandbox, stops zeishd, cleans up after it. Safe to call twice. */
+  async stop() {
+    const proc = this.#proc;
+    if (proc) {
+      if (this.apiKey) await this.#deleteAll();
+      if (this.failed) console.error(`zeishd log:\n${this.log()}`);
+      proc.kill("SIGTERM");
+      const timer = new Promise((r) => setTimeout(() => r("timeout"), 30_000).unref());
+      if ((await Promise.race([this.#exited, timer])) === "timeout") {
+        console.error("harness: zeishd did not exit within 30s of SIGTERM; killing it");
+        proc.kill("SIGKILL");
+        await this.#exited;
+      }
+      this.#proc = undefined;
+    }
+    this.#sweep();
+    process.removeListener("exit", this.#onExit);
+  }
+
+  #sweep() {
+    if (!this.dataDir) return;
+    const left = processesUnder(this.dataDir);
+    if (left.length > 0) {
+      console.error(`harness: VM processes left behind: ${left.join(", ")}; killing them`);
+      for (const pid of left) {
+        try { process.kill(pid, "SIGKILL"); } catch { /* gone */ }
+      }
+    }
+    const ids = new Set();
+    for (const sub of ["sandboxes", "images"]) {
+      try {
+        for (const e of readdirSync(join(this.dataDir, sub))) ids.add(e);
+      } catch {
+        // none
+      }
+    }
+    let shm = [];
+    try { shm = readdirSync("/dev/shm"); } catch { /* none */ }
+    for (const f of shm.filter((f) => [...ids].some((id) => f.startsWith(`zeish-${id}-`) || f === `zeish-img-${id}.mem`))) {
+      console.error(`harness: RAM file left in /dev/shm: ${f}; removing it`);
+      rmSync(join("/dev/shm", f), { force: true });
+    }
+    rmSync(this.dataDir, { recursive: true, force: true });
+  }
+
+  #emergency() {
+    try { this.#proc?.kill("SIGKILL"); } catch { /* gone */ }
+    this.#proc = undefined;
+    this.#sweep();
+  }
+}
