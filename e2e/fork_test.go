@@ -89,6 +89,13 @@ func TestFork(t *testing.T) {
 		t.Fatalf("clone response: %+v; want 2 children and the parent's pause measured", resp)
 	}
 	t.Logf("parent paused %d ms", resp.PauseMS)
+	// /metrics counts the fork's pause and the sandboxes by state.
+	if st, _, body := s.raw(t, "GET", "/metrics", "", ""); st != 200 ||
+		!strings.Contains(string(body), "zeish_fork_pause_seconds_count 1") ||
+		!strings.Contains(string(body), `zeish_sandboxes{state="running"} 3`) ||
+		!strings.Contains(string(body), "zeish_node_memory_committed_mib") {
+		t.Fatalf("GET /metrics: %d\n%s", st, body)
+	}
 	kids := resp.Sandboxes
 	seen := map[string]bool{parent.ID: true, parent.Name: true, parent.Address: true}
 	for i, k := range kids {

@@ -42,6 +42,7 @@ import (
 	"github.com/zeish/zeish/internal/datadir"
 	"github.com/zeish/zeish/internal/e2b"
 	"github.com/zeish/zeish/internal/metering"
+	"github.com/zeish/zeish/internal/metrics"
 	"github.com/zeish/zeish/internal/node"
 	"github.com/zeish/zeish/internal/secrets"
 	"github.com/zeish/zeish/internal/server"
@@ -189,7 +190,8 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Options{Store: st, Node: n, Catalog: cat, DataDir: dataDir,
+	mtr := metrics.New(metrics.Options{Store: st, NodeID: nodeID, Capacity: n.Capacity, Logger: log})
+	srv, err := server.New(server.Options{Store: st, Node: n, Catalog: cat, DataDir: dataDir, Metrics: mtr,
 		Version: version.Version, PublicURL: os.Getenv("ZEISH_PUBLIC_URL"), Logger: log, Plan: &plan, Prices: &prices})
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"syscall"
 
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/metrics"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 )
@@ -50,6 +51,15 @@ func (n *Node) reserve(r *store.SandboxRecord, count int) (release func(), err e
 			n.reservedMiB -= need
 		}
 	}, nil
+}
+
+// Capacity is the node's memory as it promises it, for metrics.
+func (n *Node) Capacity() (metrics.Capacity, error) {
+	used, err := n.committedMiB()
+	if err != nil {
+		return metrics.Capacity{}, err
+	}
+	return metrics.Capacity{BudgetMiB: n.opts.MemoryBudgetMiB, CommittedMiB: used, ImageRAMMiB: n.imageRAMMiB()}, nil
 }
 
 // committedMiB is the guest memory promised to the sandboxes that may run.

@@ -52,6 +52,9 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.ForkPause.Observe(pause.Seconds())
+	}
 	status := http.StatusAccepted
 	if wait {
 		ctx, cancel := waitContext(r.Context(), 600)

@@ -14,6 +14,7 @@ import (
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/catalog"
 	"github.com/zeish/zeish/internal/metering"
+	"github.com/zeish/zeish/internal/metrics"
 	"github.com/zeish/zeish/internal/node"
 	"github.com/zeish/zeish/internal/store"
 )
@@ -33,6 +34,8 @@ type Options struct {
 	// table (zero: metering.DefaultPrices).
 	Plan   *Plan
 	Prices *metering.Prices
+	// Metrics, when set, is served at GET /metrics and fed by the handlers.
+	Metrics *metrics.Metrics
 }
 
 // Server serves the API.
@@ -89,6 +92,7 @@ func (s *Server) routes() []route {
 	const a = api.BasePath + "/admin"
 	return []route{
 		{"GET /healthz", s.health},
+		{"GET /metrics", s.metrics},
 		{"POST " + a + "/accounts", s.withAdmin(s.createAccount)},
 		{"GET " + a + "/accounts", s.withAdmin(s.listAccounts)},
 		{"POST " + a + "/accounts/{id}/keys", s.withAdmin(s.createKey)},
@@ -197,6 +201,16 @@ func (s *Server) logRequests(h http.Handler) http.Handler {
 		s.log.Debug("http", "method", r.Method, "path", r.URL.Path, "status", rec.status,
 			"ms", time.Since(start).Milliseconds())
 	})
+}
+
+// metrics serves the Prometheus exposition (aggregates only: counts by
+// state, pauses, node memory; no ids, names or accounts).
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Metrics == nil {
+		writeError(w, r, invalidRoute(r))
+		return
+	}
+	s.opts.Metrics.Handler().ServeHTTP(w, r)
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {

@@ -1,0 +1,117 @@
+// Package metrics is zeishd's Prometheus exposition at GET /metrics:
+// sandboxes by state, the pause forks cost their parents, and the node's
+// memory. Counts are read from the store and the node at each scrape, so
+// every replica reports the same truth and nothing drifts.
+package metrics
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+)
+
+// Capacity is a node's memory as it promises it.
+type Capacity struct {
+	BudgetMiB    int // guest memory the node may promise (0: no limit)
+	CommittedMiB int // promised to sandboxes that may run
+	ImageRAMMiB  int // held in tmpfs by saved images (snapshots, stopped sandboxes)
+}
+
+// Options say where the numbers come from.
+type Options struct {
+	Store    store.Store
+	NodeID   string
+	Capacity func() (Capacity, error) // nil: no node metrics
+	Logger   *slog.Logger
+}
+
+// Metrics holds the registry and the instruments the server feeds.
+type Metrics struct {
+	registry *prometheus.Registry
+	// ForkPause observes how long each fork paused its parent.
+	ForkPause prometheus.Histogram
+}
+
+// New registers zeish's collectors and Go's own.
+func New(o Options) *Metrics {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	m := &Metrics{
+		registry: prometheus.NewRegistry(),
+		ForkPause: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "zeish_fork_pause_seconds",
+			Help:    "How long a fork paused its parent (the clone response's pause_ms).",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+	}
+	m.registry.MustRegister(m.ForkPause, &stateCollector{o: o},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves the exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+var (
+	sandboxesDesc = prometheus.NewDesc("zeish_sandboxes", "Sandboxes by state (destroyed ones not counted).", []string{"state"}, nil)
+	budgetDesc    = prometheus.NewDesc("zeish_node_memory_budget_mib", "Guest memory the node may promise (0: no limit).", []string{"node"}, nil)
+	committedDesc = prometheus.NewDesc("zeish_node_memory_committed_mib", "Guest memory promised to sandboxes that may run.", []string{"node"}, nil)
+	imageDesc     = prometheus.NewDesc("zeish_node_image_ram_mib", "RAM that saved images hold in tmpfs.", []string{"node"}, nil)
+)
+
+// liveStates are the states counted; destroyed sandboxes are history.
+var liveStates = []sandbox.State{sandbox.StateStarting, sandbox.StateRunning, sandbox.StatePaused,
+	sandbox.StateStopping, sandbox.StateStopped, sandbox.StateDeleting, sandbox.StateError}
+
+// stateCollector reads the store at each scrape.
+type stateCollector struct{ o Options }
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- sandboxesDesc
+	if c.o.Capacity != nil {
+		ch <- budgetDesc
+		ch <- committedDesc
+		ch <- imageDesc
+	}
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rows, err := c.o.Store.ListSandboxes(ctx, store.SandboxFilter{})
+	if err != nil {
+		c.o.Logger.Warn("metrics: list sandboxes", "err", err)
+		ch <- prometheus.NewInvalidMetric(sandboxesDesc, err)
+	} else {
+		counts := map[sandbox.State]int{}
+		for _, r := range rows {
+			counts[r.State]++
+		}
+		for _, st := range liveStates {
+			ch <- prometheus.MustNewConstMetric(sandboxesDesc, prometheus.GaugeValue, float64(counts[st]), string(st))
+		}
+	}
+	if c.o.Capacity == nil {
+		return
+	}
+	capy, err := c.o.Capacity()
+	if err != nil {
+		c.o.Logger.Warn("metrics: node capacity", "err", err)
+		ch <- prometheus.NewInvalidMetric(budgetDesc, err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(budgetDesc, prometheus.GaugeValue, float64(capy.BudgetMiB), c.o.NodeID)
+	ch <- prometheus.MustNewConstMetric(committedDesc, prometheus.GaugeValue, float64(capy.CommittedMiB), c.o.NodeID)
+	ch <- prometheus.MustNewConstMetric(imageDesc, prometheus.GaugeValue, float64(capy.ImageRAMMiB), c.o.NodeID)
+}
