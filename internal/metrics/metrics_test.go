@@ -30,7 +30,9 @@ func TestExposition(t *testing.T) {
 		}
 	}
 	m := metrics.New(metrics.Options{Store: st, NodeID: "node-1",
-		Capacity: func() (metrics.Capacity, error) { return metrics.Capacity{BudgetMiB: 4096, CommittedMiB: 768, ImageRAMMiB: 12}, nil }})
+		Capacity: func() (metrics.Capacity, error) {
+			return metrics.Capacity{BudgetMiB: 4096, CommittedMiB: 768, ImageRAMMiB: 12}, nil
+		}})
 	m.ForkPause.Observe(0.031)
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
