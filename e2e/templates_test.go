@@ -48,8 +48,19 @@ func checkImageSandbox(t *testing.T, conn *zeish.SandboxConn) {
 			t.Errorf("%s:\n got %q (exit %d, stderr %q)\nwant %q", c.script, out, res.ExitCode, errOut, c.want)
 		}
 	}
+	// Files are written as the template's user unless told otherwise.
+	ctx := ctxFor(t, time.Minute)
+	if _, err := conn.WriteFile(ctx, "/work/mine.txt", strings.NewReader("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.WriteFileAs(ctx, "/work/roots.txt", strings.NewReader("x"), 0o600, "root"); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, _ := run(t, conn, "stat", "-c", "%U %a", "/work/mine.txt", "/work/roots.txt"); out != "app 600\nroot 600\n" {
+		t.Errorf("owners of written files: %q", out)
+	}
 	var out bytes.Buffer
-	res, err := conn.Exec(ctxFor(t, time.Minute), api.ExecRequest{Argv: []string{"id", "-u"}, User: "root", Cwd: "/"}, &out, nil)
+	res, err := conn.Exec(ctx, api.ExecRequest{Argv: []string{"id", "-u"}, User: "root", Cwd: "/"}, &out, nil)
 	if err != nil || res.ExitCode != 0 || out.String() != "0\n" {
 		t.Errorf("exec as root: %q %+v %v", out.String(), res, err)
 	}
