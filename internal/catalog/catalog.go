@@ -37,7 +37,7 @@ type Catalog struct {
 
 	debian  *debianBuild // nil unless EnableDebian
 	b       *builds      // nil until StartBuilds
-	closing bool    // Close was called: cancelled builds resume later
+	closing bool         // Close was called: cancelled builds resume later
 	sweepMu sync.Mutex
 }
 
