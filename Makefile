@@ -24,7 +24,7 @@ build: console
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/zeishctl ./cmd/zeishctl
 
 run: deps build
-	./bin/zeishd
+	ZEISH_DEBIAN_TEMPLATE=$${ZEISH_DEBIAN_TEMPLATE:-on} ./bin/zeishd
 
 vet:
 	$(GO) vet ./...

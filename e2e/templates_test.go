@@ -48,8 +48,19 @@ func checkImageSandbox(t *testing.T, conn *zeish.SandboxConn) {
 			t.Errorf("%s:\n got %q (exit %d, stderr %q)\nwant %q", c.script, out, res.ExitCode, errOut, c.want)
 		}
 	}
+	// Files are written as the template's user unless told otherwise.
+	ctx := ctxFor(t, time.Minute)
+	if _, err := conn.WriteFile(ctx, "/work/mine.txt", strings.NewReader("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.WriteFileAs(ctx, "/work/roots.txt", strings.NewReader("x"), 0o600, "root"); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, _ := run(t, conn, "stat", "-c", "%U %a", "/work/mine.txt", "/work/roots.txt"); out != "app 600\nroot 600\n" {
+		t.Errorf("owners of written files: %q", out)
+	}
 	var out bytes.Buffer
-	res, err := conn.Exec(ctxFor(t, time.Minute), api.ExecRequest{Argv: []string{"id", "-u"}, User: "root", Cwd: "/"}, &out, nil)
+	res, err := conn.Exec(ctx, api.ExecRequest{Argv: []string{"id", "-u"}, User: "root", Cwd: "/"}, &out, nil)
 	if err != nil || res.ExitCode != 0 || out.String() != "0\n" {
 		t.Errorf("exec as root: %q %+v %v", out.String(), res, err)
 	}
@@ -272,4 +283,37 @@ func TestTemplateBadInput(t *testing.T) {
 func (s *server) templateCache(t *testing.T) string {
 	t.Helper()
 	return filepath.Dir(testenv.BaseTemplate(t).Dir)
+}
+
+// TestTemplateBuildSurvivesRestart stops zeishd right after a build was
+// accepted: the next zeishd builds it again from the kept upload, and the
+// log says so.
+func TestTemplateBuildSurvivesRestart(t *testing.T) {
+	s := startServer(t)
+	ctx := ctxFor(t, 10*time.Minute)
+	// Big enough (unpacking 600 MiB) that the build is still running when
+	// zeishd gets its SIGTERM a moment after the 202.
+	l, _ := ociimg.Standard(t).Layers()
+	img := ociimg.Image(t, v1.Config{}, append(l, ociimg.Layer(t, ociimg.Entry{Name: "big", Size: 600 << 20}))...)
+	archive := ociimg.WriteDockerArchive(t, img, t.TempDir())
+	tpl, err := s.client.BuildTemplateFrom(ctx, zeish.BuildTemplateRequest{Name: "survivor", DiskMiB: 1024}, "docker-archive:"+archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.stop()
+	s.start()
+	var msgs []string
+	got, err := s.client.WaitTemplate(ctx, tpl.ID, func(e zeish.TemplateEvent) { msgs = append(msgs, e.Message) })
+	if err != nil || got.State != sandbox.TemplateReady {
+		t.Fatalf("after restart: %+v %v", got, err)
+	}
+	if !strings.Contains(strings.Join(msgs, "\n"), "zeishd restarted: building again") {
+		t.Errorf("build log does not show the resume:\n%s", strings.Join(msgs, "\n"))
+	}
+	if _, err := os.Stat(filepath.Join(s.dataDir, "template-builds", tpl.ID, "image.tar")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("upload kept after the build: %v", err)
+	}
+	if _, err := s.client.DeleteTemplate(ctx, tpl.ID); err != nil {
+		t.Fatal(err)
+	}
 }

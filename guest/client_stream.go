@@ -139,7 +139,13 @@ func (f *fileReader) Close() error {
 // WriteFile streams r into path (perm 0: 0644), creating parent directories.
 // The file appears atomically (temp file + rename) only if all of r arrived.
 func (c *Client) WriteFile(ctx context.Context, path string, perm os.FileMode, r io.Reader) (FileInfo, error) {
-	cl, err := c.start(ctx, request{Op: opWriteFile, Path: path, Perm: fileModePerm(perm)})
+	return c.WriteFileAs(ctx, path, perm, "", r)
+}
+
+// WriteFileAs is WriteFile with the file owned by a guest user ("" is the
+// template's default user).
+func (c *Client) WriteFileAs(ctx context.Context, path string, perm os.FileMode, user string, r io.Reader) (FileInfo, error) {
+	cl, err := c.start(ctx, request{Op: opWriteFile, Path: path, Perm: fileModePerm(perm), User: user})
 	if err != nil {
 		return FileInfo{}, err
 	}

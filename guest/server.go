@@ -171,7 +171,7 @@ func (s *Server) handle(st *yamux.Stream) {
 		s.readFile(st, r, w, req.Path)
 		return
 	case opWriteFile:
-		res, err = s.writeFile(r, req.Path, req.Perm)
+		res, err = s.writeFile(r, req.Path, req.Perm, req.User)
 	case opInfo:
 		res, err = s.info()
 	case opConfigure:

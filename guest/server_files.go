@@ -184,8 +184,17 @@ func (s *Server) readFile(st *yamux.Stream, r *bufio.Reader, w *chunkWriter, pat
 // writeFile receives data chunks into a temp file next to path and renames
 // it into place on the EOF chunk; a stream that ends without one (caller
 // cancelled, source failed, session lost) leaves nothing behind.
-func (s *Server) writeFile(r *bufio.Reader, path string, perm uint32) (FileInfo, error) {
+func (s *Server) writeFile(r *bufio.Reader, path string, perm uint32, user string) (FileInfo, error) {
 	p, err := cleanPath("write", path)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	if user == "" {
+		s.mu.Lock()
+		user = s.user
+		s.mu.Unlock()
+	}
+	owner, err := lookupUser(user)
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -223,6 +232,11 @@ func (s *Server) writeFile(r *bufio.Reader, path string, perm uint32) (FileInfo,
 			done = true
 		default:
 			return FileInfo{}, fmt.Errorf("write %s: unexpected chunk %q: %w", p, kind, errdefs.ErrInvalidArgument)
+		}
+	}
+	if owner.uid != 0 || owner.gid != 0 {
+		if err := tmp.Chown(int(owner.uid), int(owner.gid)); err != nil {
+			return FileInfo{}, fsErr("write", p, err)
 		}
 	}
 	if err := tmp.Chmod(os.FileMode(perm).Perm()); err != nil {

@@ -62,8 +62,15 @@ func (s *Server) configure(cfg Config) error {
 		}
 	}
 	if len(cfg.StartCmd) > 0 {
+		// A start command that cannot start (not in this image, say) must
+		// not make the sandbox unusable: it is logged, here and in
+		// /run/zeish/start.log.
 		if err := s.startOnce(cfg.StartCmd); err != nil {
-			errs = append(errs, fmt.Errorf("start command: %w", err))
+			s.log.Warn("start command", "err", err)
+			if f, ferr := os.OpenFile(filepath.Join(startDir, "start.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); ferr == nil {
+				fmt.Fprintf(f, "zeish: start command failed: %v\n", err)
+				f.Close()
+			}
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -64,6 +64,7 @@ type request struct {
 	PID       int          `json:"pid,omitempty"`
 	Signal    string       `json:"signal,omitempty"`
 	Group     bool         `json:"group,omitempty"` // kill: the process group of a running exec
+	User      string       `json:"user,omitempty"`  // write: the file's owner (default Config.User)
 	Exec      *ExecRequest `json:"exec,omitempty"`
 	Config    *Config      `json:"config,omitempty"`
 	Term      *TermRequest `json:"term,omitempty"`

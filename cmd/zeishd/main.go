@@ -169,6 +169,12 @@ func run(ctx context.Context) error {
 	}
 	// Build (or find) the base template now so the first create is quick.
 	go cat.Prepare(context.WithoutCancel(ctx))
+	// The debian template takes about a minute (more on a slow mirror) to
+	// build the first time: opt-in, so test servers do not pay for it.
+	if env("ZEISH_DEBIAN_TEMPLATE", "off") == "on" {
+		cat.EnableDebian(template.DebianOptions{})
+		go cat.PrepareDebian(context.WithoutCancel(ctx))
+	}
 	builds, err := strconv.Atoi(env("ZEISH_TEMPLATE_BUILDS", "2"))
 	if err != nil || builds < 1 {
 		return fmt.Errorf("ZEISH_TEMPLATE_BUILDS: want a positive number, got %q", os.Getenv("ZEISH_TEMPLATE_BUILDS"))

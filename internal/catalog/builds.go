@@ -395,9 +395,9 @@ func (c *Catalog) Resolve(ctx context.Context, accountID, ref string) (sandbox.T
 		}
 		return b, nil
 	}
-	if ref == BaseName {
+	if ref == BaseName || (ref == DebianName && c.debianEnabled()) {
 		// Not built yet: it is on its way.
-		return sandbox.Template{Name: BaseName, Builtin: true, State: sandbox.TemplateBuilding}, nil
+		return sandbox.Template{Name: ref, Builtin: true, State: sandbox.TemplateBuilding}, nil
 	}
 	return sandbox.Template{}, fmt.Errorf("template %q does not exist: %w", ref, errdefs.ErrNotFound)
 }
@@ -425,6 +425,9 @@ func (c *Catalog) List(ctx context.Context, accountID string) ([]sandbox.Templat
 	if !slices.ContainsFunc(out, func(t sandbox.Template) bool { return t.Builtin && t.Name == BaseName }) {
 		// Recorded once its first build ends; until then it is on its way.
 		out = append(out, sandbox.Template{Name: BaseName, Builtin: true, State: sandbox.TemplateBuilding})
+	}
+	if c.debianEnabled() && !slices.ContainsFunc(out, func(t sandbox.Template) bool { return t.Builtin && t.Name == DebianName }) {
+		out = append(out, sandbox.Template{Name: DebianName, Builtin: true, State: sandbox.TemplateBuilding})
 	}
 	slices.SortFunc(out, func(a, b sandbox.Template) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out, nil

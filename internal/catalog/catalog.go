@@ -35,8 +35,9 @@ type Catalog struct {
 	building chan struct{}
 	err      error
 
-	b       *builds // nil until StartBuilds
-	closing bool    // Close was called: cancelled builds resume later
+	debian  *debianBuild // nil unless EnableDebian
+	b       *builds      // nil until StartBuilds
+	closing bool         // Close was called: cancelled builds resume later
 	sweepMu sync.Mutex
 }
 
@@ -65,6 +66,9 @@ func (c *Catalog) Known(ctx context.Context, name string) error {
 // account template's id), building base if needed. A deleted template is
 // still found while sandboxes boot from it.
 func (c *Catalog) Get(ctx context.Context, name string) (sandbox.Template, error) {
+	if name == DebianName && c.debianEnabled() {
+		return c.PrepareDebian(ctx)
+	}
 	if name != BaseName {
 		t, err := c.store.GetTemplate(ctx, name)
 		if err != nil {

@@ -37,7 +37,7 @@ func (a *app) connected(fn func(cmd *cobra.Command, conn *zeish.SandboxConn, arg
 }
 
 func (a *app) putCmd() *cobra.Command {
-	var mode string
+	var mode, user string
 	cmd := &cobra.Command{
 		Use:   "put ID LOCAL REMOTE",
 		Short: "Upload a local file (- for stdin), streamed",
@@ -66,7 +66,7 @@ func (a *app) putCmd() *cobra.Command {
 				}
 				src = f
 			}
-			fi, err := conn.WriteFile(cmd.Context(), remote, src, perm)
+			fi, err := conn.WriteFileAs(cmd.Context(), remote, src, perm, user)
 			if err != nil {
 				return err
 			}
@@ -78,6 +78,7 @@ func (a *app) putCmd() *cobra.Command {
 		}),
 	}
 	cmd.Flags().StringVar(&mode, "mode", "", "permission bits in octal (default: the local file's)")
+	cmd.Flags().StringVar(&user, "user", "", "owner in the sandbox, a name or uid (default the template's user, else root)")
 	return cmd
 }
 

@@ -200,7 +200,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 		}
 		perm = os.FileMode(m)
 	}
-	info, err := agentFrom(r.Context()).WriteFile(r.Context(), p, perm, r.Body)
+	info, err := agentFrom(r.Context()).WriteFileAs(r.Context(), p, perm, r.URL.Query().Get("user"), r.Body)
 	if err != nil {
 		writeError(w, r, err)
 		return

@@ -25,7 +25,16 @@ func (sc *SandboxConn) ReadFile(ctx context.Context, path string) (io.ReadCloser
 // perm sets the permission bits (0: the server's default, 0644). WriteFile
 // does not close r.
 func (sc *SandboxConn) WriteFile(ctx context.Context, path string, r io.Reader, perm fs.FileMode) (FileInfo, error) {
+	return sc.WriteFileAs(ctx, path, r, perm, "")
+}
+
+// WriteFileAs is WriteFile with the file owned by a guest user (a name,
+// uid or user:group; "" is the template's default user, else root).
+func (sc *SandboxConn) WriteFileAs(ctx context.Context, path string, r io.Reader, perm fs.FileMode, user string) (FileInfo, error) {
 	q := pathQuery(path)
+	if user != "" {
+		q.Set("user", user)
+	}
 	if perm != 0 {
 		q.Set("mode", fmt.Sprintf("%04o", uint32(perm.Perm())))
 	}

@@ -71,6 +71,8 @@ export interface ExecOptions {
   env?: Record<string, string>;
   /** Working directory, absolute (default `/`). */
   cwd?: string;
+  /** Run as this guest user (a name, uid or user:group); default the template's user, else root. */
+  user?: string;
   /** Standard input. */
   stdin?: string | Uint8Array;
   /** Kill the command after this many seconds (0/undefined: no limit). */
@@ -207,9 +209,10 @@ export class Files {
   /**
    * Creates or replaces a file. Streams and async iterables are uploaded as
    * they yield, never held whole in memory. `mode` is the permission bits
-   * (e.g. 0o755 or "755"; default 0644).
+   * (e.g. 0o755 or "755"; default 0644); `user` the owner in the guest
+   * (default the template's user, else root).
    */
-  async write(path: string, data: WriteData, opts: { mode?: number | string; signal?: AbortSignal } = {}): Promise<FileInfo> {
+  async write(path: string, data: WriteData, opts: { mode?: number | string; user?: string; signal?: AbortSignal } = {}): Promise<FileInfo> {
     let body: BodyInit_;
     let replayable = true;
     if (typeof data === "string" || data instanceof Uint8Array || data instanceof ArrayBuffer || data instanceof Blob) {
@@ -223,7 +226,7 @@ export class Files {
     }
     const mode = opts.mode === undefined ? undefined : typeof opts.mode === "number" ? opts.mode.toString(8).padStart(4, "0") : opts.mode;
     return this.dp.json<FileInfo>("PUT", "/files", {
-      query: { path, mode }, body, replayable, headers: { "content-type": "application/octet-stream" },
+      query: { path, mode, user: opts.user }, body, replayable, headers: { "content-type": "application/octet-stream" },
       ...(opts.signal ? { signal: opts.signal } : {}),
     });
   }
@@ -456,6 +459,7 @@ export class Sandbox {
     const req: ExecRequest = { argv };
     if (opts.env) req.env = opts.env;
     if (opts.cwd) req.cwd = opts.cwd;
+    if (opts.user) req.user = opts.user;
     if (opts.stdin !== undefined) req.stdin = base64Encode(typeof opts.stdin === "string" ? new TextEncoder().encode(opts.stdin) : opts.stdin);
     if (opts.timeoutSeconds) req.timeout_seconds = opts.timeoutSeconds;
     const res = await this.#dp.request("POST", "/exec", {

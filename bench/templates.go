@@ -1,0 +1,245 @@
+package main
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/zeish/zeish/sandbox"
+	zeish "github.com/zeish/zeish/sdk/go"
+)
+
+func init() {
+	register(section{
+		name: "templates",
+		about: "template builds from an uploaded docker archive (MiB of layers per second) next to tar + mkfs.ext4 -d " +
+			"of the same layers; cold create → first exec from an image template next to base",
+		run: runTemplates,
+	})
+}
+
+// benchLayerMiB is the size of each of the bench image's data layers: random
+// bytes (incompressible, like binaries and wheels), three layers.
+const (
+	benchLayerMiB = 32
+	benchLayers   = 3
+)
+
+// benchImage writes a docker archive of a busybox layer plus random data
+// layers; salt makes each run's digest new, so no build is a cache hit.
+func benchImage(dir string) (path string, layerBytes int64, err error) {
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		return "", 0, err
+	}
+	layers := []v1.Layer{}
+	mk := func(write func(tw *tar.Writer) error) error {
+		p := filepath.Join(dir, fmt.Sprintf("layer-%d.tar", len(layers)))
+		f, err := os.Create(p)
+		if err != nil {
+			return err
+		}
+		tw := tar.NewWriter(f)
+		err = write(tw)
+		if cerr := tw.Close(); err == nil {
+			err = cerr
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		l, err := tarball.LayerFromFile(p)
+		if err != nil {
+			return err
+		}
+		layers = append(layers, l)
+		return nil
+	}
+	err = mk(func(tw *tar.Writer) error {
+		tw.WriteHeader(&tar.Header{Name: "bin/", Typeflag: tar.TypeDir, Mode: 0o755})
+		tw.WriteHeader(&tar.Header{Name: "bin/busybox", Mode: 0o755, Size: int64(len(bb))})
+		tw.Write(bb)
+		for _, a := range []string{"sh", "true"} {
+			tw.WriteHeader(&tar.Header{Name: "bin/" + a, Typeflag: tar.TypeSymlink, Linkname: "busybox"})
+		}
+		return nil
+	})
+	for i := 0; err == nil && i < benchLayers; i++ {
+		err = mk(func(tw *tar.Writer) error {
+			for j := 0; j < 8; j++ { // a few files per layer, as real layers have
+				size := int64(benchLayerMiB<<20) / 8
+				if err := tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("data/l%d/f%d", i, j), Mode: 0o644, Size: size}); err != nil {
+					return err
+				}
+				if _, err := io.CopyN(tw, rand.Reader, size); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		return "", 0, err
+	}
+	img, err := mutate.AppendLayers(empty.Image, layers...)
+	if err != nil {
+		return "", 0, err
+	}
+	cf, _ := img.ConfigFile()
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", "amd64"
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		return "", 0, err
+	}
+	for _, l := range layers {
+		n, _ := l.Size()
+		layerBytes += n
+	}
+	tag, _ := name.NewTag("zeish.bench/img:latest")
+	path = filepath.Join(dir, "image.tar")
+	return path, layerBytes, tarball.WriteToFile(path, tag, img)
+}
+
+// unpackReference is the same job done with plain tools: tar -x each layer
+// in order into a folder, then mkfs.ext4 -d into a sparse file of the same
+// size (no whiteout handling, no safety checks: a floor, not a rival).
+func unpackReference(ctx context.Context, dir string, diskMiB int) (time.Duration, error) {
+	root := filepath.Join(dir, "ref-root")
+	raw := filepath.Join(dir, "ref.raw")
+	defer os.RemoveAll(root)
+	defer os.Remove(raw)
+	if err := os.Mkdir(root, 0o755); err != nil {
+		return 0, err
+	}
+	layers, _ := filepath.Glob(filepath.Join(dir, "layer-*.tar"))
+	start := time.Now()
+	for _, l := range layers {
+		if out, err := exec.CommandContext(ctx, "tar", "-xf", l, "-C", root).CombinedOutput(); err != nil {
+			return 0, fmt.Errorf("tar: %v: %s", err, out)
+		}
+	}
+	f, err := os.Create(raw)
+	if err != nil {
+		return 0, err
+	}
+	f.Truncate(int64(diskMiB) << 20)
+	f.Close()
+	if out, err := exec.CommandContext(ctx, "/usr/sbin/mkfs.ext4", "-q", "-F", "-m", "0", "-d", root, raw).CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("mkfs.ext4: %v: %s", err, out)
+	}
+	return time.Since(start), nil
+}
+
+func runTemplates(ctx context.Context, e *benchEnv) (*report, error) {
+	const diskMiB = 512
+	r := &report{Section: "templates", Title: fmt.Sprintf("Templates from images (%d × %d MiB random layers + busybox, %d MiB disk, %s)", benchLayers, benchLayerMiB, diskMiB, e.accel)}
+	var build, mibps, ref, refMibps, cold, coldBase []float64
+	var tplName string
+	for i := -e.opts.warmup; i < e.opts.runs; i++ {
+		warm := i < 0
+		dir, err := os.MkdirTemp(e.tmp, "img-")
+		if err != nil {
+			return nil, err
+		}
+		archive, layerBytes, err := benchImage(dir)
+		if err != nil {
+			return nil, fmt.Errorf("bench image: %w", err)
+		}
+		f, err := os.Open(archive)
+		if err != nil {
+			return nil, err
+		}
+		name := fmt.Sprintf("bench-%d", i+e.opts.warmup)
+		start := time.Now()
+		tpl, err := e.client.UploadTemplate(ctx, zeish.BuildTemplateRequest{Name: name, From: "docker-archive", DiskMiB: diskMiB}, f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("build: %w", err)
+		}
+		if tpl, err = e.client.WaitTemplate(ctx, tpl.ID, nil); err != nil || tpl.State != sandbox.TemplateReady {
+			return nil, fmt.Errorf("build %s: %s %s %v", tpl.ID, tpl.State, tpl.StateReason, err)
+		}
+		took := time.Since(start)
+		refTook, err := unpackReference(ctx, dir, diskMiB)
+		if err != nil {
+			return nil, err
+		}
+		os.RemoveAll(dir)
+		e.log.Info("template build", "run", i, "warmup", warm, "build_ms", took.Milliseconds(), "reference_ms", refTook.Milliseconds())
+		if !warm {
+			mb := float64(layerBytes) / mib
+			build, mibps = append(build, ms(took)), append(mibps, mb/took.Seconds())
+			ref, refMibps = append(ref, ms(refTook)), append(refMibps, mb/refTook.Seconds())
+		}
+		tplName = name
+		// Cold starts from the image template and from base, alternating.
+		for _, t := range []string{tplName, "base"} {
+			startC := time.Now()
+			sb, err := e.client.CreateSandbox(ctx, zeish.CreateSandboxRequest{Template: t, MemoryMiB: e.opts.memMiB}, zeish.Wait())
+			if sb.ID != "" {
+				e.track(sb.ID)
+			}
+			if err == nil && sb.State != sandbox.StateRunning {
+				err = fmt.Errorf("sandbox %s is %s: %s", sb.ID, sb.State, sb.StateReason)
+			}
+			if err == nil {
+				err = e.firstExec(ctx, sb.ID)
+			}
+			d := time.Since(startC)
+			if sb.ID != "" {
+				if derr := e.deleteSandbox(ctx, sb.ID); derr != nil && err == nil {
+					err = derr
+				}
+			}
+			if err != nil {
+				return nil, fmt.Errorf("cold start from %s: %w", t, err)
+			}
+			if !warm {
+				if t == "base" {
+					coldBase = append(coldBase, ms(d))
+				} else {
+					cold = append(cold, ms(d))
+				}
+			}
+		}
+		if _, err := e.client.DeleteTemplate(ctx, tpl.ID); err != nil {
+			return nil, err
+		}
+	}
+	sBuild := r.add(newSeries("oci_build_upload_to_ready", "ms", build))
+	sRate := r.add(newSeries("oci_build_layer_mib_per_s", "MiB/s", mibps))
+	sRef := r.add(newSeries("tar_x_plus_mkfs_ext4_d", "ms", ref))
+	sRefRate := r.add(newSeries("tar_x_plus_mkfs_layer_mib_per_s", "MiB/s", refMibps))
+	sCold := r.add(newSeries("image_template_create_to_first_exec", "ms", cold))
+	sBase := r.add(newSeries("base_create_to_first_exec", "ms", coldBase))
+	t := statTable("", "")
+	t.Rows = append(t.Rows,
+		statRow("build: upload → ready (API, streamed upload, unpack, agent, mkfs, qcow2) [ms]", sBuild),
+		statRow("  layers per second [MiB/s of compressed layers]", sRate),
+		statRow("reference: tar -x of each layer + mkfs.ext4 -d [ms]", sRef),
+		statRow("  layers per second [MiB/s]", sRefRate),
+		statRow("cold create → first exec, image template [ms]", sCold),
+		statRow("cold create → first exec, base [ms]", sBase),
+	)
+	r.Tables = append(r.Tables, t)
+	r.Notes = append(r.Notes,
+		fmt.Sprintf("runs: %d measured after %d warm-up; every build is a new image (random layers), so no cache hit", e.opts.runs, e.opts.warmup),
+		"umoci is not installed on this host; the reference is tar -x + mkfs.ext4 -d of the same layer tars (no whiteouts, no qcow2 conversion)",
+		"warm templates (resume of a captured machine) are not built yet: there is no warm row",
+	)
+	return r, nil
+}
