@@ -177,7 +177,7 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request) {
 
 // created is the answer of create, connect and fork: how to reach envd.
 func (f *Facade) created(sb sandbox.Sandbox) map[string]any {
-	return map[string]any{
+	out := map[string]any{
 		"sandboxID":       sb.ID,
 		"templateID":      sb.Template,
 		"alias":           sb.Template,
@@ -185,6 +185,10 @@ func (f *Facade) created(sb sandbox.Sandbox) map[string]any {
 		"envdVersion":     envdVersion,
 		"envdAccessToken": f.backend.IssueToken(sb.ID, sb.AccountID, tokenTTL),
 	}
+	if f.domain != "" {
+		out["domain"] = f.domain
+	}
+	return out
 }
 
 // state is E2B's two states: a sandbox that can take commands (or soon will)
@@ -204,7 +208,7 @@ func state(st sandbox.State) (string, bool) {
 var never = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
 
 // detail is a sandbox as E2B's get and list show it.
-func detail(sb sandbox.Sandbox) map[string]any {
+func (f *Facade) detail(sb sandbox.Sandbox) map[string]any {
 	st, _ := state(sb.State)
 	end := never
 	if sb.TimeoutAt != nil {
@@ -218,7 +222,7 @@ func detail(sb sandbox.Sandbox) map[string]any {
 	if md == nil {
 		md = map[string]string{}
 	}
-	return map[string]any{
+	out := map[string]any{
 		"sandboxID":   sb.ID,
 		"templateID":  sb.Template,
 		"alias":       sb.Template,
@@ -233,6 +237,10 @@ func detail(sb sandbox.Sandbox) map[string]any {
 		"metadata":    md,
 		"lifecycle":   map[string]any{"onTimeout": action, "autoResume": false},
 	}
+	if f.domain != "" {
+		out["domain"] = f.domain
+	}
+	return out
 }
 
 // lookup gets a sandbox that E2B would know: a destroyed or failed one is
@@ -263,7 +271,7 @@ func (f *Facade) get(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, detail(sb))
+	writeJSON(w, http.StatusOK, f.detail(sb))
 }
 
 // metrics: zeish keeps no per-sandbox resource samples yet, so there are none
@@ -354,7 +362,7 @@ func (f *Facade) listV1(w http.ResponseWriter, r *http.Request) {
 	out := []map[string]any{}
 	for _, sb := range all {
 		if st, _ := state(sb.State); st == "running" && matches(sb, md) {
-			out = append(out, detail(sb))
+			out = append(out, f.detail(sb))
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -415,7 +423,7 @@ func (f *Facade) listV2(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("X-Next-Token", last)
 			break
 		}
-		out = append(out, detail(sb))
+		out = append(out, f.detail(sb))
 		last = sb.ID
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -53,6 +53,9 @@ type Options struct {
 	API     http.Handler
 	Backend Backend
 	Logger  *slog.Logger
+	// Domain, when set, also routes by host name as E2B's cloud does:
+	// api.<Domain> is the control plane, 49983-<sandbox>.<Domain> envd.
+	Domain string
 }
 
 // Facade serves the E2B API.
@@ -60,6 +63,7 @@ type Facade struct {
 	api     http.Handler
 	backend Backend
 	log     *slog.Logger
+	domain  string
 	procs   *processTable
 }
 
@@ -69,7 +73,8 @@ func New(opts Options) *Facade {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Facade{api: opts.API, backend: opts.Backend, log: opts.Logger, procs: newProcessTable()}
+	return &Facade{api: opts.API, backend: opts.Backend, log: opts.Logger, domain: strings.ToLower(opts.Domain),
+		procs: newProcessTable()}
 }
 
 // Routes lists the control-plane routes, as "METHOD /path".
@@ -124,15 +129,51 @@ func (f *Facade) Handler() http.Handler {
 	return mux
 }
 
-// Mount serves the facade under Prefix and everything else with next
-// (zeishd's API).
+// Mount serves the facade under Prefix, and by host name when a domain is
+// set, and everything else with next (zeishd's API).
 func (f *Facade) Mount(next http.Handler) http.Handler {
 	h := f.Handler()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == Prefix || strings.HasPrefix(r.URL.Path, Prefix+"/") {
-			h.ServeHTTP(w, r)
+		switch host := f.hostRoute(r.Host); {
+		case host == "api":
+			r = rewrite(r, Prefix+r.URL.Path)
+		case host != "":
+			r = rewrite(r, Prefix+"/envd"+r.URL.Path)
+			r.Header.Set("E2b-Sandbox-Id", host)
+			r.Header.Set("E2b-Sandbox-Port", envdPort)
+		case r.URL.Path == Prefix || strings.HasPrefix(r.URL.Path, Prefix+"/"):
+		default:
+			next.ServeHTTP(w, r)
 			return
 		}
-		next.ServeHTTP(w, r)
+		h.ServeHTTP(w, r)
 	})
+}
+
+// hostRoute reads a host name under the domain: "api" for the control
+// plane, a sandbox id for envd's port, "" for any other host.
+func (f *Facade) hostRoute(host string) string {
+	if f.domain == "" {
+		return ""
+	}
+	if h, _, ok := strings.Cut(host, ":"); ok {
+		host = h
+	}
+	sub, ok := strings.CutSuffix(strings.ToLower(host), "."+f.domain)
+	if !ok {
+		return ""
+	}
+	if sub == "api" {
+		return "api"
+	}
+	if id, ok := strings.CutPrefix(sub, envdPort+"-"); ok && id != "" && !strings.Contains(id, ".") {
+		return id
+	}
+	return ""
+}
+
+func rewrite(r *http.Request, path string) *http.Request {
+	r2 := r.Clone(r.Context())
+	r2.URL.Path, r2.URL.RawPath = path, ""
+	return r2
 }
