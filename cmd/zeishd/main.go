@@ -170,7 +170,7 @@ func run(ctx context.Context) error {
 	go func() { defer close(budgetsDone); srv.EnforceBudgets(bctx, 2*time.Second) }()
 	defer func() { stopBudgets(); <-budgetsDone }()
 	apiHandler := srv.Handler()
-	facade := e2b.New(e2b.Options{API: apiHandler, Backend: srv, Logger: log, Domain: os.Getenv("ZEISH_E2B_DOMAIN")}) // E2B's SDKs, under /e2b
+	facade := e2b.New(e2b.Options{API: apiHandler, Backend: srv, Templates: cat, Logger: log, Domain: os.Getenv("ZEISH_E2B_DOMAIN")}) // E2B's SDKs, under /e2b
 	hs := &http.Server{Handler: facade.Mount(apiHandler), ReadHeaderTimeout: 10 * time.Second}
 	caps := driver.Capabilities()
 	log.Info("zeishd listening", "addr", "http://"+ln.Addr().String(), "data_dir", dataDir, "node", nodeID,

@@ -625,3 +625,19 @@ func (f *Facade) fork(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, out)
 }
+
+// templateAlias answers whether a template of that name exists; zeish
+// templates are known by name, which is their id as well.
+func (f *Facade) templateAlias(w http.ResponseWriter, r *http.Request) {
+	key, _ := r.Context().Value(keyCtx{}).(string)
+	if _, err := f.backend.Authenticate(r.Context(), key); err != nil {
+		writeError(w, http.StatusUnauthorized, err.Error())
+		return
+	}
+	alias := r.PathValue("alias")
+	if err := f.tpls.Known(r.Context(), alias); err != nil {
+		writeError(w, http.StatusNotFound, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"templateID": alias, "public": true})
+}

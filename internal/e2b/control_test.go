@@ -211,6 +211,13 @@ func TestMount(t *testing.T) {
 
 type fakeBackend struct{ asked []string }
 
+func (b *fakeBackend) Authenticate(ctx context.Context, key string) (string, error) {
+	if key != "good" {
+		return "", errdefs.ErrUnauthenticated
+	}
+	return "acc_1", nil
+}
+
 func (b *fakeBackend) IssueToken(id, acct string, ttl time.Duration) string { return "tok" }
 func (b *fakeBackend) SandboxAgent(ctx context.Context, id, token string) (*guest.Client, error) {
 	b.asked = append(b.asked, id+" "+token)
@@ -245,6 +252,32 @@ func TestEnvdRouting(t *testing.T) {
 		asked := strings.Join(b.asked, ",")
 		if w.Code != tc.status || asked != tc.asked {
 			t.Errorf("%s%s: %d (asked %q) %s, want %d (asked %q)", tc.host, tc.path, w.Code, asked, w.Body, tc.status, tc.asked)
+		}
+	}
+}
+
+type fakeTemplates struct{}
+
+func (fakeTemplates) Known(ctx context.Context, name string) error {
+	if name != "base" {
+		return errdefs.ErrUnknownTemplate
+	}
+	return nil
+}
+
+func TestTemplateAlias(t *testing.T) {
+	f := New(Options{API: &fakeAPI{}, Backend: &fakeBackend{}, Templates: fakeTemplates{}})
+	for _, tc := range []struct {
+		target, key string
+		status      int
+	}{
+		{"/e2b/templates/aliases/base", "good", http.StatusOK},
+		{"/e2b/templates/aliases/nope", "good", http.StatusNotFound},
+		{"/e2b/templates/aliases/base", "bad", http.StatusUnauthorized},
+		{"/e2b/templates/aliases/base", "", http.StatusUnauthorized},
+	} {
+		if w := serve(f, "GET", tc.target, tc.key); w.Code != tc.status {
+			t.Errorf("%s with %q: %d %s, want %d", tc.target, tc.key, w.Code, w.Body, tc.status)
 		}
 	}
 }

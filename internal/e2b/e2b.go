@@ -44,15 +44,23 @@ type Backend interface {
 	// SandboxAgent checks a token for a sandbox and returns its running
 	// agent (errdefs.ErrUnavailable when the sandbox is gone or not running).
 	SandboxAgent(ctx context.Context, id, token string) (*guest.Client, error)
+	// Authenticate checks an API key (errdefs.ErrUnauthenticated if bad).
+	Authenticate(ctx context.Context, key string) (accountID string, err error)
+}
+
+// Templates says which templates exist (internal/catalog).
+type Templates interface {
+	Known(ctx context.Context, name string) error
 }
 
 // Options configure the facade.
 type Options struct {
 	// API serves zeish's public API (server.Handler); control-plane calls go
 	// through it in-process.
-	API     http.Handler
-	Backend Backend
-	Logger  *slog.Logger
+	API       http.Handler
+	Backend   Backend
+	Templates Templates
+	Logger    *slog.Logger
 	// Domain, when set, also routes by host name as E2B's cloud does:
 	// api.<Domain> is the control plane, 49983-<sandbox>.<Domain> envd.
 	Domain string
@@ -62,6 +70,7 @@ type Options struct {
 type Facade struct {
 	api     http.Handler
 	backend Backend
+	tpls    Templates
 	log     *slog.Logger
 	domain  string
 	procs   *processTable
@@ -73,7 +82,7 @@ func New(opts Options) *Facade {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Facade{api: opts.API, backend: opts.Backend, log: opts.Logger, domain: strings.ToLower(opts.Domain),
+	return &Facade{api: opts.API, backend: opts.Backend, tpls: opts.Templates, log: opts.Logger, domain: strings.ToLower(opts.Domain),
 		procs: newProcessTable()}
 }
 
@@ -107,6 +116,7 @@ func (f *Facade) routes() []route {
 		{"POST " + p + "/sandboxes/{id}/resume", f.withKey(f.resume)},
 		{"POST " + p + "/v2/sandboxes/{id}/connect", f.withKey(f.connect)},
 		{"POST " + p + "/sandboxes/{id}/fork", f.withKey(f.fork)},
+		{"GET " + p + "/templates/aliases/{alias}", f.withKey(f.templateAlias)},
 	}
 }
 

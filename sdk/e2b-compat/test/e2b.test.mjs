@@ -12,6 +12,7 @@ import {
   Sandbox,
   SandboxError,
   SandboxNotFoundError,
+  Template,
 } from "e2b";
 import { Harness, vmSkipReason } from "./harness.mjs";
 
@@ -231,7 +232,7 @@ describe("e2b SDK on zeish", { skip, timeout: 30 * 60_000 }, () => {
     for (const kid of kids) assert.equal(await kid.kill(), true);
   });
 
-  test("errors: unknown sandbox, bad key, wrong template, other users, PTY", async () => {
+  test("errors: unknown sandbox, bad key, wrong template (and Template.exists), other users, PTY", async () => {
     await rejectsWith(Sandbox.getInfo(unknownID, o()), SandboxNotFoundError, "getInfo");
     await rejectsWith(Sandbox.connect(unknownID, o()), SandboxNotFoundError, "connect");
     await rejectsWith(Sandbox.setTimeout(unknownID, 60_000, o()), SandboxNotFoundError, "setTimeout");
@@ -242,6 +243,9 @@ describe("e2b SDK on zeish", { skip, timeout: 30 * 60_000 }, () => {
     await rejectsWith(Sandbox.create("base", o({ apiKey: "zk_not-a-key" })), AuthenticationError, "create with a bad key");
     await rejectsWith(Sandbox.list(o({ apiKey: "zk_not-a-key" })).nextItems(), AuthenticationError, "list with a bad key");
     await rejectsWith(Sandbox.create("no-such-template", o()), SandboxError, "create from an unknown template");
+    assert.equal(await Template.exists("base", o()), true);
+    assert.equal(await Template.exists("no-such-template", o()), false);
+    await rejectsWith(Template.exists("base", o({ apiKey: "zk_not-a-key" })), AuthenticationError, "Template.exists with a bad key");
     const list = (await h.zeish("GET", "/sandboxes")).body.sandboxes;
     assert.ok(list.every((s) => s.template === "base"), "the refused create made no sandbox");
 
