@@ -135,6 +135,9 @@ type newSandbox struct {
 // defaultTimeout is E2B's when a create names none.
 const defaultTimeout = 15
 
+// bootAllowance is added to a create's timeout until the sandbox runs.
+const bootAllowance = 600
+
 func onTimeout(autoPause bool) string {
 	if autoPause {
 		return sandbox.OnTimeoutPause
@@ -159,10 +162,13 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "timeout must be positive")
 		return
 	}
+	// E2B counts the timeout from when the sandbox is ready; zeish from the
+	// create. The create gets room for a slow boot, and the timeout is set
+	// again once the sandbox runs.
 	var sb sandbox.Sandbox
 	err := f.call(r.Context(), http.MethodPost, "/sandboxes?wait=true", api.CreateSandboxRequest{
 		Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata,
-		TimeoutSeconds: timeout, OnTimeout: onTimeout(req.AutoPause),
+		TimeoutSeconds: timeout + bootAllowance, OnTimeout: onTimeout(req.AutoPause),
 	}, &sb)
 	if err != nil {
 		fail(w, err)
@@ -170,6 +176,10 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request) {
 	}
 	if sb.State != sandbox.StateRunning {
 		writeError(w, http.StatusInternalServerError, fmt.Sprintf("sandbox %s did not start: %s: %s", sb.ID, sb.ErrorCode, sb.ErrorMessage))
+		return
+	}
+	if err := f.call(r.Context(), http.MethodPost, "/sandboxes/"+sb.ID+"/timeout", api.TimeoutRequest{TimeoutSeconds: timeout}, &sb); err != nil {
+		fail(w, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, f.created(sb))
