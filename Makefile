@@ -35,6 +35,7 @@ test: deps vet
 	$(GO) test -p 2 -timeout 30m ./...
 	$(MAKE) test-ts
 	$(MAKE) test-browser
+	$(MAKE) test-e2b
 
 # The TypeScript SDK and its eval-farm example, against a real zeishd (bin/)
 # and real VMs; the Go tests above fill the shared template cache first.

@@ -209,7 +209,7 @@ func run(ctx context.Context) error {
 	go func() { defer close(budgetsDone); srv.EnforceBudgets(bctx, 2*time.Second) }()
 	defer func() { stopBudgets(); <-budgetsDone }()
 	apiHandler := srv.Handler()
-	facade := e2b.New(e2b.Options{API: apiHandler, Backend: srv, Logger: log}) // E2B's SDKs, under /e2b
+	facade := e2b.New(e2b.Options{API: apiHandler, Backend: srv, Templates: cat, Logger: log, Domain: os.Getenv("ZEISH_E2B_DOMAIN")}) // E2B's SDKs, under /e2b
 	limits := server.DefaultLimits
 	if v := os.Getenv("ZEISH_MAX_CONNECTIONS"); v != "" {
 		if limits.MaxConns, err = strconv.Atoi(v); err != nil || limits.MaxConns < 1 {

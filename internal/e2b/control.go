@@ -135,6 +135,9 @@ type newSandbox struct {
 // defaultTimeout is E2B's when a create names none.
 const defaultTimeout = 15
 
+// bootAllowance is added to a create's timeout until the sandbox runs.
+const bootAllowance = 600
+
 func onTimeout(autoPause bool) string {
 	if autoPause {
 		return sandbox.OnTimeoutPause
@@ -159,10 +162,13 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "timeout must be positive")
 		return
 	}
+	// E2B counts the timeout from when the sandbox is ready; zeish from the
+	// create. The create gets room for a slow boot, and the timeout is set
+	// again once the sandbox runs.
 	var sb sandbox.Sandbox
 	err := f.call(r.Context(), http.MethodPost, "/sandboxes?wait=true", api.CreateSandboxRequest{
 		Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata,
-		TimeoutSeconds: timeout, OnTimeout: onTimeout(req.AutoPause),
+		TimeoutSeconds: timeout + bootAllowance, OnTimeout: onTimeout(req.AutoPause),
 	}, &sb)
 	if err != nil {
 		fail(w, err)
@@ -170,6 +176,10 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request) {
 	}
 	if sb.State != sandbox.StateRunning {
 		writeError(w, http.StatusInternalServerError, fmt.Sprintf("sandbox %s did not start: %s: %s", sb.ID, sb.ErrorCode, sb.ErrorMessage))
+		return
+	}
+	if err := f.call(r.Context(), http.MethodPost, "/sandboxes/"+sb.ID+"/timeout", api.TimeoutRequest{TimeoutSeconds: timeout}, &sb); err != nil {
+		fail(w, err)
 		return
 	}
 	body, err := f.created(r.Context(), sb)
@@ -188,14 +198,18 @@ func (f *Facade) created(ctx context.Context, sb sandbox.Sandbox) (map[string]an
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{
+	out := map[string]any{
 		"sandboxID":       sb.ID,
 		"templateID":      sb.Template,
 		"alias":           sb.Template,
 		"clientID":        "zeish",
 		"envdVersion":     envdVersion,
 		"envdAccessToken": token,
-	}, nil
+	}
+	if f.domain != "" {
+		out["domain"] = f.domain
+	}
+	return out, nil
 }
 
 // state is E2B's two states: a sandbox that can take commands (or soon will)
@@ -215,7 +229,7 @@ func state(st sandbox.State) (string, bool) {
 var never = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
 
 // detail is a sandbox as E2B's get and list show it.
-func detail(sb sandbox.Sandbox) map[string]any {
+func (f *Facade) detail(sb sandbox.Sandbox) map[string]any {
 	st, _ := state(sb.State)
 	end := never
 	if sb.TimeoutAt != nil {
@@ -229,7 +243,7 @@ func detail(sb sandbox.Sandbox) map[string]any {
 	if md == nil {
 		md = map[string]string{}
 	}
-	return map[string]any{
+	out := map[string]any{
 		"sandboxID":   sb.ID,
 		"templateID":  sb.Template,
 		"alias":       sb.Template,
@@ -244,6 +258,10 @@ func detail(sb sandbox.Sandbox) map[string]any {
 		"metadata":    md,
 		"lifecycle":   map[string]any{"onTimeout": action, "autoResume": false},
 	}
+	if f.domain != "" {
+		out["domain"] = f.domain
+	}
+	return out
 }
 
 // lookup gets a sandbox that E2B would know: a destroyed or failed one is
@@ -274,7 +292,7 @@ func (f *Facade) get(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, detail(sb))
+	writeJSON(w, http.StatusOK, f.detail(sb))
 }
 
 // metrics: zeish keeps no per-sandbox resource samples yet, so there are none
@@ -365,7 +383,7 @@ func (f *Facade) listV1(w http.ResponseWriter, r *http.Request) {
 	out := []map[string]any{}
 	for _, sb := range all {
 		if st, _ := state(sb.State); st == "running" && matches(sb, md) {
-			out = append(out, detail(sb))
+			out = append(out, f.detail(sb))
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -426,7 +444,7 @@ func (f *Facade) listV2(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("X-Next-Token", last)
 			break
 		}
-		out = append(out, detail(sb))
+		out = append(out, f.detail(sb))
 		last = sb.ID
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -642,4 +660,20 @@ func (f *Facade) fork(w http.ResponseWriter, r *http.Request) {
 		out = append(out, map[string]any{"sandbox": body})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// templateAlias answers whether a template of that name exists; zeish
+// templates are known by name, which is their id as well.
+func (f *Facade) templateAlias(w http.ResponseWriter, r *http.Request) {
+	key, _ := r.Context().Value(keyCtx{}).(string)
+	if _, err := f.backend.Authenticate(r.Context(), key); err != nil {
+		writeError(w, http.StatusUnauthorized, err.Error())
+		return
+	}
+	alias := r.PathValue("alias")
+	if err := f.tpls.Known(r.Context(), alias); err != nil {
+		writeError(w, http.StatusNotFound, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"templateID": alias, "public": true})
 }

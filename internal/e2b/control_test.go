@@ -1,7 +1,9 @@
 package e2b
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -10,6 +12,8 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/guest"
 	"github.com/zeish/zeish/sandbox"
 )
 
@@ -149,9 +153,133 @@ func TestDetail(t *testing.T) {
 		{sandbox.Sandbox{State: sandbox.StateStopped, TimeoutAt: &at, OnTimeout: "pause"}, "paused", at, "pause"},
 		{sandbox.Sandbox{State: sandbox.StatePaused, TimeoutAt: &at, OnTimeout: "delete"}, "paused", at, "kill"},
 	} {
-		d := detail(tc.sb)
+		d := (&Facade{}).detail(tc.sb)
 		if d["state"] != tc.state || d["endAt"] != tc.end || d["lifecycle"].(map[string]any)["onTimeout"] != tc.action {
 			t.Errorf("%+v: %v", tc.sb, d)
+		}
+	}
+}
+
+func TestHostRoute(t *testing.T) {
+	f := New(Options{Domain: "Example.Test"})
+	for host, want := range map[string]string{
+		"api.example.test":                "api",
+		"API.example.test:443":            "api",
+		"49983-sbx_abc.example.test":      "sbx_abc",
+		"49983-sbx_abc.example.test:8080": "sbx_abc",
+		"3000-sbx_abc.example.test":       "",
+		"49983-.example.test":             "",
+		"49983-a.b.example.test":          "",
+		"example.test":                    "",
+		"api.example.test.evil":           "",
+		"127.0.0.1:7420":                  "",
+	} {
+		if got := f.hostRoute(host); got != want {
+			t.Errorf("%s: %q, want %q", host, got, want)
+		}
+	}
+	if got := New(Options{}).hostRoute("api.example.test"); got != "" {
+		t.Errorf("no domain: %q", got)
+	}
+}
+
+// Mount sends E2B's host names to the facade and everything else on.
+func TestMount(t *testing.T) {
+	f := testFacade()
+	f.domain = "example.test"
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	h := f.Mount(next)
+	for _, tc := range []struct {
+		host, path string
+		status     int
+	}{
+		{"api.example.test", "/v2/sandboxes", http.StatusOK},
+		{"127.0.0.1", "/e2b/v2/sandboxes", http.StatusOK},
+		{"127.0.0.1", "/api/v1/public/sandboxes", http.StatusTeapot},
+		{"127.0.0.1", "/e2bx", http.StatusTeapot},
+	} {
+		req := httptest.NewRequest("GET", tc.path, nil)
+		req.Host = tc.host
+		req.Header.Set("X-API-KEY", "good")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != tc.status {
+			t.Errorf("%s%s: %d, want %d", tc.host, tc.path, w.Code, tc.status)
+		}
+	}
+}
+
+type fakeBackend struct{ asked []string }
+
+func (b *fakeBackend) Authenticate(ctx context.Context, key string) (string, error) {
+	if key != "good" {
+		return "", errdefs.ErrUnauthenticated
+	}
+	return "acc_1", nil
+}
+
+func (b *fakeBackend) IssueToken(ctx context.Context, id, key string, ttl time.Duration) (string, error) {
+	return "tok", nil
+}
+func (b *fakeBackend) SandboxAgent(ctx context.Context, id, token string) (*guest.Client, error) {
+	b.asked = append(b.asked, id+" "+token)
+	return nil, fmt.Errorf("sandbox %s is gone: %w", id, errdefs.ErrUnavailable)
+}
+
+// envd is found by host name or by E2B's headers; a sandbox that is gone
+// answers 502, which the SDK reads as "not running".
+func TestEnvdRouting(t *testing.T) {
+	b := &fakeBackend{}
+	f := New(Options{API: &fakeAPI{}, Backend: b, Domain: "example.test"})
+	h := f.Mount(http.NotFoundHandler())
+	for _, tc := range []struct {
+		host, path string
+		header     map[string]string
+		status     int
+		asked      string
+	}{
+		{"49983-sbx_one.example.test", "/health", map[string]string{"X-Access-Token": "t1"}, http.StatusBadGateway, "sbx_one t1"},
+		{"127.0.0.1", "/e2b/envd/health", map[string]string{"E2b-Sandbox-Id": "sbx_two", "X-Access-Token": "t2"}, http.StatusBadGateway, "sbx_two t2"},
+		{"127.0.0.1", "/e2b/envd/files", nil, http.StatusBadRequest, ""},
+		{"127.0.0.1", "/e2b/envd/health", map[string]string{"E2b-Sandbox-Id": "sbx_two", "E2b-Sandbox-Port": "3000"}, http.StatusBadGateway, ""},
+	} {
+		b.asked = nil
+		req := httptest.NewRequest("GET", tc.path, nil)
+		req.Host = tc.host
+		for k, v := range tc.header {
+			req.Header.Set(k, v)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		asked := strings.Join(b.asked, ",")
+		if w.Code != tc.status || asked != tc.asked {
+			t.Errorf("%s%s: %d (asked %q) %s, want %d (asked %q)", tc.host, tc.path, w.Code, asked, w.Body, tc.status, tc.asked)
+		}
+	}
+}
+
+type fakeTemplates struct{}
+
+func (fakeTemplates) Known(ctx context.Context, name string) error {
+	if name != "base" {
+		return errdefs.ErrUnknownTemplate
+	}
+	return nil
+}
+
+func TestTemplateAlias(t *testing.T) {
+	f := New(Options{API: &fakeAPI{}, Backend: &fakeBackend{}, Templates: fakeTemplates{}})
+	for _, tc := range []struct {
+		target, key string
+		status      int
+	}{
+		{"/e2b/templates/aliases/base", "good", http.StatusOK},
+		{"/e2b/templates/aliases/nope", "good", http.StatusNotFound},
+		{"/e2b/templates/aliases/base", "bad", http.StatusUnauthorized},
+		{"/e2b/templates/aliases/base", "", http.StatusUnauthorized},
+	} {
+		if w := serve(f, "GET", tc.target, tc.key); w.Code != tc.status {
+			t.Errorf("%s with %q: %d %s, want %d", tc.target, tc.key, w.Code, w.Body, tc.status)
 		}
 	}
 }

@@ -45,22 +45,35 @@ type Backend interface {
 	// SandboxAgent checks a token for a sandbox and returns its running
 	// agent (errdefs.ErrUnavailable when the sandbox is gone or not running).
 	SandboxAgent(ctx context.Context, id, token string) (*guest.Client, error)
+	// Authenticate checks an API key (errdefs.ErrUnauthenticated if bad).
+	Authenticate(ctx context.Context, key string) (accountID string, err error)
+}
+
+// Templates says which templates exist (internal/catalog).
+type Templates interface {
+	Known(ctx context.Context, name string) error
 }
 
 // Options configure the facade.
 type Options struct {
 	// API serves zeish's public API (server.Handler); control-plane calls go
 	// through it in-process.
-	API     http.Handler
-	Backend Backend
-	Logger  *slog.Logger
+	API       http.Handler
+	Backend   Backend
+	Templates Templates
+	Logger    *slog.Logger
+	// Domain, when set, also routes by host name as E2B's cloud does:
+	// api.<Domain> is the control plane, 49983-<sandbox>.<Domain> envd.
+	Domain string
 }
 
 // Facade serves the E2B API.
 type Facade struct {
 	api     http.Handler
 	backend Backend
+	tpls    Templates
 	log     *slog.Logger
+	domain  string
 	procs   *processTable
 }
 
@@ -70,7 +83,8 @@ func New(opts Options) *Facade {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Facade{api: opts.API, backend: opts.Backend, log: opts.Logger, procs: newProcessTable()}
+	return &Facade{api: opts.API, backend: opts.Backend, tpls: opts.Templates, log: opts.Logger, domain: strings.ToLower(opts.Domain),
+		procs: newProcessTable()}
 }
 
 // Routes lists the control-plane routes, as "METHOD /path".
@@ -103,6 +117,7 @@ func (f *Facade) routes() []route {
 		{"POST " + p + "/sandboxes/{id}/resume", f.withKey(f.resume)},
 		{"POST " + p + "/v2/sandboxes/{id}/connect", f.withKey(f.connect)},
 		{"POST " + p + "/sandboxes/{id}/fork", f.withKey(f.fork)},
+		{"GET " + p + "/templates/aliases/{alias}", f.withKey(f.templateAlias)},
 	}
 }
 
@@ -125,15 +140,51 @@ func (f *Facade) Handler() http.Handler {
 	return mux
 }
 
-// Mount serves the facade under Prefix and everything else with next
-// (zeishd's API).
+// Mount serves the facade under Prefix, and by host name when a domain is
+// set, and everything else with next (zeishd's API).
 func (f *Facade) Mount(next http.Handler) http.Handler {
 	h := f.Handler()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == Prefix || strings.HasPrefix(r.URL.Path, Prefix+"/") {
-			h.ServeHTTP(w, r)
+		switch host := f.hostRoute(r.Host); {
+		case host == "api":
+			r = rewrite(r, Prefix+r.URL.Path)
+		case host != "":
+			r = rewrite(r, Prefix+"/envd"+r.URL.Path)
+			r.Header.Set("E2b-Sandbox-Id", host)
+			r.Header.Set("E2b-Sandbox-Port", envdPort)
+		case r.URL.Path == Prefix || strings.HasPrefix(r.URL.Path, Prefix+"/"):
+		default:
+			next.ServeHTTP(w, r)
 			return
 		}
-		next.ServeHTTP(w, r)
+		h.ServeHTTP(w, r)
 	})
+}
+
+// hostRoute reads a host name under the domain: "api" for the control
+// plane, a sandbox id for envd's port, "" for any other host.
+func (f *Facade) hostRoute(host string) string {
+	if f.domain == "" {
+		return ""
+	}
+	if h, _, ok := strings.Cut(host, ":"); ok {
+		host = h
+	}
+	sub, ok := strings.CutSuffix(strings.ToLower(host), "."+f.domain)
+	if !ok {
+		return ""
+	}
+	if sub == "api" {
+		return "api"
+	}
+	if id, ok := strings.CutPrefix(sub, envdPort+"-"); ok && id != "" && !strings.Contains(id, ".") {
+		return id
+	}
+	return ""
+}
+
+func rewrite(r *http.Request, path string) *http.Request {
+	r2 := r.Clone(r.Context())
+	r2.URL.Path, r2.URL.RawPath = path, ""
+	return r2
 }

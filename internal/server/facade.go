@@ -51,3 +51,12 @@ func (s *Server) SandboxAgent(ctx context.Context, id, token string) (*guest.Cli
 	}
 	return s.node.Agent(ctx, rec)
 }
+
+// Authenticate checks an API key and returns its account's id.
+func (s *Server) Authenticate(ctx context.Context, key string) (string, error) {
+	a, err := s.store.AccountByKeyHash(ctx, HashKey(key))
+	if err != nil {
+		return "", err
+	}
+	return a.ID, nil
+}

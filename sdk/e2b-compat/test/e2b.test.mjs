@@ -12,6 +12,7 @@ import {
   Sandbox,
   SandboxError,
   SandboxNotFoundError,
+  Template,
 } from "e2b";
 import { Harness, vmSkipReason } from "./harness.mjs";
 
@@ -231,7 +232,44 @@ describe("e2b SDK on zeish", { skip, timeout: 30 * 60_000 }, () => {
     for (const kid of kids) assert.equal(await kid.kill(), true);
   });
 
-  test("errors: unknown sandbox, bad key, wrong template, other users, PTY", async () => {
+  test("older SDKs' routes (raw HTTP): POST /sandboxes, GET /sandboxes, /refreshes, /pause, /resume", async () => {
+    const call = async (method, path, body) => {
+      const res = await fetch(`${h.base}/e2b${path}`, {
+        method,
+        headers: { "X-API-KEY": h.apiKey, "Content-Type": "application/json" },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      const text = await res.text();
+      return { status: res.status, body: text ? JSON.parse(text) : undefined };
+    };
+    const made = await call("POST", "/sandboxes", { templateID: "base", timeout: 600, metadata: { role: "v1" } });
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    const id = made.body.sandboxID;
+    assert.ok(made.body.envdAccessToken);
+    const listed = await call("GET", "/sandboxes?metadata=" + encodeURIComponent("role=v1"));
+    assert.deepEqual(listed.body.map((s) => s.sandboxID), [id]);
+
+    const endAt = async () => new Date((await call("GET", `/sandboxes/${id}`)).body.endAt);
+    const first = await endAt();
+    assert.equal((await call("POST", `/sandboxes/${id}/refreshes`, { duration: 600 })).status, 204);
+    assert.ok((await endAt()) > first, "refresh extends the life");
+    const extended = await endAt();
+    assert.equal((await call("POST", `/sandboxes/${id}/refreshes`, { duration: 5 })).status, 204);
+    assert.equal((await endAt()).getTime(), extended.getTime(), "refresh never shortens it");
+
+    assert.equal((await call("POST", `/sandboxes/${id}/resume`, {})).status, 409, "resume of a running sandbox");
+    assert.equal((await call("POST", `/sandboxes/${id}/pause`)).status, 204);
+    const resumed = await call("POST", `/sandboxes/${id}/resume`, { timeout: 120, autoPause: true });
+    assert.equal(resumed.status, 201, JSON.stringify(resumed.body));
+    const info = (await call("GET", `/sandboxes/${id}`)).body;
+    assert.equal(info.state, "running");
+    assert.equal(info.lifecycle.onTimeout, "pause");
+    assert.equal((await call("DELETE", `/sandboxes/${id}`)).status, 204);
+    assert.equal((await call("DELETE", `/sandboxes/${id}`)).status, 404);
+    assert.equal((await call("POST", "/sandboxes/x/timeout", { timeout: 0 })).status, 400);
+  });
+
+  test("errors: unknown sandbox, bad key, wrong template (and Template.exists), other users, PTY", async () => {
     await rejectsWith(Sandbox.getInfo(unknownID, o()), SandboxNotFoundError, "getInfo");
     await rejectsWith(Sandbox.connect(unknownID, o()), SandboxNotFoundError, "connect");
     await rejectsWith(Sandbox.setTimeout(unknownID, 60_000, o()), SandboxNotFoundError, "setTimeout");
@@ -242,6 +280,9 @@ describe("e2b SDK on zeish", { skip, timeout: 30 * 60_000 }, () => {
     await rejectsWith(Sandbox.create("base", o({ apiKey: "zk_not-a-key" })), AuthenticationError, "create with a bad key");
     await rejectsWith(Sandbox.list(o({ apiKey: "zk_not-a-key" })).nextItems(), AuthenticationError, "list with a bad key");
     await rejectsWith(Sandbox.create("no-such-template", o()), SandboxError, "create from an unknown template");
+    assert.equal(await Template.exists("base", o()), true);
+    assert.equal(await Template.exists("no-such-template", o()), false);
+    await rejectsWith(Template.exists("base", o({ apiKey: "zk_not-a-key" })), AuthenticationError, "Template.exists with a bad key");
     const list = (await h.zeish("GET", "/sandboxes")).body.sandboxes;
     assert.ok(list.every((s) => s.template === "base"), "the refused create made no sandbox");
 

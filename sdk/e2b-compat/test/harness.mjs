@@ -116,7 +116,8 @@ export class Harness {
 
   /** The SDK's connection options for this server (what E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY would say). */
   opts(extra = {}) {
-    return { apiUrl: `${this.base}/e2b`, sandboxUrl: `${this.base}/e2b/envd`, apiKey: this.apiKey, ...extra };
+    // Boots under TCG on a shared machine can outlast the SDK's default 60 s request timeout.
+    return { apiUrl: `${this.base}/e2b`, sandboxUrl: `${this.base}/e2b/envd`, apiKey: this.apiKey, requestTimeoutMs: 600_000, ...extra };
   }
 
   /** A call to zeish's own API, for what the E2B SDK cannot see. */
