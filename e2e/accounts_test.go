@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -162,6 +163,12 @@ func TestAccountsIsolationSecrets(t *testing.T) {
 						t.Errorf("%s %s = %d %s, want 401 unauthenticated", method, p, st, rb)
 					}
 				}
+			case strings.HasPrefix(path, "/console/") && strings.Contains(path, "{id}"):
+				// The console's own routes take B's console session.
+				p := strings.ReplaceAll(path, "{id}", sb.ID)
+				if st, rb := consoleAs(t, s, keyB.Key, method, p, body); st != 404 || errorCode(rb) != "not_found" {
+					t.Errorf("B's console: %s %s = %d %s, want 404 not_found", method, p, st, rb)
+				}
 			case strings.Contains(path, "{id}"):
 				id := sb.ID
 				if strings.Contains(path, "/snapshots/{id}") {
@@ -278,4 +285,30 @@ func TestAccountsIsolationSecrets(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(s.dataDir, "secrets.key")); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("secrets.key: %v %v, want mode 0600", fi, err)
 	}
+}
+
+// consoleAs signs in to the console with key and makes one request there,
+// as the console's own pages do (session cookie and X-Zeish-Console).
+func consoleAs(t *testing.T, s *server, key, method, path, body string) (int, []byte) {
+	t.Helper()
+	resp, err := http.Post("http://"+s.addr+"/console/api/session", "application/json", strings.NewReader(`{"api_key":"`+key+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || len(resp.Cookies()) == 0 {
+		t.Fatalf("console sign-in: %d", resp.StatusCode)
+	}
+	req, _ := http.NewRequest(method, "http://"+s.addr+path, strings.NewReader(body))
+	for _, c := range resp.Cookies() {
+		req.AddCookie(c)
+	}
+	req.Header.Set("X-Zeish-Console", "1")
+	out, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Body.Close()
+	b, _ := io.ReadAll(out.Body)
+	return out.StatusCode, b
 }
