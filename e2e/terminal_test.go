@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -87,10 +89,12 @@ func TestTerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	began := time.Now()
 	term, err := conn.Terminal(ctx, zeish.TerminalRequest{Rows: 24, Cols: 80, Env: map[string]string{"PS1": "$ "}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	opened := time.Since(began)
 	out, _ := follow(term)
 	term.Write([]byte("stty size; echo user=$(id -un)\n"))
 	out.waitFor(t, "24 80")
@@ -109,6 +113,19 @@ func TestTerminal(t *testing.T) {
 	out.waitFor(t, "status=130")
 	term.Write([]byte("echo mark-$((6*7))\n"))
 	out.waitFor(t, "mark-42")
+	// Keystroke to echo, for the report (no threshold: the CPU is shared).
+	var rtts []time.Duration
+	for i := range 15 {
+		mark := fmt.Sprintf("k%02d", i)
+		t0 := time.Now()
+		term.Write([]byte(mark))
+		out.waitFor(t, mark)
+		rtts = append(rtts, time.Since(t0))
+	}
+	term.Write([]byte("\x15")) // Ctrl-U: drop the typed line
+	slices.Sort(rtts)
+	t.Logf("terminal: open %v; keystroke echo median %v (min %v, max %v, n=%d)", opened.Round(time.Millisecond),
+		rtts[len(rtts)/2].Round(time.Millisecond), rtts[0].Round(time.Millisecond), rtts[len(rtts)-1].Round(time.Millisecond), len(rtts))
 	pid := term.PID()
 	term.Close() // a dropped connection: the shell must go on
 
