@@ -323,3 +323,29 @@ func TestTerminalUser(t *testing.T) {
 		t.Fatalf("%+v", res)
 	}
 }
+
+func TestTerminalLimit(t *testing.T) {
+	c := startAgent(t).connect(t)
+	size := TermSize{Rows: 5, Cols: 20}
+	var terms []*Terminal
+	for range MaxTerminals {
+		term, err := c.Terminal(ctxT(t, 10*time.Second), TermRequest{Argv: []string{"sleep", "100"}, Size: size}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		terms = append(terms, term)
+	}
+	if _, err := c.Terminal(ctxT(t, 10*time.Second), TermRequest{Argv: []string{"sleep", "100"}, Size: size}, nil); !errors.Is(err, errdefs.ErrLimitReached) {
+		t.Fatalf("terminal %d: %v, want limit_reached", MaxTerminals+1, err)
+	}
+	for _, term := range terms {
+		term.Signal("KILL")
+		result(t, term)
+	}
+	// Collected: there is room again.
+	term, err := c.Terminal(ctxT(t, 10*time.Second), TermRequest{Argv: []string{"true"}, Size: size}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	result(t, term)
+}
