@@ -104,9 +104,11 @@ func TestTerminal(t *testing.T) {
 	}
 	term.Write([]byte("stty size\n"))
 	out.waitFor(t, "50 132")
-	// Ctrl-C once the job runs: typed ahead, the shell's line editor would
-	// read it as a character.
-	term.Write([]byte("echo sleeping; sleep 300\n"))
+	// Ctrl-C once the job has printed: by then it is the terminal's
+	// foreground group (typed ahead, the shell's line editor would read the
+	// byte as a character; right after the shell's own echo, the shell
+	// would still be in the foreground).
+	term.Write([]byte("sh -c 'echo sleeping; exec sleep 300'\n"))
 	out.waitFor(t, "sleeping\r\n")
 	term.Write([]byte("\x03"))
 	term.Write([]byte("echo status=$?\n"))
@@ -160,6 +162,37 @@ func TestTerminal(t *testing.T) {
 	}
 	if res, err := sleeper.Wait(ctx); err != nil || res.Signal != "SIGTERM" {
 		t.Fatalf("signalled terminal: %+v %v", res, err)
+	}
+
+	// A zeishd restart replaces the whole channel to the guest: the shell
+	// goes on, and the new zeishd attaches to it by pid.
+	survivor, err := conn.Terminal(ctx, zeish.TerminalRequest{Rows: 24, Cols: 80, Env: map[string]string{"PS1": "$ "}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sOut, _ := follow(survivor)
+	survivor.Write([]byte("X=kept-$((2*21))\n"))
+	survivor.Write([]byte("echo set-$X\n"))
+	sOut.waitFor(t, "set-kept-42")
+	s.stop()
+	if _, err := survivor.Wait(ctx); err == nil {
+		t.Fatal("the terminal's connection outlived zeishd")
+	}
+	s.start()
+	conn, err = c.Connect(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := conn.AttachTerminal(ctx, survivor.PID(), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bOut, _ := follow(back)
+	bOut.waitFor(t, "set-kept-42")
+	back.Write([]byte("echo still-$X; exit 3\n"))
+	bOut.waitFor(t, "still-kept-42")
+	if res, err := back.Wait(ctx); err != nil || res.ExitCode != 3 {
+		t.Fatalf("after the restart: %+v %v", res, err)
 	}
 
 	t.Run("refusals", func(t *testing.T) {
@@ -305,7 +338,7 @@ func testShellCLI(t *testing.T, s *server, id string) {
 		}
 	}
 	// Raw mode: Ctrl-C is a byte for the guest, not a signal for zeishctl.
-	ptmx.Write([]byte("echo sleeping; sleep 300\n"))
+	ptmx.Write([]byte("sh -c 'echo sleeping; exec sleep 300'\n"))
 	out.waitFor(t, "sleeping\r\n")
 	ptmx.Write([]byte("\x03"))
 	ptmx.Write([]byte("echo rc=$?\n"))

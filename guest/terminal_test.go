@@ -92,7 +92,7 @@ func TestTerminalSizeInputExit(t *testing.T) {
 	out.waitFor(t, "40 132")
 
 	// Ctrl-C reaches the foreground job through the line discipline.
-	term.Write([]byte("echo sleeping; sleep 100\n"))
+	term.Write([]byte("sh -c 'echo sleeping; exec sleep 100'\n"))
 	out.waitFor(t, "sleeping\r\n")
 	term.Write([]byte("\x03"))
 	term.Write([]byte("echo status=$?\n"))
