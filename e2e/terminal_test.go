@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -87,10 +89,12 @@ func TestTerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	began := time.Now()
 	term, err := conn.Terminal(ctx, zeish.TerminalRequest{Rows: 24, Cols: 80, Env: map[string]string{"PS1": "$ "}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	opened := time.Since(began)
 	out, _ := follow(term)
 	term.Write([]byte("stty size; echo user=$(id -un)\n"))
 	out.waitFor(t, "24 80")
@@ -100,15 +104,30 @@ func TestTerminal(t *testing.T) {
 	}
 	term.Write([]byte("stty size\n"))
 	out.waitFor(t, "50 132")
-	// Ctrl-C once the job runs: typed ahead, the shell's line editor would
-	// read it as a character.
-	term.Write([]byte("echo sleeping; sleep 300\n"))
+	// Ctrl-C once the job has printed: by then it is the terminal's
+	// foreground group (typed ahead, the shell's line editor would read the
+	// byte as a character; right after the shell's own echo, the shell
+	// would still be in the foreground).
+	term.Write([]byte("sh -c 'echo sleeping; exec sleep 300'\n"))
 	out.waitFor(t, "sleeping\r\n")
 	term.Write([]byte("\x03"))
 	term.Write([]byte("echo status=$?\n"))
 	out.waitFor(t, "status=130")
 	term.Write([]byte("echo mark-$((6*7))\n"))
 	out.waitFor(t, "mark-42")
+	// Keystroke to echo, for the report (no threshold: the CPU is shared).
+	var rtts []time.Duration
+	for i := range 15 {
+		mark := fmt.Sprintf("k%02d", i)
+		t0 := time.Now()
+		term.Write([]byte(mark))
+		out.waitFor(t, mark)
+		rtts = append(rtts, time.Since(t0))
+	}
+	term.Write([]byte("\x15")) // Ctrl-U: drop the typed line
+	slices.Sort(rtts)
+	t.Logf("terminal: open %v; keystroke echo median %v (min %v, max %v, n=%d)", opened.Round(time.Millisecond),
+		rtts[len(rtts)/2].Round(time.Millisecond), rtts[0].Round(time.Millisecond), rtts[len(rtts)-1].Round(time.Millisecond), len(rtts))
 	pid := term.PID()
 	term.Close() // a dropped connection: the shell must go on
 
@@ -143,6 +162,37 @@ func TestTerminal(t *testing.T) {
 	}
 	if res, err := sleeper.Wait(ctx); err != nil || res.Signal != "SIGTERM" {
 		t.Fatalf("signalled terminal: %+v %v", res, err)
+	}
+
+	// A zeishd restart replaces the whole channel to the guest: the shell
+	// goes on, and the new zeishd attaches to it by pid.
+	survivor, err := conn.Terminal(ctx, zeish.TerminalRequest{Rows: 24, Cols: 80, Env: map[string]string{"PS1": "$ "}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sOut, _ := follow(survivor)
+	survivor.Write([]byte("X=kept-$((2*21))\n"))
+	survivor.Write([]byte("echo set-$X\n"))
+	sOut.waitFor(t, "set-kept-42")
+	s.stop()
+	if _, err := survivor.Wait(ctx); err == nil {
+		t.Fatal("the terminal's connection outlived zeishd")
+	}
+	s.start()
+	conn, err = c.Connect(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := conn.AttachTerminal(ctx, survivor.PID(), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bOut, _ := follow(back)
+	bOut.waitFor(t, "set-kept-42")
+	back.Write([]byte("echo still-$X; exit 3\n"))
+	bOut.waitFor(t, "still-kept-42")
+	if res, err := back.Wait(ctx); err != nil || res.ExitCode != 3 {
+		t.Fatalf("after the restart: %+v %v", res, err)
 	}
 
 	t.Run("refusals", func(t *testing.T) {
@@ -288,7 +338,7 @@ func testShellCLI(t *testing.T, s *server, id string) {
 		}
 	}
 	// Raw mode: Ctrl-C is a byte for the guest, not a signal for zeishctl.
-	ptmx.Write([]byte("echo sleeping; sleep 300\n"))
+	ptmx.Write([]byte("sh -c 'echo sleeping; exec sleep 300'\n"))
 	out.waitFor(t, "sleeping\r\n")
 	ptmx.Write([]byte("\x03"))
 	ptmx.Write([]byte("echo rc=$?\n"))

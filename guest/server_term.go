@@ -121,6 +121,12 @@ func (s *Server) spawnTerminal(req TermRequest) (*terminal, error) {
 	if err := req.Size.Check(); err != nil {
 		return nil, err
 	}
+	s.mu.Lock()
+	n := len(s.terms)
+	s.mu.Unlock()
+	if n >= MaxTerminals {
+		return nil, fmt.Errorf("terminal: %d terminals already (running, or exited with nobody collecting them): %w", n, errdefs.ErrLimitReached)
+	}
 	u, err := lookupUser(req.User)
 	if err != nil {
 		return nil, err

@@ -24,6 +24,9 @@ const (
 	// MaxTerminalSize bounds rows and columns (a window is never that big;
 	// larger values are a client bug).
 	MaxTerminalSize = 1000
+	// MaxTerminals bounds the terminals a guest keeps (running or uncollected):
+	// each holds a pseudo-terminal and a scrollback.
+	MaxTerminals = 64
 )
 
 // TermRequest starts a process on a new pseudo-terminal.

@@ -94,7 +94,7 @@ func TestTerminalSizeInputExit(t *testing.T) {
 	out.waitFor(t, "40 132")
 
 	// Ctrl-C reaches the foreground job through the line discipline.
-	term.Write([]byte("echo sleeping; sleep 100\n"))
+	term.Write([]byte("sh -c 'echo sleeping; exec sleep 100'\n"))
 	out.waitFor(t, "sleeping\r\n")
 	term.Write([]byte("\x03"))
 	term.Write([]byte("echo status=$?\n"))
@@ -324,4 +324,30 @@ func TestTerminalUser(t *testing.T) {
 	if res := result(t, term); res.ExitCode != 0 {
 		t.Fatalf("%+v", res)
 	}
+}
+
+func TestTerminalLimit(t *testing.T) {
+	c := startAgent(t).connect(t)
+	size := TermSize{Rows: 5, Cols: 20}
+	var terms []*Terminal
+	for range MaxTerminals {
+		term, err := c.Terminal(ctxT(t, 10*time.Second), TermRequest{Argv: []string{"sleep", "100"}, Size: size}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		terms = append(terms, term)
+	}
+	if _, err := c.Terminal(ctxT(t, 10*time.Second), TermRequest{Argv: []string{"sleep", "100"}, Size: size}, nil); !errors.Is(err, errdefs.ErrLimitReached) {
+		t.Fatalf("terminal %d: %v, want limit_reached", MaxTerminals+1, err)
+	}
+	for _, term := range terms {
+		term.Signal("KILL")
+		result(t, term)
+	}
+	// Collected: there is room again.
+	term, err := c.Terminal(ctxT(t, 10*time.Second), TermRequest{Argv: []string{"true"}, Size: size}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	result(t, term)
 }

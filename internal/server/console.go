@@ -15,7 +15,6 @@ import (
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/console"
 	"github.com/zeish/zeish/internal/store"
-	"github.com/zeish/zeish/sandbox"
 )
 
 // The web console: static files at /console/ (internal/console), and the
@@ -215,16 +214,17 @@ func (s *Server) signOut(w http.ResponseWriter, r *http.Request) {
 // data plane with a token minted for this one request.
 func (s *Server) consoleUpload(w http.ResponseWriter, r *http.Request) {
 	{
-		id := r.PathValue("id")
-		if err := sandbox.CheckID(sandbox.PrefixSandbox, id); err != nil {
-			writeError(w, r, err)
-			return
-		}
 		if r.ContentLength > consoleMaxUpload {
 			writeError(w, r, invalid("upload of %.1f MiB is over the console's %d MiB limit; use `zeishctl files put` or an SDK",
 				float64(r.ContentLength)/(1<<20), consoleMaxUpload>>20))
 			return
 		}
+		rec, err := s.ownSandbox(r)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		id := rec.ID
 		acct := accountFrom(r.Context())
 		key, err := s.requestKey(r)
 		if err != nil {

@@ -80,8 +80,19 @@ export class Terminal {
   readonly pid: number;
   /** How the process ended. */
   readonly exited: Promise<ExecResultWire>;
-  /** Called with every chunk of output (the first ones replay the scrollback on attach). */
-  onData: (chunk: Uint8Array) => void = () => {};
+  #onData: ((chunk: Uint8Array) => void) | undefined;
+  /**
+   * Called with every chunk of output (the first ones replay the scrollback
+   * on attach). Output that arrives before it is set is kept and handed over
+   * when it is: a replay can arrive in the same tick as `started`.
+   */
+  set onData(fn: (chunk: Uint8Array) => void) {
+    this.#onData = fn;
+    for (const c of this.#pending.splice(0)) fn(c);
+  }
+  get onData(): (chunk: Uint8Array) => void {
+    return this.#onData ?? ((c) => this.#pending.push(c));
+  }
   /** Called when the server refused a resize or signal (the terminal goes on). */
   onRefused: (err: ZeishError) => void = () => {};
   readonly #ws: WebSocketLike;
@@ -108,6 +119,7 @@ export class Terminal {
       const exited = new Promise<ExecResultWire>((ok, fail) => { settle = { ok, fail }; });
       exited.catch(() => {}); // a caller that never awaits it must not see an unhandled rejection
       let done = false;
+      const early: Uint8Array[] = [];
       const finish = (err: ZeishError | undefined, res?: ExecResultWire) => {
         if (done) return;
         done = true;
@@ -118,6 +130,7 @@ export class Terminal {
         if (typeof ev.data !== "string") {
           const chunk = new Uint8Array(ev.data as ArrayBuffer);
           if (term) term.onData(chunk);
+          else early.push(chunk);
           return;
         }
         let msg: TermEvent;
@@ -129,6 +142,7 @@ export class Terminal {
         switch (msg.type) {
           case "started":
             term = new Terminal(ws, msg.pid ?? 0, exited);
+            term.#pending.push(...early);
             resolve(term);
             break;
           case "exit":

@@ -303,7 +303,7 @@ async function terminal(sbx: Sandbox): Promise<void> {
   t.resize(40, 120);
   t.write("stty size\n");
   await out.waitFor("40 120");
-  t.write("echo sleeping; sleep 300\n");
+  t.write("sh -c 'echo sleeping; exec sleep 300'\n");
   await out.waitFor("sleeping\r\n");
   t.write("\x03");
   t.write("echo rc=$?\n");

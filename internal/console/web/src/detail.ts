@@ -3,6 +3,7 @@ import { access, data, explain, money, pub, upload, type FileInfo, type Lineage,
 import { h, replace, stateBadge, errorBox, toast, svg } from "./dom";
 import type { Cleanup } from "./main";
 
+const MAX_UPLOAD = 32 << 20;
 const TABS = ["overview", "terminal", "files", "snapshots", "lineage", "usage"] as const;
 
 export function detailPage(main: HTMLElement, id: string, tab: string): Cleanup {
@@ -219,6 +220,12 @@ function files(p: HTMLElement, id: string): Cleanup {
   picker.onchange = async () => {
     const file = picker.files?.[0];
     if (!file) return;
+    if (file.size > MAX_UPLOAD) {
+      // zeishd refuses it too; saying so here saves sending it.
+      replace(msg, errorBox(`Upload refused: ${file.name} is ${(file.size / 2 ** 20).toFixed(1)} MiB, over the console's 32 MiB limit; use \`zeishctl files put\` or an SDK.`));
+      picker.value = "";
+      return;
+    }
     try {
       const fi = await upload(id, join(dir, file.name), file);
       toast(`Uploaded ${fi.path} (${fi.size} bytes)`);

@@ -1,6 +1,6 @@
 // The zeish console: a hash-routed single page. Every page renders into
 // <main> and returns a cleanup (timers, event streams, sockets).
-import { call, explain, money, pub, type Session } from "./api";
+import { call, explain, type Session } from "./api";
 import { h, replace, errorBox } from "./dom";
 import { sandboxesPage } from "./sandboxes";
 import { detailPage } from "./detail";
@@ -91,6 +91,5 @@ async function route(): Promise<void> {
   main.focus({ preventScroll: true });
 }
 
-export { pub, money };
 window.addEventListener("hashchange", () => void route());
 void route();
