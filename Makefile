@@ -5,7 +5,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/zeish/zeish/internal/version.Version=$(VERSION)
 
-.PHONY: all deps build run test test-ts vet bench clean
+.PHONY: all deps build run test test-ts vet bench fuzz clean
 
 all: build
 
@@ -35,6 +35,17 @@ test-ts: build
 	cd sdk/ts && npm ci --no-audit --no-fund && npm run build
 	cd examples/eval-farm/ts && npm ci --no-audit --no-fund && npm run build
 	cd sdk/ts && npm test
+
+# Fuzz targets run their seed corpus in `make test`; this runs each one for
+# FUZZTIME (new inputs that fail land in the package's testdata/fuzz).
+FUZZTIME ?= 2m
+FUZZ_TARGETS := ./guest:FuzzFrameReader ./guest:FuzzReadChunk ./internal/server:FuzzRequestDecoders \
+	./internal/server:FuzzSnapshotName ./sandbox:FuzzCheckName ./sandbox:FuzzCheckID
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "== $$t ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; \
+	done
 
 # BENCHFLAGS, e.g. make bench BENCHFLAGS='-runs 3 -only cold'
 bench: deps build
