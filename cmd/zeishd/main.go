@@ -160,6 +160,11 @@ func run(ctx context.Context) error {
 	budgetsDone := make(chan struct{})
 	go func() { defer close(budgetsDone); srv.EnforceBudgets(bctx, 2*time.Second) }()
 	defer func() { stopBudgets(); <-budgetsDone }()
+	// A VM that exits on its own leaves its sandbox error (vm_exited).
+	wctx, stopWatch := context.WithCancel(ctx)
+	watchDone := make(chan struct{})
+	go func() { defer close(watchDone); n.WatchVMs(wctx, 2*time.Second) }()
+	defer func() { stopWatch(); <-watchDone }()
 	limits := server.DefaultLimits
 	if v := os.Getenv("ZEISH_MAX_CONNECTIONS"); v != "" {
 		if limits.MaxConns, err = strconv.Atoi(v); err != nil || limits.MaxConns < 1 {

@@ -163,3 +163,44 @@ func TestDeleteWinsOverAFailedFork(t *testing.T) {
 		}
 	}
 }
+
+// A VM that exits on its own (kill -9 of its QEMU) leaves its sandbox error
+// with reason vm_exited and its disk; the other sandboxes are untouched.
+func TestVMExitedIsNoticed(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	drv := &fakeDriver{alive: map[string]bool{"sbx_alive": true}}
+	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Driver: drv, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer n.Close()
+	for _, id := range []string{"sbx_alive", "sbx_dead"} {
+		r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: id, Name: strings.TrimPrefix(id, "sbx_"), AccountID: "acc",
+			State: sandbox.StateRunning, Host: "node-1", CreatedAt: time.Now()}}
+		r.SetHandle(&vmm.Handle{Spec: vmm.Spec{ID: id}, PID: 100})
+		if err := st.CreateSandboxes(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go n.WatchVMs(wctx, 50*time.Millisecond)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r, _ := st.GetSandbox(ctx, "sbx_dead")
+		if r.State == sandbox.StateError {
+			if !strings.HasPrefix(r.StateReason, ReasonVMExited) || r.Handle != nil {
+				t.Fatalf("dead VM's sandbox: reason %q, handle %s", r.StateReason, r.Handle)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox of a dead VM still %s", r.State)
+		}
+	}
+	if r, _ := st.GetSandbox(ctx, "sbx_alive"); r.State != sandbox.StateRunning {
+		t.Fatalf("the other sandbox: %s %s", r.State, r.StateReason)
+	}
+}
