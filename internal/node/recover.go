@@ -35,6 +35,7 @@ func (n *Node) Recover(ctx context.Context) error {
 		return err
 	}
 	live := map[string]bool{}
+	vmDirs := map[string]string{} // live sandbox → the folder of its one VM
 	for _, r := range rows {
 		if r.Host != n.opts.ID {
 			continue
@@ -46,11 +47,12 @@ func (n *Node) Recover(ctx context.Context) error {
 		alive := h != nil && n.opts.Driver.Alive(h)
 		if alive {
 			live[r.ID] = true
+			vmDirs[r.ID] = h.Spec.Dir
 		}
 		n.recoverOne(ctx, r, h, alive)
 	}
 	n.sweepDirs(ctx, live)
-	n.sweepProcesses(live)
+	n.sweepProcesses(live, vmDirs)
 	n.gc(ctx)
 	n.sweepRAM(ctx)
 	return nil
@@ -167,23 +169,41 @@ func (n *Node) sweepDirs(ctx context.Context, live map[string]bool) {
 }
 
 // sweepProcesses kills VMM processes started from this data dir for sandboxes
-// that are not live: a crash can leave one behind before its handle was saved.
-func (n *Node) sweepProcesses(live map[string]bool) {
+// that are not live, and second VMMs of live ones (a fork's continuation or
+// a promotion's receiver, launched ahead when zeishd died): a crash can
+// leave one behind before its handle was saved.
+func (n *Node) sweepProcesses(live map[string]bool, vmDirs map[string]string) {
 	marker := filepath.Join(n.opts.DataDir, "sandboxes") + "/"
 	for _, p := range procscan.All() {
+		id, dir := "", ""
 		for _, arg := range p.Args {
 			_, rest, ok := strings.Cut(arg, marker)
 			if !ok {
 				continue
 			}
-			id, _, _ := strings.Cut(rest, "/")
-			if !live[id] {
-				n.log.Warn("recover: killing orphaned VMM process", logSandbox, id, "pid", p.PID)
-				if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-					n.log.Error("kill orphan", "pid", p.PID, "err", err)
-				}
+			sid, sub, _ := strings.Cut(rest, "/")
+			if id == "" {
+				id = sid
 			}
-			break
+			if vm, _, _ := strings.Cut(sub, "/"); sid == id && strings.HasPrefix(vm, "vm-") && dir == "" {
+				dir = filepath.Join(marker, sid, vm)
+			}
+		}
+		if id == "" {
+			continue
+		}
+		why := ""
+		switch {
+		case !live[id]:
+			why = "recover: killing orphaned VMM process"
+		case dir != "" && vmDirs[id] != "" && dir != filepath.Clean(vmDirs[id]):
+			why = "recover: killing a second VMM of a live sandbox"
+		default:
+			continue
+		}
+		n.log.Warn(why, logSandbox, id, "pid", p.PID, "dir", dir)
+		if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			n.log.Error("kill orphan", "pid", p.PID, "err", err)
 		}
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -64,5 +66,55 @@ func TestRecoverSweepsOrphanedRAM(t *testing.T) {
 		if _, err := os.Stat(f); (err == nil) != kept {
 			t.Errorf("%s: kept %v, want %v", filepath.Base(f), err == nil, kept)
 		}
+	}
+}
+
+// Recovery kills VMM processes of unknown sandboxes and second VMMs of a
+// live one (a fork's continuation or a promotion's receiver launched
+// ahead when zeishd died), and leaves the live VM alone.
+func TestRecoverKillsSecondVMMs(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	id := "sbx_cccccccccccccccccccc"
+	n := New(Options{ID: "node-1", DataDir: dir, Store: st, ShmDir: t.TempDir(), BootTimeout: time.Second,
+		Driver: &fakeDriver{alive: map[string]bool{id: true}}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer n.Close()
+	r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: id, Name: "c", AccountID: "acc", State: sandbox.StatePaused,
+		Host: "node-1", CreatedAt: time.Now()}}
+	r.SetHandle(&vmm.Handle{Spec: vmm.Spec{ID: id, Dir: filepath.Join(n.sandboxDir(id), "vm-1")}, PID: 1})
+	if err := st.CreateSandboxes(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	// Stand-ins for VMMs: their command lines name a VM folder.
+	spawn := func(vmDir string) *exec.Cmd {
+		cmd := exec.Command("sh", "-c", "sleep 300", filepath.Join(vmDir, "qemu.pid"))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd
+	}
+	own := spawn(filepath.Join(n.sandboxDir(id), "vm-1"))
+	second := spawn(filepath.Join(n.sandboxDir(id), "vm-2"))
+	orphan := spawn(filepath.Join(n.sandboxDir("sbx_dddddddddddddddddddd"), "vm-1"))
+	if err := n.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]*exec.Cmd{"second": second, "orphan": orphan} {
+		done := make(chan error, 1)
+		go func() { done <- c.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Errorf("the %s VMM was not killed", name)
+		}
+	}
+	if err := own.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("the live VMM was killed: %v", err)
 	}
 }

@@ -135,6 +135,17 @@ func (z *Zeishd) Stop() error {
 	}
 }
 
+// Kill ends zeishd with SIGKILL, as a crash would: nothing of it runs
+// after, its VMs keep running.
+func (z *Zeishd) Kill() {
+	if z.cmd == nil {
+		return
+	}
+	z.cmd.Process.Kill()
+	<-z.exited
+	z.cmd = nil
+}
+
 // AdminKey is the admin API key zeishd writes into its data dir.
 func (z *Zeishd) AdminKey() (string, error) {
 	key, err := os.ReadFile(filepath.Join(z.DataDir, "admin.key"))
