@@ -5,7 +5,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/zeish/zeish/internal/version.Version=$(VERSION)
 
-.PHONY: all deps build run test test-ts vet bench fuzz clean
+.PHONY: all deps build run test test-ts vet bench fuzz crash clean
 
 all: build
 
@@ -46,6 +46,12 @@ fuzz:
 		echo "== $$t ($(FUZZTIME))"; \
 		$(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; \
 	done
+
+# The crash campaign at length: CRASH_ROUNDS kills of zeishd at random points
+# (the suite runs 3).
+CRASH_ROUNDS ?= 30
+crash:
+	$(GO) test -p 1 -count=1 -timeout 0 ./e2e -run '^TestCrashRecovery$$' -v -args -crash.rounds $(CRASH_ROUNDS)
 
 # BENCHFLAGS, e.g. make bench BENCHFLAGS='-runs 3 -only cold'
 bench: deps build

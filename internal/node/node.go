@@ -214,7 +214,7 @@ func (n *Node) transition(ctx context.Context, id string, from []sandbox.State, 
 			return fmt.Errorf("sandbox %s is %s, not %v: %w", id, r.State, from, errdefs.ErrInvalidState)
 		}
 		r.State = st
-		r.StateReason = reason
+		r.StateReason = cleanReason(reason)
 		r.UpdatedAt = time.Now().UTC()
 		if edit != nil {
 			edit(r)

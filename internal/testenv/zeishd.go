@@ -135,6 +135,14 @@ func (z *Zeishd) Stop() error {
 	}
 }
 
+// PID is zeishd's process id (0 when it is not running).
+func (z *Zeishd) PID() int {
+	if z.cmd == nil {
+		return 0
+	}
+	return z.cmd.Process.Pid
+}
+
 // Kill ends zeishd with SIGKILL, as a crash would: nothing of it runs
 // after, its VMs keep running.
 func (z *Zeishd) Kill() {
