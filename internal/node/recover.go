@@ -69,10 +69,11 @@ func (n *Node) recoverOne(ctx context.Context, r *store.SandboxRecord, h *vmm.Ha
 		// fork finishes; an interrupted stop never captured it.
 		log.Info("recover: re-attaching")
 		n.run(r.ID, func(ctx context.Context) {
-			// A running sandbox whose VM is paused was caught inside a pause
-			// or a capture (which resumes the guest when it fails): let it
-			// run again, or its agent could never answer.
-			if r.State == sandbox.StateRunning {
+			// A VM that is paused here was caught inside a pause or a
+			// capture (a fork's, a snapshot's, a stop's, which resumes the
+			// guest when it fails): let it run again, or its agent could
+			// never answer. (A sandbox meant to be paused is StatePaused.)
+			if r.State != sandbox.StatePaused {
 				if st, err := n.opts.Driver.State(ctx, h); err == nil && st == vmm.RunStatePaused {
 					log.Info("recover: resuming a VM caught paused")
 					if err := n.opts.Driver.Resume(ctx, h); err != nil {

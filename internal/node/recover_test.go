@@ -27,6 +27,8 @@ type fakeDriver struct {
 	alive     map[string]bool
 	destroyed []string
 	paused    []string
+	vmPaused  map[string]bool // VMs whose guest is paused (State)
+	resumed   []string
 }
 
 func (f *fakeDriver) Capabilities() vmm.Capabilities { return vmm.Capabilities{Name: "fake"} }
@@ -35,8 +37,19 @@ func (f *fakeDriver) Alive(h *vmm.Handle) bool {
 	defer f.mu.Unlock()
 	return f.alive[h.Spec.ID]
 }
-func (f *fakeDriver) State(context.Context, *vmm.Handle) (vmm.RunState, error) {
+func (f *fakeDriver) State(_ context.Context, h *vmm.Handle) (vmm.RunState, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.vmPaused[h.Spec.ID] {
+		return vmm.RunStatePaused, nil
+	}
 	return vmm.RunStateRunning, nil
+}
+func (f *fakeDriver) Resume(_ context.Context, h *vmm.Handle) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.resumed = append(f.resumed, h.Spec.ID)
+	return nil
 }
 func (f *fakeDriver) DialAgent(context.Context, *vmm.Handle) (net.Conn, error) {
 	return nil, errors.New("no agent")
@@ -202,5 +215,41 @@ func TestVMExitedIsNoticed(t *testing.T) {
 	}
 	if r, _ := st.GetSandbox(ctx, "sbx_alive"); r.State != sandbox.StateRunning {
 		t.Fatalf("the other sandbox: %s %s", r.State, r.StateReason)
+	}
+}
+
+// A VM caught paused inside a capture (zeishd killed during a stop, fork
+// or snapshot) is resumed before recovery waits for its agent, whatever
+// the sandbox's transitional state; one meant to be paused is left paused.
+func TestRecoverResumesVMsCaughtPaused(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	states := map[string]sandbox.State{"sbx_stopping": sandbox.StateStopping, "sbx_running": sandbox.StateRunning, "sbx_paused": sandbox.StatePaused}
+	drv := &fakeDriver{alive: map[string]bool{}, vmPaused: map[string]bool{}}
+	for id, state := range states {
+		drv.alive[id], drv.vmPaused[id] = true, true
+		r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: id, Name: strings.TrimPrefix(id, "sbx_"), AccountID: "acc",
+			State: state, Host: "node-1", CreatedAt: time.Now()}}
+		r.SetHandle(&vmm.Handle{Spec: vmm.Spec{ID: id}, PID: 1})
+		if err := st.CreateSandboxes(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Driver: drv, BootTimeout: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err := n.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n.Close() // waits for the re-attach operations
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	got := strings.Join(drv.resumed, ",")
+	if !strings.Contains(got, "sbx_stopping") || !strings.Contains(got, "sbx_running") || strings.Contains(got, "sbx_paused") {
+		t.Fatalf("resumed %v; want the stopping and running sandboxes' VMs, not the paused one's", drv.resumed)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
+	"github.com/zeish/zeish/vmm"
 )
 
 // ReasonVMExited starts the state reason of a sandbox whose VM exited on
@@ -38,7 +39,17 @@ func (n *Node) checkVMs(ctx context.Context) {
 	}
 	for _, r := range rows {
 		h, _ := r.VMHandle()
-		if r.Host != n.opts.ID || h == nil || n.busy(r.ID) || n.opts.Driver.Alive(h) {
+		if r.Host != n.opts.ID || h == nil || n.busy(r.ID) {
+			continue
+		}
+		if n.opts.Driver.Alive(h) {
+			// The guest writes its console as much as it likes: keep the
+			// log bounded (drivers that can).
+			if t, ok := n.opts.Driver.(interface{ TrimConsole(*vmm.Handle) error }); ok {
+				if err := t.TrimConsole(h); err != nil {
+					n.log.Warn("trim console log", logSandbox, r.ID, "err", err)
+				}
+			}
 			continue
 		}
 		pid := h.PID
