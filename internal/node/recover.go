@@ -93,6 +93,13 @@ func (n *Node) recoverOne(ctx context.Context, r *store.SandboxRecord, h *vmm.Ha
 		})
 	case alive && r.State == sandbox.StatePaused:
 		log.Info("recover: paused VM found")
+	case !alive && r.ResumeImage == "" && r.State == sandbox.StateStopping && n.adoptSuspendImage(ctx, r):
+		// The stop's capture completed, zeishd died before recording it.
+		log.Info("recover: stop completed before the crash; back to stopped", "image", r.ResumeImage)
+		if h != nil {
+			n.opts.Driver.Destroy(ctx, h)
+		}
+		n.transition(ctx, r.ID, nil, sandbox.StateStopped, "", nil)
 	case !alive && r.ResumeImage != "" && (r.State == sandbox.StateStarting || r.State == sandbox.StateStopping):
 		// A stop that completed, or a start that never got its VM going.
 		log.Info("recover: back to stopped")
@@ -108,6 +115,30 @@ func (n *Node) recoverOne(ctx context.Context, r *store.SandboxRecord, h *vmm.Ha
 		log.Warn("recover: boot never got a VM")
 		n.transition(ctx, r.ID, starting, sandbox.StateError, "zeishd stopped before the VM started", nil)
 	}
+}
+
+// adoptSuspendImage finds the complete image a stop of r wrote (full:
+// memory in its state file, disk not yet frozen into it) and makes it r's
+// resume image, persisted. False when there is none.
+func (n *Node) adoptSuspendImage(ctx context.Context, r *store.SandboxRecord) bool {
+	entries, _ := os.ReadDir(n.imagesDir())
+	var best *imageMeta
+	for _, e := range entries {
+		m, err := n.readImage(e.Name())
+		// Only one made since the stop began: an older one (a stop since
+		// started) would pair old memory with a newer disk.
+		if err != nil || m.SandboxID != r.ID || m.VM == nil || m.VM.MemFile != "" || m.Disk != "" || m.CreatedAt.Before(r.UpdatedAt) {
+			continue
+		}
+		if best == nil || m.CreatedAt.After(best.CreatedAt) {
+			best = m
+		}
+	}
+	if best == nil {
+		return false
+	}
+	r.ResumeImage = best.ID
+	return n.saveVM(ctx, r, nil) == nil
 }
 
 // failLost marks a sandbox whose VM is gone as error and removes what is

@@ -253,3 +253,55 @@ func TestRecoverResumesVMsCaughtPaused(t *testing.T) {
 		t.Fatalf("resumed %v; want the stopping and running sandboxes' VMs, not the paused one's", drv.resumed)
 	}
 }
+
+// zeishd killed after a stop's capture completed but before it was
+// recorded: recovery adopts the complete image the stop wrote and the
+// sandbox is stopped, not error; an image older than the stop is not
+// adopted.
+func TestRecoverAdoptsACompletedStop(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Driver: &fakeDriver{alive: map[string]bool{}},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer n.Close()
+	stopBegan := time.Now().UTC()
+	for _, tc := range []struct {
+		id      string
+		imageAt time.Time
+		want    sandbox.State
+	}{
+		{"sbx_fresh", stopBegan.Add(time.Second), sandbox.StateStopped},
+		{"sbx_stale", stopBegan.Add(-time.Hour), sandbox.StateError},
+	} {
+		r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: tc.id, Name: strings.TrimPrefix(tc.id, "sbx_"), AccountID: "acc",
+			State: sandbox.StateStopping, Host: "node-1", CreatedAt: time.Now(), UpdatedAt: stopBegan}}
+		r.SetHandle(&vmm.Handle{Spec: vmm.Spec{ID: tc.id}, PID: 1})
+		if err := st.CreateSandboxes(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		id, idir, unpin, err := n.newImageDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &imageMeta{ID: id, SandboxID: tc.id, VM: &vmm.Image{Dir: idir, StateFile: filepath.Join(idir, "state")}, CreatedAt: tc.imageAt}
+		os.WriteFile(m.VM.StateFile, []byte("ram and devices"), 0o600)
+		if err := n.writeImage(m); err != nil {
+			t.Fatal(err)
+		}
+		unpin()
+	}
+	if err := n.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]sandbox.State{"sbx_fresh": sandbox.StateStopped, "sbx_stale": sandbox.StateError} {
+		r, _ := st.GetSandbox(ctx, id)
+		if r.State != want || (want == sandbox.StateStopped && r.ResumeImage == "") {
+			t.Errorf("%s: %s (%s), resume image %q; want %s", id, r.State, r.StateReason, r.ResumeImage, want)
+		}
+	}
+}
