@@ -89,15 +89,19 @@ func TestCrashRecovery(t *testing.T) {
 		octx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- op.run(octx) }()
+		finished := false
 		select {
 		case err := <-done:
+			finished = true
 			t.Logf("round %d: %s finished before the kill: %v", round, op.name, err)
 		case <-time.After(delay):
 		}
 		s.remember()
 		s.zeishd.Kill()
 		cancel()
-		<-done
+		if !finished {
+			<-done
+		}
 		s.start()
 		checkAfterCrash(t, ctx, s, base.ID)
 	}
