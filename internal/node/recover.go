@@ -207,6 +207,11 @@ func (n *Node) sweepDirs(ctx context.Context, live map[string]bool) {
 func (n *Node) sweepProcesses(live map[string]bool, vmDirs map[string]string) {
 	marker := filepath.Join(n.opts.DataDir, "sandboxes") + "/"
 	for _, p := range procscan.All() {
+		// Only VMMs: a user's process that merely names a sandbox path
+		// (a shell in it, a backup) is not ours to kill.
+		if !isVMM(p.Args) {
+			continue
+		}
 		id, dir := "", ""
 		for _, arg := range p.Args {
 			_, rest, ok := strings.Cut(arg, marker)
@@ -238,6 +243,17 @@ func (n *Node) sweepProcesses(live map[string]bool, vmDirs map[string]string) {
 			n.log.Error("kill orphan", "pid", p.PID, "err", err)
 		}
 	}
+}
+
+// isVMM reports whether a command line is a zeish VMM's: it names itself
+// with -name zeish-<sandbox id> (the QEMU driver's identity).
+func isVMM(args []string) bool {
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "-name" && strings.HasPrefix(args[i+1], "zeish-"+sandbox.PrefixSandbox) {
+			return true
+		}
+	}
+	return false
 }
 
 // writeHandleFile keeps a copy of the handle beside the VM's files, so a

@@ -70,7 +70,7 @@ func TestRecoverSweepsOrphanedRAM(t *testing.T) {
 }
 
 // Recovery kills VMM processes of unknown sandboxes and second VMMs of a
-// live one (a fork's continuation or a promotion's receiver launched
+// live one, never a process that only names a sandbox path, (a fork's continuation or a promotion's receiver launched
 // ahead when zeishd died), and leaves the live VM alone.
 func TestRecoverKillsSecondVMMs(t *testing.T) {
 	ctx := context.Background()
@@ -91,17 +91,22 @@ func TestRecoverKillsSecondVMMs(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Stand-ins for VMMs: their command lines name a VM folder.
-	spawn := func(vmDir string) *exec.Cmd {
-		cmd := exec.Command("sh", "-c", "sleep 300", filepath.Join(vmDir, "qemu.pid"))
+	spawn := func(vmDir string, vmm bool) *exec.Cmd {
+		args := []string{"-c", "sleep 300", filepath.Join(vmDir, "qemu.pid")}
+		if vmm {
+			args = append(args, "-name", "zeish-"+filepath.Base(filepath.Dir(vmDir)))
+		}
+		cmd := exec.Command("sh", args...)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 		return cmd
 	}
-	own := spawn(filepath.Join(n.sandboxDir(id), "vm-1"))
-	second := spawn(filepath.Join(n.sandboxDir(id), "vm-2"))
-	orphan := spawn(filepath.Join(n.sandboxDir("sbx_dddddddddddddddddddd"), "vm-1"))
+	own := spawn(filepath.Join(n.sandboxDir(id), "vm-1"), true)
+	second := spawn(filepath.Join(n.sandboxDir(id), "vm-2"), true)
+	orphan := spawn(filepath.Join(n.sandboxDir("sbx_dddddddddddddddddddd"), "vm-1"), true)
+	user := spawn(filepath.Join(n.sandboxDir("sbx_dddddddddddddddddddd"), "vm-1"), false) // a user's shell
 	if err := n.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -116,5 +121,8 @@ func TestRecoverKillsSecondVMMs(t *testing.T) {
 	}
 	if err := own.Process.Signal(syscall.Signal(0)); err != nil {
 		t.Errorf("the live VMM was killed: %v", err)
+	}
+	if err := user.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("a user's process naming a sandbox path was killed: %v", err)
 	}
 }
