@@ -8,8 +8,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/datadir"
@@ -206,6 +208,7 @@ func (n *Node) sweepDirs(ctx context.Context, live map[string]bool) {
 // leave one behind before its handle was saved.
 func (n *Node) sweepProcesses(live map[string]bool, vmDirs map[string]string) {
 	marker := filepath.Join(n.opts.DataDir, "sandboxes") + "/"
+	var killed []int
 	for _, p := range procscan.All() {
 		// Only VMMs: a user's process that merely names a sandbox path
 		// (a shell in it, a backup) is not ours to kill.
@@ -242,6 +245,11 @@ func (n *Node) sweepProcesses(live map[string]bool, vmDirs map[string]string) {
 		if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 			n.log.Error("kill orphan", "pid", p.PID, "err", err)
 		}
+		killed = append(killed, p.PID)
+	}
+	// Gone before the RAM sweep looks for files no process maps.
+	for deadline := time.Now().Add(10 * time.Second); len(killed) > 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		killed = slices.DeleteFunc(killed, func(pid int) bool { return procscan.Args(pid) == nil })
 	}
 }
 

@@ -126,3 +126,39 @@ func TestRecoverKillsSecondVMMs(t *testing.T) {
 		t.Errorf("a user's process naming a sandbox path was killed: %v", err)
 	}
 }
+
+// A create killed after its VM made a RAM file but before the handle was
+// recorded leaves a file no handle names: deleting the sandbox removes it.
+func TestDeleteRemovesUnrecordedRAM(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	shm := t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	n := New(Options{ID: "node-1", DataDir: dir, Store: st, ShmDir: shm, Driver: &fakeDriver{alive: map[string]bool{}},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	id := "sbx_eeeeeeeeeeeeeeeeeeee"
+	r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: id, Name: "e", AccountID: "acc", State: sandbox.StateError,
+		StateReason: "zeishd stopped before the VM started", Host: "node-1", CreatedAt: time.Now()}}
+	if err := st.CreateSandboxes(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	ram := filepath.Join(shm, "zeish-"+id+"-0123abcd.mem")
+	other := filepath.Join(shm, "zeish-sbx_ffffffffffffffffffff-0123abcd.mem")
+	for _, f := range []string{ram, other} {
+		os.WriteFile(f, []byte("ram"), 0o600)
+	}
+	if _, err := n.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+	if _, err := os.Stat(ram); !os.IsNotExist(err) {
+		t.Errorf("the sandbox's unrecorded RAM file survived its delete: %v", err)
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Errorf("another sandbox's RAM file went: %v", err)
+	}
+}
