@@ -128,8 +128,12 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	imageRAM, err := strconv.Atoi(env("ZEISH_PLAN_IMAGE_RAM_MIB", "16384"))
+	if err != nil || imageRAM < 0 {
+		return fmt.Errorf("ZEISH_PLAN_IMAGE_RAM_MIB: want a number of MiB, 0 for no cap")
+	}
 	n := node.New(node.Options{ID: nodeID, DataDir: dataDir, Store: st, Driver: driver, Templates: cat,
-		Logger: log, BootTimeout: bootTimeout, MemoryBudgetMiB: budget})
+		Logger: log, BootTimeout: bootTimeout, MemoryBudgetMiB: budget, AccountImageRAMMiB: imageRAM})
 	defer n.Close() // after the HTTP server is down: VMs keep running
 	if err := n.Recover(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)

@@ -50,6 +50,10 @@ type Options struct {
 	// start, create or fork is refused with storage_full unless it has room
 	// for the new RAM.
 	ShmDir string
+	// AccountImageRAMMiB caps the RAM one account's images (snapshots, fork
+	// bases) may keep in ShmDir; a snapshot or fork past it gets
+	// limit_reached. 0: no cap.
+	AccountImageRAMMiB int
 }
 
 // Node runs the sandboxes of one host.
