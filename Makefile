@@ -5,7 +5,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/zeish/zeish/internal/version.Version=$(VERSION)
 
-.PHONY: all deps build console run test test-ts test-browser test-e2b vet bench clean proto
+.PHONY: all deps build console run test test-ts test-browser test-e2b vet bench fuzz crash clean proto
 
 all: build
 
@@ -64,6 +64,23 @@ proto:
 		--go_out=../envdpb --go_opt=module=github.com/zeish/zeish/internal/e2b/envdpb \
 		--connect-go_out=../envdpb --connect-go_opt=module=github.com/zeish/zeish/internal/e2b/envdpb \
 		process/process.proto filesystem/filesystem.proto
+
+# Fuzz targets run their seed corpus in `make test`; this runs each one for
+# FUZZTIME (new inputs that fail land in the package's testdata/fuzz).
+FUZZTIME ?= 2m
+FUZZ_TARGETS := ./guest:FuzzFrameReader ./guest:FuzzReadChunk ./internal/server:FuzzRequestDecoders \
+	./internal/server:FuzzSnapshotName ./sandbox:FuzzCheckName ./sandbox:FuzzCheckID
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "== $$t ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; \
+	done
+
+# The crash campaign at length: CRASH_ROUNDS kills of zeishd at random points
+# (the suite runs 3).
+CRASH_ROUNDS ?= 30
+crash:
+	$(GO) test -p 1 -count=1 -timeout 0 ./e2e -run '^TestCrashRecovery$$' -v -args -crash.rounds $(CRASH_ROUNDS)
 
 # BENCHFLAGS, e.g. make bench BENCHFLAGS='-runs 3 -only cold'
 bench: deps build

@@ -10,6 +10,7 @@ import (
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/internal/testenv"
+	"github.com/zeish/zeish/internal/testskip"
 	"github.com/zeish/zeish/sandbox"
 	zeish "github.com/zeish/zeish/sdk/go"
 )
@@ -44,7 +45,7 @@ func wheel(t *testing.T) []byte {
 // from the unprivileged user, and no background services of its own.
 func TestDebianTemplate(t *testing.T) {
 	if _, err := exec.LookPath("mmdebstrap"); err != nil {
-		t.Skip("mmdebstrap not installed (scripts/deps.sh)")
+		testskip.Skip(t, "mmdebstrap not installed (scripts/deps.sh)")
 	}
 	testenv.RequireQEMU(t)
 	testenv.DebianTemplate(t) // built once into the shared cache (about a minute, more on a slow mirror)

@@ -176,7 +176,7 @@ func pump(r *os.File, w io.Writer, exited <-chan struct{}, wg *sync.WaitGroup) {
 	defer wg.Done()
 	defer r.Close()
 	buf := make([]byte, 32<<10)
-	discard := false
+	discard, retried := false, false
 	for {
 		n, err := r.Read(buf)
 		if n > 0 && !discard {
@@ -184,9 +184,19 @@ func pump(r *os.File, w io.Writer, exited <-chan struct{}, wg *sync.WaitGroup) {
 				discard = true
 			}
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) && !retried {
+			// The deadline set at the exit may have passed before this
+			// goroutine ran at all (a busy guest): Go then fails the read
+			// without trying it, and output still in the pipe would be
+			// lost. One more read on a fresh deadline really looks.
+			retried = true
+			r.SetReadDeadline(time.Now().Add(drainIdle))
+			continue
+		}
 		if err != nil {
 			return // EOF, or quiet for drainIdle after the exit
 		}
+		retried = false
 		select {
 		case <-exited:
 			r.SetReadDeadline(time.Now().Add(drainIdle))

@@ -160,8 +160,12 @@ func run(ctx context.Context) error {
 	if netw != nil {
 		defer netw.Close() // after the node: guests' rules stay while their VMs run
 	}
+	imageRAM, err := strconv.Atoi(env("ZEISH_PLAN_IMAGE_RAM_MIB", "16384"))
+	if err != nil || imageRAM < 0 {
+		return fmt.Errorf("ZEISH_PLAN_IMAGE_RAM_MIB: want a number of MiB, 0 for no cap")
+	}
 	n := node.New(node.Options{ID: nodeID, DataDir: dataDir, Store: st, Driver: driver, Templates: cat,
-		Logger: log, BootTimeout: bootTimeout, MemoryBudgetMiB: budget, Network: netw,
+		Logger: log, BootTimeout: bootTimeout, MemoryBudgetMiB: budget, Network: netw, AccountImageRAMMiB: imageRAM,
 		StoppedPromotion: env("ZEISH_FORK_PROMOTION", "live") == "stopped"})
 	defer n.Close() // after the HTTP server is down: VMs keep running
 	if err := n.Recover(ctx); err != nil {
@@ -208,6 +212,11 @@ func run(ctx context.Context) error {
 	budgetsDone := make(chan struct{})
 	go func() { defer close(budgetsDone); srv.EnforceBudgets(bctx, 2*time.Second) }()
 	defer func() { stopBudgets(); <-budgetsDone }()
+	// A VM that exits on its own leaves its sandbox error (vm_exited).
+	wctx, stopWatch := context.WithCancel(ctx)
+	watchDone := make(chan struct{})
+	go func() { defer close(watchDone); n.WatchVMs(wctx, 2*time.Second) }()
+	defer func() { stopWatch(); <-watchDone }()
 	apiHandler := srv.Handler()
 	facade := e2b.New(e2b.Options{API: apiHandler, Backend: srv, Templates: cat, Logger: log, Domain: os.Getenv("ZEISH_E2B_DOMAIN")}) // E2B's SDKs, under /e2b
 	limits := server.DefaultLimits

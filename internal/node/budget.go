@@ -105,3 +105,38 @@ func tmpfsFreeMiB(dir string) (int, bool) {
 	}
 	return int(fs.Bavail * uint64(fs.Bsize) >> 20), true
 }
+
+// checkAccountImageRAM refuses a capture of r (a snapshot or a fork, which
+// keep r's RAM in an image) when r's account already keeps its cap of image
+// RAM in tmpfs: one tenant must not fill the tmpfs every guest's RAM lives in.
+func (n *Node) checkAccountImageRAM(ctx context.Context, r *store.SandboxRecord) error {
+	if n.opts.AccountImageRAMMiB <= 0 {
+		return nil
+	}
+	rows, err := n.opts.Store.ListSandboxes(ctx, store.SandboxFilter{AccountID: r.AccountID, IncludeDestroyed: true})
+	if err != nil {
+		return err
+	}
+	own := map[string]bool{}
+	for _, s := range rows {
+		own[s.ID] = true
+	}
+	entries, _ := os.ReadDir(n.imagesDir())
+	var bytes int64
+	for _, e := range entries {
+		m, err := n.readImage(e.Name())
+		if err != nil || !own[m.SandboxID] || m.VM == nil || m.VM.MemFile == "" {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat(m.VM.MemFile, &st) == nil {
+			bytes += st.Blocks * 512
+		}
+	}
+	used := int((bytes + 1<<20 - 1) >> 20)
+	if used+r.MemoryMiB > n.opts.AccountImageRAMMiB {
+		return fmt.Errorf("account %s keeps %d MiB of memory in snapshots and fork images, its cap is %d MiB and this capture of %s needs up to %d more; delete snapshots or sandboxes: %w",
+			r.AccountID, used, n.opts.AccountImageRAMMiB, r.ID, r.MemoryMiB, errdefs.ErrLimitReached)
+	}
+	return nil
+}

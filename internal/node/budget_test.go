@@ -126,3 +126,40 @@ func TestStopRefusedWithoutRoom(t *testing.T) {
 		t.Fatalf("a refused stop changed the sandbox: %s", got.State)
 	}
 }
+
+// One account's images may keep at most its cap of RAM in tmpfs: a
+// snapshot past it is limit_reached before anything is paused; another
+// account is not affected.
+func TestAccountImageRAMCap(t *testing.T) {
+	ctx := context.Background()
+	n := budgetNode(t, 0)
+	n.opts.AccountImageRAMMiB = 16
+	mk := func(id, acct string) *store.SandboxRecord {
+		r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: id, Name: id[4:9], AccountID: acct, MemoryMiB: 10,
+			State: sandbox.StateRunning, Host: "node-1", CreatedAt: time.Now()}}
+		if err := n.opts.Store.CreateSandboxes(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a := mk("sbx_aaaaaaaaaaaaaaaaaaaa", "acc_a")
+	b := mk("sbx_bbbbbbbbbbbbbbbbbbbb", "acc_b")
+	id, dir, unpin, err := n.newImageDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unpin()
+	ram := make([]byte, 8<<20)
+	rand.Read(ram)
+	m := &imageMeta{ID: id, SandboxID: a.ID, VM: &vmm.Image{Dir: dir, MemFile: filepath.Join(dir, "ram"), MemoryMiB: 10}}
+	os.WriteFile(m.VM.MemFile, ram, 0o600)
+	if err := n.writeImage(m); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.CreateSnapshot(ctx, a.ID, "one-more"); !errors.Is(err, errdefs.ErrLimitReached) {
+		t.Fatalf("snapshot past the account's image RAM cap: %v, want limit_reached", err)
+	}
+	if err := n.checkAccountImageRAM(ctx, b); err != nil {
+		t.Fatalf("another account: %v", err)
+	}
+}

@@ -234,6 +234,9 @@ func (n *Node) Clone(ctx context.Context, parentID string, children []*store.San
 	if err := n.namesFree(ctx, parent.AccountID, children); err != nil {
 		return 0, nil, err
 	}
+	if err := n.checkAccountImageRAM(ctx, parent); err != nil {
+		return 0, nil, err
+	}
 	var cap *captured
 	err = n.do(ctx, parentID, func(ctx context.Context) error {
 		var err error

@@ -59,6 +59,10 @@ type Options struct {
 	// Network gives sandboxes routed links with egress policy (network.go);
 	// nil: the node runs without networking.
 	Network *network.Manager
+	// AccountImageRAMMiB caps the RAM one account's images (snapshots, fork
+	// bases) may keep in ShmDir; a snapshot or fork past it gets
+	// limit_reached. 0: no cap.
+	AccountImageRAMMiB int
 }
 
 // Node runs the sandboxes of one host.
@@ -223,7 +227,7 @@ func (n *Node) transition(ctx context.Context, id string, from []sandbox.State, 
 			return fmt.Errorf("sandbox %s is %s, not %v: %w", id, r.State, from, errdefs.ErrInvalidState)
 		}
 		r.State = st
-		r.StateReason = reason
+		r.StateReason = cleanReason(reason)
 		r.UpdatedAt = time.Now().UTC()
 		if st != sandbox.StateError {
 			r.ErrorCode, r.ErrorMessage = "", ""

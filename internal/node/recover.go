@@ -8,8 +8,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/datadir"
@@ -35,6 +37,7 @@ func (n *Node) Recover(ctx context.Context) error {
 		return err
 	}
 	live := map[string]bool{}
+	vmDirs := map[string]string{} // live sandbox → the folder of its one VM
 	for _, r := range rows {
 		if r.Host != n.opts.ID {
 			continue
@@ -47,12 +50,13 @@ func (n *Node) Recover(ctx context.Context) error {
 		alive := h != nil && n.opts.Driver.Alive(h)
 		if alive {
 			live[r.ID] = true
+			vmDirs[r.ID] = h.Spec.Dir
 		}
 		n.recoverOne(ctx, r, h, alive)
 	}
 	n.recoverNetwork(rows)
 	n.sweepDirs(ctx, live)
-	n.sweepProcesses(live)
+	n.sweepProcesses(live, vmDirs)
 	n.gc(ctx)
 	n.sweepRAM(ctx)
 	return nil
@@ -69,10 +73,11 @@ func (n *Node) recoverOne(ctx context.Context, r *store.SandboxRecord, h *vmm.Ha
 		// fork finishes; an interrupted stop never captured it.
 		log.Info("recover: re-attaching")
 		n.run(r.ID, func(ctx context.Context) {
-			// A running sandbox whose VM is paused was caught inside a pause
-			// or a capture (which resumes the guest when it fails): let it
-			// run again, or its agent could never answer.
-			if r.State == sandbox.StateRunning {
+			// A VM that is paused here was caught inside a pause or a
+			// capture (a fork's, a snapshot's, a stop's, which resumes the
+			// guest when it fails): let it run again, or its agent could
+			// never answer. (A sandbox meant to be paused is StatePaused.)
+			if r.State != sandbox.StatePaused {
 				if st, err := n.opts.Driver.State(ctx, h); err == nil && st == vmm.RunStatePaused {
 					log.Info("recover: resuming a VM caught paused")
 					if err := n.opts.Driver.Resume(ctx, h); err != nil {
@@ -92,6 +97,13 @@ func (n *Node) recoverOne(ctx context.Context, r *store.SandboxRecord, h *vmm.Ha
 		})
 	case alive && r.State == sandbox.StatePaused:
 		log.Info("recover: paused VM found")
+	case !alive && r.ResumeImage == "" && r.State == sandbox.StateStopping && n.adoptSuspendImage(ctx, r):
+		// The stop's capture completed, zeishd died before recording it.
+		log.Info("recover: stop completed before the crash; back to stopped", "image", r.ResumeImage)
+		if h != nil {
+			n.opts.Driver.Destroy(ctx, h)
+		}
+		n.transition(ctx, r.ID, nil, sandbox.StateStopped, "", nil)
 	case !alive && r.ResumeImage != "" && (r.State == sandbox.StateStarting || r.State == sandbox.StateStopping):
 		// A stop that completed, or a start that never got its VM going.
 		log.Info("recover: back to stopped")
@@ -108,6 +120,30 @@ func (n *Node) recoverOne(ctx context.Context, r *store.SandboxRecord, h *vmm.Ha
 		n.fail(ctx, r.ID, starting, sandbox.ErrInterrupted, "zeishd stopped before the VM started",
 			"zeishd stopped before the VM started; delete the sandbox and create it again", nil)
 	}
+}
+
+// adoptSuspendImage finds the complete image a stop of r wrote (full:
+// memory in its state file, disk not yet frozen into it) and makes it r's
+// resume image, persisted. False when there is none.
+func (n *Node) adoptSuspendImage(ctx context.Context, r *store.SandboxRecord) bool {
+	entries, _ := os.ReadDir(n.imagesDir())
+	var best *imageMeta
+	for _, e := range entries {
+		m, err := n.readImage(e.Name())
+		// Only one made since the stop began: an older one (a stop since
+		// started) would pair old memory with a newer disk.
+		if err != nil || m.SandboxID != r.ID || m.VM == nil || m.VM.MemFile != "" || m.Disk != "" || m.CreatedAt.Before(r.UpdatedAt) {
+			continue
+		}
+		if best == nil || m.CreatedAt.After(best.CreatedAt) {
+			best = m
+		}
+	}
+	if best == nil {
+		return false
+	}
+	r.ResumeImage = best.ID
+	return n.saveVM(ctx, r, nil) == nil
 }
 
 // failLost marks a sandbox whose VM is gone as error and removes what is
@@ -170,25 +206,65 @@ func (n *Node) sweepDirs(ctx context.Context, live map[string]bool) {
 }
 
 // sweepProcesses kills VMM processes started from this data dir for sandboxes
-// that are not live: a crash can leave one behind before its handle was saved.
-func (n *Node) sweepProcesses(live map[string]bool) {
+// that are not live, and second VMMs of live ones (a fork's continuation or
+// a promotion's receiver, launched ahead when zeishd died): a crash can
+// leave one behind before its handle was saved.
+func (n *Node) sweepProcesses(live map[string]bool, vmDirs map[string]string) {
 	marker := filepath.Join(n.opts.DataDir, "sandboxes") + "/"
+	var killed []int
 	for _, p := range procscan.All() {
+		// Only VMMs: a user's process that merely names a sandbox path
+		// (a shell in it, a backup) is not ours to kill.
+		if !isVMM(p.Args) {
+			continue
+		}
+		id, dir := "", ""
 		for _, arg := range p.Args {
 			_, rest, ok := strings.Cut(arg, marker)
 			if !ok {
 				continue
 			}
-			id, _, _ := strings.Cut(rest, "/")
-			if !live[id] {
-				n.log.Warn("recover: killing orphaned VMM process", logSandbox, id, "pid", p.PID)
-				if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-					n.log.Error("kill orphan", "pid", p.PID, "err", err)
-				}
+			sid, sub, _ := strings.Cut(rest, "/")
+			if id == "" {
+				id = sid
 			}
-			break
+			if vm, _, _ := strings.Cut(sub, "/"); sid == id && strings.HasPrefix(vm, "vm-") && dir == "" {
+				dir = filepath.Join(marker, sid, vm)
+			}
+		}
+		if id == "" {
+			continue
+		}
+		why := ""
+		switch {
+		case !live[id]:
+			why = "recover: killing orphaned VMM process"
+		case dir != "" && vmDirs[id] != "" && dir != filepath.Clean(vmDirs[id]):
+			why = "recover: killing a second VMM of a live sandbox"
+		default:
+			continue
+		}
+		n.log.Warn(why, logSandbox, id, "pid", p.PID, "dir", dir)
+		if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			n.log.Error("kill orphan", "pid", p.PID, "err", err)
+		}
+		killed = append(killed, p.PID)
+	}
+	// Gone before the RAM sweep looks for files no process maps.
+	for deadline := time.Now().Add(10 * time.Second); len(killed) > 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		killed = slices.DeleteFunc(killed, func(pid int) bool { return procscan.Args(pid) == nil })
+	}
+}
+
+// isVMM reports whether a command line is a zeish VMM's: it names itself
+// with -name zeish-<sandbox id> (the QEMU driver's identity).
+func isVMM(args []string) bool {
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "-name" && strings.HasPrefix(args[i+1], "zeish-"+sandbox.PrefixSandbox) {
+			return true
 		}
 	}
+	return false
 }
 
 // writeHandleFile keeps a copy of the handle beside the VM's files, so a

@@ -27,6 +27,8 @@ type fakeDriver struct {
 	alive     map[string]bool
 	destroyed []string
 	paused    []string
+	vmPaused  map[string]bool // VMs whose guest is paused (State)
+	resumed   []string
 }
 
 func (f *fakeDriver) Capabilities() vmm.Capabilities { return vmm.Capabilities{Name: "fake"} }
@@ -35,8 +37,19 @@ func (f *fakeDriver) Alive(h *vmm.Handle) bool {
 	defer f.mu.Unlock()
 	return f.alive[h.Spec.ID]
 }
-func (f *fakeDriver) State(context.Context, *vmm.Handle) (vmm.RunState, error) {
+func (f *fakeDriver) State(_ context.Context, h *vmm.Handle) (vmm.RunState, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.vmPaused[h.Spec.ID] {
+		return vmm.RunStatePaused, nil
+	}
 	return vmm.RunStateRunning, nil
+}
+func (f *fakeDriver) Resume(_ context.Context, h *vmm.Handle) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.resumed = append(f.resumed, h.Spec.ID)
+	return nil
 }
 func (f *fakeDriver) DialAgent(context.Context, *vmm.Handle) (net.Conn, error) {
 	return nil, errors.New("no agent")
@@ -160,6 +173,135 @@ func TestDeleteWinsOverAFailedFork(t *testing.T) {
 		fail(r)
 		if got, _ := st.GetSandbox(ctx, r.ID); got.State != sandbox.StateDeleting {
 			t.Fatalf("a fork that failed under a delete left the sandbox %s (%s), want deleting", got.State, got.StateReason)
+		}
+	}
+}
+
+// A VM that exits on its own (kill -9 of its QEMU) leaves its sandbox error
+// with reason vm_exited and its disk; the other sandboxes are untouched.
+func TestVMExitedIsNoticed(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	drv := &fakeDriver{alive: map[string]bool{"sbx_alive": true}}
+	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Driver: drv, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer n.Close()
+	for _, id := range []string{"sbx_alive", "sbx_dead"} {
+		r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: id, Name: strings.TrimPrefix(id, "sbx_"), AccountID: "acc",
+			State: sandbox.StateRunning, Host: "node-1", CreatedAt: time.Now()}}
+		r.SetHandle(&vmm.Handle{Spec: vmm.Spec{ID: id}, PID: 100})
+		if err := st.CreateSandboxes(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go n.WatchVMs(wctx, 50*time.Millisecond)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r, _ := st.GetSandbox(ctx, "sbx_dead")
+		if r.State == sandbox.StateError {
+			if !strings.HasPrefix(r.StateReason, ReasonVMExited) || r.Handle != nil {
+				t.Fatalf("dead VM's sandbox: reason %q, handle %s", r.StateReason, r.Handle)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox of a dead VM still %s", r.State)
+		}
+	}
+	if r, _ := st.GetSandbox(ctx, "sbx_alive"); r.State != sandbox.StateRunning {
+		t.Fatalf("the other sandbox: %s %s", r.State, r.StateReason)
+	}
+}
+
+// A VM caught paused inside a capture (zeishd killed during a stop, fork
+// or snapshot) is resumed before recovery waits for its agent, whatever
+// the sandbox's transitional state; one meant to be paused is left paused.
+func TestRecoverResumesVMsCaughtPaused(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	states := map[string]sandbox.State{"sbx_stopping": sandbox.StateStopping, "sbx_running": sandbox.StateRunning, "sbx_paused": sandbox.StatePaused}
+	drv := &fakeDriver{alive: map[string]bool{}, vmPaused: map[string]bool{}}
+	for id, state := range states {
+		drv.alive[id], drv.vmPaused[id] = true, true
+		r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: id, Name: strings.TrimPrefix(id, "sbx_"), AccountID: "acc",
+			State: state, Host: "node-1", CreatedAt: time.Now()}}
+		r.SetHandle(&vmm.Handle{Spec: vmm.Spec{ID: id}, PID: 1})
+		if err := st.CreateSandboxes(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Driver: drv, BootTimeout: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err := n.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n.Close() // waits for the re-attach operations
+	drv.mu.Lock()
+	defer drv.mu.Unlock()
+	got := strings.Join(drv.resumed, ",")
+	if !strings.Contains(got, "sbx_stopping") || !strings.Contains(got, "sbx_running") || strings.Contains(got, "sbx_paused") {
+		t.Fatalf("resumed %v; want the stopping and running sandboxes' VMs, not the paused one's", drv.resumed)
+	}
+}
+
+// zeishd killed after a stop's capture completed but before it was
+// recorded: recovery adopts the complete image the stop wrote and the
+// sandbox is stopped, not error; an image older than the stop is not
+// adopted.
+func TestRecoverAdoptsACompletedStop(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Driver: &fakeDriver{alive: map[string]bool{}},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer n.Close()
+	stopBegan := time.Now().UTC()
+	for _, tc := range []struct {
+		id      string
+		imageAt time.Time
+		want    sandbox.State
+	}{
+		{"sbx_fresh", stopBegan.Add(time.Second), sandbox.StateStopped},
+		{"sbx_stale", stopBegan.Add(-time.Hour), sandbox.StateError},
+	} {
+		r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: tc.id, Name: strings.TrimPrefix(tc.id, "sbx_"), AccountID: "acc",
+			State: sandbox.StateStopping, Host: "node-1", CreatedAt: time.Now(), UpdatedAt: stopBegan}}
+		r.SetHandle(&vmm.Handle{Spec: vmm.Spec{ID: tc.id}, PID: 1})
+		if err := st.CreateSandboxes(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		id, idir, unpin, err := n.newImageDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &imageMeta{ID: id, SandboxID: tc.id, VM: &vmm.Image{Dir: idir, StateFile: filepath.Join(idir, "state")}, CreatedAt: tc.imageAt}
+		os.WriteFile(m.VM.StateFile, []byte("ram and devices"), 0o600)
+		if err := n.writeImage(m); err != nil {
+			t.Fatal(err)
+		}
+		unpin()
+	}
+	if err := n.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]sandbox.State{"sbx_fresh": sandbox.StateStopped, "sbx_stale": sandbox.StateError} {
+		r, _ := st.GetSandbox(ctx, id)
+		if r.State != want || (want == sandbox.StateStopped && r.ResumeImage == "") {
+			t.Errorf("%s: %s (%s), resume image %q; want %s", id, r.State, r.StateReason, r.ResumeImage, want)
 		}
 	}
 }

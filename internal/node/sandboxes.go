@@ -63,6 +63,9 @@ func (n *Node) destroy(ctx context.Context, id string) {
 		err = removeDir(n.sandboxDir(id))(ctx)
 	}
 	if err == nil {
+		n.removeRAMFiles(id)
+	}
+	if err == nil {
 		err = n.deleteSnapshotsOf(ctx, id)
 	}
 	if err != nil {

@@ -32,6 +32,11 @@ func (n *Node) CreateSnapshot(ctx context.Context, id, name string) (*store.Snap
 				return fmt.Errorf("sandbox %s already has a snapshot named %q: %w", id, name, errdefs.ErrNameTaken)
 			}
 		}
+		if cur, err := n.opts.Store.GetSandbox(ctx, id); err == nil {
+			if err := n.checkAccountImageRAM(ctx, cur); err != nil {
+				return err
+			}
+		}
 		cap, err := n.capture(ctx, id)
 		if err != nil {
 			return err

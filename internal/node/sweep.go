@@ -66,3 +66,14 @@ func (n *Node) sweepRAM(ctx context.Context) {
 		}
 	}
 }
+
+// removeRAMFiles removes every RAM file named for a sandbox whose VMs are
+// all gone (it is being destroyed): one a VM made before zeishd died and
+// before its handle was recorded has no handle to be found by.
+func (n *Node) removeRAMFiles(id string) {
+	files, _ := filepath.Glob(filepath.Join(n.opts.ShmDir, "zeish-"+id+"-*.mem"))
+	for _, f := range files {
+		n.log.Info("destroy: removing RAM file", logSandbox, id, "file", f)
+		os.Remove(f)
+	}
+}

@@ -147,8 +147,16 @@ func (z *Zeishd) Stop() error {
 	}
 }
 
-// Kill ends zeishd with SIGKILL, as a crash would: none of its shutdown
-// runs. Its VMs keep running.
+// PID is zeishd's process id (0 when it is not running).
+func (z *Zeishd) PID() int {
+	if z.cmd == nil {
+		return 0
+	}
+	return z.cmd.Process.Pid
+}
+
+// Kill ends zeishd with SIGKILL, as a crash would: nothing of it runs
+// after, its VMs keep running.
 func (z *Zeishd) Kill() {
 	if z.cmd == nil {
 		return

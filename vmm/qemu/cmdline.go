@@ -9,13 +9,14 @@ import (
 
 // QEMU ids and node names the rest of the driver (and fork, next) refers to.
 const (
-	memBackendID  = "mem"        // the guest RAM object; fork maps the same file in clones
-	diskFileNode  = "disk0-file" // protocol node of the writable overlay
-	diskNode      = "disk0"      // format node: the one blockdev-snapshot-sync swaps
-	qmpChardevID  = "qmp"
-	agentChardev  = "agent"
-	agentPortName = "agent" // what the guest finds in /sys/class/virtio-ports/*/name
-	netdevID      = "net0"
+	memBackendID   = "mem"        // the guest RAM object; fork maps the same file in clones
+	diskFileNode   = "disk0-file" // protocol node of the writable overlay
+	diskNode       = "disk0"      // format node: the one blockdev-snapshot-sync swaps
+	qmpChardevID   = "qmp"
+	agentChardev   = "agent"
+	consoleChardev = "console"
+	agentPortName  = "agent" // what the guest finds in /sys/class/virtio-ports/*/name
+	netdevID       = "net0"
 )
 
 // launchConfig is everything one QEMU command line is made of. It holds
@@ -138,7 +139,10 @@ func buildArgs(c launchConfig) []string {
 	}
 	args = append(args,
 		"-device", "virtio-rng-pci",
-		"-serial", "file:"+c.ConsoleLog,
+		// append=on: the driver trims the log (TrimConsole) and QEMU's next
+		// write lands at the new end instead of leaving a hole.
+		"-chardev", "file,id="+consoleChardev+",path="+c.ConsoleLog+",append=on",
+		"-serial", "chardev:"+consoleChardev,
 	)
 	if c.IncomingDefer {
 		args = append(args, "-incoming", "defer")

@@ -73,10 +73,11 @@ func TestBuildArgs(t *testing.T) {
 				"-chardev": {
 					"socket,id=qmp,path=/vm/qmp.sock,server=on,wait=off",
 					"socket,id=agent,path=/vm/agent.sock,server=on,wait=off",
+					"file,id=console,path=/vm/console.log,append=on",
 				},
 				"-mon":     {"chardev=qmp,mode=control"},
 				"-netdev":  {"user,id=net0,restrict=on"},
-				"-serial":  {"file:/vm/console.log"},
+				"-serial":  {"chardev:console"},
 				"-pidfile": {"/vm/qemu.pid"},
 				"-display": {"none"},
 				"-vga":     {"none"},
