@@ -61,7 +61,7 @@ func (e *benchEnv) restartWith(ctx context.Context, settings ...string) error {
 	return e.zeishd.Start(ctx)
 }
 
-var captureDoneRE = regexp.MustCompile(`msg="capture done" sandbox=(\S+) image=\S+ pause_ms=(\d+)`)
+var captureDoneRE = regexp.MustCompile(`msg="capture done"[^\n]* sandbox=(\S+) [^\n]*pause_ms=(\d+)`)
 
 // lastCapturePause is the pause of the last capture of id in zeishd's log.
 func (e *benchEnv) lastCapturePause(id string) (float64, bool) {
