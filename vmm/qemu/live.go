@@ -547,8 +547,8 @@ func waitStatus(ctx context.Context, m *monitor, events *eventLog, want string) 
 		switch status {
 		case want:
 			return status, nil
-		case "failed", "cancelled", "cancelling":
-			return status, fmt.Errorf("migration %s: %w", status, errdefs.ErrInternal)
+		case "failed", "cancelled", "cancelling", "completed":
+			return status, fmt.Errorf("migration %s, not %s: %w", status, want, errdefs.ErrInternal)
 		}
 	}
 }
