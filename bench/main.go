@@ -128,6 +128,10 @@ func run(ctx context.Context, log *slog.Logger, o options) (err error) {
 		log.Info("section", "name", s.name)
 		r, err := s.run(ctx, e)
 		if err != nil {
+			// What the earlier sections measured is still worth printing.
+			if len(reports) > 0 && o.output == "markdown" {
+				writeMarkdown(os.Stdout, reports)
+			}
 			return fmt.Errorf("section %s: %w", s.name, err)
 		}
 		reports = append(reports, r)

@@ -343,5 +343,6 @@ func (e *benchEnv) reforkAt(ctx context.Context, mode string, memMiB, depth int)
 		return nil, err
 	}
 	x.privateMiB, x.ownMiB = toMiB(m.GuestPrivateDirty), toMiB(m.QEMUOwn)
+	e.log.Info("refork: idle grandchild", "mode", mode, "mib", memMiB, "private_mib", x.privateMiB, "own_mib", x.ownMiB, "image_ram_mib", x.imageRAMMiB)
 	return x, nil
 }
