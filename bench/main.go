@@ -6,8 +6,13 @@
 // Each section lives in its own file and registers itself in init:
 //
 //	cold  create → first exec through the API next to a raw QEMU boot
-//	fork  clone pause, fork → first exec, fan-out, child memory and disk,
-//	      snapshots (built with -tags forkbench until the SDK has clones)
+//	fork    clone pause, fork → first exec, fan-out, child memory and disk,
+//	        snapshots
+//	refork  re-fork of a child, at depth 10, snapshot of a child: live
+//	        capture next to the stopped promotion (ZEISH_FORK_PROMOTION),
+//	        by RAM size (-refork-sizes, -refork-modes, -refork-depth)
+//	tbsize  TCG translation cache sizes (-tb-sizes): boot, CPU-bound exec,
+//	        QEMU's own memory per VM
 //
 // Usage:
 //
