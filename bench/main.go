@@ -6,8 +6,13 @@
 // Each section lives in its own file and registers itself in init:
 //
 //	cold  create → first exec through the API next to a raw QEMU boot
-//	fork  clone pause, fork → first exec, fan-out, child memory and disk,
-//	      snapshots (built with -tags forkbench until the SDK has clones)
+//	fork    clone pause, fork → first exec, fan-out, child memory and disk,
+//	        snapshots
+//	refork  re-fork of a child, at depth 10, snapshot of a child: live
+//	        capture next to the stopped promotion (ZEISH_FORK_PROMOTION),
+//	        by RAM size (-refork-sizes, -refork-modes, -refork-depth)
+//	tbsize  TCG translation cache sizes (-tb-sizes): boot, CPU-bound exec,
+//	        QEMU's own memory per VM
 //
 // Usage:
 //
@@ -128,6 +133,10 @@ func run(ctx context.Context, log *slog.Logger, o options) (err error) {
 		log.Info("section", "name", s.name)
 		r, err := s.run(ctx, e)
 		if err != nil {
+			// What the earlier sections measured is still worth printing.
+			if len(reports) > 0 && o.output == "markdown" {
+				writeMarkdown(os.Stdout, reports)
+			}
 			return fmt.Errorf("section %s: %w", s.name, err)
 		}
 		reports = append(reports, r)

@@ -61,15 +61,26 @@ func (e *benchEnv) restartWith(ctx context.Context, settings ...string) error {
 	return e.zeishd.Start(ctx)
 }
 
-var captureDoneRE = regexp.MustCompile(`msg="capture done" sandbox=(\S+) image=\S+ pause_ms=(\d+)`)
+var captureDoneRE = regexp.MustCompile(`msg="capture done"[^\n]* sandbox=(\S+) [^\n]*pause_ms=(\d+)`)
 
-// lastCapturePause is the pause of the last capture of id in zeishd's log.
-func (e *benchEnv) lastCapturePause(id string) (float64, bool) {
-	m := captureDoneRE.FindAllStringSubmatch(e.zeishd.Log.String(), -1)
-	for i := len(m) - 1; i >= 0; i-- {
-		if m[i][1] == id {
-			v, _ := strconv.ParseFloat(m[i][2], 64)
-			return v, true
+// capturePauses lists the pauses of id's captures in zeishd's log, oldest first.
+func (e *benchEnv) capturePauses(id string) []float64 {
+	var out []float64
+	for _, m := range captureDoneRE.FindAllStringSubmatch(e.zeishd.Log.String(), -1) {
+		if m[1] == id {
+			v, _ := strconv.ParseFloat(m[2], 64)
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// newCapturePause waits (briefly: zeishd's output reaches us through a
+// pipe) for the log line of id's capture after the had earlier ones.
+func (e *benchEnv) newCapturePause(id string, had int) (float64, bool) {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if p := e.capturePauses(id); len(p) > had {
+			return p[len(p)-1], true
 		}
 	}
 	return 0, false
@@ -266,13 +277,14 @@ func (e *benchEnv) reforkAt(ctx context.Context, mode string, memMiB, depth int)
 		}
 	}
 	for i := range e.opts.runs {
+		had := len(e.capturePauses(child))
 		start := time.Now()
 		snp, err := e.client.CreateSnapshot(ctx, child, zeish.CreateSnapshotRequest{Name: fmt.Sprintf("refork-%d", i)})
 		if err != nil {
 			return nil, fmt.Errorf("snapshot of a child: %w", err)
 		}
 		call := ms(time.Since(start))
-		pause, ok := e.lastCapturePause(child)
+		pause, ok := e.newCapturePause(child, had)
 		if !ok {
 			return nil, fmt.Errorf("no capture line for %s in zeishd's log", child)
 		}
@@ -331,5 +343,6 @@ func (e *benchEnv) reforkAt(ctx context.Context, mode string, memMiB, depth int)
 		return nil, err
 	}
 	x.privateMiB, x.ownMiB = toMiB(m.GuestPrivateDirty), toMiB(m.QEMUOwn)
+	e.log.Info("refork: idle grandchild", "mode", mode, "mib", memMiB, "private_mib", x.privateMiB, "own_mib", x.ownMiB, "image_ram_mib", x.imageRAMMiB)
 	return x, nil
 }

@@ -71,6 +71,17 @@ func runTBSize(ctx context.Context, e *benchEnv) (*report, error) {
 			}
 		}
 		parent := ids[0]
+		time.Sleep(idleBeforeMeasure)
+		var own [2]float64
+		var private float64
+		// The parent before it is forked: its RAM file is then the image's, under another name.
+		if pid, err := e.sandboxPID(parent); err != nil {
+			return nil, errors2(err, e.deleteAll(ctx, ids))
+		} else if m, err := qemuMemory(pid); err != nil {
+			return nil, errors2(err, e.deleteAll(ctx, ids))
+		} else {
+			own[0] = toMiB(m.QEMUOwn)
+		}
 		kid, _, _, err := e.forkOnce(ctx, parent)
 		if kid != "" {
 			ids = append(ids, kid)
@@ -79,19 +90,16 @@ func runTBSize(ctx context.Context, e *benchEnv) (*report, error) {
 			return nil, errors2(err, e.deleteAll(ctx, ids))
 		}
 		time.Sleep(idleBeforeMeasure)
-		var own [2]float64
-		var private float64
-		for i, id := range []string{parent, kid} {
-			pid, err := e.sandboxPID(id)
-			if err != nil {
-				return nil, errors2(err, e.deleteAll(ctx, ids))
-			}
-			m, err := qemuMemory(pid)
-			if err != nil {
-				return nil, errors2(err, e.deleteAll(ctx, ids))
-			}
-			own[i], private = toMiB(m.QEMUOwn), toMiB(m.GuestPrivateDirty)
+		pid, err := e.sandboxPID(kid)
+		if err != nil {
+			return nil, errors2(err, e.deleteAll(ctx, ids))
 		}
+		m, err := qemuMemory(pid)
+		if err != nil {
+			return nil, errors2(err, e.deleteAll(ctx, ids))
+		}
+		own[1], private = toMiB(m.QEMUOwn), toMiB(m.GuestPrivateDirty)
+		e.log.Info("tbsize memory", "tb_mib", tb, "parent_own_mib", own[0], "child_own_mib", own[1], "child_private_mib", private)
 		if err := e.deleteAll(ctx, ids); err != nil {
 			return nil, err
 		}

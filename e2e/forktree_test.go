@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,17 +44,24 @@ func TestForkTree(t *testing.T) {
 	shell(t, n0.conn, counterScript)
 	started := counter(t, n0.conn)
 
+	// md5Of is the md5 of /dev/shm/m<level> in n (md5sum's own exit status
+	// counts: a missing file fails the test).
+	md5Of := func(n *node, level int) string {
+		t.Helper()
+		sum, _, _ := strings.Cut(shell(t, n.conn, "md5sum /dev/shm/m"+strconv.Itoa(level)), " ")
+		return sum
+	}
 	// writeBlob fills /dev/shm/m<level> (tmpfs: guest RAM) in n with fresh
 	// random bytes and records their md5.
 	writeBlob := func(n *node, level int) {
 		t.Helper()
-		n.blobs[level] = shell(t, n.conn, "head -c 4000000 /dev/urandom > /dev/shm/m"+strconv.Itoa(level)+
-			"; md5sum /dev/shm/m"+strconv.Itoa(level)+" | cut -d' ' -f1")
+		shell(t, n.conn, "head -c 4000000 /dev/urandom > /dev/shm/m"+strconv.Itoa(level))
+		n.blobs[level] = md5Of(n, level)
 	}
 	requireBlobs := func(n *node) {
 		t.Helper()
 		for level, want := range n.blobs {
-			if got := shell(t, n.conn, "md5sum /dev/shm/m"+strconv.Itoa(level)+" | cut -d' ' -f1"); got != want {
+			if got := md5Of(n, level); got != want {
 				t.Errorf("%s: /dev/shm/m%d md5 %s, want %s", n.sb.Name, level, got, want)
 			}
 		}
@@ -86,7 +94,7 @@ func TestForkTree(t *testing.T) {
 		// What the parent writes from now on is its own.
 		for level := range parent.blobs {
 			shell(t, parent.conn, "echo changed > /dev/shm/m"+strconv.Itoa(level))
-			parent.blobs[level] = shell(t, parent.conn, "md5sum /dev/shm/m"+strconv.Itoa(level)+" | cut -d' ' -f1")
+			parent.blobs[level] = md5Of(parent, level)
 		}
 		requireBlobs(child)
 		return child

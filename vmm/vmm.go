@@ -162,7 +162,7 @@ type Driver interface {
 	// Capture stops h's guest for good and saves it into dir as an Image; the
 	// VMM exits and its disk is left as it is. Without full only device state
 	// is written and h's RAM file becomes the image's memory, which needs
-	// h.MemShared (Promote a VM that lacks it); with full the RAM is written
+	// h.MemShared (CaptureLive or Promote a VM that lacks it); with full the RAM is written
 	// into the state file and h's own RAM file is removed. stoppedAt is when
 	// the guest stopped running, to measure pauses.
 	Capture(ctx context.Context, h *Handle, dir string, full bool) (img *Image, stoppedAt time.Time, err error)

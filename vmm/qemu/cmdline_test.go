@@ -82,7 +82,7 @@ func TestBuildArgs(t *testing.T) {
 				"-display": {"none"},
 				"-vga":     {"none"},
 			},
-			absent: []string{"-cpu", "-incoming", "-sandbox"},
+			absent: []string{"-cpu", "-incoming", "-sandbox", "-S"},
 			flags:  []string{"-nodefaults", "-no-user-config", "-no-reboot", "-daemonize"},
 		},
 		{
@@ -126,6 +126,14 @@ func TestBuildArgs(t *testing.T) {
 				"-object":   {"memory-backend-file,id=mem,size=512M,mem-path=/dev/shm/zeish-sbx1-ab.mem,share=off"},
 				"-incoming": {"defer"},
 			},
+		},
+		{
+			name: "a live capture's receiver owns its new file and never starts",
+			mutate: func(c *launchConfig) {
+				c.IncomingDefer, c.NeverStart = true, true
+			},
+			want:  map[string][]string{"-incoming": {"defer"}},
+			flags: []string{"-S"},
 		},
 	}
 	for _, tc := range tests {

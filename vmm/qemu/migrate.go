@@ -26,11 +26,13 @@ import (
 //     later writes to pages it has not copied yet. Hence "capture", never
 //     "save and carry on", and the parent's continuation is one more clone.
 //   - A clone's RAM is not its own, so saving device state alone cannot
-//     capture it. Promote moves it first, by migration, into a VM that owns
-//     a fresh shared file. The guest is stopped for the copy: live precopy
-//     from a share=off clone under TCG produced images whose guests crashed
-//     (sandboxd's Go runtime faulted) while a stopped copy never did, so the
-//     pause grows with the clone's touched memory (~1 s per 100 MB here).
+//     capture it. CaptureLive (live.go) copies it into a never-started
+//     receiver while it runs. Promote, the older way kept for paused VMs and
+//     for comparison, moves it with the guest stopped for the copy into a VM
+//     that owns a fresh shared file (the pause grows with touched memory).
+//     An early live promotion whose destination went on running produced
+//     guests that crashed under TCG; a receiver that never runs (-S) has
+//     been sound in every test since.
 //   - A full capture (stop, suspend to disk) writes all RAM into the state
 //     file; starting from it loads everything into a fresh shared file.
 
