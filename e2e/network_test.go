@@ -2,12 +2,19 @@ package e2e
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
@@ -183,6 +190,10 @@ func TestNetwork(t *testing.T) {
 		b.mustFail(t, "a denied name after a refused change", "get", "http://denied.test/")
 	})
 
+	t.Run("ports", func(t *testing.T) {
+		portsThroughDataPlane(t, s, a, b)
+	})
+
 	t.Run("fork gets its own address and both reach out", func(t *testing.T) {
 		res, err := c.CloneSandbox(ctx, open.ID, api.CloneRequest{Name: "net-child"}, zeish.Wait())
 		if err != nil || len(res.Sandboxes) != 1 || res.Sandboxes[0].State != sandbox.StateRunning {
@@ -254,4 +265,129 @@ func waitDial(t *testing.T, ns, addr string) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatalf("dial %s from %s: %v", addr, ns, err)
+}
+
+// portsThroughDataPlane proves a guest's server (nettool serve 8080 in a)
+// answers through the data plane: HTTP with the token (which the guest never
+// sees), WebSocket, raw TCP, a public port, `zeishctl ports forward`, and
+// the refusals: no token, another sandbox's token, another account, a bad port.
+func portsThroughDataPlane(t *testing.T, s *server, a, b *netGuest) {
+	ctx := ctxFor(t, 5*time.Minute)
+	url, tok, err := a.conn.PortURL(ctx, 8080)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(u, token string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, "GET", u, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if st, body := get(url+"hello/there?x=1", tok); st != 200 || !strings.Contains(body, `hello from the guest /hello/there?x=1 auth=""`) {
+		t.Fatalf("proxy with token: %d %q", st, body)
+	}
+	if st, body := get(url+"hello", ""); st != 401 {
+		t.Fatalf("proxy without token: %d %q", st, body)
+	}
+	_, tokB, _ := b.conn.PortURL(ctx, 8080)
+	if st, body := get(url+"hello", tokB); st != 401 {
+		t.Fatalf("proxy with another sandbox's token: %d %q", st, body)
+	}
+	if st, body := get(strings.Replace(url, "/ports/8080/", "/ports/70000/", 1), tok); st != 400 || errorCode([]byte(body)) != "invalid_argument" {
+		t.Fatalf("port out of range: %d %q", st, body)
+	}
+
+	// WebSocket through the proxy.
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(url, "http")+"ws", &websocket.DialOptions{
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}}})
+	if err != nil {
+		t.Fatalf("websocket through the proxy: %v", err)
+	}
+	if err := ws.Write(ctx, websocket.MessageText, []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if _, msg, err := ws.Read(ctx); err != nil || string(msg) != "echo: hi" {
+		t.Fatalf("websocket echo: %q %v", msg, err)
+	}
+	ws.Close(websocket.StatusNormalClosure, "")
+
+	// Raw TCP.
+	raw, err := a.conn.DialPort(ctx, 8080)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(raw, "GET /raw HTTP/1.0\r\n\r\n")
+	got, _ := io.ReadAll(raw)
+	raw.Close()
+	if !strings.Contains(string(got), "hello from the guest /raw") {
+		t.Fatalf("raw tcp: %q", got)
+	}
+
+	// Public, then private again.
+	if p, err := s.client.SetPort(ctx, a.sb.ID, 8080, true); err != nil || !p.Public || p.URL != url {
+		t.Fatalf("open port: %+v %v (url %s)", p, err, url)
+	}
+	if st, body := get(url+"pub", ""); st != 200 || !strings.Contains(body, "/pub") {
+		t.Fatalf("public port without token: %d %q", st, body)
+	}
+	if _, err := s.client.SetPort(ctx, a.sb.ID, 8080, false); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := get(url+"pub", ""); st != 401 {
+		t.Fatalf("closed port without token: %d", st)
+	}
+	if _, err := s.client.SetPort(ctx, a.sb.ID, 0, true); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("port 0: %v", err)
+	}
+
+	// Another account sees no such sandbox.
+	acct, err := s.client.CreateAccount(ctx, "net-other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := s.client.CreateAPIKey(ctx, acct.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := s.clientFor(t, key.Key)
+	if _, err := other.SetPort(ctx, a.sb.ID, 8080, true); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("other account opens a port: %v", err)
+	}
+	if _, err := other.SetNetwork(ctx, a.sb.ID, zeish.NetworkPolicyRequest{Egress: sandbox.EgressAllow}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("other account changes the policy: %v", err)
+	}
+
+	// zeishctl ports forward.
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	local := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command(filepath.Join(bin, "zeishctl"), "ports", "forward", a.sb.ID, fmt.Sprintf("8080:%d", local))
+	cmd.Env = append(os.Environ(), "ZEISH_API_URL="+s.url(), "ZEISH_API_KEY="+s.key)
+	var cliOut testenv.LogBuffer
+	cmd.Stdout, cmd.Stderr = &cliOut, &cliOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	var st int
+	var body string
+	for i := 0; i < 100; i++ {
+		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", local)); err == nil {
+			c.Close()
+			st, body = get(fmt.Sprintf("http://127.0.0.1:%d/cli", local), "")
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if st != 200 || !strings.Contains(body, "hello from the guest /cli") {
+		t.Fatalf("ports forward: %d %q; zeishctl said %q", st, body, cliOut.String())
+	}
 }

@@ -149,7 +149,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	srv, err := server.New(server.Options{Store: st, Node: n, Catalog: cat, DataDir: dataDir,
-		Version: version.Version, PublicURL: os.Getenv("ZEISH_PUBLIC_URL"), Logger: log, Plan: &plan, Prices: &prices})
+		Version: version.Version, PublicURL: os.Getenv("ZEISH_PUBLIC_URL"), PublicDomain: os.Getenv("ZEISH_PUBLIC_DOMAIN"), Logger: log, Plan: &plan, Prices: &prices})
 	if err != nil {
 		return err
 	}

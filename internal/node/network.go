@@ -3,7 +3,9 @@ package node
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
@@ -166,4 +168,34 @@ func (n *Node) releaseNetworks(children []*store.SandboxRecord) {
 			n.releaseNetwork(c)
 		}
 	}
+}
+
+// PortAddr is where zeishd reaches port of a sandbox's guest (its routed
+// address; zeishd is on the host end of every link).
+func (n *Node) PortAddr(r *store.SandboxRecord, port int) (string, error) {
+	if !n.managedNet(r) {
+		return "", fmt.Errorf("sandbox %s has no network: %w", r.ID, errdefs.ErrInvalidState)
+	}
+	if r.State != sandbox.StateRunning {
+		return "", fmt.Errorf("sandbox %s is %s; its ports answer while it runs: %w", r.ID, r.State, errdefs.ErrInvalidState)
+	}
+	return net.JoinHostPort(r.Address, strconv.Itoa(port)), nil
+}
+
+// SetPortPublic opens a guest port to requests without a token, or closes it.
+func (n *Node) SetPortPublic(ctx context.Context, id string, port int, public bool) (*store.SandboxRecord, error) {
+	return n.opts.Store.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
+		switch {
+		case r.State == sandbox.StateDestroyed || r.State == sandbox.StateDeleting:
+			return fmt.Errorf("sandbox %s is %s: %w", id, r.State, errdefs.ErrInvalidState)
+		case !n.managedNet(r):
+			return fmt.Errorf("sandbox %s has no network: %w", id, errdefs.ErrInvalidState)
+		}
+		r.PublicPorts = slices.DeleteFunc(r.PublicPorts, func(p int) bool { return p == port })
+		if public {
+			r.PublicPorts = append(r.PublicPorts, port)
+			slices.Sort(r.PublicPorts)
+		}
+		return nil
+	})
 }
