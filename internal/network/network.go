@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -92,7 +93,13 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 			return nil, fmt.Errorf("network: default route: %w", err)
 		}
 	}
-	ups := cfg.Upstreams
+	var ups []string
+	for _, u := range cfg.Upstreams {
+		if _, _, err := net.SplitHostPort(u); err != nil {
+			u = net.JoinHostPort(u, "53") // a bare address: the DNS port
+		}
+		ups = append(ups, u)
+	}
 	if len(ups) == 0 {
 		b, _ := os.ReadFile("/etc/resolv.conf")
 		ups = ResolvConfServers(string(b))

@@ -57,4 +57,3 @@ func (sc *SandboxConn) DialPort(ctx context.Context, port int) (net.Conn, error)
 	// The conn outlives ctx, which only bounded the dial.
 	return websocket.NetConn(context.Background(), ws, websocket.MessageBinary), nil
 }
-
