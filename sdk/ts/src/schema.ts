@@ -368,6 +368,31 @@ export interface paths {
         patch: operations["setSandboxNetwork"];
         trace?: never;
     };
+    "/api/v1/public/sandboxes/{id}/ports": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Open a guest port to the public, or close it
+         * @description Every guest port is reachable through the data plane with the sandbox's token
+         *     (`/data/v1/sandboxes/{id}/ports/{port}/…`); `public: true` lets requests without a token
+         *     through too, `public: false` takes that back. Answers how the port is reached.
+         */
+        post: operations["setSandboxPort"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/public/sandboxes/{id}/clone": {
         parameters: {
             query?: never;
@@ -721,6 +746,60 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/data/v1/sandboxes/{id}/ports/{port}/{path...}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+                /** @description A TCP port the guest listens on. */
+                port: components["parameters"]["GuestPort"];
+                /** @description The path on the guest's server (may be empty, may hold slashes). */
+                "path...": string;
+            };
+            cookie?: never;
+        };
+        /** GET through to a guest port */
+        get: operations["portProxyGet"];
+        /** PUT through to a guest port */
+        put: operations["portProxyPut"];
+        /** POST through to a guest port */
+        post: operations["portProxyPost"];
+        /** DELETE through to a guest port */
+        delete: operations["portProxyDelete"];
+        options?: never;
+        head?: never;
+        /** PATCH through to a guest port */
+        patch: operations["portProxyPatch"];
+        trace?: never;
+    };
+    "/data/v1/sandboxes/{id}/tcp/{port}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+                /** @description A TCP port the guest listens on. */
+                port: components["parameters"]["GuestPort"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Raw TCP to a guest port, over a WebSocket
+         * @description Upgrades to a WebSocket whose binary messages carry a TCP connection to the guest's port,
+         *     both ways (what `zeishctl ports forward` uses). Same access rules as the port proxy.
+         */
+        get: operations["tcpPort"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/data/v1/sandboxes/{id}/processes": {
         parameters: {
             query?: never;
@@ -957,6 +1036,8 @@ export interface components {
              */
             address: string;
             network?: components["schemas"]["Network"];
+            /** @description Guest ports opened to requests without a token. */
+            public_ports?: number[];
             /**
              * @description CPU virtualisation the VM runs with.
              * @enum {string}
@@ -1041,6 +1122,21 @@ export interface components {
             egress?: "allow" | "deny";
             allow?: components["schemas"]["NetworkRule"][] | null;
             deny?: components["schemas"]["NetworkRule"][] | null;
+        };
+        PortRequest: {
+            port: number;
+            /** @description true: no token needed; false: the sandbox's data-plane token is. */
+            public: boolean;
+        };
+        Port: {
+            port: number;
+            public: boolean;
+            /** @description The port's HTTP base, `<data plane>/ports/<port>/`. */
+            url: string;
+            /** @description `<port>-<id>.<ZEISH_PUBLIC_DOMAIN>`, when the server has one. */
+            host?: string;
+            /** @description The WebSocket carrying raw TCP to the port. */
+            tcp_url: string;
         };
         SandboxList: {
             sandboxes: components["schemas"]["Sandbox"][];
@@ -1487,6 +1583,8 @@ export interface components {
         SandboxID: components["schemas"]["SandboxID"];
         /** @description The sandbox's id; the data-plane token must be for this sandbox. */
         DataSandboxID: components["schemas"]["SandboxID"];
+        /** @description A TCP port the guest listens on. */
+        GuestPort: number;
         /** @description The snapshot's id. */
         SnapshotID: components["schemas"]["SnapshotID"];
         /**
@@ -2157,6 +2255,46 @@ export interface operations {
             500: components["responses"]["Internal"];
         };
     };
+    setSandboxPort: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PortRequest"];
+            };
+        };
+        responses: {
+            /** @description How the port is reached. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Port"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            /** @description `invalid_state`: the sandbox is destroyed or being deleted, or has no network card. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["Internal"];
+        };
+    };
     cloneSandbox: {
         parameters: {
             query?: {
@@ -2803,6 +2941,254 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    portProxyGet: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+                /** @description A TCP port the guest listens on. */
+                port: components["parameters"]["GuestPort"];
+                /** @description The path on the guest's server (may be empty, may hold slashes). */
+                "path...": string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["DataUnauthorized"];
+            409: components["responses"]["NotRunning"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            /** @description `101`: a WebSocket upgrade the guest accepted, then the WebSocket. */
+            "1XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The guest's answer, as it gave it. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The guest's answer, as it gave it. */
+            "3XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    portProxyPut: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+                /** @description A TCP port the guest listens on. */
+                port: components["parameters"]["GuestPort"];
+                /** @description The path on the guest's server (may be empty, may hold slashes). */
+                "path...": string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["DataUnauthorized"];
+            409: components["responses"]["NotRunning"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            /** @description `101`: a WebSocket upgrade the guest accepted, then the WebSocket. */
+            "1XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The guest's answer, as it gave it. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The guest's answer, as it gave it. */
+            "3XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    portProxyPost: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+                /** @description A TCP port the guest listens on. */
+                port: components["parameters"]["GuestPort"];
+                /** @description The path on the guest's server (may be empty, may hold slashes). */
+                "path...": string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["DataUnauthorized"];
+            409: components["responses"]["NotRunning"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            /** @description `101`: a WebSocket upgrade the guest accepted, then the WebSocket. */
+            "1XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The guest's answer, as it gave it. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The guest's answer, as it gave it. */
+            "3XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    portProxyDelete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+                /** @description A TCP port the guest listens on. */
+                port: components["parameters"]["GuestPort"];
+                /** @description The path on the guest's server (may be empty, may hold slashes). */
+                "path...": string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["DataUnauthorized"];
+            409: components["responses"]["NotRunning"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            /** @description `101`: a WebSocket upgrade the guest accepted, then the WebSocket. */
+            "1XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The guest's answer, as it gave it. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The guest's answer, as it gave it. */
+            "3XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    portProxyPatch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+                /** @description A TCP port the guest listens on. */
+                port: components["parameters"]["GuestPort"];
+                /** @description The path on the guest's server (may be empty, may hold slashes). */
+                "path...": string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["DataUnauthorized"];
+            409: components["responses"]["NotRunning"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            /** @description `101`: a WebSocket upgrade the guest accepted, then the WebSocket. */
+            "1XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The guest's answer, as it gave it. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The guest's answer, as it gave it. */
+            "3XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    tcpPort: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+                /** @description A TCP port the guest listens on. */
+                port: components["parameters"]["GuestPort"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The WebSocket; the TCP connection is open. */
+            101: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["DataUnauthorized"];
+            409: components["responses"]["NotRunning"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
