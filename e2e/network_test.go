@@ -213,6 +213,29 @@ func TestNetwork(t *testing.T) {
 		k.mustFail(t, "the parent", "dial", open.Address+":8080")
 	})
 
+	t.Run("stop, start and restore keep the address", func(t *testing.T) {
+		snap, err := c.CreateSnapshot(ctx, open.ID, api.CreateSnapshotRequest{Name: "net-snap"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.StopSandbox(ctx, open.ID, zeish.Wait()); err != nil {
+			t.Fatal(err)
+		}
+		sb, err := c.StartSandbox(ctx, open.ID, zeish.Wait())
+		if err != nil || sb.State != sandbox.StateRunning || sb.Address != open.Address {
+			t.Fatalf("start: %s %s %v (address was %s)", sb.State, sb.Address, err, open.Address)
+		}
+		b.conn = connect(t, c, open.ID)
+		b.mustGet(t, "http://other.test/", "hello from "+testenv.LabHostC)
+		res, err := c.RestoreSnapshot(ctx, snap.ID, zeish.Wait())
+		if err != nil || res.Sandbox.Address != open.Address || res.Sandbox.State != sandbox.StateRunning {
+			t.Fatalf("restore: %+v %v", res.Sandbox, err)
+		}
+		b.conn = connect(t, c, open.ID)
+		b.mustGet(t, "http://other.test/", "hello from "+testenv.LabHostC)
+		b.mustFail(t, "a denied name after restore", "get", "http://denied.test/")
+	})
+
 	t.Run("kill -9 and restart keep isolation and policy", func(t *testing.T) {
 		s.remember()
 		s.zeishd.Kill()
