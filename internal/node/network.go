@@ -159,7 +159,12 @@ func (n *Node) recoverNetwork(rows []*store.SandboxRecord) {
 	if err := n.opts.Network.Sweep(); err != nil {
 		n.log.Warn("recover: sweep taps", "err", err)
 	}
+	n.opts.Network.StartWarm(readyLinks)
 }
+
+// readyLinks is how many guest links the node keeps made ahead, so that a
+// create or fork (even a fork of a few children) finds its TAP ready.
+const readyLinks = 4
 
 // releaseNetworks frees the addresses of children that were never recorded.
 func (n *Node) releaseNetworks(children []*store.SandboxRecord) {
