@@ -64,10 +64,23 @@ func (s *Server) portAccess(r *http.Request, id string, port int) (*store.Sandbo
 	return rec, true, nil
 }
 
-func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
+// guestPort reads the port of a data-plane request. A bad one is refused
+// only after the credential is checked: who may not ask learns nothing.
+func (s *Server) guestPort(w http.ResponseWriter, r *http.Request) (int, bool) {
 	port, err := parsePort(r.PathValue("port"))
 	if err != nil {
+		if _, _, aerr := s.portAccess(r, r.PathValue("id"), 0); aerr != nil {
+			err = aerr
+		}
 		writeError(w, r, err)
+		return 0, false
+	}
+	return port, true
+}
+
+func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
+	port, ok := s.guestPort(w, r)
+	if !ok {
 		return
 	}
 	s.proxy(w, r, r.PathValue("id"), port, "/"+r.PathValue("path"))
@@ -139,9 +152,8 @@ func (s *Server) byHost(next http.Handler) http.Handler {
 // tcpPort carries raw TCP to a guest port inside a WebSocket (binary
 // messages), for `zeishctl ports forward`.
 func (s *Server) tcpPort(w http.ResponseWriter, r *http.Request) {
-	port, err := parsePort(r.PathValue("port"))
-	if err != nil {
-		writeError(w, r, err)
+	port, ok := s.guestPort(w, r)
+	if !ok {
 		return
 	}
 	rec, _, err := s.portAccess(r, r.PathValue("id"), port)
@@ -196,13 +208,13 @@ func (s *Server) setPort(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	if req.Port < 1 || req.Port > 65535 {
-		writeError(w, r, invalid("port %d: want 1..65535", req.Port))
-		return
-	}
 	rec, err := s.ownSandbox(r)
 	if err != nil {
 		writeError(w, r, err)
+		return
+	}
+	if req.Port < 1 || req.Port > 65535 {
+		writeError(w, r, invalid("port %d: want 1..65535", req.Port))
 		return
 	}
 	if rec, err = s.node.SetPortPublic(r.Context(), rec.ID, req.Port, req.Public); err != nil {
