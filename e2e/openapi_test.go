@@ -138,6 +138,9 @@ func (v *validatingTransport) RoundTrip(req *http.Request) (*http.Response, erro
 	if err != nil {
 		return resp, err
 	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		return resp, nil // an upgraded connection (a WebSocket): its body never ends
+	}
 	if problem := v.check(req, body, bodyRead, resp); problem != "" {
 		v.report("openapi: %s %s → %d: %s", req.Method, req.URL.Path, resp.StatusCode, problem)
 	}

@@ -5,6 +5,8 @@ package guest
 import (
 	"fmt"
 	"net"
+	"net/netip"
+	"runtime"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -86,5 +88,55 @@ func setIPv4(fd int, dev, cidr string) error {
 			return fmt.Errorf("%s %s %s: %w", dev, step.what, cidr, err)
 		}
 	}
+	return nil
+}
+
+// rtentry is struct rtentry (linux/route.h) on 64-bit Linux, for SIOCADDRT
+// and SIOCDELRT: a default route costs two ioctls instead of an ip process.
+type rtentry struct {
+	_       uint64
+	dst     unix.RawSockaddrInet4
+	gateway unix.RawSockaddrInet4
+	genmask unix.RawSockaddrInet4
+	flags   uint16
+	_       int16
+	_       [4]byte
+	_       uint64
+	_       uintptr
+	metric  int16
+	_       [6]byte
+	dev     *byte
+	_       uint64
+	_       uint64
+	_       uint16
+	_       [6]byte
+}
+
+// setDefaultRoute replaces the IPv4 default route with one via gw on dev
+// (a fork child still has its parent's, via the parent's gateway).
+func setDefaultRoute(fd int, dev, gw string) error {
+	ip, err := netip.ParseAddr(gw)
+	if err != nil || !ip.Is4() {
+		return fmt.Errorf("gateway %q: want an IPv4 address", gw)
+	}
+	name, err := unix.BytePtrFromString(dev)
+	if err != nil {
+		return err
+	}
+	rt := rtentry{flags: unix.RTF_UP | unix.RTF_GATEWAY, dev: name}
+	rt.dst.Family, rt.genmask.Family, rt.gateway.Family = unix.AF_INET, unix.AF_INET, unix.AF_INET
+	rt.gateway.Addr = ip.As4()
+	// Remove every default route there is (ESRCH: none left).
+	for i := 0; i < 8; i++ {
+		del := rtentry{dev: nil}
+		del.dst.Family, del.genmask.Family = unix.AF_INET, unix.AF_INET
+		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCDELRT, uintptr(unsafe.Pointer(&del))); errno != 0 {
+			break
+		}
+	}
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCADDRT, uintptr(unsafe.Pointer(&rt))); errno != 0 {
+		return fmt.Errorf("default route via %s dev %s: %w", gw, dev, errno)
+	}
+	runtime.KeepAlive(name)
 	return nil
 }

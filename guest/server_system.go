@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -141,8 +140,8 @@ func setHostname(name string) error {
 	return os.WriteFile("/etc/hosts", []byte(strings.Join(out, "\n")+"\n"), 0o644)
 }
 
-// setNetwork gives the interface its MAC and address by ioctl (netconf.go);
-// only a gateway, which takes a route, goes through busybox ip.
+// setNetwork gives the interface its MAC, address and default route by
+// ioctl (netconf.go), and writes resolv.conf.
 func setNetwork(n Network) error {
 	dev := n.Interface
 	if dev == "" {
@@ -170,7 +169,7 @@ func setNetwork(n Network) error {
 		}
 	}
 	if n.Gateway != "" {
-		if err := runIP("route", "replace", "default", "via", n.Gateway, "dev", dev); err != nil {
+		if err := setDefaultRoute(fd, dev, n.Gateway); err != nil {
 			return err
 		}
 	}
@@ -186,18 +185,6 @@ func setNetwork(n Network) error {
 		if err := os.Rename("/etc/resolv.conf.zeish", "/etc/resolv.conf"); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-func runIP(args ...string) error {
-	name, argv := "ip", args
-	if _, err := os.Stat("/bin/busybox"); err == nil {
-		name, argv = "/bin/busybox", append([]string{"ip"}, args...)
-	}
-	out, err := exec.Command(name, argv...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
 	}
 	return nil
 }

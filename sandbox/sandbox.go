@@ -50,7 +50,8 @@ type Sandbox struct {
 	Host          string            `json:"host"`
 	Hostname      string            `json:"hostname"`
 	Address       string            `json:"address"`
-	Network       *Network          `json:"network,omitempty"` // nil: the node runs without networking
+	Network       *Network          `json:"network,omitempty"`      // nil: the node runs without networking
+	PublicPorts   []int             `json:"public_ports,omitempty"` // guest ports served through the data plane without a token
 	Accel         string            `json:"accel,omitempty"`
 	ParentID      string            `json:"parent_id,omitempty"`
 	Env           map[string]string `json:"env"`

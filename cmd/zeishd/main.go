@@ -202,7 +202,7 @@ func run(ctx context.Context) error {
 	}
 	mtr := metrics.New(metrics.Options{Store: st, NodeID: nodeID, Capacity: n.Capacity, Logger: log})
 	srv, err := server.New(server.Options{Store: st, Node: n, Catalog: cat, DataDir: dataDir, Metrics: mtr,
-		Version: version.Version, PublicURL: os.Getenv("ZEISH_PUBLIC_URL"), Logger: log, Plan: &plan, Prices: &prices})
+		Version: version.Version, PublicURL: os.Getenv("ZEISH_PUBLIC_URL"), PublicDomain: os.Getenv("ZEISH_PUBLIC_DOMAIN"), Logger: log, Plan: &plan, Prices: &prices})
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,8 @@ import (
 	"net/http"
 	"os"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
 func main() {
@@ -23,9 +25,28 @@ func main() {
 		os.Exit(2)
 	}
 	if os.Args[1] == "serve" {
-		err := http.ListenAndServe(":"+os.Args[2], http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			fmt.Fprintf(w, "hello from the guest %s\n", r.URL.Path)
-		}))
+		mux := http.NewServeMux()
+		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "hello from the guest %s auth=%q\n", r.URL.RequestURI(), r.Header.Get("Authorization"))
+		})
+		// /ws echoes every WebSocket message back, prefixed "echo: ".
+		mux.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
+			c, err := websocket.Accept(w, r, nil)
+			if err != nil {
+				return
+			}
+			defer c.CloseNow()
+			for {
+				typ, b, err := c.Read(r.Context())
+				if err != nil {
+					return
+				}
+				if c.Write(r.Context(), typ, append([]byte("echo: "), b...)) != nil {
+					return
+				}
+			}
+		})
+		err := http.ListenAndServe(":"+os.Args[2], mux)
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

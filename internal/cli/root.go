@@ -99,6 +99,7 @@ func (a *app) newRoot() *cobra.Command {
 	root.AddCommand(
 		a.sandboxesCmd(),
 		a.networkCmd(),
+		a.portsCmd(),
 		a.snapshotsCmd(),
 		a.templatesCmd(),
 		a.execCmd(),

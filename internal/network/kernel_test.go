@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/zeish/zeish/internal/testenv"
 	"github.com/zeish/zeish/sandbox"
@@ -89,7 +90,29 @@ func TestManagerKernelObjects(t *testing.T) {
 	if table = sh("nft", "list", "table", "inet", "zeish"); strings.Contains(table, "g-zt-") {
 		t.Fatalf("guest chain left after detach:\n%s", table)
 	}
+	// Ready links: made ahead, handed out by Allocate, removed at Close.
+	m.StartWarm(2)
+	for i := 0; m.Ready() < 2; i++ {
+		if i == 100 {
+			t.Fatalf("ready links: %d after 10 s", m.Ready())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	in(m.Sweep) // keeps them
+	if out := sh("ip", "link"); strings.Count(out, " zt-") != 2 {
+		t.Fatalf("want two ready taps:\n%s", out)
+	}
+	var ready Link
+	in(func() (err error) { ready, err = m.Allocate(); return })
+	if out := sh("ip", "-4", "addr", "show", ready.TAP); !strings.Contains(out, ready.Gateway.String()+"/30") {
+		t.Fatalf("a ready link's tap is not made:\n%s", out)
+	}
+	in(func() error { _, err := m.Attach(ready.Guest.String(), sandbox.Network{Enabled: true}); return err })
+	in(func() error { return m.Detach(ready.Guest.String()) })
 	in(m.Close)
+	if out := sh("ip", "link"); strings.Contains(out, "zt-") {
+		t.Fatalf("taps left after close:\n%s", out)
+	}
 	if out, _ := testenv.Exec(lab.Node, "nft", "list", "tables"); strings.Contains(out, "zeish") {
 		t.Fatalf("table left after close with no guests:\n%s", out)
 	}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"github.com/zeish/zeish/sandbox"
 )
 
@@ -50,6 +52,17 @@ type Manager struct {
 
 	mu     sync.Mutex
 	guests map[netip.Addr]*guestNet
+	// warm are links made ahead (warm.go); made names the TAPs this
+	// process made or checked, which Attach need not touch again.
+	warm       []Link
+	warmTarget int
+	made       map[string]bool
+	warmKick   chan struct{}
+	done       chan struct{}
+	warmWG     sync.WaitGroup
+	// ns is the network namespace Open ran in: a TAP is made in the
+	// namespace of the thread that makes it, so keepWarm's thread enters it.
+	ns netns.NsHandle
 }
 
 type guestNet struct {
@@ -72,6 +85,10 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("network: netlink: %w", err)
 	}
+	ns, err := netns.Get()
+	if err != nil {
+		return nil, fmt.Errorf("network: own namespace: %w", err)
+	}
 	cidr := cfg.CIDR
 	if cidr == "" {
 		routes, err := hostRoutes(nl)
@@ -92,7 +109,13 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 			return nil, fmt.Errorf("network: default route: %w", err)
 		}
 	}
-	ups := cfg.Upstreams
+	var ups []string
+	for _, u := range cfg.Upstreams {
+		if _, _, err := net.SplitHostPort(u); err != nil {
+			u = net.JoinHostPort(u, "53") // a bare address: the DNS port
+		}
+		ups = append(ups, u)
+	}
 	if len(ups) == 0 {
 		b, _ := os.ReadFile("/etc/resolv.conf")
 		ups = ResolvConfServers(string(b))
@@ -101,7 +124,8 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{log: log, nl: nl, pool: pool, uplink: uplink, guests: map[netip.Addr]*guestNet{}}
+	m := &Manager{log: log, nl: nl, pool: pool, uplink: uplink, guests: map[netip.Addr]*guestNet{},
+		made: map[string]bool{}, warmKick: make(chan struct{}, 1), done: make(chan struct{}), ns: ns}
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
 		return nil, fmt.Errorf("network: enable forwarding: %w", err)
 	}
@@ -141,8 +165,15 @@ func BlockedSpans(pool netip.Prefix, allowRanges []string) ([]span, error) {
 // Pool is the CIDR guests' links come from.
 func (m *Manager) Pool() netip.Prefix { return m.pool.Prefix() }
 
-// Allocate takes a free link for a new sandbox; its kernel objects come with Attach.
-func (m *Manager) Allocate() (Link, error) { return m.pool.Allocate() }
+// Allocate takes a free link for a new sandbox, a ready one when there is
+// (StartWarm); its firewall comes with Attach.
+func (m *Manager) Allocate() (Link, error) {
+	if l, ok := m.takeWarm(); ok {
+		m.kickWarm()
+		return l, nil
+	}
+	return m.pool.Allocate()
+}
 
 // LinkOf is the link of a guest address.
 func (m *Manager) LinkOf(guest string) (Link, error) {
@@ -164,8 +195,16 @@ func (m *Manager) Attach(guest string, p sandbox.Network) (Link, error) {
 	if err != nil {
 		return Link{}, err
 	}
-	if err := ensureTAP(m.nl, l); err != nil {
-		return Link{}, err
+	m.mu.Lock()
+	made := m.made[l.TAP]
+	m.mu.Unlock()
+	if !made {
+		if err := ensureTAP(m.nl, l); err != nil {
+			return Link{}, err
+		}
+		m.mu.Lock()
+		m.made[l.TAP] = true
+		m.mu.Unlock()
 	}
 	g := compile(l, p)
 	if err := m.rs.setGuest(l.TAP, g.kernel(), !m.rs.hasGuest(l.TAP)); err != nil {
@@ -211,6 +250,7 @@ func (m *Manager) Detach(guest string) error {
 	}
 	m.mu.Lock()
 	delete(m.guests, a)
+	delete(m.made, l.TAP)
 	m.mu.Unlock()
 	err = errors.Join(m.rs.delGuest(l.TAP), deleteTAP(m.nl, l.TAP))
 	if err == nil {
@@ -231,6 +271,9 @@ func (m *Manager) Sweep() error {
 	for _, g := range m.guests {
 		keep[g.link.TAP] = true
 	}
+	for _, l := range m.warm {
+		keep[l.TAP] = true
+	}
 	m.mu.Unlock()
 	var errs []error
 	for _, t := range taps {
@@ -246,15 +289,23 @@ func (m *Manager) Sweep() error {
 // exist: their VMs outlive zeishd and must stay isolated meanwhile; with no
 // guest left the table is removed too.
 func (m *Manager) Close() error {
+	close(m.done)
+	m.warmWG.Wait() // no ready link is being made any more
 	m.fwd.close()
 	m.mu.Lock()
 	n := len(m.guests)
+	warm := m.warm
+	m.warm = nil
 	m.mu.Unlock()
 	var err error
+	for _, l := range warm {
+		err = errors.Join(err, deleteTAP(m.nl, l.TAP))
+	}
 	if n == 0 {
-		err = m.rs.removeTable()
+		err = errors.Join(err, m.rs.removeTable())
 	}
 	m.nl.Close()
+	m.ns.Close()
 	return err
 }
 

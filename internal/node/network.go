@@ -3,7 +3,9 @@ package node
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
@@ -157,7 +159,12 @@ func (n *Node) recoverNetwork(rows []*store.SandboxRecord) {
 	if err := n.opts.Network.Sweep(); err != nil {
 		n.log.Warn("recover: sweep taps", "err", err)
 	}
+	n.opts.Network.StartWarm(readyLinks)
 }
+
+// readyLinks is how many guest links the node keeps made ahead, so that a
+// create or fork (even a fork of a few children) finds its TAP ready.
+const readyLinks = 4
 
 // releaseNetworks frees the addresses of children that were never recorded.
 func (n *Node) releaseNetworks(children []*store.SandboxRecord) {
@@ -166,4 +173,34 @@ func (n *Node) releaseNetworks(children []*store.SandboxRecord) {
 			n.releaseNetwork(c)
 		}
 	}
+}
+
+// PortAddr is where zeishd reaches port of a sandbox's guest (its routed
+// address; zeishd is on the host end of every link).
+func (n *Node) PortAddr(r *store.SandboxRecord, port int) (string, error) {
+	if !n.managedNet(r) {
+		return "", fmt.Errorf("sandbox %s has no network: %w", r.ID, errdefs.ErrInvalidState)
+	}
+	if r.State != sandbox.StateRunning {
+		return "", fmt.Errorf("sandbox %s is %s; its ports answer while it runs: %w", r.ID, r.State, errdefs.ErrInvalidState)
+	}
+	return net.JoinHostPort(r.Address, strconv.Itoa(port)), nil
+}
+
+// SetPortPublic opens a guest port to requests without a token, or closes it.
+func (n *Node) SetPortPublic(ctx context.Context, id string, port int, public bool) (*store.SandboxRecord, error) {
+	return n.opts.Store.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
+		switch {
+		case r.State == sandbox.StateDestroyed || r.State == sandbox.StateDeleting:
+			return fmt.Errorf("sandbox %s is %s: %w", id, r.State, errdefs.ErrInvalidState)
+		case !n.managedNet(r):
+			return fmt.Errorf("sandbox %s has no network: %w", id, errdefs.ErrInvalidState)
+		}
+		r.PublicPorts = slices.DeleteFunc(r.PublicPorts, func(p int) bool { return p == port })
+		if public {
+			r.PublicPorts = append(r.PublicPorts, port)
+			slices.Sort(r.PublicPorts)
+		}
+		return nil
+	})
 }

@@ -202,6 +202,16 @@ func (s *Server) requestKey(r *http.Request) (store.APIKey, error) {
 // than by its bearer (a console session).
 type apiKeyCtx struct{}
 
+// checkToken verifies a data-plane token for sandboxID and that the API key
+// it was issued to is still live; it returns the token's account.
+func (s *Server) checkToken(ctx context.Context, token, sandboxID string) (string, error) {
+	acct, keyID, err := s.tokens.verify(token, sandboxID, time.Now())
+	if err == nil {
+		err = s.keyLive(ctx, acct, keyID)
+	}
+	return acct, err
+}
+
 // keyLive checks that the API key a token was issued to is not revoked.
 func (s *Server) keyLive(ctx context.Context, accountID, keyID string) error {
 	keys, err := s.store.ListAPIKeys(ctx, accountID)

@@ -40,10 +40,7 @@ func (s *Server) withToken(h http.HandlerFunc) http.HandlerFunc {
 			writeError(w, r, err)
 			return
 		}
-		acct, keyID, err := s.tokens.verify(tok, id, time.Now())
-		if err == nil {
-			err = s.keyLive(r.Context(), acct, keyID)
-		}
+		acct, err := s.checkToken(r.Context(), tok, id)
 		if err != nil {
 			writeError(w, r, err)
 			return

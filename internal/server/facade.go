@@ -35,10 +35,7 @@ func (s *Server) SandboxAgent(ctx context.Context, id, token string) (*guest.Cli
 	if err := sandbox.CheckID(sandbox.PrefixSandbox, id); err != nil {
 		return nil, err
 	}
-	acct, keyID, err := s.tokens.verify(token, id, time.Now())
-	if err == nil {
-		err = s.keyLive(ctx, acct, keyID)
-	}
+	acct, err := s.checkToken(ctx, token, id)
 	if err != nil {
 		return nil, err
 	}

@@ -29,7 +29,10 @@ type Options struct {
 	// PublicURL is the server's address as clients reach it (for data-plane
 	// URLs); empty means "from the request's Host".
 	PublicURL string
-	Logger    *slog.Logger
+	// PublicDomain, when set, serves guest ports at P-<id>.<PublicDomain>
+	// too (the Host header picks the sandbox and port).
+	PublicDomain string
+	Logger       *slog.Logger
 	// Plan is every account's quota (zero: DefaultPlan); Prices the price
 	// table (zero: metering.DefaultPrices).
 	Plan   *Plan
@@ -112,6 +115,13 @@ func (s *Server) routes() []route {
 		{"POST " + p + "/sandboxes/{id}/stop", s.withAccount(s.lifecycle(s.node.Stop, false))},
 		{"POST " + p + "/sandboxes/{id}/start", s.withAccount(s.lifecycle(s.node.Start, true))},
 		{"PATCH " + p + "/sandboxes/{id}/network", s.withAccount(s.setNetwork)},
+		{"POST " + p + "/sandboxes/{id}/ports", s.withAccount(s.setPort)},
+		{"GET " + d + "/tcp/{port}", s.tcpPort},
+		{"GET " + d + "/ports/{port}/{path...}", s.portProxy},
+		{"POST " + d + "/ports/{port}/{path...}", s.portProxy},
+		{"PUT " + d + "/ports/{port}/{path...}", s.portProxy},
+		{"PATCH " + d + "/ports/{port}/{path...}", s.portProxy},
+		{"DELETE " + d + "/ports/{port}/{path...}", s.portProxy},
 		{"POST " + p + "/sandboxes/{id}/clone", s.withAccount(s.clone)},
 		{"POST " + p + "/sandboxes/{id}/fork", s.withAccount(s.clone)},
 		{"GET " + p + "/sandboxes/{id}/lineage", s.withAccount(s.lineage)},
@@ -158,7 +168,7 @@ func (s *Server) Handler() http.Handler {
 		writeError(w, r, invalidRoute(r))
 	})
 	s.registerConsole(mux)
-	return s.logRequests(mux)
+	return s.logRequests(s.byHost(mux))
 }
 
 func invalidRoute(r *http.Request) error {

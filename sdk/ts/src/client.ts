@@ -3,7 +3,7 @@ export type BodyInit_ = NonNullable<RequestInit["body"]>;
 
 import { ServerError, TimeoutError, ZeishError, errorFromResponse, SandboxStateError } from "./errors.js";
 import type {
-  Access, AccountInfo, APIKeyInfo, CloneRequest, CloneResponse, CreatedAPIKey, CreateSandboxRequest, Health, Lineage, NetworkPolicyRequest,
+  Access, AccountInfo, APIKeyInfo, CloneRequest, CloneResponse, CreatedAPIKey, CreateSandboxRequest, Health, Lineage, NetworkPolicyRequest, PortInfo,
   PriceEstimate, RestoreResponse, SandboxEvent, SandboxInfo, SandboxState, SizePreset, SnapshotInfo, UsageReport,
   BuildTemplateRequest, TemplateEvent, TemplateInfo,
 } from "./types.js";
@@ -168,6 +168,14 @@ export class Zeish {
    */
   setNetwork(id: string, req: NetworkPolicyRequest): Promise<SandboxInfo> {
     return this.json("PATCH", `/public/sandboxes/${enc(id)}/network`, { json: req });
+  }
+
+  /**
+   * POST /public/sandboxes/{id}/ports: opens a guest port to requests without
+   * a token (`public: true`) or closes it; says how the port is reached.
+   */
+  setPort(id: string, port: number, isPublic: boolean): Promise<PortInfo> {
+    return this.json("POST", `/public/sandboxes/${enc(id)}/ports`, { json: { port, public: isPublic } });
   }
 
   /** DELETE; returns at once (state `deleting`). */

@@ -4,6 +4,30 @@
  */
 
 export interface paths {
+    "/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Prometheus metrics
+         * @description The Prometheus text exposition of this zeishd, without credentials (aggregates only, no
+         *     ids, names or accounts): `zeish_sandboxes{state}` (destroyed ones not counted),
+         *     `zeish_fork_pause_seconds` (histogram of the pause each fork cost its parent),
+         *     `zeish_node_memory_budget_mib`, `zeish_node_memory_committed_mib` and
+         *     `zeish_node_image_ram_mib` per node, and Go's process and runtime metrics.
+         */
+        get: operations["metrics"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -245,6 +269,33 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/public/sandboxes/{id}/timeout": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Set when a sandbox's time is up
+         * @description The sandbox's `timeout_at` becomes `timeout_seconds` from now (shorter or longer than
+         *     before); 0 clears it. `on_timeout`, when given, replaces what then happens: `delete`
+         *     (the default), `pause` or `stop` (with `state_reason` `timeout`). The deadline is checked
+         *     every 2 s; a pause or stop clears it, so a sandbox resumed later runs until a new one is
+         *     set.
+         */
+        post: operations["setSandboxTimeout"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/public/sandboxes/{id}/start": {
         parameters: {
             query?: never;
@@ -366,6 +417,31 @@ export interface paths {
          *     rule changes nothing.
          */
         patch: operations["setSandboxNetwork"];
+        trace?: never;
+    };
+    "/api/v1/public/sandboxes/{id}/ports": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Open a guest port to the public, or close it
+         * @description Every guest port is reachable through the data plane with the sandbox's token
+         *     (`/data/v1/sandboxes/{id}/ports/{port}/…`); `public: true` lets requests without a token
+         *     through too, `public: false` takes that back. Answers how the port is reached.
+         */
+        post: operations["setSandboxPort"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/api/v1/public/sandboxes/{id}/clone": {
@@ -864,6 +940,60 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/data/v1/sandboxes/{id}/ports/{port}/{path...}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+                /** @description A TCP port the guest listens on. */
+                port: components["parameters"]["GuestPort"];
+                /** @description The path on the guest's server (may be empty, may hold slashes). */
+                "path...": string;
+            };
+            cookie?: never;
+        };
+        /** GET through to a guest port */
+        get: operations["portProxyGet"];
+        /** PUT through to a guest port */
+        put: operations["portProxyPut"];
+        /** POST through to a guest port */
+        post: operations["portProxyPost"];
+        /** DELETE through to a guest port */
+        delete: operations["portProxyDelete"];
+        options?: never;
+        head?: never;
+        /** PATCH through to a guest port */
+        patch: operations["portProxyPatch"];
+        trace?: never;
+    };
+    "/data/v1/sandboxes/{id}/tcp/{port}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+                /** @description A TCP port the guest listens on. */
+                port: components["parameters"]["GuestPort"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Raw TCP to a guest port, over a WebSocket
+         * @description Upgrades to a WebSocket whose binary messages carry a TCP connection to the guest's port,
+         *     both ways (what `zeishctl ports forward` uses). Same access rules as the port proxy.
+         */
+        get: operations["tcpPort"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/data/v1/sandboxes/{id}/processes": {
         parameters: {
             query?: never;
@@ -900,6 +1030,145 @@ export interface paths {
         put?: never;
         /** Signal a process */
         post: operations["killProcess"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/data/v1/sandboxes/{id}/terminals": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * List the sandbox's terminals
+         * @description Running terminals, and exited ones whose exit code no client has collected yet. A terminal
+         *     whose client went away is kept (detached) for 10 minutes, then hung up and killed.
+         */
+        get: operations["listTerminals"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/data/v1/sandboxes/{id}/terminals/connect": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Exec with a TTY (WebSocket)
+         * @description Starts a process on a pseudo-terminal in the guest (`tty: true`) and upgrades to a WebSocket.
+         *     The request is checked and the process started before the upgrade, so refusals are plain
+         *     HTTP errors. After the upgrade: **binary** messages carry the terminal's bytes both ways
+         *     (its output to the client; keystrokes to the guest — Ctrl-C is byte 0x03 and interrupts
+         *     the foreground job); **text** messages carry JSON: from the server `TermEvent`
+         *     (`started` first, with the pid; `exit` with the result, then a normal close; `refused` for a
+         *     control message that was not applied, the terminal goes on; `error` when this client lost
+         *     the terminal, then a close), from the client `TermControl` (`resize` with rows and cols,
+         *     `signal` with a signal name for the foreground process group).
+         *
+         *     Closing the WebSocket only detaches: the process keeps running, its output goes into a
+         *     64 KiB scrollback, and `GET …/terminals/{pid}/connect` within 10 minutes attaches again.
+         *     Browsers, which cannot set headers on a WebSocket, may pass the data-plane token as
+         *     `?access_token=`. The `Origin`, when sent, must be this server's (no cross-site use). A
+         *     sandbox keeps at most 64 terminals (running, or exited and not yet collected): past that,
+         *     409 `limit_reached`.
+         */
+        get: operations["openTerminal"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/data/v1/sandboxes/{id}/terminals/{pid}/connect": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+                /** @description The terminal's process id in the guest. */
+                pid: number;
+            };
+            cookie?: never;
+        };
+        /**
+         * Re-attach to a terminal (WebSocket)
+         * @description Attaches to a running (or exited, uncollected) terminal: its scrollback is replayed as
+         *     binary messages right after `started`, then the protocol of `openTerminal` goes on. A
+         *     client still attached is cut off with an `error` event (`invalid_state`).
+         */
+        get: operations["attachTerminal"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/console/api/session": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The signed-in account and its plan */
+        get: operations["consoleSession"];
+        put?: never;
+        /**
+         * Sign in to the web console
+         * @description Exchanges an API key for a console session: an `HttpOnly`, `SameSite=Strict` cookie
+         *     `zeish_session` (path `/console`, 12 hours, kept in zeishd's memory; revoking the key ends it).
+         *     With that cookie the whole public API is served again under `/console/api/v1/…`
+         *     (`/console/api/v1/public/sandboxes`, …). Requests other than GET must carry the header
+         *     `X-Zeish-Console: 1`, and a request whose `Origin` or `Sec-Fetch-Site` names another site is
+         *     refused (`forbidden`), so another site cannot make a signed-in browser act.
+         */
+        post: operations["consoleSignIn"];
+        /** Sign out of the web console */
+        delete: operations["consoleSignOut"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/console/api/sandboxes/{id}/files": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Upload a file from the console (at most 32 MiB)
+         * @description The data plane's file upload, bounded for the browser; larger files are refused with `invalid_argument`.
+         */
+        put: operations["consoleUpload"];
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -1090,6 +1359,22 @@ export interface components {
             desktop?: boolean;
             metadata?: components["schemas"]["Metadata"];
             network?: components["schemas"]["NetworkRequest"];
+            /**
+             * @description The sandbox's time is up this long after create (`timeout_at`); then `on_timeout`
+             *     happens. Move it with `POST /api/v1/public/sandboxes/{id}/timeout`. 0 means none.
+             */
+            timeout_seconds?: number;
+            on_timeout?: components["schemas"]["OnTimeout"];
+        };
+        /**
+         * @description What happens when a sandbox's `timeout_at` passes (default `delete`).
+         * @enum {string}
+         */
+        OnTimeout: "delete" | "pause" | "stop";
+        TimeoutRequest: {
+            /** @description Seconds from now; 0 clears the deadline. */
+            timeout_seconds: number;
+            on_timeout?: components["schemas"]["OnTimeout"];
         };
         /** @description One isolated machine. */
         Sandbox: {
@@ -1133,6 +1418,8 @@ export interface components {
              */
             address: string;
             network?: components["schemas"]["Network"];
+            /** @description Guest ports opened to requests without a token. */
+            public_ports?: number[];
             /**
              * @description CPU virtualisation the VM runs with.
              * @enum {string}
@@ -1165,6 +1452,12 @@ export interface components {
              * @description When the sandbox was destroyed.
              */
             destroyed_at?: string;
+            /**
+             * Format: date-time
+             * @description When the sandbox's time is up (absent: never).
+             */
+            timeout_at?: string;
+            on_timeout?: components["schemas"]["OnTimeout"];
         };
         /**
          * @description An IPv4 address (`203.0.113.7`), an IPv4 CIDR (`203.0.113.0/24`), a domain (`example.com`,
@@ -1217,6 +1510,21 @@ export interface components {
             egress?: "allow" | "deny";
             allow?: components["schemas"]["NetworkRule"][] | null;
             deny?: components["schemas"]["NetworkRule"][] | null;
+        };
+        PortRequest: {
+            port: number;
+            /** @description true: no token needed; false: the sandbox's data-plane token is. */
+            public: boolean;
+        };
+        Port: {
+            port: number;
+            public: boolean;
+            /** @description The port's HTTP base, `<data plane>/ports/<port>/`. */
+            url: string;
+            /** @description `<port>-<id>.<ZEISH_PUBLIC_DOMAIN>`, when the server has one. */
+            host?: string;
+            /** @description The WebSocket carrying raw TCP to the port. */
+            tcp_url: string;
         };
         SandboxList: {
             sandboxes: components["schemas"]["Sandbox"][];
@@ -1590,8 +1898,67 @@ export interface components {
              */
             signal?: string;
         };
+        TermSize: {
+            rows: number;
+            cols: number;
+        };
+        TermInfo: {
+            pid: number;
+            argv: string[];
+            user: string;
+            /** @description A client is connected to it now. */
+            attached: boolean;
+            exited: boolean;
+            result?: components["schemas"]["ExecResult"];
+            size: components["schemas"]["TermSize"];
+        };
+        TerminalList: {
+            terminals: components["schemas"]["TermInfo"][];
+        };
+        /** @description A server → client text message of a terminal WebSocket. */
+        TermEvent: {
+            /** @enum {string} */
+            type: "started" | "exit" | "refused" | "error";
+            /** @description started: the terminal's pid. */
+            pid?: number;
+            result?: components["schemas"]["ExecResult"];
+            error?: {
+                code: components["schemas"]["ErrorCode"];
+                message: string;
+            };
+        };
+        /** @description A client → server text message of a terminal WebSocket. */
+        TermControl: {
+            /** @enum {string} */
+            type: "resize" | "signal";
+            rows?: number;
+            cols?: number;
+            /** @enum {string} */
+            signal?: "HUP" | "INT" | "QUIT" | "KILL" | "USR1" | "USR2" | "PIPE" | "ALRM" | "TERM" | "CONT" | "STOP" | "TSTP" | "WINCH";
+        };
+        ConsoleSignIn: {
+            /** @description An API key (zk_…). */
+            api_key: string;
+        };
+        ConsoleSession: {
+            account: components["schemas"]["Account"];
+            plan: {
+                running_slots: number;
+                creates_per_minute: number;
+                daily_creates: number;
+            };
+        };
     };
     responses: {
+        /** @description `forbidden`: a cross-site request (another `Origin`, `Sec-Fetch-Site: cross-site`, or no `X-Zeish-Console: 1`). */
+        CrossSite: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
         /** @description The sandbox as it is now, typically in a transition state. */
         SandboxAccepted: {
             headers: {
@@ -1782,6 +2149,8 @@ export interface components {
         SandboxID: components["schemas"]["SandboxRef"];
         /** @description The sandbox's id; the data-plane token must be for this sandbox. */
         DataSandboxID: components["schemas"]["SandboxID"];
+        /** @description A TCP port the guest listens on. */
+        GuestPort: number;
         /** @description The snapshot's id. */
         SnapshotID: components["schemas"]["SnapshotID"];
         /** @description The snapshot's id or its name within this sandbox (a well-formed id is looked up as an id only). A snapshot of another sandbox gets 404. */
@@ -1821,6 +2190,27 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    metrics: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The exposition. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            500: components["responses"]["Internal"];
+        };
+    };
     health: {
         parameters: {
             query?: never;
@@ -2279,6 +2669,46 @@ export interface operations {
             };
         };
     };
+    setSandboxTimeout: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TimeoutRequest"];
+            };
+        };
+        responses: {
+            /** @description The sandbox with its new deadline. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            /** @description `invalid_state`: the sandbox is deleting, destroyed or in error. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["Internal"];
+        };
+    };
     startSandbox: {
         parameters: {
             query?: {
@@ -2439,6 +2869,46 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            /** @description `invalid_state`: the sandbox is destroyed or being deleted, or has no network card. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["Internal"];
+        };
+    };
+    setSandboxPort: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PortRequest"];
+            };
+        };
+        responses: {
+            /** @description How the port is reached. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Port"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -3195,6 +3665,8 @@ export interface operations {
                 path: components["parameters"]["FilePath"];
                 /** @description Permission bits in octal, like `0644` (the default) or `755`. */
                 mode?: string;
+                /** @description The file's owner, a guest user (name, uid or `user:group`); default the template's user (root unless the template's image config sets one). */
+                user?: string;
             };
             header?: never;
             path: {
@@ -3371,6 +3843,254 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
+    portProxyGet: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+                /** @description A TCP port the guest listens on. */
+                port: components["parameters"]["GuestPort"];
+                /** @description The path on the guest's server (may be empty, may hold slashes). */
+                "path...": string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["DataUnauthorized"];
+            409: components["responses"]["NotRunning"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            /** @description `101`: a WebSocket upgrade the guest accepted, then the WebSocket. */
+            "1XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The guest's answer, as it gave it. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The guest's answer, as it gave it. */
+            "3XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    portProxyPut: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+                /** @description A TCP port the guest listens on. */
+                port: components["parameters"]["GuestPort"];
+                /** @description The path on the guest's server (may be empty, may hold slashes). */
+                "path...": string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["DataUnauthorized"];
+            409: components["responses"]["NotRunning"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            /** @description `101`: a WebSocket upgrade the guest accepted, then the WebSocket. */
+            "1XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The guest's answer, as it gave it. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The guest's answer, as it gave it. */
+            "3XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    portProxyPost: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+                /** @description A TCP port the guest listens on. */
+                port: components["parameters"]["GuestPort"];
+                /** @description The path on the guest's server (may be empty, may hold slashes). */
+                "path...": string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["DataUnauthorized"];
+            409: components["responses"]["NotRunning"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            /** @description `101`: a WebSocket upgrade the guest accepted, then the WebSocket. */
+            "1XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The guest's answer, as it gave it. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The guest's answer, as it gave it. */
+            "3XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    portProxyDelete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+                /** @description A TCP port the guest listens on. */
+                port: components["parameters"]["GuestPort"];
+                /** @description The path on the guest's server (may be empty, may hold slashes). */
+                "path...": string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["DataUnauthorized"];
+            409: components["responses"]["NotRunning"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            /** @description `101`: a WebSocket upgrade the guest accepted, then the WebSocket. */
+            "1XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The guest's answer, as it gave it. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The guest's answer, as it gave it. */
+            "3XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    portProxyPatch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+                /** @description A TCP port the guest listens on. */
+                port: components["parameters"]["GuestPort"];
+                /** @description The path on the guest's server (may be empty, may hold slashes). */
+                "path...": string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["DataUnauthorized"];
+            409: components["responses"]["NotRunning"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            /** @description `101`: a WebSocket upgrade the guest accepted, then the WebSocket. */
+            "1XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The guest's answer, as it gave it. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The guest's answer, as it gave it. */
+            "3XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    tcpPort: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+                /** @description A TCP port the guest listens on. */
+                port: components["parameters"]["GuestPort"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The WebSocket; the TCP connection is open. */
+            101: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["DataUnauthorized"];
+            409: components["responses"]["NotRunning"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
     listProcesses: {
         parameters: {
             query?: never;
@@ -3438,6 +4158,249 @@ export interface operations {
             };
             409: components["responses"]["NotRunning"];
             429: components["responses"]["TooManyCalls"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listTerminals: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The terminals. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TerminalList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["DataUnauthorized"];
+            409: components["responses"]["NotRunning"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    openTerminal: {
+        parameters: {
+            query: {
+                /** @description Window height in character cells. */
+                rows: number;
+                /** @description Window width in character cells. */
+                cols: number;
+                /** @description The command, one `argv` per argument; none runs the user's login shell. */
+                argv?: string[];
+                /** @description `KEY=VALUE`, repeatable. */
+                env?: string[];
+                /** @description Absolute working directory; default the user's home. */
+                cwd?: string;
+                /** @description A user of the guest's /etc/passwd; default root. */
+                user?: string;
+                /** @description The data-plane token, for clients that cannot send headers. */
+                access_token?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Switched to the WebSocket protocol described above. */
+            101: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["DataUnauthorized"];
+            /** @description `forbidden`: the `Origin` is another site's (a cross-site WebSocket). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: components["responses"]["FileNotFound"];
+            409: components["responses"]["NotRunning"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    attachTerminal: {
+        parameters: {
+            query?: {
+                /** @description New window height (with cols). */
+                rows?: number;
+                /** @description New window width (with rows). */
+                cols?: number;
+                /** @description The data-plane token, for clients that cannot send headers. */
+                access_token?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+                /** @description The terminal's process id in the guest. */
+                pid: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Switched to the WebSocket protocol of `openTerminal`. */
+            101: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["DataUnauthorized"];
+            /** @description `forbidden`: the `Origin` is another site's (a cross-site WebSocket). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description `not_found`: no terminal with this pid (never was, collected, or expired). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            409: components["responses"]["NotRunning"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    consoleSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The session's account. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConsoleSession"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["CrossSite"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    consoleSignIn: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ConsoleSignIn"];
+            };
+        };
+        responses: {
+            /** @description Signed in; the cookie is set. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConsoleSession"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["CrossSite"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    consoleSignOut: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Signed out; the cookie is cleared. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["CrossSite"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    consoleUpload: {
+        parameters: {
+            query: {
+                /** @description An absolute path in the sandbox, such as `/root/notes.txt`. */
+                path: components["parameters"]["FilePath"];
+                /** @description Permission bits in octal (default 0644). */
+                mode?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description The file as written. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FileInfo"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["CrossSite"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["NotRunning"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };

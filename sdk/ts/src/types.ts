@@ -16,6 +16,7 @@ export type CloneRequest = S["CloneRequest"];
 export type Network = S["Network"];
 export type NetworkRequest = S["NetworkRequest"];
 export type NetworkPolicyRequest = S["NetworkPolicyRequest"];
+export type PortInfo = S["Port"];
 export type CloneResponse = S["CloneResponse"];
 export type Lineage = S["Lineage"];
 export type LineageEntry = S["LineageEntry"];

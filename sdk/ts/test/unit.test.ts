@@ -51,7 +51,7 @@ async function handle(req: IncomingMessage, res: ServerResponse) {
   const p = url.pathname;
   if (p === `/api/v1/public/sandboxes/${ID}` && req.method === "GET") return sendJSON(res, 200, sandboxJSON());
   if (p.startsWith("/api/v1/public/templates")) return templateRoute(req, res, p);
-  if (p.startsWith("/api/v1/admin/") || p === "/api/v1/public/usage" || p === "/api/v1/public/pricing/estimate" || p.endsWith("/fork") || p.endsWith("/network")) {
+  if (p.startsWith("/api/v1/admin/") || p === "/api/v1/public/usage" || p === "/api/v1/public/pricing/estimate" || p.endsWith("/fork") || p.endsWith("/network") || p.endsWith("/ports")) {
     const rec = {
       method: req.method!, path: p, query: Object.fromEntries(url.searchParams), body: await body(req),
       auth: req.headers.authorization, type: req.headers["content-type"],
@@ -97,6 +97,11 @@ async function handle(req: IncomingMessage, res: ServerResponse) {
       const req = JSON.parse(rec.body) as { egress?: string; allow?: string[]; deny?: string[] };
       if (req.allow?.includes("1.2.3.4/33")) return sendJSON(res, 400, { error: { code: "invalid_argument", message: "bad cidr" } });
       return sendJSON(res, 200, { ...sandboxJSON(), network: { enabled: true, egress: req.egress ?? "allow", allow: req.allow ?? [], deny: req.deny ?? [] } });
+    }
+    if (m === `POST /api/v1/public/sandboxes/${ID}/ports`) {
+      const req = JSON.parse(rec.body) as { port: number; public: boolean };
+      const url = `${base}/data/v1/sandboxes/${ID}/ports/${req.port}/`;
+      return sendJSON(res, 200, { port: req.port, public: req.public, url, tcp_url: url.replace("http", "ws") });
     }
     if (m === `POST /api/v1/public/sandboxes/${ID}/fork`) {
       return sendJSON(res, 429, { error: { code: "daily_cap_reached", message: "500 creates today" } });
@@ -336,4 +341,13 @@ test("templates: JSON and multipart builds, list, events until the build ends", 
   assert.deepEqual(steps, ["progress", "state"]);
   assert.equal(t.state, "ready");
   assert.equal((await z.deleteTemplate("py")).state, "deleted");
+});
+
+test("setPort opens a port and says how it is reached", async () => {
+  const z = zeish();
+  seen.length = 0;
+  const p = await z.setPort(ID, 8080, true);
+  assert.equal(p.public, true);
+  assert.ok(p.url.endsWith(`/data/v1/sandboxes/${ID}/ports/8080/`));
+  assert.deepEqual(seen.map((r) => [r.method, r.path, r.body]), [["POST", `/api/v1/public/sandboxes/${ID}/ports`, '{"port":8080,"public":true}']]);
 });

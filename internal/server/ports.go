@@ -1,0 +1,236 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+)
+
+// Guest ports are reached through the data plane: HTTP and WebSocket by a
+// reverse proxy (…/ports/{port}/{path}, or the Host P-<id>.<domain>), raw
+// TCP as a WebSocket (…/tcp/{port}). Each needs the sandbox's data-plane
+// token, unless the owner opened the port to the public.
+
+func parsePort(s string) (int, error) {
+	p, err := strconv.Atoi(s)
+	if err != nil || p < 1 || p > 65535 {
+		return 0, invalid("port %q: want 1..65535", s)
+	}
+	return p, nil
+}
+
+// portAccess authorises a request for a guest port and returns the sandbox
+// and whether the caller presented its token (then stripped before the
+// request reaches the guest).
+func (s *Server) portAccess(r *http.Request, id string, port int) (*store.SandboxRecord, bool, error) {
+	if err := sandbox.CheckID(sandbox.PrefixSandbox, id); err != nil {
+		return nil, false, err
+	}
+	rec, err := s.store.GetSandbox(r.Context(), id)
+	gone := err != nil || rec.State == sandbox.StateDestroyed || rec.State == sandbox.StateDeleting
+	if !gone && slices.Contains(rec.PublicPorts, port) {
+		if _, err := bearer(r); err == nil {
+			// A token is not needed; if one is sent it is checked (and then
+			// kept from the guest) like on a private port.
+		} else {
+			return rec, false, nil
+		}
+	}
+	tok, err := bearer(r)
+	if err != nil {
+		return nil, false, err
+	}
+	acct, err := s.checkToken(r.Context(), tok, id)
+	if err != nil {
+		return nil, false, err
+	}
+	if gone || rec.AccountID != acct {
+		return nil, false, fmt.Errorf("the sandbox of this token no longer exists: %w", errdefs.ErrUnauthenticated)
+	}
+	return rec, true, nil
+}
+
+// guestPort reads the port of a data-plane request. A bad one is refused
+// only after the credential is checked: who may not ask learns nothing.
+func (s *Server) guestPort(w http.ResponseWriter, r *http.Request) (int, bool) {
+	port, err := parsePort(r.PathValue("port"))
+	if err != nil {
+		if _, _, aerr := s.portAccess(r, r.PathValue("id"), 0); aerr != nil {
+			err = aerr
+		}
+		writeError(w, r, err)
+		return 0, false
+	}
+	return port, true
+}
+
+func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
+	port, ok := s.guestPort(w, r)
+	if !ok {
+		return
+	}
+	s.proxy(w, r, r.PathValue("id"), port, "/"+r.PathValue("path"))
+}
+
+func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port int, path string) {
+	rec, withToken, err := s.portAccess(r, id, port)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	addr, err := s.node.PortAddr(rec, port)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", addr
+			pr.Out.URL.Path, pr.Out.URL.RawPath = path, ""
+			pr.Out.Host = pr.In.Host
+			if withToken {
+				pr.Out.Header.Del("Authorization") // the token is ours, never the guest's
+			}
+			pr.SetXForwarded()
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeError(w, r, fmt.Errorf("port %d of sandbox %s: %v: %w", port, rec.ID, err, errdefs.ErrUnavailable))
+		},
+	}
+	rp.ServeHTTP(w, r)
+}
+
+// byHost serves P-<id>.<PublicDomain> from the guest's port P, everything
+// else from next.
+func (s *Server) byHost(next http.Handler) http.Handler {
+	if s.opts.PublicDomain == "" {
+		return next
+	}
+	suffix := "." + strings.TrimPrefix(s.opts.PublicDomain, ".")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		label, ok := strings.CutSuffix(strings.ToLower(host), suffix)
+		if !ok || strings.Contains(label, ".") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		p, id, ok := strings.Cut(label, "-")
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		port, err := parsePort(p)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		// DNS names cannot hold "_": sbx-… stands for sbx_….
+		if rest, ok := strings.CutPrefix(id, sandbox.PrefixSandbox+"-"); ok {
+			id = sandbox.PrefixSandbox + "_" + rest
+		}
+		s.proxy(w, r, id, port, r.URL.Path)
+	})
+}
+
+// tcpPort carries raw TCP to a guest port inside a WebSocket (binary
+// messages), for `zeishctl ports forward`.
+func (s *Server) tcpPort(w http.ResponseWriter, r *http.Request) {
+	port, ok := s.guestPort(w, r)
+	if !ok {
+		return
+	}
+	rec, _, err := s.portAccess(r, r.PathValue("id"), port)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	addr, err := s.node.PortAddr(rec, port)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	up, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(r.Context(), "tcp", addr)
+	if err != nil {
+		writeError(w, r, fmt.Errorf("port %d of sandbox %s: %v: %w", port, rec.ID, err, errdefs.ErrUnavailable))
+		return
+	}
+	defer up.Close()
+	ws, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return // Accept answered the client
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	defer cancel()
+	c := websocket.NetConn(ctx, ws, websocket.MessageBinary)
+	defer c.Close()
+	Splice(c, up)
+}
+
+// Splice copies both ways until either side ends, then closes both.
+func Splice(a, b net.Conn) {
+	done := make(chan struct{}, 2)
+	cp := func(dst, src net.Conn) {
+		io.Copy(dst, src)
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		} else {
+			dst.Close()
+		}
+		done <- struct{}{}
+	}
+	go cp(a, b)
+	go cp(b, a)
+	<-done
+	<-done
+}
+
+// setPort is POST /public/sandboxes/{id}/ports.
+func (s *Server) setPort(w http.ResponseWriter, r *http.Request) {
+	var req api.PortRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	rec, err := s.ownSandbox(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if req.Port < 1 || req.Port > 65535 {
+		writeError(w, r, invalid("port %d: want 1..65535", req.Port))
+		return
+	}
+	if rec, err = s.node.SetPortPublic(r.Context(), rec.ID, req.Port, req.Public); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.portInfo(r, rec, req.Port))
+}
+
+func (s *Server) portInfo(r *http.Request, rec *store.SandboxRecord, port int) api.Port {
+	base := s.publicURL(r) + api.DataPath + "/sandboxes/" + rec.ID
+	out := api.Port{Port: port, Public: slices.Contains(rec.PublicPorts, port),
+		URL: fmt.Sprintf("%s/ports/%d/", base, port), TCPURL: fmt.Sprintf("%s/tcp/%d", base, port)}
+	out.TCPURL = "ws" + strings.TrimPrefix(out.TCPURL, "http")
+	if s.opts.PublicDomain != "" {
+		out.Host = fmt.Sprintf("%d-%s.%s", port, strings.Replace(rec.ID, "_", "-", 1), strings.TrimPrefix(s.opts.PublicDomain, "."))
+	}
+	return out
+}
