@@ -291,7 +291,10 @@ func TestAccountsIsolationSecrets(t *testing.T) {
 // as the console's own pages do (session cookie and X-Zeish-Console).
 func consoleAs(t *testing.T, s *server, key, method, path, body string) (int, []byte) {
 	t.Helper()
-	resp, err := http.Post("http://"+s.addr+"/console/api/session", "application/json", strings.NewReader(`{"api_key":"`+key+`"}`))
+	signIn, _ := http.NewRequest("POST", "http://"+s.addr+"/console/api/session", strings.NewReader(`{"api_key":"`+key+`"}`))
+	signIn.Header.Set("Content-Type", "application/json")
+	signIn.Header.Set("X-Zeish-Console", "1")
+	resp, err := http.DefaultClient.Do(signIn)
 	if err != nil {
 		t.Fatal(err)
 	}
