@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,45 +20,18 @@ import (
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/testenv"
 	zeish "github.com/zeish/zeish/sdk/go"
 )
 
-// screen collects what a terminal shows and waits for text in it.
-type screen struct {
-	mu      sync.Mutex
-	buf     strings.Builder
-	changed chan struct{}
-}
+// screen is the shared test terminal; waitFor gives up after 60 s.
+type screen struct{ *testenv.Screen }
 
-func newScreen() *screen { return &screen{changed: make(chan struct{}, 1)} }
-
-func (s *screen) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	s.buf.Write(p)
-	s.mu.Unlock()
-	select {
-	case s.changed <- struct{}{}:
-	default:
-	}
-	return len(p), nil
-}
-
-func (s *screen) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
-}
+func newScreen() *screen { return &screen{testenv.NewScreen()} }
 
 func (s *screen) waitFor(t *testing.T, want string) {
 	t.Helper()
-	deadline := time.After(60 * time.Second)
-	for !strings.Contains(s.String(), want) {
-		select {
-		case <-s.changed:
-		case <-deadline:
-			t.Fatalf("the terminal never showed %q; it shows %q", want, s.String())
-		}
-	}
+	s.WaitFor(t, want, 60*time.Second)
 }
 
 // follow copies r into a new screen until r ends.
@@ -330,7 +302,7 @@ func testShellCLI(t *testing.T, s *server, id string) {
 	for i := 0; !strings.Contains(out.String(), "41 117"); i++ {
 		ptmx.Write([]byte("stty size\n"))
 		select {
-		case <-out.changed:
+		case <-out.Changed():
 		case <-time.After(time.Second):
 		}
 		if i > 60 {

@@ -6,53 +6,24 @@ import (
 	"errors"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
 
+	"github.com/zeish/zeish/internal/testenv"
 	"github.com/zeish/zeish/internal/testskip"
 )
 
-// screen collects a terminal's output and lets a test wait for text in it.
-type screen struct {
-	mu      sync.Mutex
-	buf     strings.Builder
-	changed chan struct{}
-}
+// screen is the shared test terminal; waitFor gives up after 10 s.
+type screen struct{ *testenv.Screen }
 
-func newScreen() *screen { return &screen{changed: make(chan struct{}, 1)} }
+func newScreen() *screen { return &screen{testenv.NewScreen()} }
 
-func (s *screen) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	s.buf.Write(p)
-	s.mu.Unlock()
-	select {
-	case s.changed <- struct{}{}:
-	default:
-	}
-	return len(p), nil
-}
-
-func (s *screen) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
-}
-
-// waitFor waits until want appears in the output.
 func (s *screen) waitFor(t *testing.T, want string) {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for !strings.Contains(s.String(), want) {
-		select {
-		case <-s.changed:
-		case <-deadline:
-			t.Fatalf("terminal never showed %q; it shows %q", want, s.String())
-		}
-	}
+	s.WaitFor(t, want, 10*time.Second)
 }
 
 func shell(t *testing.T, c *Client, out *screen) *Terminal {
