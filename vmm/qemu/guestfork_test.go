@@ -3,7 +3,6 @@ package qemu
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/guest"
-	"github.com/zeish/zeish/internal/testenv"
 	"github.com/zeish/zeish/vmm"
 )
 
@@ -23,26 +21,11 @@ import (
 // promotion of that clone, capture of the promoted VM and a clone of that.
 func TestBusyGuestSurvivesForkAndPromotion(t *testing.T) {
 	d := newTestDriver(t)
-	tpl := testenv.BaseTemplate(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	newSpec := func() vmm.Spec {
-		dir, err := os.MkdirTemp("", "zvm-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(dir) })
-		return vmm.Spec{ID: "t" + randomHex(6), Dir: dir, Kernel: tpl.Kernel, Initrd: tpl.Initrd, KernelArgs: tpl.KernelArgs,
-			DiskMiB: 2048, MemoryMiB: 256, VCPUs: 1, MAC: "52:54:00:12:34:57"}
-	}
-	agent := func(h *vmm.Handle) *guest.Client {
-		c, err := guest.Connect(ctx, func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, h) })
-		if err != nil {
-			t.Fatalf("agent of %s: %v", h.Spec.Dir, err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	vms := newBaseVMs(ctx, t, d)
+	newSpec := func() vmm.Spec { return vms.spec("52:54:00:12:34:57") }
+	agent := vms.agent
 	counter := func(c *guest.Client) int {
 		var out bytes.Buffer
 		res, err := c.Exec(ctx, guest.ExecRequest{Argv: []string{"cat", "/root/counter"}}, nil, &out, nil)
@@ -59,14 +42,7 @@ func TestBusyGuestSurvivesForkAndPromotion(t *testing.T) {
 			t.Fatalf("%s: counter stuck at %d", what, a)
 		}
 	}
-	start := func(spec vmm.Spec) *vmm.Handle {
-		h, err := d.Start(ctx, spec)
-		if err != nil {
-			t.Fatalf("Start: %v", err)
-		}
-		t.Cleanup(func() { d.Destroy(context.Background(), h) })
-		return h
-	}
+	start := vms.start
 	capture := func(h *vmm.Handle) (*vmm.Image, string) {
 		dir := t.TempDir()
 		img, _, err := d.Capture(ctx, h, dir, false)
@@ -82,7 +58,7 @@ func TestBusyGuestSurvivesForkAndPromotion(t *testing.T) {
 	}
 
 	spec := newSpec()
-	spec.BaseDisk = tpl.BaseDisk
+	spec.BaseDisk = vms.tpl.BaseDisk
 	parent := start(spec)
 	pc := agent(parent)
 	script := "echo 0 > /root/counter; sh -c 'i=0; while true; do i=$((i+1)); echo $i > /root/counter.new; mv /root/counter.new /root/counter; sleep 0.1; done' </dev/null >/dev/null 2>&1 &"

@@ -3,7 +3,6 @@ package qemu
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/guest"
-	"github.com/zeish/zeish/internal/testenv"
 	"github.com/zeish/zeish/vmm"
 )
 
@@ -25,34 +23,12 @@ import (
 // source goes on writing is the new overlay, backed by the frozen one.
 func TestLiveCaptureOfAClone(t *testing.T) {
 	d := newTestDriver(t)
-	tpl := testenv.BaseTemplate(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	newSpec := func() vmm.Spec {
-		dir, err := os.MkdirTemp("", "zvm-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(dir) })
-		return vmm.Spec{ID: "t" + randomHex(6), Dir: dir, Kernel: tpl.Kernel, Initrd: tpl.Initrd, KernelArgs: tpl.KernelArgs,
-			DiskMiB: 2048, MemoryMiB: 256, VCPUs: 1, MAC: "52:54:00:12:34:58"}
-	}
-	start := func(spec vmm.Spec) *vmm.Handle {
-		h, err := d.Start(ctx, spec)
-		if err != nil {
-			t.Fatalf("Start: %v", err)
-		}
-		t.Cleanup(func() { d.Destroy(context.Background(), h) })
-		return h
-	}
-	agent := func(h *vmm.Handle) *guest.Client {
-		c, err := guest.Connect(ctx, func(ctx context.Context) (net.Conn, error) { return d.DialAgent(ctx, h) })
-		if err != nil {
-			t.Fatalf("agent of %s: %v", h.Spec.Dir, err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	vms := newBaseVMs(ctx, t, d)
+	newSpec := func() vmm.Spec { return vms.spec("52:54:00:12:34:58") }
+	start := vms.start
+	agent := vms.agent
 	run := func(c *guest.Client, script string) string {
 		t.Helper()
 		var out bytes.Buffer
@@ -79,7 +55,7 @@ func TestLiveCaptureOfAClone(t *testing.T) {
 
 	// A parent, captured the cheap way, and a clone of it: the source.
 	spec := newSpec()
-	spec.BaseDisk = tpl.BaseDisk
+	spec.BaseDisk = vms.tpl.BaseDisk
 	parent := start(spec)
 	pc := agent(parent)
 	run(pc, "echo 0 > /root/counter; sh -c 'i=0; while true; do i=$((i+1)); echo $i > /root/counter.new; mv /root/counter.new /root/counter; sleep 0.1; done' </dev/null >/dev/null 2>&1 &")
