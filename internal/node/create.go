@@ -230,33 +230,8 @@ func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
 	}
 	defer n.lockAgent(id)()
 	n.dropAgent(id)
-	cctx, cancel := context.WithTimeout(ctx, n.opts.BootTimeout)
-	defer cancel()
-	// A guest that dies while booting (a kernel panic, a VMM that quits)
-	// ends the wait at once instead of at the boot bound.
-	go func() {
-		tick := time.NewTicker(vmWatchInterval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-cctx.Done():
-				return
-			case <-tick.C:
-				if !n.opts.Driver.Alive(h) {
-					cancel()
-					return
-				}
-			}
-		}
-	}()
-	c, err := guest.Connect(cctx, dialer(n, h))
+	c, err := n.connectAgent(ctx, h)
 	if err != nil {
-		if !n.opts.Driver.Alive(h) {
-			return fmt.Errorf("the VM exited before its agent answered: %w", errdefs.ErrUnavailable)
-		}
-		if errors.Is(cctx.Err(), context.DeadlineExceeded) {
-			return fmt.Errorf("the guest agent did not answer within %s: %w", n.opts.BootTimeout, errdefs.ErrTimeout)
-		}
 		return err
 	}
 	// At least 32 bytes: the kernel counts its RNG seeded at 256 bits.
@@ -280,6 +255,57 @@ func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
 	}
 	n.setAgent(id, c)
 	return nil
+}
+
+// reattach makes sure a running sandbox's agent answers after zeishd
+// restarted. The guest already has its identity, so it is not configured
+// again, and a connection a data-plane request made meanwhile is kept:
+// replacing it would end that request's session under it.
+func (n *Node) reattach(ctx context.Context, id string, h *vmm.Handle) error {
+	defer n.lockAgent(id)()
+	if n.liveAgent(id) != nil {
+		return nil
+	}
+	c, err := n.connectAgent(ctx, h)
+	if err != nil {
+		return err
+	}
+	n.setAgent(id, c)
+	return nil
+}
+
+// connectAgent connects to h's agent within the boot bound. A guest that
+// dies meanwhile (a kernel panic, a VMM that quits) ends the wait at once.
+// The caller holds the sandbox's agent lock.
+func (n *Node) connectAgent(ctx context.Context, h *vmm.Handle) (*guest.Client, error) {
+	cctx, cancel := context.WithTimeout(ctx, n.opts.BootTimeout)
+	defer cancel()
+	go func() {
+		tick := time.NewTicker(vmWatchInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-cctx.Done():
+				return
+			case <-tick.C:
+				if !n.opts.Driver.Alive(h) {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	c, err := guest.Connect(cctx, dialer(n, h))
+	if err != nil {
+		if !n.opts.Driver.Alive(h) {
+			return nil, fmt.Errorf("the VM exited before its agent answered: %w", errdefs.ErrUnavailable)
+		}
+		if errors.Is(cctx.Err(), context.DeadlineExceeded) {
+			return nil, fmt.Errorf("the guest agent did not answer within %s: %w", n.opts.BootTimeout, errdefs.ErrTimeout)
+		}
+		return nil, err
+	}
+	return c, nil
 }
 
 func (n *Node) setAgent(id string, c *guest.Client) {

@@ -85,7 +85,11 @@ func (n *Node) recoverOne(ctx context.Context, r *store.SandboxRecord, h *vmm.Ha
 					}
 				}
 			}
-			if err := n.attach(ctx, r.ID, h); err != nil {
+			connect := n.attach // an interrupted boot, start, restore or fork
+			if r.State == sandbox.StateRunning {
+				connect = n.reattach
+			}
+			if err := connect(ctx, r.ID, h); err != nil {
 				if n.opts.Driver.Alive(h) {
 					n.failSilent(ctx, r.ID, h, "agent did not answer after zeishd restart: "+err.Error())
 				} else {
