@@ -16,7 +16,10 @@ type BuildTemplateRequest struct {
 	DiskMiB  int      `json:"disk_mib,omitempty"`  // root filesystem size; default 1024
 	StartCmd []string `json:"start_cmd,omitempty"` // default the image's Entrypoint + Cmd
 	ReadyCmd []string `json:"ready_cmd,omitempty"`
-	Cold     bool     `json:"cold,omitempty"`
+	// ReadyTimeoutSeconds bounds the wait for ReadyCmd while the template is
+	// warmed; default 600.
+	ReadyTimeoutSeconds int  `json:"ready_timeout_seconds,omitempty"`
+	Cold                bool `json:"cold,omitempty"`
 }
 
 // TemplateList is GET /public/templates.

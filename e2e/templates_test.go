@@ -71,7 +71,8 @@ func checkImageSandbox(t *testing.T, conn *zeish.SandboxConn) {
 // TestTemplatesFromImages builds one multi-layer image four ways (a docker
 // archive and an OCI archive uploaded by zeishctl, an OCI layout folder
 // uploaded as a tar, a registry on loopback with basic auth), boots a
-// sandbox from each and checks it from the inside.
+// sandbox from each and checks it from the inside. The templates are cold
+// (TestWarmTemplate covers warm ones): these sandboxes boot from the image.
 func TestTemplatesFromImages(t *testing.T) {
 	s := startServer(t)
 	ctx := ctxFor(t, 20*time.Minute)
@@ -92,7 +93,7 @@ func TestTemplatesFromImages(t *testing.T) {
 	}
 	for _, src := range sources {
 		t.Run(src.name, func(t *testing.T) {
-			args := []string{"templates", "build", "--name", "img-" + src.name, "--from", src.from, "--disk-mib", "256", "-o", "json"}
+			args := []string{"templates", "build", "--name", "img-" + src.name, "--from", src.from, "--disk-mib", "256", "--cold", "-o", "json"}
 			if src.stdin != "" {
 				args = append(args, "--username", "alice", "--password-stdin")
 			}
@@ -230,7 +231,7 @@ func TestTemplateBadInput(t *testing.T) {
 	rand.Read(salt)
 	l, _ := ociimg.Standard(t).Layers()
 	unique := ociimg.Image(t, v1.Config{Env: []string{"PATH=/bin"}}, append(l, ociimg.Layer(t, ociimg.Entry{Name: "salt", Body: hex.EncodeToString(salt)}))...)
-	tpl, err := c.BuildTemplateFrom(ctx, zeish.BuildTemplateRequest{Name: "mine", DiskMiB: 128}, "docker-archive:"+ociimg.WriteDockerArchive(t, unique, t.TempDir()))
+	tpl, err := c.BuildTemplateFrom(ctx, zeish.BuildTemplateRequest{Name: "mine", DiskMiB: 128, Cold: true}, "docker-archive:"+ociimg.WriteDockerArchive(t, unique, t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,15 +104,32 @@ type Template struct {
 	DiskMiB     int           `json:"disk_mib"` // size of the root filesystem in the base image
 	// Exec defaults and start command, from the image config unless the
 	// build request set them.
-	Env        []string  `json:"env,omitempty"` // KEY=VALUE
-	WorkingDir string    `json:"working_dir,omitempty"`
-	User       string    `json:"user,omitempty"`
-	StartCmd   []string  `json:"start_cmd,omitempty"`
-	ReadyCmd   []string  `json:"ready_cmd,omitempty"`
-	Cold       bool      `json:"cold,omitempty"`
-	LayerBytes int64     `json:"layer_bytes,omitempty"`
-	CreatedAt  time.Time `json:"created_at"`
-	UpdatedAt  time.Time `json:"updated_at"`
+	Env        []string `json:"env,omitempty"` // KEY=VALUE
+	WorkingDir string   `json:"working_dir,omitempty"`
+	User       string   `json:"user,omitempty"`
+	StartCmd   []string `json:"start_cmd,omitempty"`
+	ReadyCmd   []string `json:"ready_cmd,omitempty"`
+	// ReadyTimeoutSeconds bounds the wait for ReadyCmd when the template is
+	// warmed (0: the default).
+	ReadyTimeoutSeconds int  `json:"ready_timeout_seconds,omitempty"`
+	Cold                bool `json:"cold,omitempty"`
+	// Warm is the saved machine sandboxes of this template start from
+	// (nil: they boot cold).
+	Warm       *TemplateWarm `json:"warm,omitempty"`
+	LayerBytes int64         `json:"layer_bytes,omitempty"`
+	CreatedAt  time.Time     `json:"created_at"`
+	UpdatedAt  time.Time     `json:"updated_at"`
+}
+
+// TemplateWarm is a warm template's saved machine: an image taken after its
+// start command ran and its ready command passed, on a machine of this size
+// (sandboxes of another size boot cold).
+type TemplateWarm struct {
+	Image     string `json:"image"`
+	VCPUs     int    `json:"vcpus"`
+	MemoryMiB int    `json:"memory_mib"`
+	DiskMiB   int    `json:"disk_mib"`
+	BuildMS   int64  `json:"build_ms"` // boot to saved, ready command included
 }
 
 // Key is what the store files a template under: a built-in by its name,

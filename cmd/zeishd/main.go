@@ -183,7 +183,7 @@ func run(ctx context.Context) error {
 	if err != nil || builds < 1 {
 		return fmt.Errorf("ZEISH_TEMPLATE_BUILDS: want a positive number, got %q", os.Getenv("ZEISH_TEMPLATE_BUILDS"))
 	}
-	if err := cat.StartBuilds(ctx, catalog.BuildOptions{Dir: filepath.Join(dataDir, "template-builds"), Parallel: builds}); err != nil {
+	if err := cat.StartBuilds(ctx, catalog.BuildOptions{Dir: filepath.Join(dataDir, "template-builds"), Parallel: builds, Warmer: n}); err != nil {
 		return fmt.Errorf("template builds: %w", err)
 	}
 	defer cat.Close() // interrupted builds resume on the next start

@@ -49,18 +49,34 @@ type BuildRequest struct {
 	DiskMiB  int
 	StartCmd []string
 	ReadyCmd []string
-	Cold     bool
+	// ReadyTimeoutSeconds bounds the warm build's wait for ReadyCmd (0: default).
+	ReadyTimeoutSeconds int
+	Cold                bool
 }
 
 // BuildOptions configure template builds.
 type BuildOptions struct {
 	Dir      string // <data dir>/template-builds
 	Parallel int    // builds running at once; default 2
+	// Warmer saves a built template's booted machine, so that its sandboxes
+	// start from it (warm templates); nil: every template boots cold.
+	Warmer Warmer
+}
+
+// Warmer boots a built template, runs its start command, waits for its
+// ready command and saves the machine (node.Warm). unpin is called once the
+// template's record names the saved machine. CollectImages lets it drop
+// saved machines no template or sandbox needs any more (a template was
+// deleted).
+type Warmer interface {
+	Warm(ctx context.Context, tpl sandbox.Template, progress func(string)) (w *sandbox.TemplateWarm, unpin func(), err error)
+	CollectImages(ctx context.Context)
 }
 
 type builds struct {
-	dir string
-	sem chan struct{}
+	dir    string
+	sem    chan struct{}
+	warmer Warmer
 
 	mu      sync.Mutex
 	cancels map[string]context.CancelFunc
@@ -83,7 +99,7 @@ func (c *Catalog) StartBuilds(ctx context.Context, opts BuildOptions) error {
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return err
 	}
-	c.b = &builds{dir: opts.Dir, sem: make(chan struct{}, opts.Parallel),
+	c.b = &builds{dir: opts.Dir, sem: make(chan struct{}, opts.Parallel), warmer: opts.Warmer,
 		cancels: map[string]context.CancelFunc{}, changed: map[string]chan struct{}{}}
 	all, err := c.store.ListTemplates(ctx)
 	if err != nil {
@@ -95,7 +111,7 @@ func (c *Catalog) StartBuilds(ctx context.Context, opts BuildOptions) error {
 		}
 		req, ok := c.resumable(t)
 		if !ok {
-			c.finish(t, nil, errors.New("interrupted by a zeishd restart; registry credentials are not kept, build it again"))
+			c.finish(t, nil, nil, errors.New("interrupted by a zeishd restart; registry credentials are not kept, build it again"))
 			continue
 		}
 		c.log.Info("template build resumed after restart", "template", t.ID, "name", t.Name)
@@ -157,7 +173,7 @@ func (c *Catalog) resumable(t sandbox.Template) (BuildRequest, bool) {
 		return BuildRequest{}, false
 	}
 	return BuildRequest{AccountID: t.AccountID, Name: t.Name, Source: template.Source{Transport: s.Transport, Ref: s.Ref},
-		DiskMiB: t.DiskMiB, StartCmd: t.StartCmd, ReadyCmd: t.ReadyCmd, Cold: t.Cold}, true
+		DiskMiB: t.DiskMiB, StartCmd: t.StartCmd, ReadyCmd: t.ReadyCmd, ReadyTimeoutSeconds: t.ReadyTimeoutSeconds, Cold: t.Cold}, true
 }
 
 // Build records a template in state building and builds it in the
@@ -173,7 +189,7 @@ func (c *Catalog) Build(ctx context.Context, req BuildRequest) (sandbox.Template
 	now := time.Now().UTC()
 	t := sandbox.Template{ID: sandbox.NewID(sandbox.PrefixTemplate), Name: req.Name, AccountID: req.AccountID,
 		State: sandbox.TemplateBuilding, Source: req.Source.String(), DiskMiB: req.DiskMiB,
-		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, Cold: req.Cold, CreatedAt: now, UpdatedAt: now}
+		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, ReadyTimeoutSeconds: req.ReadyTimeoutSeconds, Cold: req.Cold, CreatedAt: now, UpdatedAt: now}
 	dir := filepath.Join(c.b.dir, t.ID)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return t, err
@@ -253,13 +269,20 @@ func (c *Catalog) spawn(t sandbox.Template, req BuildRequest) {
 		select {
 		case c.b.sem <- struct{}{}:
 		case <-ctx.Done():
-			c.finish(t, nil, ctx.Err())
+			c.finish(t, nil, nil, ctx.Err())
 			return
 		}
 		defer func() { <-c.b.sem }()
 		c.appendEvent(t.ID, Event{Type: "log", Message: "build started"})
 		a, err := c.runBuild(ctx, t, req)
-		c.finish(t, a, err)
+		var warm *sandbox.TemplateWarm
+		if err == nil && !req.Cold && c.b.warmer != nil {
+			var unpin func()
+			if warm, unpin, err = c.warm(ctx, t, a); err == nil {
+				defer unpin() // once finish has recorded it
+			}
+		}
+		c.finish(t, a, warm, err)
 	}()
 }
 
@@ -277,9 +300,37 @@ func (c *Catalog) runBuild(ctx context.Context, t sandbox.Template, req BuildReq
 		}})
 }
 
+// warm saves the built template's machine (warm templates); its steps go to
+// the build log.
+func (c *Catalog) warm(ctx context.Context, t sandbox.Template, a *template.Artifacts) (*sandbox.TemplateWarm, func(), error) {
+	applyArtifacts(&t, a)
+	w, unpin, err := c.b.warmer.Warm(ctx, t, func(msg string) {
+		c.appendEvent(t.ID, Event{Type: "log", Message: "warm: " + msg})
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("warm start: %w", err)
+	}
+	c.appendEvent(t.ID, Event{Type: "log", Message: fmt.Sprintf("warm: saved in %.1f s; sandboxes of %d vCPU, %d MiB start from it",
+		float64(w.BuildMS)/1000, w.VCPUs, w.MemoryMiB)})
+	return w, unpin, nil
+}
+
+// applyArtifacts fills in what a build produced.
+func applyArtifacts(t *sandbox.Template, a *template.Artifacts) {
+	t.Kernel, t.Initrd, t.BaseDisk, t.KernelArgs, t.Dir = a.Kernel, a.Initrd, a.BaseDisk, a.KernelArgs, a.Dir
+	t.Hash, t.DiskMiB = a.Hash, a.DiskMiB
+	if img := a.Image; img != nil {
+		t.Digest, t.LayerBytes = img.Digest, img.LayerBytes
+		t.Env, t.WorkingDir, t.User = img.Env, img.WorkingDir, img.User
+		if len(t.StartCmd) == 0 {
+			t.StartCmd = img.StartCmd()
+		}
+	}
+}
+
 // finish records a build's end. A build cancelled by Close stays building
 // (the next zeishd resumes it); one cancelled by a delete stays deleted.
-func (c *Catalog) finish(t sandbox.Template, a *template.Artifacts, err error) {
+func (c *Catalog) finish(t sandbox.Template, a *template.Artifacts, warm *sandbox.TemplateWarm, err error) {
 	ctx := context.Background()
 	cur, gerr := c.store.GetTemplate(ctx, t.Key())
 	if gerr != nil || cur.State == sandbox.TemplateDeleted {
@@ -300,15 +351,8 @@ func (c *Catalog) finish(t sandbox.Template, a *template.Artifacts, err error) {
 		c.log.Warn("template build failed", "template", t.ID, "err", err)
 	} else {
 		cur.State, cur.StateReason = sandbox.TemplateReady, ""
-		cur.Kernel, cur.Initrd, cur.BaseDisk, cur.KernelArgs, cur.Dir = a.Kernel, a.Initrd, a.BaseDisk, a.KernelArgs, a.Dir
-		cur.Hash, cur.DiskMiB = a.Hash, a.DiskMiB
-		if img := a.Image; img != nil {
-			cur.Digest, cur.LayerBytes = img.Digest, img.LayerBytes
-			cur.Env, cur.WorkingDir, cur.User = img.Env, img.WorkingDir, img.User
-			if len(cur.StartCmd) == 0 {
-				cur.StartCmd = img.StartCmd()
-			}
-		}
+		applyArtifacts(&cur, a)
+		cur.Warm = warm
 	}
 	if perr := c.store.PutTemplate(ctx, cur); perr != nil {
 		c.log.Error("record template build", "template", t.ID, "err", perr)
@@ -457,6 +501,9 @@ func (c *Catalog) Delete(ctx context.Context, accountID, ref string) (sandbox.Te
 		c.appendEvent(t.ID, Event{Type: "state", Template: &t})
 	}
 	c.Sweep(ctx)
+	if t.Warm != nil && c.b != nil && c.b.warmer != nil {
+		c.b.warmer.CollectImages(ctx)
+	}
 	return t, nil
 }
 

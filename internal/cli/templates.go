@@ -80,6 +80,7 @@ func (a *app) templateBuildCmd() *cobra.Command {
 	f.StringVar(&startCmd, "start-cmd", "", "shell command started at every boot (default the image's Entrypoint + Cmd)")
 	f.StringVar(&readyCmd, "ready-cmd", "", "shell command that succeeds once the start command is ready")
 	f.IntVar(&req.DiskMiB, "disk-mib", 0, "root filesystem size in MiB (default 1024)")
+	f.IntVar(&req.ReadyTimeoutSeconds, "ready-timeout", 0, "seconds to wait for --ready-cmd to succeed while warming (default 600)")
 	f.BoolVar(&req.Cold, "cold", false, "always cold-boot sandboxes from this template")
 	f.StringVar(&req.Username, "username", "", "registry user (basic auth)")
 	f.BoolVar(&passwordStdin, "password-stdin", false, "read the registry password from stdin")

@@ -73,6 +73,12 @@ var starting = []sandbox.State{sandbox.StateStarting}
 
 // boot starts the first VM of a new sandbox from its template.
 func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
+	var unpin func() // a warm image, until the record names it
+	defer func() {
+		if unpin != nil {
+			unpin()
+		}
+	}()
 	n.bootNew(ctx, r, "boot", func(ctx context.Context, spec *vmm.Spec) error {
 		tpl, err := n.opts.Templates.Get(ctx, r.Template)
 		if err != nil {
@@ -80,6 +86,18 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 		}
 		r.Kernel, r.Initrd, r.KernelArgs = tpl.Kernel, tpl.Initrd, tpl.KernelArgs
 		spec.Kernel, spec.Initrd, spec.KernelArgs, spec.BaseDisk = tpl.Kernel, tpl.Initrd, tpl.KernelArgs, tpl.BaseDisk
+		meta, why := n.warmImage(r, tpl)
+		if meta == nil {
+			if why != "" {
+				n.log.Info("boot cold", logSandbox, r.ID, "template", tpl.Name, "why", why)
+			}
+			return nil
+		}
+		// A fork of the template's saved machine (warm.go).
+		unpin = n.pin(meta.ID)
+		r.Layers = append(append([]string(nil), meta.Layers...), meta.ID)
+		spec.BaseDisk, spec.From = meta.Disk, meta.VM
+		n.log.Info("boot warm", logSandbox, r.ID, "template", tpl.Name, "image", meta.ID)
 		return nil
 	})
 }

@@ -129,6 +129,18 @@ func (n *Node) gc(ctx context.Context) {
 			}
 		}
 	}
+	// A warm template's machine lives as long as the template; once it is
+	// deleted, as long as a sandbox started from it needs it.
+	tpls, err := n.opts.Store.ListTemplates(ctx)
+	if err != nil {
+		n.log.Error("gc: list templates", "err", err)
+		return
+	}
+	for _, t := range tpls {
+		if t.Warm != nil && t.State != sandbox.TemplateDeleted {
+			mem[t.Warm.Image], disk[t.Warm.Image] = true, true
+		}
+	}
 	n.mu.Lock()
 	for id := range n.pinned {
 		mem[id] = true

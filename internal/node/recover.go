@@ -57,6 +57,7 @@ func (n *Node) Recover(ctx context.Context) error {
 	n.recoverNetwork(rows)
 	n.sweepDirs(ctx, live)
 	n.sweepProcesses(live, vmDirs)
+	n.sweepWarm(ctx)
 	n.gc(ctx)
 	n.sweepRAM(ctx)
 	return nil

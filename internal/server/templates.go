@@ -22,6 +22,8 @@ const (
 	minTemplateDiskMiB = 64
 	maxUploadBytes     = 32 << 30
 	maxCmdArgs         = 256
+	// maxReadyTimeoutSeconds bounds a warm build's wait for its ready command.
+	maxReadyTimeoutSeconds = 3600
 )
 
 func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) {
@@ -101,13 +103,16 @@ func (s *Server) buildRequest(accountID string, admin bool, req api.BuildTemplat
 	case req.DiskMiB < minTemplateDiskMiB || req.DiskMiB > sandbox.MaxDiskMiB:
 		return catalog.BuildRequest{}, invalid("disk_mib %d is outside %d..%d", req.DiskMiB, minTemplateDiskMiB, sandbox.MaxDiskMiB)
 	}
+	if req.ReadyTimeoutSeconds < 0 || req.ReadyTimeoutSeconds > maxReadyTimeoutSeconds {
+		return catalog.BuildRequest{}, invalid("ready_timeout_seconds %d is outside 0..%d", req.ReadyTimeoutSeconds, maxReadyTimeoutSeconds)
+	}
 	for _, c := range [][]string{req.StartCmd, req.ReadyCmd} {
 		if len(c) > maxCmdArgs {
 			return catalog.BuildRequest{}, invalid("start_cmd and ready_cmd take at most %d arguments", maxCmdArgs)
 		}
 	}
 	return catalog.BuildRequest{AccountID: accountID, Name: req.Name, Source: src, DiskMiB: req.DiskMiB,
-		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, Cold: req.Cold}, nil
+		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, ReadyTimeoutSeconds: req.ReadyTimeoutSeconds, Cold: req.Cold}, nil
 }
 
 func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {

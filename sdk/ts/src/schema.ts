@@ -1743,8 +1743,23 @@ export interface components {
             user?: string;
             /** @description Started in the background once at every boot of a sandbox (default the image's Entrypoint + Cmd). */
             start_cmd?: string[];
+            /** @description Run after the start command until it exits 0 while the template is warmed. */
             ready_cmd?: string[];
+            ready_timeout_seconds?: number;
+            /** @description Sandboxes always boot cold: no machine is saved at build. */
             cold?: boolean;
+            /** @description The saved machine sandboxes of this template start from (warm templates): a create of exactly this size is a resume of it, with the start command's processes already running; any other size, or `network.enabled: false`, boots cold. Absent on a cold template. */
+            warm?: {
+                image: string;
+                vcpus: number;
+                memory_mib: number;
+                disk_mib: number;
+                /**
+                 * Format: int64
+                 * @description Boot to saved, ready command included.
+                 */
+                build_ms: number;
+            };
             /**
              * Format: int64
              * @description Compressed size of the image's layers.
@@ -1777,9 +1792,14 @@ export interface components {
             disk_mib?: number;
             /** @description Overrides the image's Entrypoint + Cmd. */
             start_cmd?: string[];
-            /** @description Recorded for warm templates (not used yet). */
+            /** @description Run (every 250 ms, each try bounded to 30 s) after the start command until it exits 0; then the machine is saved. The build fails if it never does within 10 minutes. */
             ready_cmd?: string[];
-            /** @description Recorded for warm templates (every template boots cold today). */
+            /**
+             * @description Seconds the warm build waits for `ready_cmd` to succeed.
+             * @default 600
+             */
+            ready_timeout_seconds?: number;
+            /** @description Save no machine: every sandbox of this template boots cold. */
             cold?: boolean;
         };
         /** @description One server-sent event's `data` of a template build. */

@@ -1,0 +1,222 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/rollback"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+	"github.com/zeish/zeish/vmm"
+)
+
+// A warm template is a template booted once, its start command started and
+// its ready command passed, and captured into an image like a fork's
+// parent. Creating a sandbox from it is then a fork child's start: the
+// image's RAM mapped copy-on-write and its device state loaded, the guest
+// re-identified (hostname, address, clock, entropy, env) before it reports
+// running, with the start command's processes already running.
+//
+// The image only fits a machine like the one it was taken from: the same
+// vCPUs, memory and disk size, and a network card. A create that asks for
+// anything else boots cold, as a template without a warm image does.
+
+// DefaultReadyTimeout bounds the wait for a warm template's ready command
+// unless the template sets its own.
+const DefaultReadyTimeout = 10 * time.Minute
+
+// warmPoll is how often the ready command is run until it succeeds.
+const warmPoll = 250 * time.Millisecond
+
+// WarmSize is the machine a warm image is taken on: the default size, with
+// a disk no smaller than the template's file system.
+func WarmSize(tpl sandbox.Template) sandbox.Size {
+	size, _ := sandbox.ResolveSize("", 0, 0, 0)
+	size.DiskMiB = max(size.DiskMiB, tpl.DiskMiB)
+	return size
+}
+
+// Warm boots tpl on a machine of WarmSize, runs its start command, waits
+// until its ready command exits 0, and captures the machine into an image.
+// The image is pinned until the caller's unpin, which it calls once the
+// template's record names the image (or the build failed). progress gets
+// one line per step. Nothing is left behind on failure.
+func (n *Node) Warm(ctx context.Context, tpl sandbox.Template, progress func(string)) (_ *sandbox.TemplateWarm, unpin func(), err error) {
+	started := time.Now()
+	size := WarmSize(tpl)
+	release, err := n.reserve(&store.SandboxRecord{Sandbox: sandbox.Sandbox{MemoryMiB: size.MemoryMiB}}, 1)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer release()
+	dir := filepath.Join(n.opts.DataDir, "warm", tpl.ID)
+	os.RemoveAll(dir) // a build interrupted by a restart starts again
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	// The VM's folder goes last (after a failure's rollback stopped the VM
+	// through its sockets); the image keeps what it needs.
+	defer os.RemoveAll(dir)
+	var undo rollback.Stack
+	defer undo.OnError(ctx, &err)
+	spec := vmm.Spec{
+		ID: "warm-" + tpl.ID, Dir: filepath.Join(dir, "vm"),
+		Kernel: tpl.Kernel, Initrd: tpl.Initrd, KernelArgs: tpl.KernelArgs, BaseDisk: tpl.BaseDisk,
+		Disk:    filepath.Join(dir, "disk.qcow2"),
+		DiskMiB: size.DiskMiB, MemoryMiB: size.MemoryMiB, VCPUs: size.VCPUs, MAC: sandbox.NewMAC(),
+	}
+	if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	progress("booting the template")
+	h, err := n.opts.Driver.Start(ctx, spec)
+	if err != nil {
+		return nil, nil, fmt.Errorf("boot: %w", err)
+	}
+	undo.Add(func(ctx context.Context) error { return n.opts.Driver.Destroy(ctx, h) })
+	writeHandleFile(spec.Dir, h) // for sweepWarm, should zeishd die now
+	c, err := n.connectAgent(ctx, h)
+	if err != nil {
+		return nil, nil, fmt.Errorf("boot: %w (console: %s)", err, n.opts.Driver.ConsoleTail(h, 512))
+	}
+	defer c.Close()
+	entropy := make([]byte, 64)
+	rand.Read(entropy)
+	cfg := guest.Config{Hostname: "warm", Time: time.Now().UTC(), Entropy: entropy}
+	applyTemplate(&tpl, &cfg)
+	if len(cfg.StartCmd) > 0 {
+		progress(fmt.Sprintf("starting %q", cfg.StartCmd))
+	}
+	if err := c.Configure(ctx, cfg); err != nil {
+		return nil, nil, fmt.Errorf("configure: %w", err)
+	}
+	if len(tpl.ReadyCmd) > 0 {
+		progress(fmt.Sprintf("waiting for %q to succeed", tpl.ReadyCmd))
+		bound := DefaultReadyTimeout
+		if tpl.ReadyTimeoutSeconds > 0 {
+			bound = time.Duration(tpl.ReadyTimeoutSeconds) * time.Second
+		}
+		rctx, cancel := context.WithTimeout(ctx, bound)
+		err := waitReady(rctx, c, tpl.ReadyCmd)
+		cancel()
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	c.Close()
+	progress("saving the machine")
+	imgID, imgDir, unpinImage, err := n.newImageDir()
+	if err != nil {
+		return nil, nil, err
+	}
+	undo.Add(func(context.Context) error { unpinImage(); return os.RemoveAll(imgDir) })
+	img, _, err := n.opts.Driver.Capture(ctx, h, imgDir, false)
+	if err != nil {
+		return nil, nil, fmt.Errorf("capture: %w", err)
+	}
+	undo.Add(func(context.Context) error { removeImageRAM(img); return nil })
+	meta := &imageMeta{ID: imgID, SandboxID: tpl.ID, VM: img, Disk: filepath.Join(imgDir, layerName), CreatedAt: time.Now().UTC()}
+	if err := os.Rename(h.Disk, meta.Disk); err != nil {
+		return nil, nil, fmt.Errorf("keep the disk: %w", err)
+	}
+	os.Chmod(meta.Disk, 0o400)
+	if err := n.writeImage(meta); err != nil {
+		return nil, nil, err
+	}
+	w := &sandbox.TemplateWarm{Image: imgID, VCPUs: size.VCPUs, MemoryMiB: size.MemoryMiB, DiskMiB: size.DiskMiB,
+		BuildMS: time.Since(started).Milliseconds()}
+	n.log.Info("template warmed", "template", tpl.ID, "image", imgID, "ms", w.BuildMS)
+	return w, unpinImage, nil
+}
+
+// CollectImages removes the images nothing needs any more: a deleted warm
+// template's, once no sandbox started from it is left.
+func (n *Node) CollectImages(ctx context.Context) { n.gc(ctx) }
+
+// waitReady runs argv until it exits 0 or ctx ends; the error then carries
+// the last attempt's output.
+func waitReady(ctx context.Context, c *guest.Client, argv []string) error {
+	var last string
+	for {
+		var out limitedBuffer
+		res, err := c.Exec(ctx, guest.ExecRequest{Argv: argv, Timeout: 30 * time.Second}, nil, &out, &out)
+		switch {
+		case err == nil && res.ExitCode == 0:
+			return nil
+		case err != nil:
+			last = err.Error()
+		default:
+			last = fmt.Sprintf("exit %d: %s", res.ExitCode, out.String())
+		}
+		select {
+		case <-ctx.Done():
+			if last == "" {
+				last = "none finished"
+			}
+			return fmt.Errorf("ready command %q did not succeed in time (last try: %s): %w", argv, last, errdefs.ErrTimeout)
+		case <-time.After(warmPoll):
+		}
+	}
+}
+
+// limitedBuffer keeps the first 1 KiB written to it.
+type limitedBuffer struct{ b []byte }
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	if room := 1024 - len(l.b); room > 0 {
+		l.b = append(l.b, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (l *limitedBuffer) String() string { return string(l.b) }
+
+// sweepWarm ends the warm builds a previous zeishd left (the catalog builds
+// those templates again from scratch): their VMMs, RAM files and folders.
+func (n *Node) sweepWarm(ctx context.Context) {
+	dirs, _ := filepath.Glob(filepath.Join(n.opts.DataDir, "warm", "*"))
+	for _, d := range dirs {
+		if b, err := os.ReadFile(filepath.Join(d, "vm", handleFile)); err == nil {
+			var h vmm.Handle
+			if json.Unmarshal(b, &h) == nil {
+				n.log.Warn("recover: ending an interrupted warm build", "dir", d, "pid", h.PID)
+				n.opts.Driver.Destroy(ctx, &h)
+			}
+		}
+		os.RemoveAll(d)
+	}
+}
+
+// removeImageRAM removes the RAM file of an image never recorded.
+func removeImageRAM(img *vmm.Image) {
+	if img != nil && img.MemFile != "" {
+		os.Remove(img.MemFile)
+	}
+}
+
+// warmImage returns the warm image r can start from, or "" and why not.
+func (n *Node) warmImage(r *store.SandboxRecord, tpl sandbox.Template) (*imageMeta, string) {
+	w := tpl.Warm
+	switch {
+	case w == nil:
+		return nil, ""
+	case tpl.Cold:
+		return nil, "the template is cold"
+	case r.VCPUs != w.VCPUs || r.MemoryMiB != w.MemoryMiB || r.DiskMiB != w.DiskMiB:
+		return nil, fmt.Sprintf("its size differs from the warm image's (%d vCPU, %d MiB, %d MiB disk)", w.VCPUs, w.MemoryMiB, w.DiskMiB)
+	case r.Network != nil && !r.Network.Enabled:
+		return nil, "it has no network card; the warm image has one"
+	}
+	meta, err := n.readImage(w.Image)
+	if err != nil || meta.VM == nil || meta.Disk == "" {
+		return nil, fmt.Sprintf("the warm image is unreadable: %v", err)
+	}
+	return meta, ""
+}
