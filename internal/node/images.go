@@ -24,7 +24,6 @@ import (
 const (
 	imagePrefix   = "img_"
 	imageMetaFile = "image.json"
-	layerName     = "disk.qcow2"
 )
 
 // imageMeta is what image.json records.
@@ -41,6 +40,17 @@ type imageMeta struct {
 
 func (n *Node) imagesDir() string         { return filepath.Join(n.opts.DataDir, "images") }
 func (n *Node) imageDir(id string) string { return filepath.Join(n.imagesDir(), id) }
+
+// layerPath is where image id keeps its frozen disk layer, in the driver's
+// disk format.
+func (n *Node) layerPath(id string) string {
+	return filepath.Join(n.imageDir(id), n.opts.Driver.DiskFile("disk"))
+}
+
+// diskPath is the writable overlay of generation gen of sandbox id.
+func (n *Node) diskPath(id string, gen int) string {
+	return filepath.Join(n.sandboxDir(id), n.opts.Driver.DiskFile(fmt.Sprintf("disk-%d", gen)))
+}
 
 // newImageDir makes a folder for a new image, pinned until the caller's
 // unpin: until a record points at it the folder has no image.json or no
@@ -78,7 +88,7 @@ func (n *Node) readImage(id string) (*imageMeta, error) {
 // freezeDisk moves a sandbox's writable overlay into the image as its
 // read-only layer. Only done once no VM has the overlay open.
 func (n *Node) freezeDisk(m *imageMeta, disk string, layers []string) error {
-	m.Disk = filepath.Join(n.imageDir(m.ID), layerName)
+	m.Disk = n.layerPath(m.ID)
 	m.Layers = append([]string(nil), layers...)
 	if err := os.Rename(disk, m.Disk); err != nil {
 		return fmt.Errorf("freeze disk: %w", err)
@@ -148,14 +158,13 @@ func (n *Node) gc(ctx context.Context) {
 		if err != nil {
 			n.log.Warn("gc: removing unreadable image", "image", id, "err", err)
 			os.RemoveAll(n.imageDir(id))
-			os.Remove(n.imageRAMPath(id)) // a capture that crashed before image.json
+			n.opts.Driver.DiscardImage(n.imageDir(id), nil) // a capture that crashed before image.json
 			continue
 		}
 		if m.VM != nil {
-			if m.VM.MemFile != "" {
-				os.Remove(m.VM.MemFile)
+			if err := n.opts.Driver.DiscardImage(n.imageDir(id), m.VM); err != nil {
+				n.log.Warn("gc: discard image memory", "image", id, "err", err)
 			}
-			os.Remove(m.VM.StateFile)
 			if disk[id] && (m.VM.MemFile != "" || m.VM.StateFile != "") {
 				m.VM = nil // the layer stays for the disks backed by it
 				n.writeImage(m)
