@@ -174,7 +174,7 @@ func TestRollback(t *testing.T) {
 				if c.state == sandbox.StateError && r.ErrorCode != c.code {
 					t.Errorf("error code %q (%s), want %q", r.ErrorCode, r.ErrorMessage, c.code)
 				}
-				}
+			}
 			if c.made != "" {
 				if made == "" {
 					t.Fatal("the call made no sandbox")
