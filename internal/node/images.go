@@ -16,8 +16,9 @@ import (
 
 // An image is a sandbox captured at one instant, in <data>/images/<id>/: its
 // memory and device state (vmm.Image) and, once frozen, its disk as a
-// read-only layer (disk.qcow2) that new overlays are backed by. Forks,
-// snapshots and stops make images; many sandboxes and snapshots may use one.
+// read-only layer (in the driver's format, Driver.DiskFile) that new
+// overlays are backed by. Forks, snapshots and stops make images; many
+// sandboxes and snapshots may use one.
 // Nothing counts references: gc derives them from the store and removes
 // what no sandbox or snapshot needs, so a crash can never leak or free one.
 
