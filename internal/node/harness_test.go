@@ -27,7 +27,7 @@ type harness struct {
 	t    *testing.T
 	ctx  context.Context
 	n    *Node
-	st   store.Store
+	st   *flakyStore
 	drv  *vmmfake.Driver
 	tpl  *fakeTemplates
 	opts Options
@@ -71,8 +71,8 @@ func newHarness(t *testing.T, edit ...func(*Options)) *harness {
 			t.Fatal(err)
 		}
 	}
-	h := &harness{t: t, ctx: ctx, st: st, drv: drv, tpl: &fakeTemplates{tpl: tpl}}
-	h.opts = Options{ID: "node-1", DataDir: filepath.Join(dir, "data"), Store: st, Driver: drv, Templates: h.tpl,
+	h := &harness{t: t, ctx: ctx, st: newFlakyStore(st), drv: drv, tpl: &fakeTemplates{tpl: tpl}}
+	h.opts = Options{ID: "node-1", DataDir: filepath.Join(dir, "data"), Store: h.st, Driver: drv, Templates: h.tpl,
 		ShmDir: shm, BootTimeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	for _, e := range edit {
 		e(&h.opts)

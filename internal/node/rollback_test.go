@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm/vmmfake"
@@ -150,6 +151,16 @@ func TestRollback(t *testing.T) {
 		{name: "restore/guest dies", setup: running, inject: func(h *harness) { h.armed = func(h *harness) { h.crashOnDial(anyID) } },
 			act: restore, state: sandbox.StateError, code: sandbox.ErrRestoreFailed},
 
+		{name: "create/store", inject: func(h *harness) { h.st.failNth("CreateSandboxes", 1) }, act: create, err: true},
+		{name: "fork/store", setup: running, inject: func(h *harness) { h.st.failNth("CreateSandboxes", 1) }, act: clone,
+			err: true, state: sandbox.StateRunning},
+		{name: "fork/name taken", setup: func(h *harness) string { h.create("kid", sandbox.StateRunning); return running(h) },
+			inject: func(*harness) {}, act: clone, err: true, state: sandbox.StateRunning},
+		{name: "snapshot/store", setup: running, inject: func(h *harness) { h.st.failNth("CreateSnapshot", 1) }, act: snapshot,
+			err: true, state: sandbox.StateRunning},
+		{name: "delete/snapshots", setup: func(h *harness) string { id := running(h); h.snapshot(id, "s"); return id },
+			inject: func(h *harness) { h.st.failNth("DeleteSnapshot", 1) }, act: del,
+			state: sandbox.StateError, code: sandbox.ErrDeleteFailed},
 		{name: "delete/destroy", setup: running, inject: fail(vmmfake.OpDestroy, 1), act: del,
 			state: sandbox.StateError, code: sandbox.ErrDeleteFailed},
 	}
@@ -166,7 +177,7 @@ func TestRollback(t *testing.T) {
 			if (err != nil) != c.err {
 				t.Fatalf("err = %v, want failure %v", err, c.err)
 			}
-			if c.err && !errors.Is(err, vmmfake.ErrInjected) {
+			if c.err && !errors.Is(err, vmmfake.ErrInjected) && !errors.Is(err, errdefs.ErrNameTaken) {
 				t.Errorf("the call's error does not carry its cause: %v", err)
 			}
 			if id != "" {
