@@ -224,6 +224,21 @@ const (
 	CapturePromote CapturePlan = "promote"
 )
 
+// PlanByRAM is the plan of a driver whose VMs own their RAM or map an
+// image's (Handle.MemShared): one that owns it saves its device state
+// only; one that does not is captured live while it runs, and promoted when
+// it is paused (it loses no run time to the copy and ends up as its own
+// image, which later forks reuse) or when promote asks for it.
+func PlanByRAM(h *Handle, running, promote bool) CapturePlan {
+	switch {
+	case h.MemShared:
+		return CaptureDevice
+	case running && !promote:
+		return CaptureLive
+	}
+	return CapturePromote
+}
+
 // SweepScope tells Driver.Sweep which VMs and files are this node's and
 // which of them are live.
 type SweepScope struct {

@@ -20,18 +20,10 @@ import (
 // crash between launch and handle, or inside a capture, leaves such files
 // behind: 2.9 GB were seen after a few crashes.
 
-// PlanCapture: a VM that owns its RAM saves its device state only; one
-// whose RAM is an image's is captured live while it runs, promoted when it
-// is paused (it loses no run time to the copy, and ends up as its own
-// image, which later forks reuse) or when promote asks for it.
+// PlanCapture plans by whose RAM the VM maps (vmm.PlanByRAM): QEMU
+// captures a VM that owns its RAM by its device state alone.
 func (d *Driver) PlanCapture(h *vmm.Handle, running, promote bool) vmm.CapturePlan {
-	switch {
-	case h.MemShared:
-		return vmm.CaptureDevice
-	case running && !promote:
-		return vmm.CaptureLive
-	}
-	return vmm.CapturePromote
+	return vmm.PlanByRAM(h, running, promote)
 }
 
 // DiskFile names a qcow2 file.
@@ -41,34 +33,20 @@ func (d *Driver) DiskFile(base string) string { return base + ".qcow2" }
 // the RAM file a capture into dir names (one that crashed before the
 // caller recorded the image).
 func (d *Driver) DiscardImage(dir string, img *vmm.Image) error {
-	files := []string{d.imageMemFile(dir)}
 	if img != nil {
-		files = []string{img.MemFile, img.StateFile}
+		return removeFiles(img.MemFile, img.StateFile)
 	}
-	var errs []error
-	for _, f := range files {
-		if f == "" {
-			continue
-		}
-		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return removeFiles(d.imageMemFile(dir))
 }
 
 // Forget removes every RAM file named for sandbox id: one a VM made before
 // zeishd died and before its handle was recorded has no handle to be found by.
 func (d *Driver) Forget(id string) error {
 	files, _ := filepath.Glob(filepath.Join(d.shmDir, "zeish-"+id+"-*.mem"))
-	var errs []error
 	for _, f := range files {
 		d.log.Info("destroy: removing RAM file", logKeySandbox, id, "file", f)
-		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
 	}
-	return errors.Join(errs...)
+	return removeFiles(files...)
 }
 
 // Sweep kills stray VMMs, then removes RAM files no VM maps.

@@ -626,16 +626,9 @@ func (d *Driver) SettleCapture(_ context.Context, h *vmm.Handle, dir string, swa
 	return nil
 }
 
-// PlanCapture plans as the QEMU driver does: device state for a VM that
-// owns its RAM, live for a running one that does not, else promotion.
+// PlanCapture plans as the QEMU driver does (vmm.PlanByRAM).
 func (d *Driver) PlanCapture(h *vmm.Handle, running, promote bool) vmm.CapturePlan {
-	switch {
-	case h.MemShared:
-		return vmm.CaptureDevice
-	case running && !promote:
-		return vmm.CaptureLive
-	}
-	return vmm.CapturePromote
+	return vmm.PlanByRAM(h, running, promote)
 }
 
 // DiskFile names the fake's disks *.img, so a caller that assumes qcow2
