@@ -77,6 +77,9 @@ func newHarness(t *testing.T, edit ...func(*Options)) *harness {
 	for _, e := range edit {
 		e(&h.opts)
 	}
+	if d, ok := h.opts.Driver.(*vmmfake.Driver); ok {
+		h.drv = d // an edit chose another fake
+	}
 	h.n = New(h.opts)
 	t.Cleanup(func() { h.n.Close() })
 	return h
