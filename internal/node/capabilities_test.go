@@ -37,7 +37,10 @@ func TestDriverCapabilities(t *testing.T) {
 		promo   int // Promote calls
 	}{
 		{name: "no live fork", caps: func(c *vmm.Capabilities) { c.LiveFork = false }, err: errdefs.ErrInvalidState,
-			op: func(h *harness, id string) error { _, _, err := h.n.Clone(h.ctx, id, []*store.SandboxRecord{{}}); return err }},
+			op: func(h *harness, id string) error {
+				_, _, err := h.n.Clone(h.ctx, id, []*store.SandboxRecord{{}})
+				return err
+			}},
 		{name: "no suspend", caps: func(c *vmm.Capabilities) { c.Suspend = false }, err: errdefs.ErrInvalidState,
 			op: func(h *harness, id string) error { _, err := h.n.Stop(h.ctx, id); return err }},
 		{name: "no live capture", caps: func(c *vmm.Capabilities) { c.LiveCapture = false }, promo: 1,
