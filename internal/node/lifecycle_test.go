@@ -1,7 +1,9 @@
 package node
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/zeish/zeish/errdefs"
@@ -122,4 +124,39 @@ func TestTransitions(t *testing.T) {
 			})
 		}
 	}
+}
+
+// Deleting a snapshot frees its image's memory once no VM maps it (the
+// sandbox runs on from that image until it stops); the image's disk layer
+// stays while the sandbox's disk is backed by it, and goes with the sandbox.
+func TestDeleteSnapshotFreesMemory(t *testing.T) {
+	h := newHarness(t)
+	id := h.create("box", sandbox.StateRunning).ID
+	snap := h.snapshot(id, "s")
+	m, err := h.n.readImage(snap.Image)
+	if err != nil || m.VM == nil || m.VM.MemFile == "" {
+		t.Fatalf("snapshot image: %+v %v", m, err)
+	}
+	mem := m.VM.MemFile
+	if err := h.n.DeleteSnapshot(h.ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(mem); err != nil {
+		t.Errorf("the RAM the sandbox's VM maps went with the snapshot: %v", err)
+	}
+	if _, err := h.n.Stop(h.ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	h.settle(id, sandbox.StateStopped)
+	if _, err := os.Stat(mem); !os.IsNotExist(err) {
+		t.Errorf("the deleted snapshot's RAM is kept after its last VM stopped: %v", err)
+	}
+	if m, err := h.n.readImage(snap.Image); err != nil || m.VM != nil || m.Disk == "" {
+		t.Errorf("image after the delete: %+v %v; want its layer only", m, err)
+	}
+	if err := h.n.DeleteSnapshot(h.ctx, snap.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("second delete: %v, want not_found", err)
+	}
+	h.requireConsistent()
+	h.deleteAll()
 }
