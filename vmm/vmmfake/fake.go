@@ -237,7 +237,7 @@ func validate(spec vmm.Spec) error {
 	if spec.BaseDisk != "" {
 		need = append(need, spec.BaseDisk)
 	} else {
-		need = append(need, cmp(spec.Disk, filepath.Join(spec.Dir, diskName)))
+		need = append(need, orDefault(spec.Disk, filepath.Join(spec.Dir, diskName)))
 	}
 	if spec.From != nil {
 		need = append(need, spec.From.MemFile)
@@ -259,7 +259,7 @@ func validate(spec vmm.Spec) error {
 	return nil
 }
 
-func cmp(a, b string) string {
+func orDefault(a, b string) string {
 	if a != "" {
 		return a
 	}
