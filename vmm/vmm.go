@@ -186,4 +186,69 @@ type Driver interface {
 	// (swap.Next once the disk was swapped; then swap.Frozen is kept, else
 	// both paths are removed).
 	SettleCapture(ctx context.Context, h *Handle, dir string, swap DiskSwap, run bool) error
+
+	// PlanCapture says how h's guest is captured into an image it then runs
+	// on from: running says whether the guest runs now, promote asks for
+	// CapturePromote over CaptureLive where both would do (bench compares them).
+	PlanCapture(h *Handle, running, promote bool) CapturePlan
+	// DiskFile names a disk file of the driver's format: base plus the
+	// format's extension ("disk-3" → "disk-3.qcow2").
+	DiskFile(base string) string
+	// DiscardImage removes the memory and state of an image captured into
+	// dir (img nil: a capture that never completed, whose files the driver
+	// finds by dir alone); dir itself and its disk layer are the caller's.
+	DiscardImage(dir string, img *Image) error
+	// Forget removes every file the driver keeps for sandbox id outside its
+	// VMs' Dirs (a RAM file a VM made before its handle was recorded). Call
+	// it once all the sandbox's VMs are destroyed.
+	Forget(id string) error
+	// Sweep removes what a crashed zeishd left behind: VMM processes of
+	// sandboxes that are not live (and second VMMs of live ones), then
+	// files no VM maps. Run at recovery, when no operation is in flight.
+	Sweep(ctx context.Context, s SweepScope)
+}
+
+// CapturePlan is how a VM is captured (Driver.PlanCapture).
+type CapturePlan string
+
+const (
+	// CaptureDevice: the VM owns its RAM (Handle.MemShared), so Capture
+	// saves only its device state and its RAM file becomes the image's.
+	CaptureDevice CapturePlan = "device"
+	// CaptureLive: the VM's RAM is an image's; CaptureLive copies it while
+	// the guest runs.
+	CaptureLive CapturePlan = "live"
+	// CapturePromote: the VM's RAM is an image's; Promote moves the guest
+	// into a VM owning its RAM first (the guest stopped for the copy), then
+	// CaptureDevice applies.
+	CapturePromote CapturePlan = "promote"
+)
+
+// PlanByRAM is the plan of a driver whose VMs own their RAM or map an
+// image's (Handle.MemShared): one that owns it saves its device state
+// only; one that does not is captured live while it runs, and promoted when
+// it is paused (it loses no run time to the copy and ends up as its own
+// image, which later forks reuse) or when promote asks for it.
+func PlanByRAM(h *Handle, running, promote bool) CapturePlan {
+	switch {
+	case h.MemShared:
+		return CaptureDevice
+	case running && !promote:
+		return CaptureLive
+	}
+	return CapturePromote
+}
+
+// SweepScope tells Driver.Sweep which VMs and files are this node's and
+// which of them are live.
+type SweepScope struct {
+	// Root holds the sandboxes' folders (<Root>/<sandbox id>/<VM dir>): a
+	// VMM working under it is this node's, any other is not.
+	Root string
+	// Live maps every sandbox whose VM runs to that VM's Dir.
+	Live map[string]string
+	// Handle reports whether this node knows sandbox id and the handle it
+	// keeps for it (nil: none). The files of sandboxes it does not know are
+	// another zeishd's and stay.
+	Handle func(ctx context.Context, id string) (h *Handle, known bool)
 }

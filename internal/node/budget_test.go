@@ -25,7 +25,7 @@ func budgetNode(t *testing.T, budgetMiB int) *Node {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	n := New(Options{ID: "node-1", DataDir: dir, Store: st, MemoryBudgetMiB: budgetMiB, ShmDir: dir})
+	n := New(Options{ID: "node-1", DataDir: dir, Store: st, MemoryBudgetMiB: budgetMiB, ShmDir: dir, Driver: &fakeDriver{}})
 	t.Cleanup(n.Close)
 	return n
 }

@@ -72,8 +72,8 @@ func (n *Node) captureLive(ctx context.Context, r *store.SandboxRecord, h *vmm.H
 		return nil, err
 	}
 	j := liveJournal{Image: imgID, OldDisk: h.Disk, Run: !wasPaused, Swap: vmm.DiskSwap{
-		Frozen: filepath.Join(dir, layerName),
-		Next:   filepath.Join(n.sandboxDir(r.ID), fmt.Sprintf("disk-%d.qcow2", r.Gen)),
+		Frozen: n.layerPath(imgID),
+		Next:   n.diskPath(r.ID, r.Gen),
 	}}
 	if err := n.writeJournal(r.ID, j); err != nil {
 		unpin()

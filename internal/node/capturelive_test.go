@@ -17,7 +17,7 @@ import (
 // settleDriver is a vmm.Driver whose SettleCapture reports a chosen outcome;
 // any other call panics (the embedded interface is nil).
 type settleDriver struct {
-	vmm.Driver
+	fakeDriver
 	swapped bool
 	calls   int
 }
@@ -64,7 +64,7 @@ func TestSettleCapture(t *testing.T) {
 				t.Fatal(err)
 			}
 			unpin()
-			old, next, frozen := filepath.Join(sdir, "disk-1.qcow2"), filepath.Join(sdir, "disk-2.qcow2"), filepath.Join(idir, layerName)
+			old, next, frozen := filepath.Join(sdir, "disk-1.qcow2"), filepath.Join(sdir, "disk-2.qcow2"), n.layerPath(imgID)
 			os.MkdirAll(sdir, 0o700)
 			for _, f := range []string{old, next} {
 				os.WriteFile(f, []byte("q"), 0o600)

@@ -199,7 +199,7 @@ func (n *Node) nextVM(ctx context.Context, r *store.SandboxRecord) (vmm.Spec, er
 	spec := vmm.Spec{
 		ID: r.ID, Dir: dir,
 		Kernel: r.Kernel, Initrd: r.Initrd, KernelArgs: r.KernelArgs,
-		Disk:    filepath.Join(n.sandboxDir(r.ID), fmt.Sprintf("disk-%d.qcow2", r.Gen)),
+		Disk:    n.diskPath(r.ID, r.Gen),
 		DiskMiB: r.DiskMiB, MemoryMiB: r.MemoryMiB, VCPUs: r.VCPUs, MAC: r.MAC,
 	}
 	n.nicSpec(r, &spec)

@@ -68,14 +68,17 @@ func (n *Node) captureAny(ctx context.Context, id string) (*captured, error) {
 			return &captured{image: meta}, nil
 		}
 	}
-	// A paused sandbox loses no run time to a stopped promotion, and ends
-	// up as its own image (pristine), which later forks reuse.
-	if !h.MemShared && !wasPaused && n.opts.Driver.Capabilities().LiveCapture && !n.opts.StoppedPromotion {
+	// The driver knows whose RAM a VM maps, and so how it is captured.
+	plan := n.opts.Driver.PlanCapture(h, !wasPaused, n.opts.StoppedPromotion)
+	if plan == vmm.CaptureLive && !n.opts.Driver.Capabilities().LiveCapture {
+		plan = vmm.CapturePromote
+	}
+	if plan == vmm.CaptureLive {
 		return n.captureLive(ctx, r, h, wasPaused)
 	}
 	var pause time.Duration
 	n.dropAgent(id)
-	if !h.MemShared {
+	if plan == vmm.CapturePromote {
 		spec, err := n.nextVM(ctx, r)
 		if err != nil {
 			return nil, err
@@ -112,7 +115,7 @@ func (n *Node) captureRunning(ctx context.Context, r *store.SandboxRecord, h *vm
 	}
 	defer unpin() // the continuation maps the image from the capture on
 	meta := &imageMeta{ID: imgID, SandboxID: r.ID, CreatedAt: time.Now().UTC(),
-		Disk: filepath.Join(dir, layerName), Layers: append([]string(nil), r.Layers...)}
+		Disk: n.layerPath(imgID), Layers: append([]string(nil), r.Layers...)}
 	if err := os.Link(r.Disk, meta.Disk); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("link disk into image: %w", err)
@@ -169,7 +172,7 @@ func (n *Node) captureRunning(ctx context.Context, r *store.SandboxRecord, h *vm
 // stranded handles a continuation that failed to start after the capture:
 // the sandbox becomes stopped on the image, which its next start loads.
 func (n *Node) stranded(ctx context.Context, r *store.SandboxRecord, meta *imageMeta, cause error) error {
-	r.Disk = n.sandboxDir(r.ID) + fmt.Sprintf("/disk-%d.qcow2", r.Gen+1)
+	r.Disk = n.diskPath(r.ID, r.Gen+1)
 	r.DiskBase, r.ResumeImage = meta.Disk, meta.ID
 	n.saveVM(ctx, r, nil)
 	n.transition(ctx, r.ID, notDeleted, sandbox.StateStopped, "could not resume after capture: "+cause.Error(), nil)
@@ -208,7 +211,7 @@ func (n *Node) captureStopped(ctx context.Context, r *store.SandboxRecord) (*cap
 	}
 	r.Layers = append(append([]string(nil), meta.Layers...), meta.ID)
 	r.Gen++
-	r.Disk = n.sandboxDir(r.ID) + fmt.Sprintf("/disk-%d.qcow2", r.Gen)
+	r.Disk = n.diskPath(r.ID, r.Gen)
 	r.DiskBase = meta.Disk
 	if err := n.saveVM(ctx, r, nil); err != nil {
 		return nil, err
@@ -221,6 +224,9 @@ func (n *Node) captureStopped(ctx context.Context, r *store.SandboxRecord) (*cap
 // Clone returns (the pause it reports); the children boot from the image in
 // the background, each on the parent's host.
 func (n *Node) Clone(ctx context.Context, parentID string, children []*store.SandboxRecord) (time.Duration, []*store.SandboxRecord, error) {
+	if caps := n.opts.Driver.Capabilities(); !caps.LiveFork {
+		return 0, nil, fmt.Errorf("this host's VMM (%s) cannot fork sandboxes: %w", caps.Name, errdefs.ErrInvalidState)
+	}
 	parent, err := n.opts.Store.GetSandbox(ctx, parentID)
 	if err != nil {
 		return 0, nil, err

@@ -16,15 +16,15 @@ import (
 
 // An image is a sandbox captured at one instant, in <data>/images/<id>/: its
 // memory and device state (vmm.Image) and, once frozen, its disk as a
-// read-only layer (disk.qcow2) that new overlays are backed by. Forks,
-// snapshots and stops make images; many sandboxes and snapshots may use one.
+// read-only layer (in the driver's format, Driver.DiskFile) that new
+// overlays are backed by. Forks, snapshots and stops make images; many
+// sandboxes and snapshots may use one.
 // Nothing counts references: gc derives them from the store and removes
 // what no sandbox or snapshot needs, so a crash can never leak or free one.
 
 const (
 	imagePrefix   = "img_"
 	imageMetaFile = "image.json"
-	layerName     = "disk.qcow2"
 )
 
 // imageMeta is what image.json records.
@@ -41,6 +41,17 @@ type imageMeta struct {
 
 func (n *Node) imagesDir() string         { return filepath.Join(n.opts.DataDir, "images") }
 func (n *Node) imageDir(id string) string { return filepath.Join(n.imagesDir(), id) }
+
+// layerPath is where image id keeps its frozen disk layer, in the driver's
+// disk format.
+func (n *Node) layerPath(id string) string {
+	return filepath.Join(n.imageDir(id), n.opts.Driver.DiskFile("disk"))
+}
+
+// diskPath is the writable overlay of generation gen of sandbox id.
+func (n *Node) diskPath(id string, gen int) string {
+	return filepath.Join(n.sandboxDir(id), n.opts.Driver.DiskFile(fmt.Sprintf("disk-%d", gen)))
+}
 
 // newImageDir makes a folder for a new image, pinned until the caller's
 // unpin: until a record points at it the folder has no image.json or no
@@ -78,7 +89,7 @@ func (n *Node) readImage(id string) (*imageMeta, error) {
 // freezeDisk moves a sandbox's writable overlay into the image as its
 // read-only layer. Only done once no VM has the overlay open.
 func (n *Node) freezeDisk(m *imageMeta, disk string, layers []string) error {
-	m.Disk = filepath.Join(n.imageDir(m.ID), layerName)
+	m.Disk = n.layerPath(m.ID)
 	m.Layers = append([]string(nil), layers...)
 	if err := os.Rename(disk, m.Disk); err != nil {
 		return fmt.Errorf("freeze disk: %w", err)
@@ -160,14 +171,13 @@ func (n *Node) gc(ctx context.Context) {
 		if err != nil {
 			n.log.Warn("gc: removing unreadable image", "image", id, "err", err)
 			os.RemoveAll(n.imageDir(id))
-			os.Remove(n.imageRAMPath(id)) // a capture that crashed before image.json
+			n.opts.Driver.DiscardImage(n.imageDir(id), nil) // a capture that crashed before image.json
 			continue
 		}
 		if m.VM != nil {
-			if m.VM.MemFile != "" {
-				os.Remove(m.VM.MemFile)
+			if err := n.opts.Driver.DiscardImage(n.imageDir(id), m.VM); err != nil {
+				n.log.Warn("gc: discard image memory", "image", id, "err", err)
 			}
-			os.Remove(m.VM.StateFile)
 			if disk[id] && (m.VM.MemFile != "" || m.VM.StateFile != "") {
 				m.VM = nil // the layer stays for the disks backed by it
 				n.writeImage(m)

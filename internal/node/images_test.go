@@ -25,7 +25,7 @@ func TestGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	n := New(Options{ID: "node-1", DataDir: dir, Store: st})
+	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Driver: &fakeDriver{}})
 	defer n.Close()
 
 	// mkImage makes an image with memory, state and a disk layer.
@@ -36,7 +36,7 @@ func TestGC(t *testing.T) {
 		}
 		defer unpin()
 		m := &imageMeta{ID: id, VM: &vmm.Image{Dir: idir, MemFile: filepath.Join(idir, "ram"),
-			StateFile: filepath.Join(idir, "state"), MemoryMiB: 128}, Disk: filepath.Join(idir, layerName), Layers: layers}
+			StateFile: filepath.Join(idir, "state"), MemoryMiB: 128}, Disk: n.layerPath(id), Layers: layers}
 		for _, f := range []string{m.VM.MemFile, m.VM.StateFile, m.Disk} {
 			if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
 				t.Fatal(err)
@@ -135,7 +135,7 @@ func TestGCSparesImagesInTheMaking(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	n := New(Options{ID: "node-1", DataDir: dir, Store: st})
+	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Driver: &fakeDriver{}})
 	defer n.Close()
 
 	_, idir, unpin, err := n.newImageDir()

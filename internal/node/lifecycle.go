@@ -106,6 +106,9 @@ func (n *Node) StopReason(ctx context.Context, id, reason string) (*store.Sandbo
 				n.opts.ID, free, id, cur.MemoryMiB+diskHeadroomMiB, errdefs.ErrStorageFull)
 		}
 	}
+	if caps := n.opts.Driver.Capabilities(); !caps.Suspend {
+		return nil, fmt.Errorf("this host's VMM (%s) cannot suspend sandboxes: %w", caps.Name, errdefs.ErrInvalidState)
+	}
 	r, err := n.opts.Store.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
 		if r.State != sandbox.StateRunning && r.State != sandbox.StatePaused {
 			return fmt.Errorf("sandbox %s is %s; stop needs it running or paused: %w", id, r.State, errdefs.ErrInvalidState)

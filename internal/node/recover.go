@@ -3,19 +3,13 @@ package node
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
-	"syscall"
-	"time"
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/datadir"
-	"github.com/zeish/zeish/internal/procscan"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
@@ -56,10 +50,20 @@ func (n *Node) Recover(ctx context.Context) error {
 	}
 	n.recoverNetwork(rows)
 	n.sweepDirs(ctx, live)
-	n.sweepProcesses(live, vmDirs)
 	n.sweepWarm(ctx)
+	n.opts.Driver.Sweep(ctx, vmm.SweepScope{Root: filepath.Join(n.opts.DataDir, "sandboxes"), Live: vmDirs,
+		Handle: func(ctx context.Context, id string) (*vmm.Handle, bool) {
+			r, err := n.opts.Store.GetSandbox(ctx, id)
+			if err != nil {
+				if !errdefs.Is(err, errdefs.ClassNotFound) {
+					n.log.Warn("sweep: read sandbox", logSandbox, id, "err", err)
+				}
+				return nil, false // not ours, or not known to be
+			}
+			h, _ := r.VMHandle()
+			return h, true
+		}})
 	n.gc(ctx)
-	n.sweepRAM(ctx)
 	return nil
 }
 
@@ -208,68 +212,6 @@ func (n *Node) sweepDirs(ctx context.Context, live map[string]bool) {
 		n.log.Warn("recover: removing orphaned sandbox folder", logSandbox, id)
 		os.RemoveAll(filepath.Join(root, id))
 	}
-}
-
-// sweepProcesses kills VMM processes started from this data dir for sandboxes
-// that are not live, and second VMMs of live ones (a fork's continuation or
-// a promotion's receiver, launched ahead when zeishd died): a crash can
-// leave one behind before its handle was saved.
-func (n *Node) sweepProcesses(live map[string]bool, vmDirs map[string]string) {
-	marker := filepath.Join(n.opts.DataDir, "sandboxes") + "/"
-	var killed []int
-	for _, p := range procscan.All() {
-		// Only VMMs: a user's process that merely names a sandbox path
-		// (a shell in it, a backup) is not ours to kill.
-		if !isVMM(p.Args) {
-			continue
-		}
-		id, dir := "", ""
-		for _, arg := range p.Args {
-			_, rest, ok := strings.Cut(arg, marker)
-			if !ok {
-				continue
-			}
-			sid, sub, _ := strings.Cut(rest, "/")
-			if id == "" {
-				id = sid
-			}
-			if vm, _, _ := strings.Cut(sub, "/"); sid == id && strings.HasPrefix(vm, "vm-") && dir == "" {
-				dir = filepath.Join(marker, sid, vm)
-			}
-		}
-		if id == "" {
-			continue
-		}
-		why := ""
-		switch {
-		case !live[id]:
-			why = "recover: killing orphaned VMM process"
-		case dir != "" && vmDirs[id] != "" && dir != filepath.Clean(vmDirs[id]):
-			why = "recover: killing a second VMM of a live sandbox"
-		default:
-			continue
-		}
-		n.log.Warn(why, logSandbox, id, "pid", p.PID, "dir", dir)
-		if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-			n.log.Error("kill orphan", "pid", p.PID, "err", err)
-		}
-		killed = append(killed, p.PID)
-	}
-	// Gone before the RAM sweep looks for files no process maps.
-	for deadline := time.Now().Add(10 * time.Second); len(killed) > 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		killed = slices.DeleteFunc(killed, func(pid int) bool { return procscan.Args(pid) == nil })
-	}
-}
-
-// isVMM reports whether a command line is a zeish VMM's: it names itself
-// with -name zeish-<sandbox id> (the QEMU driver's identity).
-func isVMM(args []string) bool {
-	for i := 0; i+1 < len(args); i++ {
-		if args[i] == "-name" && strings.HasPrefix(args[i+1], "zeish-"+sandbox.PrefixSandbox) {
-			return true
-		}
-	}
-	return false
 }
 
 // writeHandleFile keeps a copy of the handle beside the VM's files, so a

@@ -32,6 +32,16 @@ type fakeDriver struct {
 }
 
 func (f *fakeDriver) Capabilities() vmm.Capabilities { return vmm.Capabilities{Name: "fake"} }
+func (f *fakeDriver) DiskFile(base string) string    { return base + ".qcow2" }
+func (f *fakeDriver) DiscardImage(_ string, img *vmm.Image) error {
+	if img != nil {
+		os.Remove(img.MemFile)
+		os.Remove(img.StateFile)
+	}
+	return nil
+}
+func (f *fakeDriver) Forget(string) error                   { return nil }
+func (f *fakeDriver) Sweep(context.Context, vmm.SweepScope) {}
 func (f *fakeDriver) Alive(h *vmm.Handle) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -151,7 +161,7 @@ func TestDeleteWinsOverAFailedFork(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Driver: &fakeDriver{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	defer n.Close()
 	for _, fail := range []func(r *store.SandboxRecord) error{
 		func(r *store.SandboxRecord) error {

@@ -63,7 +63,9 @@ func (n *Node) destroy(ctx context.Context, id string) {
 		err = removeDir(n.sandboxDir(id))(ctx)
 	}
 	if err == nil {
-		n.removeRAMFiles(id)
+		if ferr := n.opts.Driver.Forget(id); ferr != nil {
+			n.log.Warn("destroy: driver files", logSandbox, id, "err", ferr)
+		}
 	}
 	if err == nil {
 		err = n.deleteSnapshotsOf(ctx, id)

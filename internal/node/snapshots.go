@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -140,7 +139,7 @@ func (n *Node) restoreStopped(ctx context.Context, id string, meta *imageMeta) e
 	}
 	old := r.Disk
 	r.Gen++
-	r.Disk = filepath.Join(n.sandboxDir(id), fmt.Sprintf("disk-%d.qcow2", r.Gen))
+	r.Disk = n.diskPath(id, r.Gen)
 	r.DiskBase, r.ResumeImage = meta.Disk, meta.ID
 	r.Layers = append(append([]string(nil), meta.Layers...), meta.ID)
 	if err := n.saveVM(ctx, r, nil); err != nil {

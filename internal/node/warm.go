@@ -69,7 +69,7 @@ func (n *Node) Warm(ctx context.Context, tpl sandbox.Template, progress func(str
 	spec := vmm.Spec{
 		ID: "warm-" + tpl.ID, Dir: filepath.Join(dir, "vm"),
 		Kernel: tpl.Kernel, Initrd: tpl.Initrd, KernelArgs: tpl.KernelArgs, BaseDisk: tpl.BaseDisk,
-		Disk:    filepath.Join(dir, "disk.qcow2"),
+		Disk:    filepath.Join(dir, n.opts.Driver.DiskFile("disk")),
 		DiskMiB: size.DiskMiB, MemoryMiB: size.MemoryMiB, VCPUs: size.VCPUs, MAC: sandbox.NewMAC(),
 	}
 	if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
@@ -121,8 +121,8 @@ func (n *Node) Warm(ctx context.Context, tpl sandbox.Template, progress func(str
 	if err != nil {
 		return nil, nil, fmt.Errorf("capture: %w", err)
 	}
-	undo.Add(func(context.Context) error { removeImageRAM(img); return nil })
-	meta := &imageMeta{ID: imgID, SandboxID: tpl.ID, VM: img, Disk: filepath.Join(imgDir, layerName), CreatedAt: time.Now().UTC()}
+	undo.Add(func(context.Context) error { return n.opts.Driver.DiscardImage(imgDir, img) })
+	meta := &imageMeta{ID: imgID, SandboxID: tpl.ID, VM: img, Disk: n.layerPath(imgID), CreatedAt: time.Now().UTC()}
 	if err := os.Rename(h.Disk, meta.Disk); err != nil {
 		return nil, nil, fmt.Errorf("keep the disk: %w", err)
 	}
@@ -191,13 +191,6 @@ func (n *Node) sweepWarm(ctx context.Context) {
 			}
 		}
 		os.RemoveAll(d)
-	}
-}
-
-// removeImageRAM removes the RAM file of an image never recorded.
-func removeImageRAM(img *vmm.Image) {
-	if img != nil && img.MemFile != "" {
-		os.Remove(img.MemFile)
 	}
 }
 

@@ -259,7 +259,7 @@ func (d *Driver) Capture(ctx context.Context, h *vmm.Handle, dir string, full bo
 		}
 	} else {
 		// The RAM file now belongs to the image.
-		img.MemFile = filepath.Join(d.shmDir, "zeish-img-"+filepath.Base(dir)+".mem")
+		img.MemFile = d.imageMemFile(dir)
 		if err := os.Rename(h.MemFile, img.MemFile); err != nil {
 			return nil, time.Time{}, fmt.Errorf("capture vm %q: keep its RAM: %w", h.Spec.ID, err)
 		}
