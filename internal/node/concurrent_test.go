@@ -174,8 +174,11 @@ func TestRestartRecovery(t *testing.T) {
 	for _, id := range []string{running, caught, kid} {
 		h.requireAgent(id)
 	}
-	if got := configs(running); got != before+1 {
-		t.Errorf("re-attached guest configured %d times, want %d (once more)", got, before+1)
+	// A running guest keeps its identity across a zeishd restart: it is
+	// re-attached, not configured again (which would also replace a session
+	// a data-plane request had already opened).
+	if got := configs(running); got != before {
+		t.Errorf("re-attached guest configured %d times, want %d (not again)", got, before)
 	}
 	if r := h.get(died); r.ErrorCode != sandbox.ErrVMExited {
 		t.Errorf("died: code %q, want %q", r.ErrorCode, sandbox.ErrVMExited)
