@@ -69,12 +69,13 @@ type Options struct {
 
 // Facade serves the E2B API.
 type Facade struct {
-	api     http.Handler
-	backend Backend
-	tpls    Templates
-	log     *slog.Logger
-	domain  string
-	procs   *processTable
+	api      http.Handler
+	backend  Backend
+	tpls     Templates
+	log      *slog.Logger
+	domain   string
+	procs    *processTable
+	watchers *watcherTable
 }
 
 // New makes a facade. Processes started through it run on when zeishd stops,
@@ -84,7 +85,7 @@ func New(opts Options) *Facade {
 		opts.Logger = slog.Default()
 	}
 	return &Facade{api: opts.API, backend: opts.Backend, tpls: opts.Templates, log: opts.Logger, domain: strings.ToLower(opts.Domain),
-		procs: newProcessTable()}
+		procs: newProcessTable(), watchers: newWatcherTable()}
 }
 
 // Routes lists the control-plane routes, as "METHOD /path".

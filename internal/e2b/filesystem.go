@@ -17,8 +17,8 @@ import (
 	pb "github.com/zeish/zeish/internal/e2b/envdpb/filesystem"
 )
 
-// The filesystem service, over the agent's file operations. Watching is not
-// served: the agent has no file-change notifications yet.
+// The filesystem service, over the agent's file operations (watching is in
+// watch.go).
 
 type filesystemService struct{ f *Facade }
 
@@ -166,22 +166,4 @@ func (s *filesystemService) Remove(ctx context.Context, req *connect.Request[pb.
 		return nil, rpcError(err)
 	}
 	return connect.NewResponse(&pb.RemoveResponse{}), nil
-}
-
-var errNoWatch = connect.NewError(connect.CodeUnimplemented, errors.New("watching directories is not supported by zeish yet"))
-
-func (s *filesystemService) WatchDir(context.Context, *connect.Request[pb.WatchDirRequest], *connect.ServerStream[pb.WatchDirResponse]) error {
-	return errNoWatch
-}
-
-func (s *filesystemService) CreateWatcher(context.Context, *connect.Request[pb.CreateWatcherRequest]) (*connect.Response[pb.CreateWatcherResponse], error) {
-	return nil, errNoWatch
-}
-
-func (s *filesystemService) GetWatcherEvents(context.Context, *connect.Request[pb.GetWatcherEventsRequest]) (*connect.Response[pb.GetWatcherEventsResponse], error) {
-	return nil, errNoWatch
-}
-
-func (s *filesystemService) RemoveWatcher(context.Context, *connect.Request[pb.RemoveWatcherRequest]) (*connect.Response[pb.RemoveWatcherResponse], error) {
-	return nil, errNoWatch
 }
