@@ -205,6 +205,9 @@ func (f *Facade) created(ctx context.Context, sb sandbox.Sandbox) (map[string]an
 		"clientID":        "zeish",
 		"envdVersion":     envdVersion,
 		"envdAccessToken": token,
+		// The same token opens the sandbox's ports (getHost) in the
+		// e2b-traffic-access-token header.
+		"trafficAccessToken": token,
 	}
 	if f.domain != "" {
 		out["domain"] = f.domain

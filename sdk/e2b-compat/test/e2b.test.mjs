@@ -3,6 +3,7 @@
 // SDK calls it proves; docs/e2b.md lists them with those that are not served.
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
+import { get as httpGet } from "node:http";
 import { after, before, describe, test } from "node:test";
 import {
   AuthenticationError,
@@ -14,7 +15,7 @@ import {
   SandboxNotFoundError,
   Template,
 } from "e2b";
-import { Harness, vmSkipReason } from "./harness.mjs";
+import { Harness, e2bDomain, vmSkipReason } from "./harness.mjs";
 
 const skip = vmSkipReason();
 const unknownID = "sbx_00000000000000000000";
@@ -288,6 +289,89 @@ describe("e2b SDK on zeish", { skip, timeout: 30 * 60_000 }, () => {
 
     await rejectsWith(sbx.commands.run("id", { user: "user" }), InvalidArgumentError, "run as a user the template lacks");
     await rejectsWith(sbx.files.read("/etc/hostname", { user: "user" }), InvalidArgumentError, "read as a user the template lacks");
-    await rejectsWith(sbx.pty.create({ cols: 80, rows: 24, onData: () => {} }), SandboxError, "PTY");
+  });
+
+  test("pty: create, sendInput, resize, output, kill; an exit code", async () => {
+    const enc = (s) => new TextEncoder().encode(s);
+    const dec = new TextDecoder();
+    let out = "";
+    const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += dec.decode(d, { stream: true }); } });
+    await sbx.pty.sendInput(term.pid, enc("stty size; tty; echo \"term=$TERM\"\n"));
+    await eventually("the terminal answers", () => /24 80/.test(out) && /term=xterm-256color/.test(out));
+    assert.match(out, /\/dev\/pts\/\d+/, "a real pseudo-terminal");
+    await sbx.pty.resize(term.pid, { cols: 132, rows: 40 });
+    await sbx.pty.sendInput(term.pid, enc("stty size\n"));
+    await eventually("the new size", () => /40 132/.test(out));
+    assert.ok((await sbx.commands.list()).some((p) => p.pid === term.pid), "commands.list shows the terminal");
+    assert.equal(await sbx.pty.kill(term.pid), true);
+    await assert.rejects(term.wait(), CommandExitError, "a killed terminal");
+    assert.equal(await sbx.pty.kill(term.pid), false, "kill of a terminal that ended");
+
+    const quitter = await sbx.pty.create({ cols: 80, rows: 24, onData: () => {} });
+    await sbx.pty.sendInput(quitter.pid, enc("exit 7\n"));
+    await assert.rejects(quitter.wait(), (err) => {
+      assert.ok(err instanceof CommandExitError, `got ${err}`);
+      assert.equal(err.exitCode, 7);
+      return true;
+    });
+  });
+
+  test("files.watchDir: create, write, remove, recursive; a missing directory", async () => {
+    await sbx.files.makeDir("/root/w/sub");
+    const seen = [];
+    const handle = await sbx.files.watchDir("/root/w", (ev) => seen.push(`${ev.type} ${ev.name}`), { recursive: true });
+    await sbx.files.write("/root/w/a.txt", "1");
+    await eventually("create", () => seen.includes("create a.txt"));
+    await sbx.files.write("/root/w/a.txt", "22");
+    await eventually("write", () => seen.includes("write a.txt"));
+    await sbx.files.write("/root/w/sub/b.txt", "b");
+    await eventually("create below", () => seen.includes("create sub/b.txt"));
+    await sbx.files.remove("/root/w/a.txt");
+    await eventually("remove", () => seen.includes("remove a.txt"));
+    await handle.stop();
+
+    const flat = [];
+    const top = await sbx.files.watchDir("/root/w", (ev) => flat.push(`${ev.type} ${ev.name}`));
+    await sbx.files.write("/root/w/sub/c.txt", "c");
+    await sbx.files.write("/root/w/d.txt", "d");
+    await eventually("create", () => flat.includes("create d.txt"));
+    assert.ok(!flat.includes("create sub/c.txt"), `not recursive: ${flat}`);
+    await top.stop();
+    await rejectsWith(sbx.files.watchDir("/root/no-such-dir", () => {}), FileNotFoundError, "watch of a missing directory");
+    await sbx.files.remove("/root/w");
+  });
+
+  test("sandbox.getHost: a server in the sandbox through zeish's port proxy", async (t) => {
+    if (!h.networked) {
+      if (process.env.CI) throw new Error("CI is set: guest ports need zeishd in its own network namespace (root)");
+      t.skip("guest ports need root (zeishd in a network namespace of the test's own)");
+      return;
+    }
+    await sbx.files.write("/root/www/index.html", "hello from the guest\n");
+    const srv = await sbx.commands.run("busybox httpd -f -p 8000 -h /root/www", { background: true });
+    const host = sbx.getHost(8000);
+    assert.equal(host, `8000-${sbx.sandboxId}.${e2bDomain}`);
+    // The name resolves to the test's zeishd (a TLS proxy with a wildcard
+    // name would stand there in production).
+    const lookup = (_name, opts, cb) => (opts?.all ? cb(null, [{ address: "127.0.0.1", family: 4 }]) : cb(null, "127.0.0.1", 4));
+    const get = (path, headers = {}) => new Promise((resolve, reject) => {
+      httpGet({ host, port: h.port, path, headers, lookup }, (res) => {
+        let body = "";
+        res.on("data", (d) => (body += d));
+        res.on("end", () => resolve({ status: res.statusCode, body }));
+      }).on("error", reject);
+    });
+    assert.ok(sbx.trafficAccessToken, "create answers a traffic token");
+    const withToken = { "e2b-traffic-access-token": sbx.trafficAccessToken };
+    const ok = await eventually("the guest's server answers", async () => {
+      const r = await get("/index.html", withToken);
+      return r.status === 200 && r;
+    });
+    assert.equal(ok.body, "hello from the guest\n");
+    assert.equal((await get("/index.html")).status, 401, "a private port needs the token");
+    assert.equal((await get("/index.html", { "e2b-traffic-access-token": "nope" })).status, 401, "a bad token");
+    assert.equal((await h.zeish("POST", `/sandboxes/${sbx.sandboxId}/ports`, { port: 8000, public: true })).status, 200);
+    assert.equal((await get("/index.html")).status, 200, "a public port needs none");
+    assert.equal(await sbx.commands.kill(srv.pid), true);
   });
 });
