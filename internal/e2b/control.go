@@ -312,6 +312,7 @@ func (f *Facade) kill(w http.ResponseWriter, r *http.Request) {
 	sb, err := f.lookup(r.Context(), r.PathValue("id"))
 	if err == nil {
 		err = f.call(r.Context(), http.MethodDelete, "/sandboxes/"+sb.ID+"?wait=true", nil, nil)
+		f.defaults.forget(sb.ID)
 	}
 	if err != nil {
 		fail(w, err)

@@ -79,6 +79,7 @@ type Facade struct {
 	domain   string
 	procs    *processTable
 	watchers *watcherTable
+	defaults defaultUsers
 }
 
 // New makes a facade. Processes started through it run on when zeishd stops,

@@ -205,10 +205,11 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 			return rpcError(err)
 		}
 	}
-	home, err := rpcUser(req.Header())
+	a, err := s.f.rpcAccount(ctx, req.Header())
 	if err != nil {
 		return rpcError(err)
 	}
+	home := a.home
 	t := targetFrom(ctx)
 	cwd := home
 	if cfg.Cwd != nil {
@@ -238,7 +239,7 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 	if req.Msg.Pty != nil {
 		// A PTY process is a guest terminal: output comes as pty data,
 		// input goes to the terminal, Update resizes it.
-		term, err := t.agent.Terminal(pctx, guest.TermRequest{Argv: argv, Env: env, Cwd: cwd, Size: size}, output{p: p, pty: true})
+		term, err := t.agent.Terminal(pctx, guest.TermRequest{Argv: argv, Env: env, Cwd: cwd, User: a.name, Size: size}, output{p: p, pty: true})
 		if err != nil {
 			cancel()
 			return rpcError(err)
@@ -256,7 +257,7 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 	}
 	s.f.procs.add(t.id, p)
 	sub := p.subscribe()
-	go s.run(pctx, t, p, guest.ExecRequest{Argv: argv, Env: env, Cwd: cwd}, stdin)
+	go s.run(pctx, t, p, guest.ExecRequest{Argv: argv, Env: env, Cwd: cwd, User: a.name}, stdin)
 	return s.stream(ctx, p, sub, stream)
 }
 

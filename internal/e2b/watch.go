@@ -151,7 +151,7 @@ func (w *watch) poll(ctx context.Context) ([]*pb.FilesystemEvent, error) {
 }
 
 func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[pb.WatchDirRequest], stream *connect.ServerStream[pb.WatchDirResponse]) error {
-	p, err := rpcPath(req.Header(), req.Msg.GetPath())
+	p, err := s.rpcPath(ctx, req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return rpcError(err)
 	}
@@ -295,7 +295,7 @@ func (wr *watcher) run(ctx context.Context, w *watch, id string, t *watcherTable
 }
 
 func (s *filesystemService) CreateWatcher(ctx context.Context, req *connect.Request[pb.CreateWatcherRequest]) (*connect.Response[pb.CreateWatcherResponse], error) {
-	p, err := rpcPath(req.Header(), req.Msg.GetPath())
+	p, err := s.rpcPath(ctx, req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, rpcError(err)
 	}

@@ -374,4 +374,31 @@ describe("e2b SDK on zeish", { skip, timeout: 30 * 60_000 }, () => {
     assert.equal((await get("/index.html")).status, 200, "a public port needs none");
     assert.equal(await sbx.commands.kill(srv.pid), true);
   });
+
+  test("debian template: commands, PTY and files act as E2B's `user` by default (home, ownership); root when asked", async () => {
+    const d = await Sandbox.create("debian", o({ timeoutMs: 600_000 }));
+    try {
+      const who = await d.commands.run("id -un; pwd; echo $HOME; echo $0");
+      assert.equal(who.stdout, "user\n/home/user\n/home/user\n/bin/bash\n");
+      assert.equal((await d.commands.run("id -un; pwd", { user: "root" })).stdout, "root\n/root\n");
+
+      await d.files.write("notes/a.txt", "mine");
+      assert.equal(await d.files.read("/home/user/notes/a.txt"), "mine", "relative paths are under the user's home");
+      assert.equal(await d.files.makeDir("made/deep"), true);
+      await d.files.rename("notes/a.txt", "made/deep/b.txt");
+      await d.files.write("/root/by-root.txt", "r", { user: "root" });
+      const owners = await d.commands.run("stat -c '%U %n' notes made made/deep made/deep/b.txt /root/by-root.txt", { user: "root", cwd: "/home/user" });
+      assert.equal(owners.stdout, "user notes\nuser made\nuser made/deep\nuser made/deep/b.txt\nroot /root/by-root.txt\n");
+      await rejectsWith(d.files.makeDir("/root/not-mine"), SandboxError, "makeDir where the user may not");
+      await rejectsWith(d.commands.run("id", { user: "nobody-here" }), InvalidArgumentError, "a user the sandbox lacks");
+
+      let out = "";
+      const term = await d.pty.create({ cols: 80, rows: 24, onData: (b) => (out += new TextDecoder().decode(b)) });
+      await d.pty.sendInput(term.pid, new TextEncoder().encode("echo \"I am $(id -un) in $PWD\"\n"));
+      await eventually("the terminal answers", () => out.includes("I am user in /home/user"));
+      assert.equal(await d.pty.kill(term.pid), true);
+    } finally {
+      assert.equal(await d.kill(), true);
+    }
+  });
 });

@@ -122,6 +122,9 @@ export class Harness {
       ZEISH_TEMPLATE_CACHE: join(process.env.ZEISH_TEST_CACHE || "/var/tmp/zeish-test-cache", "templates"),
       ZEISH_LOG_LEVEL: "debug",
       ZEISH_E2B_DOMAIN: e2bDomain,
+      // The debian template (bash, E2B's `user`) from the cache the Go
+      // tests fill (e2e TestDebianTemplate); zeishd cannot build it here.
+      ZEISH_DEBIAN_TEMPLATE: "on",
     };
     if (process.geteuid() === 0) {
       h.lab = makeLab();
