@@ -311,3 +311,31 @@ func TestTemplateAlias(t *testing.T) {
 		}
 	}
 }
+
+// E2B's snapshot calls are refused or find nothing, never pretend.
+func TestSnapshots(t *testing.T) {
+	f := testFacade()
+	f.backend = &fakeBackend{}
+	for _, tc := range []struct {
+		method, target, key string
+		status              int
+	}{
+		{"POST", "/e2b/sandboxes/sbx_a/snapshots", "good", http.StatusNotImplemented},
+		{"POST", "/e2b/sandboxes/sbx_zz/snapshots", "good", http.StatusNotFound},
+		{"POST", "/e2b/sandboxes/sbx_a/snapshots", "bad", http.StatusUnauthorized},
+		{"GET", "/e2b/snapshots", "good", http.StatusOK},
+		{"GET", "/e2b/snapshots?sandboxID=sbx_a", "good", http.StatusOK},
+		{"GET", "/e2b/snapshots?sandboxID=sbx_zz", "good", http.StatusNotFound},
+		{"GET", "/e2b/snapshots", "bad", http.StatusUnauthorized},
+		{"DELETE", "/e2b/templates/snap_1", "good", http.StatusNotFound},
+		{"DELETE", "/e2b/templates/snap_1", "bad", http.StatusUnauthorized},
+	} {
+		w := serve(f, tc.method, tc.target, tc.key)
+		if w.Code != tc.status {
+			t.Errorf("%s %s (%s): %d %s, want %d", tc.method, tc.target, tc.key, w.Code, w.Body, tc.status)
+		}
+		if tc.status == http.StatusOK && strings.TrimSpace(w.Body.String()) != "[]" {
+			t.Errorf("%s %s: %s, want []", tc.method, tc.target, w.Body)
+		}
+	}
+}

@@ -123,6 +123,9 @@ func (f *Facade) routes() []route {
 		{"POST " + p + "/v2/sandboxes/{id}/connect", f.withKey(f.connect)},
 		{"POST " + p + "/sandboxes/{id}/fork", f.withKey(f.fork)},
 		{"GET " + p + "/templates/aliases/{alias}", f.withKey(f.templateAlias)},
+		{"POST " + p + "/sandboxes/{id}/snapshots", f.withKey(f.createSnapshot)},
+		{"GET " + p + "/snapshots", f.withKey(f.listSnapshots)},
+		{"DELETE " + p + "/templates/{id}", f.withKey(f.deleteTemplate)},
 	}
 }
 

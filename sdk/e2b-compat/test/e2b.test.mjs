@@ -182,7 +182,7 @@ describe("e2b SDK on zeish", { skip, timeout: 30 * 60_000 }, () => {
     await sbx.files.write("/root/kept.txt", "before pause");
     const sleeper = await sbx.commands.run("sleep 600", { background: true });
     assert.equal(await sbx.pause(), true);
-    assert.equal(await sbx.pause(), false, "already paused");
+    assert.equal(await sbx.betaPause(), false, "already paused (betaPause is pause)");
     assert.equal((await sbx.getInfo()).state, "paused");
     assert.equal(await sbx.isRunning(), false);
     const back = await Sandbox.connect(sbx.sandboxId, o());
@@ -270,7 +270,7 @@ describe("e2b SDK on zeish", { skip, timeout: 30 * 60_000 }, () => {
     assert.equal((await call("POST", "/sandboxes/x/timeout", { timeout: 0 })).status, 400);
   });
 
-  test("errors: unknown sandbox, bad key, wrong template (and Template.exists), other users, PTY", async () => {
+  test("errors: unknown sandbox, bad key, wrong template (and Template.exists), other users", async () => {
     await rejectsWith(Sandbox.getInfo(unknownID, o()), SandboxNotFoundError, "getInfo");
     await rejectsWith(Sandbox.connect(unknownID, o()), SandboxNotFoundError, "connect");
     await rejectsWith(Sandbox.setTimeout(unknownID, 60_000, o()), SandboxNotFoundError, "setTimeout");
@@ -289,6 +289,19 @@ describe("e2b SDK on zeish", { skip, timeout: 30 * 60_000 }, () => {
 
     await rejectsWith(sbx.commands.run("id", { user: "user" }), InvalidArgumentError, "run as a user the template lacks");
     await rejectsWith(sbx.files.read("/etc/hostname", { user: "user" }), InvalidArgumentError, "read as a user the template lacks");
+  });
+
+  test("snapshots: createSnapshot refused (SandboxError, 501), none listed, deleteSnapshot false", async () => {
+    await assert.rejects(sbx.createSnapshot(), (err) => {
+      assert.ok(err instanceof SandboxError && !(err instanceof SandboxNotFoundError), `got ${err?.constructor?.name}`);
+      assert.match(err.message, /^501: .*fork/);
+      return true;
+    });
+    await rejectsWith(Sandbox.createSnapshot(unknownID, o()), SandboxNotFoundError, "createSnapshot of an unknown sandbox");
+    assert.deepEqual(await Sandbox.listSnapshots(o()).nextItems(), []);
+    assert.deepEqual(await Sandbox.listSnapshots(o({ sandboxId: sbx.sandboxId })).nextItems(), []);
+    assert.equal(await Sandbox.deleteSnapshot("snap_00000000000000000000", o()), false);
+    await rejectsWith(Sandbox.listSnapshots(o({ apiKey: "zk_not-a-key" })).nextItems(), AuthenticationError, "listSnapshots with a bad key");
   });
 
   test("pty: create, sendInput, resize, output, kill; an exit code", async () => {
