@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,13 +19,92 @@ import (
 	pb "github.com/zeish/zeish/internal/e2b/envdpb/filesystem"
 )
 
-// Watching a directory. zeish's guest agent has no file-change
-// notifications, so the facade polls: every watchInterval it lists the
-// directory (and, when recursive, the directories below it) through the
-// agent and reports what differs from the last listing. The cost of that
-// choice: a change is seen up to one interval late, changes within one
-// interval merge (a file made and removed in between is never seen), and a
-// rename shows as a remove of the old name and a create of the new one.
+// Watching a directory. The guest agent reports changes as they happen
+// (inotify in sandboxd: guest.Client.WatchDir). An agent too old for that
+// (a template built before it) is polled instead: every watchInterval the
+// facade lists the directory (and, when recursive, the directories below
+// it) through the agent and reports what differs from the last listing. The
+// cost of polling: a change is seen up to one interval late, changes within
+// one interval merge (a file made and removed in between is never seen),
+// and a rename shows as a remove of the old name and a create of the new.
+
+// changes is where a watch's events come from. next waits for the next
+// batch, at most about keepAlive (then an empty one); an error ends the watch.
+type changes interface {
+	next(ctx context.Context) ([]*pb.FilesystemEvent, error)
+	close()
+}
+
+// openWatch watches root through the agent, polling when it cannot watch.
+// ctx bounds the watch's life.
+func openWatch(ctx context.Context, agent *guest.Client, root string, recursive, includeEntry bool) (changes, error) {
+	fi, err := agent.Stat(ctx, root)
+	if err == nil && !fi.IsDir {
+		err = fmt.Errorf("%s is not a directory: %w", root, errdefs.ErrInvalidArgument)
+	}
+	if err != nil {
+		return nil, err
+	}
+	dw, err := agent.WatchDir(ctx, root, recursive)
+	switch {
+	case err == nil:
+		return &notified{dw: dw, agent: agent, root: root, includeEntry: includeEntry}, nil
+	case errors.Is(err, errdefs.ErrInvalidArgument) && strings.Contains(err.Error(), "unknown operation"):
+		return startWatch(ctx, agent, root, recursive, includeEntry)
+	}
+	return nil, err
+}
+
+// notified is a watch the guest reports on.
+type notified struct {
+	dw           *guest.DirWatch
+	agent        *guest.Client
+	root         string
+	includeEntry bool
+}
+
+var watchOps = map[string]pb.EventType{
+	guest.WatchCreate: pb.EventType_EVENT_TYPE_CREATE,
+	guest.WatchWrite:  pb.EventType_EVENT_TYPE_WRITE,
+	guest.WatchRemove: pb.EventType_EVENT_TYPE_REMOVE,
+	guest.WatchRename: pb.EventType_EVENT_TYPE_RENAME,
+	guest.WatchChmod:  pb.EventType_EVENT_TYPE_CHMOD,
+}
+
+func (n *notified) next(ctx context.Context) ([]*pb.FilesystemEvent, error) {
+	var batch []guest.WatchEvent
+	select {
+	case b, ok := <-n.dw.Events():
+		if !ok {
+			if err := n.dw.Err(); err != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("watch of %s ended: %w", n.root, errdefs.ErrUnavailable)
+		}
+		batch = b
+	case <-time.After(keepAlive):
+		return nil, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	out := make([]*pb.FilesystemEvent, 0, len(batch))
+	for _, ev := range batch {
+		t, ok := watchOps[ev.Op]
+		if !ok {
+			continue
+		}
+		fe := &pb.FilesystemEvent{Name: ev.Name, Type: t}
+		if n.includeEntry && t != pb.EventType_EVENT_TYPE_REMOVE && t != pb.EventType_EVENT_TYPE_RENAME {
+			if fi, err := n.agent.Stat(ctx, path.Join(n.root, ev.Name)); err == nil {
+				fe.Entry = entry(fi)
+			}
+		}
+		out = append(out, fe)
+	}
+	return out, nil
+}
+
+func (n *notified) close() { n.dw.Close() }
 
 // watchInterval is how often a watched directory is listed again.
 const watchInterval = 500 * time.Millisecond
@@ -133,6 +213,18 @@ func startWatch(ctx context.Context, agent *guest.Client, root string, recursive
 	return w, nil
 }
 
+// next waits one interval and polls.
+func (w *watch) next(ctx context.Context) ([]*pb.FilesystemEvent, error) {
+	select {
+	case <-time.After(watchInterval):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return w.poll(ctx)
+}
+
+func (w *watch) close() {}
+
 // poll lists the directory again and returns what changed. The watched
 // directory itself gone ends the watch (errdefs.ErrFileNotFound).
 func (w *watch) poll(ctx context.Context) ([]*pb.FilesystemEvent, error) {
@@ -155,27 +247,21 @@ func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[p
 	if err != nil {
 		return rpcError(err)
 	}
-	w, err := startWatch(ctx, targetFrom(ctx).agent, p, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry())
+	src, err := openWatch(ctx, targetFrom(ctx).agent, p, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry())
 	if err != nil {
 		return rpcError(err)
 	}
+	defer src.close()
 	if err := stream.Send(&pb.WatchDirResponse{Event: &pb.WatchDirResponse_Start{Start: &pb.WatchDirResponse_StartEvent{}}}); err != nil {
 		return err
 	}
-	tick := time.NewTicker(watchInterval)
-	defer tick.Stop()
 	lastSent := time.Now()
 	for {
-		select {
-		case <-ctx.Done():
+		evs, err := src.next(ctx)
+		if ctx.Err() != nil {
 			return nil
-		case <-tick.C:
 		}
-		evs, err := w.poll(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
 			return rpcError(err)
 		}
 		for _, ev := range evs {
@@ -258,18 +344,12 @@ func (t *watcherTable) remove(id string) {
 	}
 }
 
-// run polls until cancelled or idle for watcherIdle. A failed poll stops
-// the polling; the watcher stays, to tell the client why, until it is idle.
-func (wr *watcher) run(ctx context.Context, w *watch, id string, t *watcherTable) {
+// run collects events until cancelled or idle for watcherIdle. A failed
+// watch stops; the watcher stays, to tell the client why, until it is idle.
+func (wr *watcher) run(ctx context.Context, src changes, id string, t *watcherTable) {
 	defer t.remove(id)
-	tick := time.NewTicker(watchInterval)
-	defer tick.Stop()
+	defer src.close()
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
 		wr.mu.Lock()
 		idle, failed := time.Since(wr.used) > watcherIdle, wr.err != nil
 		wr.mu.Unlock()
@@ -277,14 +357,21 @@ func (wr *watcher) run(ctx context.Context, w *watch, id string, t *watcherTable
 			return
 		}
 		if failed {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(watchInterval):
+			}
 			continue
 		}
-		evs, err := w.poll(ctx)
+		evs, err := src.next(ctx)
+		if ctx.Err() != nil {
+			return
+		}
 		wr.mu.Lock()
-		switch {
-		case err != nil && ctx.Err() == nil:
+		if err != nil {
 			wr.err = err
-		case err == nil:
+		} else {
 			wr.events = append(wr.events, evs...)
 			if len(wr.events) > maxWatcherEvents {
 				wr.events = wr.events[len(wr.events)-maxWatcherEvents:]
@@ -300,18 +387,21 @@ func (s *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 		return nil, rpcError(err)
 	}
 	t := targetFrom(ctx)
-	w, err := startWatch(ctx, t.agent, p, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry())
+	// The watch outlives this call: its context is the facade's.
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	src, err := openWatch(wctx, t.agent, p, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry())
 	if err != nil {
+		cancel()
 		return nil, rpcError(err)
 	}
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	wr := &watcher{sandbox: t.id, cancel: cancel, used: time.Now()}
 	id, err := s.f.watchers.add(t.id, wr)
 	if err != nil {
+		src.close()
 		cancel()
 		return nil, err
 	}
-	go wr.run(wctx, w, id, s.f.watchers)
+	go wr.run(wctx, src, id, s.f.watchers)
 	return connect.NewResponse(&pb.CreateWatcherResponse{WatcherId: id}), nil
 }
 

@@ -329,7 +329,7 @@ describe("e2b SDK on zeish", { skip, timeout: 30 * 60_000 }, () => {
     });
   });
 
-  test("files.watchDir: create, write, remove, recursive; a missing directory", async () => {
+  test("files.watchDir (inotify in the guest): create, write, remove, rename, chmod, recursive; a missing directory", async () => {
     await sbx.files.makeDir("/root/w/sub");
     const seen = [];
     const handle = await sbx.files.watchDir("/root/w", (ev) => seen.push(`${ev.type} ${ev.name}`), { recursive: true });
@@ -348,7 +348,12 @@ describe("e2b SDK on zeish", { skip, timeout: 30 * 60_000 }, () => {
     await sbx.files.write("/root/w/sub/c.txt", "c");
     await sbx.files.write("/root/w/d.txt", "d");
     await eventually("create", () => flat.includes("create d.txt"));
+    await sbx.files.rename("/root/w/d.txt", "/root/w/e.txt");
+    await eventually("rename", () => flat.includes("rename d.txt") && flat.includes("create e.txt"));
+    await sbx.commands.run("chmod 600 /root/w/e.txt");
+    await eventually("chmod", () => flat.includes("chmod e.txt"));
     assert.ok(!flat.includes("create sub/c.txt"), `not recursive: ${flat}`);
+    assert.ok(!flat.some((e) => e.includes(".zeish-")), `the agent's temp files: ${flat}`);
     await top.stop();
     await rejectsWith(sbx.files.watchDir("/root/no-such-dir", () => {}), FileNotFoundError, "watch of a missing directory");
     await sbx.files.remove("/root/w");
