@@ -304,7 +304,7 @@ describe("e2b SDK on zeish", { skip, timeout: 30 * 60_000 }, () => {
     await rejectsWith(Sandbox.listSnapshots(o({ apiKey: "zk_not-a-key" })).nextItems(), AuthenticationError, "listSnapshots with a bad key");
   });
 
-  test("pty: create, sendInput, resize, output, kill; an exit code", async () => {
+  test("pty: create, sendInput, resize, output, disconnect and connect, kill; an exit code", async () => {
     const enc = (s) => new TextEncoder().encode(s);
     const dec = new TextDecoder();
     let out = "";
@@ -316,6 +316,13 @@ describe("e2b SDK on zeish", { skip, timeout: 30 * 60_000 }, () => {
     await sbx.pty.sendInput(term.pid, enc("stty size\n"));
     await eventually("the new size", () => /40 132/.test(out));
     assert.ok((await sbx.commands.list()).some((p) => p.pid === term.pid), "commands.list shows the terminal");
+    // The stream drops; the shell carries on and is attached again.
+    await term.disconnect();
+    let again = "";
+    const back = await sbx.pty.connect(term.pid, { onData: (d) => { again += dec.decode(d, { stream: true }); } });
+    await sbx.pty.sendInput(term.pid, enc("echo still-$((6*7))\n"));
+    await eventually("the re-attached terminal answers", () => again.includes("still-42"));
+    assert.equal(back.pid, term.pid);
     assert.equal(await sbx.pty.kill(term.pid), true);
     await assert.rejects(term.wait(), CommandExitError, "a killed terminal");
     assert.equal(await sbx.pty.kill(term.pid), false, "kill of a terminal that ended");
