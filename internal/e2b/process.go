@@ -238,15 +238,17 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 	p := &proc{tag: req.Msg.GetTag(), config: cfg, cancel: cancel, agent: t.agent, subs: map[*subscriber]struct{}{}, done: make(chan struct{})}
 	if req.Msg.Pty != nil {
 		// A PTY process is a guest terminal: output comes as pty data,
-		// input goes to the terminal, Update resizes it.
+		// input goes to the terminal, Update resizes it. The stream
+		// subscribes first, so the shell's first prompt is not lost.
+		sub := p.subscribe()
 		term, err := t.agent.Terminal(pctx, guest.TermRequest{Argv: argv, Env: env, Cwd: cwd, User: a.name, Size: size}, output{p: p, pty: true})
 		if err != nil {
+			p.unsubscribe(sub)
 			cancel()
 			return rpcError(err)
 		}
 		p.term = term
 		s.f.procs.add(t.id, p)
-		sub := p.subscribe()
 		go s.runTerminal(t, p)
 		return s.stream(ctx, p, sub, stream)
 	}

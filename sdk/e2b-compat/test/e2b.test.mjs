@@ -324,7 +324,7 @@ describe("e2b SDK on zeish", { skip, timeout: 30 * 60_000 }, () => {
     await eventually("the re-attached terminal answers", () => again.includes("still-42"));
     assert.equal(back.pid, term.pid);
     assert.equal(await sbx.pty.kill(term.pid), true);
-    await assert.rejects(term.wait(), CommandExitError, "a killed terminal");
+    await assert.rejects(back.wait(), CommandExitError, "a killed terminal");
     assert.equal(await sbx.pty.kill(term.pid), false, "kill of a terminal that ended");
 
     const quitter = await sbx.pty.create({ cols: 80, rows: 24, onData: () => {} });
