@@ -366,6 +366,37 @@ describe("e2b SDK on zeish", { skip, timeout: 30 * 60_000 }, () => {
     await sbx.files.remove("/root/w");
   });
 
+  test("watchers, the polling form of watchDir Python's sync SDK uses (raw Connect): CreateWatcher, GetWatcherEvents, RemoveWatcher", async () => {
+    const rpc = async (method, body) => {
+      const res = await fetch(`${h.base}/e2b/envd/filesystem.Filesystem/${method}`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json", "E2b-Sandbox-Id": sbx.sandboxId, "X-Access-Token": sbx.envdAccessToken },
+        body: JSON.stringify(body),
+      });
+      return { status: res.status, body: await res.json() };
+    };
+    await sbx.files.makeDir("/root/cw");
+    const made = await rpc("CreateWatcher", { path: "/root/cw" });
+    assert.equal(made.status, 200, JSON.stringify(made.body));
+    const id = made.body.watcherId;
+    assert.ok(id);
+    await sbx.files.write("/root/cw/one", "1");
+    await sbx.files.remove("/root/cw/one");
+    const seen = [];
+    await eventually("the watcher's events", async () => {
+      const got = await rpc("GetWatcherEvents", { watcherId: id });
+      assert.equal(got.status, 200, JSON.stringify(got.body));
+      for (const ev of got.body.events ?? []) seen.push(`${ev.type} ${ev.name}`);
+      return seen.includes("EVENT_TYPE_REMOVE one");
+    });
+    assert.ok(seen.includes("EVENT_TYPE_CREATE one"), `${seen}`);
+    assert.equal((await rpc("RemoveWatcher", { watcherId: id })).status, 200);
+    const gone = await rpc("GetWatcherEvents", { watcherId: id });
+    assert.equal(gone.body.code, "not_found", JSON.stringify(gone.body));
+    assert.equal((await rpc("CreateWatcher", { path: "/root/no-such-dir" })).body.code, "not_found");
+    await sbx.files.remove("/root/cw");
+  });
+
   test("sandbox.getHost: a server in the sandbox through zeish's port proxy", async (t) => {
     if (!h.networked) {
       if (process.env.CI) throw new Error("CI is set: guest ports need zeishd in its own network namespace (root)");
