@@ -123,7 +123,8 @@ export class Harness {
       ZEISH_LOG_LEVEL: "debug",
       ZEISH_E2B_DOMAIN: e2bDomain,
       // The debian template (bash, E2B's `user`) from the cache the Go
-      // tests fill (e2e TestDebianTemplate); zeishd cannot build it here.
+      // tests fill (`make test-e2b` runs template TestBuildDebian first);
+      // zeishd cannot build it in its namespace.
       ZEISH_DEBIAN_TEMPLATE: "on",
     };
     if (process.geteuid() === 0) {
