@@ -286,7 +286,7 @@ func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[p
 const (
 	watcherIdle      = 5 * time.Minute
 	maxWatcherEvents = 10000
-	maxWatchers      = 64 // per sandbox
+	maxWatchers      = 16 // per sandbox: each holds one of the agent's streams
 )
 
 type watcher struct {
