@@ -51,7 +51,10 @@ test-browser: build
 	cd internal/console/web && npm test
 
 # The unmodified npm `e2b` SDK against a real zeishd (bin/) and real VMs.
+# The debian template goes into the shared test cache first (a cache hit once
+# built): the suite's zeishd runs in a network namespace and cannot build it.
 test-e2b: build
+	$(GO) test -count=1 -run '^TestBuildDebian$$' ./template
 	cd sdk/e2b-compat && npm ci --no-audit --no-fund && npm test
 
 # Go code for our envd-compatible .proto files (internal/e2b/proto): protoc

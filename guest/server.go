@@ -167,6 +167,9 @@ func (s *Server) handle(st *yamux.Stream) {
 		return
 	case opTerms:
 		res = s.terminals()
+	case opWatch:
+		s.watchDir(st, r, w, req.Path, req.Recursive)
+		return
 	case opReadFile:
 		s.readFile(st, r, w, req.Path)
 		return

@@ -52,6 +52,7 @@ const (
 	opTerm      = "term"
 	opAttach    = "term_attach"
 	opTerms     = "term_list"
+	opWatch     = "watch"
 )
 
 // request is the header line of a stream.

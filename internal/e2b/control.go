@@ -205,6 +205,9 @@ func (f *Facade) created(ctx context.Context, sb sandbox.Sandbox) (map[string]an
 		"clientID":        "zeish",
 		"envdVersion":     envdVersion,
 		"envdAccessToken": token,
+		// The same token opens the sandbox's ports (getHost) in the
+		// e2b-traffic-access-token header.
+		"trafficAccessToken": token,
 	}
 	if f.domain != "" {
 		out["domain"] = f.domain
@@ -309,6 +312,7 @@ func (f *Facade) kill(w http.ResponseWriter, r *http.Request) {
 	sb, err := f.lookup(r.Context(), r.PathValue("id"))
 	if err == nil {
 		err = f.call(r.Context(), http.MethodDelete, "/sandboxes/"+sb.ID+"?wait=true", nil, nil)
+		f.defaults.forget(sb.ID)
 	}
 	if err != nil {
 		fail(w, err)

@@ -163,22 +163,27 @@ func TestDetail(t *testing.T) {
 func TestHostRoute(t *testing.T) {
 	f := New(Options{Domain: "Example.Test"})
 	for host, want := range map[string]string{
-		"api.example.test":                "api",
-		"API.example.test:443":            "api",
-		"49983-sbx_abc.example.test":      "sbx_abc",
-		"49983-sbx_abc.example.test:8080": "sbx_abc",
-		"3000-sbx_abc.example.test":       "",
-		"49983-.example.test":             "",
-		"49983-a.b.example.test":          "",
-		"example.test":                    "",
-		"api.example.test.evil":           "",
-		"127.0.0.1:7420":                  "",
+		"api.example.test":                "api ",
+		"API.example.test:443":            "api ",
+		"49983-sbx_abc.example.test":      "sbx_abc 49983",
+		"49983-sbx_abc.example.test:8080": "sbx_abc 49983",
+		"3000-sbx_abc.example.test":       "sbx_abc 3000",
+		"3000-sbx-abc.example.test":       "sbx_abc 3000",
+		"0-sbx_abc.example.test":          " ",
+		"65536-sbx_abc.example.test":      " ",
+		"03000-sbx_abc.example.test":      " ",
+		"x-sbx_abc.example.test":          " ",
+		"49983-.example.test":             " ",
+		"49983-a.b.example.test":          " ",
+		"example.test":                    " ",
+		"api.example.test.evil":           " ",
+		"127.0.0.1:7420":                  " ",
 	} {
-		if got := f.hostRoute(host); got != want {
-			t.Errorf("%s: %q, want %q", host, got, want)
+		if id, port := f.hostRoute(host); id+" "+port != want {
+			t.Errorf("%s: %q %q, want %q", host, id, port, want)
 		}
 	}
-	if got := New(Options{}).hostRoute("api.example.test"); got != "" {
+	if got, _ := New(Options{}).hostRoute("api.example.test"); got != "" {
 		t.Errorf("no domain: %q", got)
 	}
 }
@@ -206,6 +211,29 @@ func TestMount(t *testing.T) {
 		if w.Code != tc.status {
 			t.Errorf("%s%s: %d, want %d", tc.host, tc.path, w.Code, tc.status)
 		}
+	}
+}
+
+// A sandbox's host name for another port than envd's reaches zeish's port
+// proxy, E2B's traffic token as the bearer token.
+func TestMountPorts(t *testing.T) {
+	f := testFacade()
+	f.domain = "example.test"
+	var got *http.Request
+	h := f.Mount(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got = r }))
+	req := httptest.NewRequest("POST", "/a/b?c=d", nil)
+	req.Host = "3000-sbx_abc.example.test"
+	req.Header.Set("E2b-Traffic-Access-Token", "tok")
+	h.ServeHTTP(httptest.NewRecorder(), req)
+	if got == nil || got.URL.Path != "/data/v1/sandboxes/sbx_abc/ports/3000/a/b" || got.URL.RawQuery != "c=d" ||
+		got.Header.Get("Authorization") != "Bearer tok" || got.Header.Get("E2b-Traffic-Access-Token") != "" || got.Method != "POST" {
+		t.Fatalf("port request: %+v", got)
+	}
+	req = httptest.NewRequest("GET", "/", nil)
+	req.Host = "8080-sbx-abc.example.test"
+	h.ServeHTTP(httptest.NewRecorder(), req)
+	if got.URL.Path != "/data/v1/sandboxes/sbx_abc/ports/8080/" || got.Header.Get("Authorization") != "" {
+		t.Fatalf("port request without a token: %+v", got)
 	}
 }
 
@@ -280,6 +308,34 @@ func TestTemplateAlias(t *testing.T) {
 	} {
 		if w := serve(f, "GET", tc.target, tc.key); w.Code != tc.status {
 			t.Errorf("%s with %q: %d %s, want %d", tc.target, tc.key, w.Code, w.Body, tc.status)
+		}
+	}
+}
+
+// E2B's snapshot calls are refused or find nothing, never pretend.
+func TestSnapshots(t *testing.T) {
+	f := testFacade()
+	f.backend = &fakeBackend{}
+	for _, tc := range []struct {
+		method, target, key string
+		status              int
+	}{
+		{"POST", "/e2b/sandboxes/sbx_a/snapshots", "good", http.StatusNotImplemented},
+		{"POST", "/e2b/sandboxes/sbx_zz/snapshots", "good", http.StatusNotFound},
+		{"POST", "/e2b/sandboxes/sbx_a/snapshots", "bad", http.StatusUnauthorized},
+		{"GET", "/e2b/snapshots", "good", http.StatusOK},
+		{"GET", "/e2b/snapshots?sandboxID=sbx_a", "good", http.StatusOK},
+		{"GET", "/e2b/snapshots?sandboxID=sbx_zz", "good", http.StatusNotFound},
+		{"GET", "/e2b/snapshots", "bad", http.StatusUnauthorized},
+		{"DELETE", "/e2b/templates/snap_1", "good", http.StatusNotFound},
+		{"DELETE", "/e2b/templates/snap_1", "bad", http.StatusUnauthorized},
+	} {
+		w := serve(f, tc.method, tc.target, tc.key)
+		if w.Code != tc.status {
+			t.Errorf("%s %s (%s): %d %s, want %d", tc.method, tc.target, tc.key, w.Code, w.Body, tc.status)
+		}
+		if tc.status == http.StatusOK && strings.TrimSpace(w.Body.String()) != "[]" {
+			t.Errorf("%s %s: %s, want []", tc.method, tc.target, w.Body)
 		}
 	}
 }

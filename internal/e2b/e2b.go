@@ -16,12 +16,15 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/guest"
 	"github.com/zeish/zeish/internal/e2b/envdpb/filesystem/filesystemconnect"
 	"github.com/zeish/zeish/internal/e2b/envdpb/process/processconnect"
+	"github.com/zeish/zeish/sandbox"
 )
 
 // Prefix is where zeishd mounts the facade: E2B_API_URL is <zeish>/e2b and
@@ -69,12 +72,14 @@ type Options struct {
 
 // Facade serves the E2B API.
 type Facade struct {
-	api     http.Handler
-	backend Backend
-	tpls    Templates
-	log     *slog.Logger
-	domain  string
-	procs   *processTable
+	api      http.Handler
+	backend  Backend
+	tpls     Templates
+	log      *slog.Logger
+	domain   string
+	procs    *processTable
+	watchers *watcherTable
+	defaults defaultUsers
 }
 
 // New makes a facade. Processes started through it run on when zeishd stops,
@@ -84,7 +89,7 @@ func New(opts Options) *Facade {
 		opts.Logger = slog.Default()
 	}
 	return &Facade{api: opts.API, backend: opts.Backend, tpls: opts.Templates, log: opts.Logger, domain: strings.ToLower(opts.Domain),
-		procs: newProcessTable()}
+		procs: newProcessTable(), watchers: newWatcherTable()}
 }
 
 // Routes lists the control-plane routes, as "METHOD /path".
@@ -118,6 +123,9 @@ func (f *Facade) routes() []route {
 		{"POST " + p + "/v2/sandboxes/{id}/connect", f.withKey(f.connect)},
 		{"POST " + p + "/sandboxes/{id}/fork", f.withKey(f.fork)},
 		{"GET " + p + "/templates/aliases/{alias}", f.withKey(f.templateAlias)},
+		{"POST " + p + "/sandboxes/{id}/snapshots", f.withKey(f.createSnapshot)},
+		{"GET " + p + "/snapshots", f.withKey(f.listSnapshots)},
+		{"DELETE " + p + "/templates/{id}", f.withKey(f.deleteTemplate)},
 	}
 }
 
@@ -141,13 +149,18 @@ func (f *Facade) Handler() http.Handler {
 }
 
 // Mount serves the facade under Prefix, and by host name when a domain is
-// set, and everything else with next (zeishd's API).
+// set, and everything else with next (zeishd's API). A sandbox's host name
+// for another port than envd's (what the SDK's getHost(port) names) goes to
+// zeish's port proxy, as its path form.
 func (f *Facade) Mount(next http.Handler) http.Handler {
 	h := f.Handler()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch host := f.hostRoute(r.Host); {
+		switch host, port := f.hostRoute(r.Host); {
 		case host == "api":
 			r = rewrite(r, Prefix+r.URL.Path)
+		case host != "" && port != envdPort:
+			next.ServeHTTP(w, portRequest(r, host, port))
+			return
 		case host != "":
 			r = rewrite(r, Prefix+"/envd"+r.URL.Path)
 			r.Header.Set("E2b-Sandbox-Id", host)
@@ -161,26 +174,51 @@ func (f *Facade) Mount(next http.Handler) http.Handler {
 	})
 }
 
+// trafficTokenHeader carries the token of a sandbox's ports, as E2B's
+// trafficAccessToken does for sandboxes without public traffic.
+const trafficTokenHeader = "E2b-Traffic-Access-Token"
+
+// portRequest turns a request for <port>-<sandbox>.<domain> into one for
+// zeish's port proxy (/data/v1/sandboxes/{id}/ports/{port}/{path}). E2B's
+// traffic token becomes zeish's bearer token, which the proxy checks and
+// keeps from the guest; without one the port must be public.
+func portRequest(r *http.Request, id, port string) *http.Request {
+	r = rewrite(r, api.DataPath+"/sandboxes/"+id+"/ports/"+port+r.URL.Path)
+	if tok := r.Header.Get(trafficTokenHeader); tok != "" {
+		r.Header.Del(trafficTokenHeader)
+		r.Header.Set("Authorization", "Bearer "+tok)
+	}
+	return r
+}
+
 // hostRoute reads a host name under the domain: "api" for the control
-// plane, a sandbox id for envd's port, "" for any other host.
-func (f *Facade) hostRoute(host string) string {
+// plane, a sandbox id and port for <port>-<sandbox>, "" for any other host.
+func (f *Facade) hostRoute(host string) (string, string) {
 	if f.domain == "" {
-		return ""
+		return "", ""
 	}
 	if h, _, ok := strings.Cut(host, ":"); ok {
 		host = h
 	}
 	sub, ok := strings.CutSuffix(strings.ToLower(host), "."+f.domain)
 	if !ok {
-		return ""
+		return "", ""
 	}
 	if sub == "api" {
-		return "api"
+		return "api", ""
 	}
-	if id, ok := strings.CutPrefix(sub, envdPort+"-"); ok && id != "" && !strings.Contains(id, ".") {
-		return id
+	port, id, ok := strings.Cut(sub, "-")
+	if !ok || id == "" || strings.Contains(id, ".") {
+		return "", ""
 	}
-	return ""
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
+		return "", ""
+	}
+	// DNS names cannot hold "_": sbx-… stands for sbx_… (zeish's host form).
+	if rest, ok := strings.CutPrefix(id, strings.TrimSuffix(sandbox.PrefixSandbox, "_")+"-"); ok {
+		id = sandbox.PrefixSandbox + rest
+	}
+	return id, port
 }
 
 func rewrite(r *http.Request, path string) *http.Request {

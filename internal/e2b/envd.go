@@ -72,27 +72,14 @@ func (f *Facade) health(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// user is who a call acts as: the username query parameter of /files, or
-// the Basic credentials of an RPC. Empty means the sandbox's default user.
-//
-// Only root is supported for now: the built-in template has no other
-// account, and running as another user waits for the debian template.
-func user(name string) (home string, err error) {
-	switch name {
-	case "", "root":
-		return "/root", nil
-	}
-	return "", fmt.Errorf("user %q: only root is supported on zeish sandboxes for now: %w", name, errdefs.ErrInvalidArgument)
-}
-
-// rpcUser reads the user of an RPC from "Authorization: Basic base64(user:)"
-// and returns that user's home.
-func rpcUser(h http.Header) (string, error) {
+// rpcAccount is who an RPC acts as: the user of "Authorization: Basic
+// base64(user:)", else the sandbox's default.
+func (f *Facade) rpcAccount(ctx context.Context, h http.Header) (account, error) {
 	name, err := rpcUserName(h.Get("Authorization"))
 	if err != nil {
-		return "", err
+		return account{}, err
 	}
-	return user(name)
+	return f.account(ctx, targetFrom(ctx), name)
 }
 
 func rpcUserName(authorization string) (string, error) {
@@ -131,6 +118,8 @@ func httpStatus(err error) int {
 		return http.StatusBadRequest
 	case errdefs.ClassUnauthenticated:
 		return http.StatusUnauthorized
+	case errdefs.ClassPermissionDenied:
+		return http.StatusForbidden
 	case errdefs.ClassNotFound:
 		return http.StatusNotFound
 	case errdefs.ClassConflict:
@@ -155,6 +144,8 @@ func rpcError(err error) error {
 		code = connect.CodeInvalidArgument
 	case errdefs.ClassUnauthenticated:
 		code = connect.CodeUnauthenticated
+	case errdefs.ClassPermissionDenied:
+		code = connect.CodePermissionDenied
 	case errdefs.ClassNotFound:
 		code = connect.CodeNotFound
 	case errdefs.ClassConflict:
@@ -170,17 +161,17 @@ func rpcError(err error) error {
 // readFile is GET /files: the file's bytes.
 func (f *Facade) readFile(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	home, err := user(q.Get("username"))
-	if err != nil {
-		writeError(w, httpStatus(err), err.Error())
-		return
-	}
-	p, err := resolve(home, q.Get("path"))
-	if err != nil {
-		writeError(w, httpStatus(err), err.Error())
-		return
-	}
 	t := targetFrom(r.Context())
+	a, err := f.account(r.Context(), t, q.Get("username"))
+	if err != nil {
+		writeError(w, httpStatus(err), err.Error())
+		return
+	}
+	p, err := resolve(a.home, q.Get("path"))
+	if err != nil {
+		writeError(w, httpStatus(err), err.Error())
+		return
+	}
 	fi, err := t.agent.Stat(r.Context(), p)
 	if err == nil && fi.IsDir {
 		err = fmt.Errorf("%s is a directory: %w", p, errdefs.ErrInvalidArgument)
@@ -204,22 +195,26 @@ func (f *Facade) readFile(w http.ResponseWriter, r *http.Request) {
 }
 
 // writeFile is POST /files: a multipart form of parts named "file" (their
-// filename is the path when the query has none), or one raw body.
+// filename is the path when the query has none), or one raw body. Files and
+// the directories made for them belong to the user.
 func (f *Facade) writeFile(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	home, err := user(q.Get("username"))
+	t := targetFrom(r.Context())
+	a, err := f.account(r.Context(), t, q.Get("username"))
 	if err != nil {
 		writeError(w, httpStatus(err), err.Error())
 		return
 	}
-	t := targetFrom(r.Context())
 	var written []map[string]any
 	put := func(name string, body io.Reader) error {
-		p, err := resolve(home, name)
+		p, err := resolve(a.home, name)
 		if err != nil {
 			return err
 		}
-		fi, err := t.agent.WriteFile(r.Context(), p, 0o644, body)
+		if err := ensureDir(r.Context(), t.agent, a, path.Dir(p)); err != nil {
+			return err
+		}
+		fi, err := t.agent.WriteFileAs(r.Context(), p, 0o644, a.name, body)
 		if err != nil {
 			return err
 		}

@@ -1,10 +1,14 @@
 package e2b
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
-	"net/http"
+	"io"
+	"strings"
 	"testing"
+
+	"github.com/zeish/zeish/guest"
 
 	"github.com/zeish/zeish/errdefs"
 )
@@ -29,26 +33,50 @@ func TestResolve(t *testing.T) {
 	}
 }
 
-func TestRPCUser(t *testing.T) {
-	basic := func(s string) http.Header {
-		h := http.Header{}
-		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(s)))
-		return h
+func TestRPCUserName(t *testing.T) {
+	basic := func(s string) string { return "Basic " + base64.StdEncoding.EncodeToString([]byte(s)) }
+	for _, tc := range []struct {
+		name, auth, want string
+		err              error
+	}{
+		{"none", "", "", nil},
+		{"bearer", "Bearer x", "", nil},
+		{"root", basic("root:"), "root", nil},
+		{"user", basic("user:"), "user", nil},
+		{"garbage", "Basic %%%", "", errdefs.ErrInvalidArgument},
+	} {
+		got, err := rpcUserName(tc.auth)
+		if got != tc.want || !errors.Is(err, tc.err) {
+			t.Errorf("%s: %q, %v; want %q, %v", tc.name, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+func TestLookupAccount(t *testing.T) {
+	passwd := "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000::/home/user:/bin/bash\nodd:x:1001:1001::relative:/bin/sh\nshort:x:1\n"
+	read := func(context.Context, string) (io.ReadCloser, guest.FileInfo, error) {
+		return io.NopCloser(strings.NewReader(passwd)), guest.FileInfo{}, nil
 	}
 	for _, tc := range []struct {
-		name string
-		h    http.Header
-		home string
-		err  error
+		name  string
+		found bool
+		home  string
 	}{
-		{"none", http.Header{}, "/root", nil},
-		{"root", basic("root:"), "/root", nil},
-		{"user", basic("user:"), "", errdefs.ErrInvalidArgument},
-		{"garbage", http.Header{"Authorization": {"Basic %%%"}}, "", errdefs.ErrInvalidArgument},
+		{"user", true, "/home/user"},
+		{"root", true, "/root"},
+		{"odd", true, "/"},
+		{"short", false, ""},
+		{"nobody", false, ""},
 	} {
-		home, err := rpcUser(tc.h)
-		if home != tc.home || !errors.Is(err, tc.err) {
-			t.Errorf("%s: %q, %v; want %q, %v", tc.name, home, err, tc.home, tc.err)
+		a, found, err := lookupAccount(context.Background(), read, tc.name)
+		if err != nil || found != tc.found || a.home != tc.home {
+			t.Errorf("%s: %+v %v %v; want found=%v home %q", tc.name, a, found, err, tc.found, tc.home)
 		}
+	}
+	none := func(context.Context, string) (io.ReadCloser, guest.FileInfo, error) {
+		return nil, guest.FileInfo{}, errdefs.ErrFileNotFound
+	}
+	if _, found, err := lookupAccount(context.Background(), none, "user"); found || err != nil {
+		t.Errorf("no /etc/passwd: %v %v", found, err)
 	}
 }

@@ -17,8 +17,8 @@ import (
 	pb "github.com/zeish/zeish/internal/e2b/envdpb/filesystem"
 )
 
-// The filesystem service, over the agent's file operations. Watching is not
-// served: the agent has no file-change notifications yet.
+// The filesystem service, over the agent's file operations (watching is in
+// watch.go).
 
 type filesystemService struct{ f *Facade }
 
@@ -46,16 +46,23 @@ func entry(fi guest.FileInfo) *pb.EntryInfo {
 }
 
 // rpcPath resolves a request's path for its user.
-func rpcPath(h http.Header, p string) (string, error) {
-	home, err := rpcUser(h)
+func (s *filesystemService) rpcPath(ctx context.Context, h http.Header, p string) (string, error) {
+	_, out, err := s.rpcAccountPath(ctx, h, p)
+	return out, err
+}
+
+// rpcAccountPath is the request's user and its path resolved for them.
+func (s *filesystemService) rpcAccountPath(ctx context.Context, h http.Header, p string) (account, string, error) {
+	a, err := s.f.rpcAccount(ctx, h)
 	if err != nil {
-		return "", err
+		return account{}, "", err
 	}
-	return resolve(home, p)
+	out, err := resolve(a.home, p)
+	return a, out, err
 }
 
 func (s *filesystemService) Stat(ctx context.Context, req *connect.Request[pb.StatRequest]) (*connect.Response[pb.StatResponse], error) {
-	p, err := rpcPath(req.Header(), req.Msg.GetPath())
+	p, err := s.rpcPath(ctx, req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -67,7 +74,7 @@ func (s *filesystemService) Stat(ctx context.Context, req *connect.Request[pb.St
 }
 
 func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRequest]) (*connect.Response[pb.MakeDirResponse], error) {
-	p, err := rpcPath(req.Header(), req.Msg.GetPath())
+	a, p, err := s.rpcAccountPath(ctx, req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -75,20 +82,24 @@ func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[pb
 	if _, err := agent.Stat(ctx, p); err == nil {
 		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("%s already exists", p))
 	}
-	fi, err := agent.Mkdir(ctx, p, true)
+	if err := ensureDir(ctx, agent, a, p); err != nil {
+		return nil, rpcError(err)
+	}
+	fi, err := agent.Stat(ctx, p)
 	if err != nil {
 		return nil, rpcError(err)
 	}
 	return connect.NewResponse(&pb.MakeDirResponse{Entry: entry(fi)}), nil
 }
 
-// Move renames with the guest's mv: the agent has no rename of its own.
+// Move renames with the guest's mv, as the user: the agent has no rename of
+// its own.
 func (s *filesystemService) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]) (*connect.Response[pb.MoveResponse], error) {
-	src, err := rpcPath(req.Header(), req.Msg.GetSource())
+	a, src, err := s.rpcAccountPath(ctx, req.Header(), req.Msg.GetSource())
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	dst, err := rpcPath(req.Header(), req.Msg.GetDestination())
+	dst, err := s.rpcPath(ctx, req.Header(), req.Msg.GetDestination())
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -97,7 +108,7 @@ func (s *filesystemService) Move(ctx context.Context, req *connect.Request[pb.Mo
 		return nil, rpcError(err)
 	}
 	var stderr strings.Builder
-	res, err := agent.Exec(ctx, guest.ExecRequest{Argv: []string{"mv", "-f", "--", src, dst}}, nil, nil, &stderr)
+	res, err := agent.Exec(ctx, guest.ExecRequest{Argv: []string{"mv", "-f", "--", src, dst}, User: a.name}, nil, nil, &stderr)
 	if err == nil && res.ExitCode != 0 {
 		err = fmt.Errorf("move %s to %s: %s: %w", src, dst, strings.TrimSpace(stderr.String()), errdefs.ErrInvalidArgument)
 	}
@@ -112,7 +123,7 @@ func (s *filesystemService) Move(ctx context.Context, req *connect.Request[pb.Mo
 }
 
 func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[pb.ListDirRequest]) (*connect.Response[pb.ListDirResponse], error) {
-	p, err := rpcPath(req.Header(), req.Msg.GetPath())
+	p, err := s.rpcPath(ctx, req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -158,7 +169,7 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[pb
 }
 
 func (s *filesystemService) Remove(ctx context.Context, req *connect.Request[pb.RemoveRequest]) (*connect.Response[pb.RemoveResponse], error) {
-	p, err := rpcPath(req.Header(), req.Msg.GetPath())
+	p, err := s.rpcPath(ctx, req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -166,22 +177,4 @@ func (s *filesystemService) Remove(ctx context.Context, req *connect.Request[pb.
 		return nil, rpcError(err)
 	}
 	return connect.NewResponse(&pb.RemoveResponse{}), nil
-}
-
-var errNoWatch = connect.NewError(connect.CodeUnimplemented, errors.New("watching directories is not supported by zeish yet"))
-
-func (s *filesystemService) WatchDir(context.Context, *connect.Request[pb.WatchDirRequest], *connect.ServerStream[pb.WatchDirResponse]) error {
-	return errNoWatch
-}
-
-func (s *filesystemService) CreateWatcher(context.Context, *connect.Request[pb.CreateWatcherRequest]) (*connect.Response[pb.CreateWatcherResponse], error) {
-	return nil, errNoWatch
-}
-
-func (s *filesystemService) GetWatcherEvents(context.Context, *connect.Request[pb.GetWatcherEventsRequest]) (*connect.Response[pb.GetWatcherEventsResponse], error) {
-	return nil, errNoWatch
-}
-
-func (s *filesystemService) RemoveWatcher(context.Context, *connect.Request[pb.RemoveWatcherRequest]) (*connect.Response[pb.RemoveWatcherResponse], error) {
-	return nil, errNoWatch
 }

@@ -38,6 +38,10 @@ type proc struct {
 	tag    string
 	config *pb.ProcessConfig
 	cancel context.CancelFunc
+	// term is the guest terminal of a PTY process (nil for a plain one),
+	// agent the agent it runs on.
+	term  *guest.Terminal
+	agent *guest.Client
 
 	mu    sync.Mutex
 	stdin *io.PipeWriter // nil when stdin was not asked for, or once closed
@@ -159,13 +163,17 @@ func (p *proc) end(ev *pb.ProcessEvent) {
 type output struct {
 	p      *proc
 	stderr bool
+	pty    bool
 }
 
 func (o output) Write(b []byte) (int, error) {
 	data := &pb.ProcessEvent_DataEvent{}
-	if o.stderr {
+	switch {
+	case o.pty:
+		data.Output = &pb.ProcessEvent_DataEvent_Pty{Pty: append([]byte(nil), b...)}
+	case o.stderr:
 		data.Output = &pb.ProcessEvent_DataEvent_Stderr{Stderr: append([]byte(nil), b...)}
-	} else {
+	default:
 		data.Output = &pb.ProcessEvent_DataEvent_Stdout{Stdout: append([]byte(nil), b...)}
 	}
 	o.p.publish(&pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: data}})
@@ -186,17 +194,22 @@ func shell(ctx context.Context, agent *guest.Client, cmd string) string {
 }
 
 func (s *processService) Start(ctx context.Context, req *connect.Request[pb.StartRequest], stream *connect.ServerStream[pb.StartResponse]) error {
-	if req.Msg.Pty != nil {
-		return connect.NewError(connect.CodeUnimplemented, errors.New("PTY sessions are not supported by zeish yet"))
-	}
 	cfg := req.Msg.GetProcess()
 	if cfg.GetCmd() == "" {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is required"))
 	}
-	home, err := rpcUser(req.Header())
+	var size guest.TermSize
+	if req.Msg.Pty != nil {
+		size = guest.TermSize{Rows: int(req.Msg.Pty.GetSize().GetRows()), Cols: int(req.Msg.Pty.GetSize().GetCols())}
+		if err := size.Check(); err != nil {
+			return rpcError(err)
+		}
+	}
+	a, err := s.f.rpcAccount(ctx, req.Header())
 	if err != nil {
 		return rpcError(err)
 	}
+	home := a.home
 	t := targetFrom(ctx)
 	cwd := home
 	if cfg.Cwd != nil {
@@ -222,7 +235,23 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 	// The process outlives this call: its context is the facade's, not the
 	// request's.
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	p := &proc{tag: req.Msg.GetTag(), config: cfg, cancel: cancel, subs: map[*subscriber]struct{}{}, done: make(chan struct{})}
+	p := &proc{tag: req.Msg.GetTag(), config: cfg, cancel: cancel, agent: t.agent, subs: map[*subscriber]struct{}{}, done: make(chan struct{})}
+	if req.Msg.Pty != nil {
+		// A PTY process is a guest terminal: output comes as pty data,
+		// input goes to the terminal, Update resizes it. The stream
+		// subscribes first, so the shell's first prompt is not lost.
+		sub := p.subscribe()
+		term, err := t.agent.Terminal(pctx, guest.TermRequest{Argv: argv, Env: env, Cwd: cwd, User: a.name, Size: size}, output{p: p, pty: true})
+		if err != nil {
+			p.unsubscribe(sub)
+			cancel()
+			return rpcError(err)
+		}
+		p.term = term
+		s.f.procs.add(t.id, p)
+		go s.runTerminal(t, p)
+		return s.stream(ctx, p, sub, stream)
+	}
 	var stdin io.Reader
 	if req.Msg.GetStdin() {
 		pr, pw := io.Pipe()
@@ -230,8 +259,12 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 	}
 	s.f.procs.add(t.id, p)
 	sub := p.subscribe()
-	go s.run(pctx, t, p, guest.ExecRequest{Argv: argv, Env: env, Cwd: cwd}, stdin)
+	go s.run(pctx, t, p, guest.ExecRequest{Argv: argv, Env: env, Cwd: cwd, User: a.name}, stdin)
+	return s.stream(ctx, p, sub, stream)
+}
 
+// stream answers Start: the start event, then the process's events.
+func (s *processService) stream(ctx context.Context, p *proc, sub *subscriber, stream *connect.ServerStream[pb.StartResponse]) error {
 	if err := stream.Send(&pb.StartResponse{Event: startEvent(p.pid)}); err != nil {
 		p.unsubscribe(sub)
 		return err
@@ -248,10 +281,25 @@ func (s *processService) run(ctx context.Context, t target, p *proc, req guest.E
 		p.stdin.Close()
 	}
 	p.mu.Unlock()
+	p.end(endEvent(res, err, ctx.Err() != nil))
+}
+
+// runTerminal waits for a PTY process to end. A stream to the guest that
+// breaks ends it too: its output could no longer be followed.
+func (s *processService) runTerminal(t target, p *proc) {
+	defer s.f.procs.remove(t.id, p.pid)
+	defer p.cancel()
+	defer p.term.Close()
+	res, err := p.term.Result()
+	p.end(endEvent(res, err, false))
+}
+
+// endEvent is how a process ended, in envd's words.
+func endEvent(res guest.ExecResult, err error, killed bool) *pb.ProcessEvent {
 	end := &pb.ProcessEvent_EndEvent{ExitCode: int32(res.ExitCode), Exited: res.Signal == "" && err == nil,
 		Status: fmt.Sprintf("exit status %d", res.ExitCode)}
 	switch {
-	case err != nil && ctx.Err() != nil:
+	case err != nil && killed:
 		end.ExitCode, end.Status = -1, "signal: killed"
 	case err != nil:
 		msg := err.Error()
@@ -259,7 +307,7 @@ func (s *processService) run(ctx context.Context, t target, p *proc, req guest.E
 	case res.Signal != "":
 		end.Status = "signal: " + res.Signal
 	}
-	p.end(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}})
+	return &pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}}
 }
 
 func startEvent(pid uint32) *pb.ProcessEvent {
@@ -321,16 +369,38 @@ func (s *processService) List(ctx context.Context, req *connect.Request[pb.ListR
 }
 
 func (s *processService) Update(ctx context.Context, req *connect.Request[pb.UpdateRequest]) (*connect.Response[pb.UpdateResponse], error) {
-	if _, err := s.f.procs.find(targetFrom(ctx).id, req.Msg.GetProcess()); err != nil {
+	p, err := s.f.procs.find(targetFrom(ctx).id, req.Msg.GetProcess())
+	if err != nil {
 		return nil, err
 	}
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("PTY sessions are not supported by zeish yet"))
+	if req.Msg.Pty == nil {
+		return connect.NewResponse(&pb.UpdateResponse{}), nil
+	}
+	if p.term == nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("process %d has no PTY to resize", p.pid))
+	}
+	size := guest.TermSize{Rows: int(req.Msg.Pty.GetSize().GetRows()), Cols: int(req.Msg.Pty.GetSize().GetCols())}
+	if err := p.term.Resize(size); err != nil {
+		return nil, rpcError(err)
+	}
+	return connect.NewResponse(&pb.UpdateResponse{}), nil
 }
 
-// input writes to a process's stdin.
+// input writes to a process's stdin, or its terminal: a PTY process takes
+// either kind of input as keystrokes.
 func (p *proc) input(in *pb.ProcessInput) error {
+	if p.term != nil {
+		b := in.GetPty()
+		if b == nil {
+			b = in.GetStdin()
+		}
+		if _, err := p.term.Write(b); err != nil {
+			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("terminal of process %d: %w", p.pid, err))
+		}
+		return nil
+	}
 	if _, ok := in.GetInput().(*pb.ProcessInput_Pty); ok {
-		return connect.NewError(connect.CodeUnimplemented, errors.New("PTY sessions are not supported by zeish yet"))
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("process %d has no PTY (start it with pty)", p.pid))
 	}
 	p.mu.Lock()
 	w := p.stdin
@@ -379,8 +449,22 @@ func (s *processService) StreamInput(ctx context.Context, stream *connect.Client
 	return connect.NewResponse(&pb.StreamInputResponse{}), nil
 }
 
-// SendSignal ends the process: the agent kills a cancelled exec's whole
-// process group with SIGKILL, whichever of SIGTERM and SIGKILL was asked.
+// kill ends the process. A cancelled exec's whole process group gets SIGKILL
+// from the agent; a terminal's shell gets it by pid (its foreground job is
+// hung up by the kernel when the shell, the session leader, dies).
+func (p *proc) kill(ctx context.Context) {
+	if p.term == nil {
+		p.cancel()
+		return
+	}
+	if err := p.agent.Kill(ctx, p.term.PID(), "KILL"); err != nil {
+		// Gone already, or the agent is: either way stop following it.
+		p.term.Close()
+	}
+}
+
+// SendSignal ends the process with SIGKILL, whichever of SIGTERM and
+// SIGKILL was asked (an interactive shell ignores SIGTERM).
 func (s *processService) SendSignal(ctx context.Context, req *connect.Request[pb.SendSignalRequest]) (*connect.Response[pb.SendSignalResponse], error) {
 	p, err := s.f.procs.find(targetFrom(ctx).id, req.Msg.GetProcess())
 	if err != nil {
@@ -391,7 +475,7 @@ func (s *processService) SendSignal(ctx context.Context, req *connect.Request[pb
 	default:
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("signal %v is not supported", req.Msg.GetSignal()))
 	}
-	p.cancel()
+	p.kill(ctx)
 	select {
 	case <-p.done:
 	case <-ctx.Done():
@@ -404,6 +488,13 @@ func (s *processService) CloseStdin(ctx context.Context, req *connect.Request[pb
 	p, err := s.f.procs.find(targetFrom(ctx).id, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
+	}
+	if p.term != nil {
+		// A terminal's end of input is the EOF key.
+		if _, err := p.term.Write([]byte{4}); err != nil {
+			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("terminal of process %d: %w", p.pid, err))
+		}
+		return connect.NewResponse(&pb.CloseStdinResponse{}), nil
 	}
 	p.mu.Lock()
 	if p.stdin != nil {

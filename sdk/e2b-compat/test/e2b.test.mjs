@@ -3,6 +3,7 @@
 // SDK calls it proves; docs/e2b.md lists them with those that are not served.
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
+import { get as httpGet } from "node:http";
 import { after, before, describe, test } from "node:test";
 import {
   AuthenticationError,
@@ -14,7 +15,7 @@ import {
   SandboxNotFoundError,
   Template,
 } from "e2b";
-import { Harness, vmSkipReason } from "./harness.mjs";
+import { Harness, e2bDomain, vmSkipReason } from "./harness.mjs";
 
 const skip = vmSkipReason();
 const unknownID = "sbx_00000000000000000000";
@@ -181,7 +182,7 @@ describe("e2b SDK on zeish", { skip, timeout: 30 * 60_000 }, () => {
     await sbx.files.write("/root/kept.txt", "before pause");
     const sleeper = await sbx.commands.run("sleep 600", { background: true });
     assert.equal(await sbx.pause(), true);
-    assert.equal(await sbx.pause(), false, "already paused");
+    assert.equal(await sbx.betaPause(), false, "already paused (betaPause is pause)");
     assert.equal((await sbx.getInfo()).state, "paused");
     assert.equal(await sbx.isRunning(), false);
     const back = await Sandbox.connect(sbx.sandboxId, o());
@@ -269,7 +270,7 @@ describe("e2b SDK on zeish", { skip, timeout: 30 * 60_000 }, () => {
     assert.equal((await call("POST", "/sandboxes/x/timeout", { timeout: 0 })).status, 400);
   });
 
-  test("errors: unknown sandbox, bad key, wrong template (and Template.exists), other users, PTY", async () => {
+  test("errors: unknown sandbox, bad key, wrong template (and Template.exists), other users", async () => {
     await rejectsWith(Sandbox.getInfo(unknownID, o()), SandboxNotFoundError, "getInfo");
     await rejectsWith(Sandbox.connect(unknownID, o()), SandboxNotFoundError, "connect");
     await rejectsWith(Sandbox.setTimeout(unknownID, 60_000, o()), SandboxNotFoundError, "setTimeout");
@@ -288,6 +289,172 @@ describe("e2b SDK on zeish", { skip, timeout: 30 * 60_000 }, () => {
 
     await rejectsWith(sbx.commands.run("id", { user: "user" }), InvalidArgumentError, "run as a user the template lacks");
     await rejectsWith(sbx.files.read("/etc/hostname", { user: "user" }), InvalidArgumentError, "read as a user the template lacks");
-    await rejectsWith(sbx.pty.create({ cols: 80, rows: 24, onData: () => {} }), SandboxError, "PTY");
+  });
+
+  test("snapshots: createSnapshot refused (SandboxError, 501), none listed, deleteSnapshot false", async () => {
+    await assert.rejects(sbx.createSnapshot(), (err) => {
+      assert.ok(err instanceof SandboxError && !(err instanceof SandboxNotFoundError), `got ${err?.constructor?.name}`);
+      assert.match(err.message, /^501: .*fork/);
+      return true;
+    });
+    await rejectsWith(Sandbox.createSnapshot(unknownID, o()), SandboxNotFoundError, "createSnapshot of an unknown sandbox");
+    assert.deepEqual(await Sandbox.listSnapshots(o()).nextItems(), []);
+    assert.deepEqual(await Sandbox.listSnapshots(o({ sandboxId: sbx.sandboxId })).nextItems(), []);
+    assert.equal(await Sandbox.deleteSnapshot("snap_00000000000000000000", o()), false);
+    await rejectsWith(Sandbox.listSnapshots(o({ apiKey: "zk_not-a-key" })).nextItems(), AuthenticationError, "listSnapshots with a bad key");
+  });
+
+  test("pty: create, sendInput, resize, output, disconnect and connect, kill; an exit code", async () => {
+    const enc = (s) => new TextEncoder().encode(s);
+    const dec = new TextDecoder();
+    let out = "";
+    const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += dec.decode(d, { stream: true }); } });
+    await sbx.pty.sendInput(term.pid, enc("stty size; tty; echo \"term=$TERM\"\n"));
+    await eventually("the terminal answers", () => /24 80/.test(out) && /term=xterm-256color/.test(out));
+    assert.match(out, /\/dev\/pts\/\d+/, "a real pseudo-terminal");
+    await sbx.pty.resize(term.pid, { cols: 132, rows: 40 });
+    await sbx.pty.sendInput(term.pid, enc("stty size\n"));
+    await eventually("the new size", () => /40 132/.test(out));
+    assert.ok((await sbx.commands.list()).some((p) => p.pid === term.pid), "commands.list shows the terminal");
+    // The stream drops; the shell carries on and is attached again.
+    await term.disconnect();
+    let again = "";
+    const back = await sbx.pty.connect(term.pid, { onData: (d) => { again += dec.decode(d, { stream: true }); } });
+    await sbx.pty.sendInput(term.pid, enc("echo still-$((6*7))\n"));
+    await eventually("the re-attached terminal answers", () => again.includes("still-42"));
+    assert.equal(back.pid, term.pid);
+    assert.equal(await sbx.pty.kill(term.pid), true);
+    await assert.rejects(back.wait(), CommandExitError, "a killed terminal");
+    assert.equal(await sbx.pty.kill(term.pid), false, "kill of a terminal that ended");
+
+    const quitter = await sbx.pty.create({ cols: 80, rows: 24, onData: () => {} });
+    await sbx.pty.sendInput(quitter.pid, enc("exit 7\n"));
+    await assert.rejects(quitter.wait(), (err) => {
+      assert.ok(err instanceof CommandExitError, `got ${err}`);
+      assert.equal(err.exitCode, 7);
+      return true;
+    });
+  });
+
+  test("files.watchDir (inotify in the guest): create, write, remove, rename, chmod, recursive; a missing directory", async () => {
+    await sbx.files.makeDir("/root/w/sub");
+    const seen = [];
+    const handle = await sbx.files.watchDir("/root/w", (ev) => seen.push(`${ev.type} ${ev.name}`), { recursive: true });
+    await sbx.files.write("/root/w/a.txt", "1");
+    await eventually("create", () => seen.includes("create a.txt"));
+    await sbx.files.write("/root/w/a.txt", "22");
+    await eventually("write", () => seen.includes("write a.txt"));
+    await sbx.files.write("/root/w/sub/b.txt", "b");
+    await eventually("create below", () => seen.includes("create sub/b.txt"));
+    await sbx.files.remove("/root/w/a.txt");
+    await eventually("remove", () => seen.includes("remove a.txt"));
+    await handle.stop();
+
+    const flat = [];
+    const top = await sbx.files.watchDir("/root/w", (ev) => flat.push(`${ev.type} ${ev.name}`));
+    await sbx.files.write("/root/w/sub/c.txt", "c");
+    await sbx.files.write("/root/w/d.txt", "d");
+    await eventually("create", () => flat.includes("create d.txt"));
+    await sbx.files.rename("/root/w/d.txt", "/root/w/e.txt");
+    await eventually("rename", () => flat.includes("rename d.txt") && flat.includes("create e.txt"));
+    await sbx.commands.run("chmod 600 /root/w/e.txt");
+    await eventually("chmod", () => flat.includes("chmod e.txt"));
+    assert.ok(!flat.includes("create sub/c.txt"), `not recursive: ${flat}`);
+    assert.ok(!flat.some((e) => e.includes(".zeish-")), `the agent's temp files: ${flat}`);
+    await top.stop();
+    await rejectsWith(sbx.files.watchDir("/root/no-such-dir", () => {}), FileNotFoundError, "watch of a missing directory");
+    await sbx.files.remove("/root/w");
+  });
+
+  test("watchers, the polling form of watchDir Python's sync SDK uses (raw Connect): CreateWatcher, GetWatcherEvents, RemoveWatcher", async () => {
+    const rpc = async (method, body) => {
+      const res = await fetch(`${h.base}/e2b/envd/filesystem.Filesystem/${method}`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json", "E2b-Sandbox-Id": sbx.sandboxId, "X-Access-Token": sbx.envdAccessToken },
+        body: JSON.stringify(body),
+      });
+      return { status: res.status, body: await res.json() };
+    };
+    await sbx.files.makeDir("/root/cw");
+    const made = await rpc("CreateWatcher", { path: "/root/cw" });
+    assert.equal(made.status, 200, JSON.stringify(made.body));
+    const id = made.body.watcherId;
+    assert.ok(id);
+    await sbx.files.write("/root/cw/one", "1");
+    await sbx.files.remove("/root/cw/one");
+    const seen = [];
+    await eventually("the watcher's events", async () => {
+      const got = await rpc("GetWatcherEvents", { watcherId: id });
+      assert.equal(got.status, 200, JSON.stringify(got.body));
+      for (const ev of got.body.events ?? []) seen.push(`${ev.type} ${ev.name}`);
+      return seen.includes("EVENT_TYPE_REMOVE one");
+    });
+    assert.ok(seen.includes("EVENT_TYPE_CREATE one"), `${seen}`);
+    assert.equal((await rpc("RemoveWatcher", { watcherId: id })).status, 200);
+    const gone = await rpc("GetWatcherEvents", { watcherId: id });
+    assert.equal(gone.body.code, "not_found", JSON.stringify(gone.body));
+    assert.equal((await rpc("CreateWatcher", { path: "/root/no-such-dir" })).body.code, "not_found");
+    await sbx.files.remove("/root/cw");
+  });
+
+  test("sandbox.getHost: a server in the sandbox through zeish's port proxy", async (t) => {
+    if (!h.networked) {
+      if (process.env.CI) throw new Error("CI is set: guest ports need zeishd in its own network namespace (root)");
+      t.skip("guest ports need root (zeishd in a network namespace of the test's own)");
+      return;
+    }
+    await sbx.files.write("/root/www/index.html", "hello from the guest\n");
+    const srv = await sbx.commands.run("busybox httpd -f -p 8000 -h /root/www", { background: true });
+    const host = sbx.getHost(8000);
+    assert.equal(host, `8000-${sbx.sandboxId}.${e2bDomain}`);
+    // The name resolves to the test's zeishd (a TLS proxy with a wildcard
+    // name would stand there in production).
+    const lookup = (_name, opts, cb) => (opts?.all ? cb(null, [{ address: "127.0.0.1", family: 4 }]) : cb(null, "127.0.0.1", 4));
+    const get = (path, headers = {}) => new Promise((resolve, reject) => {
+      httpGet({ host, port: h.port, path, headers, lookup }, (res) => {
+        let body = "";
+        res.on("data", (d) => (body += d));
+        res.on("end", () => resolve({ status: res.statusCode, body }));
+      }).on("error", reject);
+    });
+    assert.ok(sbx.trafficAccessToken, "create answers a traffic token");
+    const withToken = { "e2b-traffic-access-token": sbx.trafficAccessToken };
+    const ok = await eventually("the guest's server answers", async () => {
+      const r = await get("/index.html", withToken);
+      return r.status === 200 && r;
+    });
+    assert.equal(ok.body, "hello from the guest\n");
+    assert.equal((await get("/index.html")).status, 401, "a private port needs the token");
+    assert.equal((await get("/index.html", { "e2b-traffic-access-token": "nope" })).status, 401, "a bad token");
+    assert.equal((await h.zeish("POST", `/sandboxes/${sbx.sandboxId}/ports`, { port: 8000, public: true })).status, 200);
+    assert.equal((await get("/index.html")).status, 200, "a public port needs none");
+    assert.equal(await sbx.commands.kill(srv.pid), true);
+  });
+
+  test("debian template: commands, PTY and files act as E2B's `user` by default (home, ownership); root when asked", async () => {
+    const d = await Sandbox.create("debian", o({ timeoutMs: 600_000 }));
+    try {
+      const who = await d.commands.run("id -un; pwd; echo $HOME; echo $0");
+      assert.equal(who.stdout, "user\n/home/user\n/home/user\n/bin/bash\n");
+      assert.equal((await d.commands.run("id -un; pwd", { user: "root" })).stdout, "root\n/root\n");
+
+      await d.files.write("notes/a.txt", "mine");
+      assert.equal(await d.files.read("/home/user/notes/a.txt"), "mine", "relative paths are under the user's home");
+      assert.equal(await d.files.makeDir("made/deep"), true);
+      await d.files.rename("notes/a.txt", "made/deep/b.txt");
+      await d.files.write("/root/by-root.txt", "r", { user: "root" });
+      const owners = await d.commands.run("stat -c '%U %n' notes made made/deep made/deep/b.txt /root/by-root.txt", { user: "root", cwd: "/home/user" });
+      assert.equal(owners.stdout, "user notes\nuser made\nuser made/deep\nuser made/deep/b.txt\nroot /root/by-root.txt\n");
+      await rejectsWith(d.files.makeDir("/root/not-mine"), SandboxError, "makeDir where the user may not");
+      await rejectsWith(d.commands.run("id", { user: "nobody-here" }), InvalidArgumentError, "a user the sandbox lacks");
+
+      let out = "";
+      const term = await d.pty.create({ cols: 80, rows: 24, onData: (b) => (out += new TextDecoder().decode(b)) });
+      await d.pty.sendInput(term.pid, new TextEncoder().encode("echo \"I am $(id -un) in $PWD\"\n"));
+      await eventually("the terminal answers", () => out.includes("I am user in /home/user"));
+      assert.equal(await d.pty.kill(term.pid), true);
+    } finally {
+      assert.equal(await d.kill(), true);
+    }
   });
 });

@@ -1,11 +1,16 @@
 // A real zeishd for the E2B compatibility tests: bin/zeishd (from `make
-// build`) on a temp data dir and a free loopback port, with the template cache
-// the Go tests fill. env() points the unmodified `e2b` SDK at it. stop()
-// deletes every sandbox, stops zeishd, kills any VM process it left and
-// removes the temp dir; an exit hook does the same if the test process dies.
+// build`) on a temp data dir, with the template cache the Go tests fill.
+// opts() points the unmodified `e2b` SDK at it. As root, zeishd runs in a
+// network namespace of the test's own (a veth to a second, empty one is its
+// uplink), so its guests have real networking (ports, getHost) while nothing
+// touches the host's network; the test reaches it through a loopback port
+// relayed over a Unix socket. stop() deletes every sandbox, stops zeishd,
+// kills any VM process it left and removes the namespaces and the temp dir;
+// an exit hook does the same if the test process dies.
 import { spawn, spawnSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
+import { connect, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -54,10 +59,50 @@ function processesUnder(dir) {
   return pids;
 }
 
+/** The E2B domain zeishd is told (ZEISH_E2B_DOMAIN): getHost names hosts under it. */
+export const e2bDomain = "e2b.test";
+
+function ip(...args) {
+  const r = spawnSync("ip", args, { encoding: "utf8" });
+  if (r.status !== 0) throw new Error(`ip ${args.join(" ")}: ${r.stderr || r.error}`);
+}
+
+/** Two network namespaces joined by a veth pair (198.18.0.0/15 addresses):
+ * zeishd's, whose only route leads to the other, empty one. */
+function makeLab() {
+  const id = randomBytes(3).toString("hex");
+  const lab = { node: `ze2b-${id}-n`, inet: `ze2b-${id}-i`, uplink: `ze2v${id}n` };
+  const peer = `ze2v${id}i`;
+  lab.close = () => {
+    // Deleting a namespace deletes the veth pair with it.
+    for (const ns of [lab.node, lab.inet]) spawnSync("ip", ["netns", "del", ns]);
+  };
+  try {
+    for (const step of [
+      ["netns", "add", lab.node],
+      ["netns", "add", lab.inet],
+      ["link", "add", lab.uplink, "netns", lab.node, "type", "veth", "peer", "name", peer, "netns", lab.inet],
+      ["-n", lab.node, "link", "set", "lo", "up"],
+      ["-n", lab.inet, "link", "set", "lo", "up"],
+      ["-n", lab.node, "addr", "add", "198.18.0.2/24", "dev", lab.uplink],
+      ["-n", lab.inet, "addr", "add", "198.18.0.1/24", "dev", peer],
+      ["-n", lab.node, "link", "set", lab.uplink, "up"],
+      ["-n", lab.inet, "link", "set", peer, "up"],
+      ["-n", lab.node, "route", "add", "default", "via", "198.18.0.1"],
+    ]) ip(...step);
+  } catch (err) {
+    lab.close();
+    throw err;
+  }
+  return lab;
+}
+
 export class Harness {
   failed = false;
   #proc;
   #exited;
+  #relayProc;
+  #relayServer;
   #log = [];
   #onExit = () => this.#emergency();
 
@@ -70,19 +115,29 @@ export class Harness {
       if (!existsSync(b)) throw new Error(`${b} is missing: run \`make build\` first`);
     }
     h.dataDir = mkdtempSync(join(tmpdir(), "zeish-e2b-test-"));
-    h.port = await freePort();
-    h.base = `http://127.0.0.1:${h.port}`;
-    h.#proc = spawn(zeishd, [], {
-      env: {
-        ...process.env,
-        ZEISH_DATA_DIR: h.dataDir,
-        ZEISH_LISTEN: `127.0.0.1:${h.port}`,
-        ZEISH_SANDBOXD: sandboxd,
-        ZEISH_TEMPLATE_CACHE: join(process.env.ZEISH_TEST_CACHE || "/var/tmp/zeish-test-cache", "templates"),
-        ZEISH_LOG_LEVEL: "debug",
-      },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+    const env = {
+      ...process.env,
+      ZEISH_DATA_DIR: h.dataDir,
+      ZEISH_SANDBOXD: sandboxd,
+      ZEISH_TEMPLATE_CACHE: join(process.env.ZEISH_TEST_CACHE || "/var/tmp/zeish-test-cache", "templates"),
+      ZEISH_LOG_LEVEL: "debug",
+      ZEISH_E2B_DOMAIN: e2bDomain,
+      // The debian template (bash, E2B's `user`) from the cache the Go
+      // tests fill (`make test-e2b` runs template TestBuildDebian first);
+      // zeishd cannot build it in its namespace.
+      ZEISH_DEBIAN_TEMPLATE: "on",
+    };
+    if (process.geteuid() === 0) {
+      h.lab = makeLab();
+      const inside = "127.0.0.1:7420";
+      h.#proc = spawn("nsenter", [`--net=/run/netns/${h.lab.node}`, zeishd], {
+        env: { ...env, ZEISH_LISTEN: inside, ZEISH_NET: "on", ZEISH_UPLINK: h.lab.uplink, ZEISH_DNS_UPSTREAM: "198.18.0.1:53" },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+    } else {
+      h.port = await freePort();
+      h.#proc = spawn(zeishd, [], { env: { ...env, ZEISH_LISTEN: `127.0.0.1:${h.port}`, ZEISH_NET: "off" }, stdio: ["ignore", "pipe", "pipe"] });
+    }
     h.#exited = new Promise((resolve) => h.#proc.once("exit", () => resolve()));
     process.once("exit", h.#onExit);
     const keep = (b) => {
@@ -94,6 +149,8 @@ export class Harness {
     let dead = false;
     void h.#exited.then(() => (dead = true));
     try {
+      if (h.lab) await h.#relay("127.0.0.1:7420");
+      h.base = `http://127.0.0.1:${h.port}`;
       const deadline = Date.now() + 60_000;
       for (;;) {
         if (dead) throw new Error("zeishd exited at start");
@@ -112,6 +169,32 @@ export class Harness {
       throw err;
     }
     return h;
+  }
+
+  /** Whether guests have a managed network (ports, getHost): zeishd runs in the test's own namespaces. */
+  get networked() {
+    return this.lab !== undefined;
+  }
+
+  // #relay serves zeishd's address inside the namespace on a loopback port
+  // of the host: a relay process in the namespace listens on a Unix socket.
+  async #relay(inside) {
+    const sock = join(this.dataDir, "relay.sock");
+    this.#relayProc = spawn("nsenter", [`--net=/run/netns/${this.lab.node}`, process.execPath,
+      join(dirname(fileURLToPath(import.meta.url)), "relay.mjs"), sock, inside], { stdio: ["ignore", "pipe", "inherit"] });
+    await new Promise((resolve, reject) => {
+      this.#relayProc.once("exit", (code) => reject(new Error(`relay exited (${code})`)));
+      this.#relayProc.stdout.once("data", () => resolve());
+    });
+    this.#relayServer = createServer((c) => {
+      const up = connect(sock);
+      c.pipe(up);
+      up.pipe(c);
+      c.on("error", () => up.destroy());
+      up.on("error", () => c.destroy());
+    });
+    await new Promise((resolve) => this.#relayServer.listen(0, "127.0.0.1", resolve));
+    this.port = this.#relayServer.address().port;
   }
 
   /** The SDK's connection options for this server (what E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY would say). */
@@ -173,7 +256,15 @@ export class Harness {
     process.removeListener("exit", this.#onExit);
   }
 
+  #closeRelay() {
+    this.#relayServer?.close();
+    this.#relayServer = undefined;
+    try { this.#relayProc?.kill("SIGKILL"); } catch { /* gone */ }
+    this.#relayProc = undefined;
+  }
+
   #sweep() {
+    this.#closeRelay();
     if (!this.dataDir) return;
     const left = processesUnder(this.dataDir);
     if (left.length > 0) {
@@ -182,6 +273,8 @@ export class Harness {
         try { process.kill(pid, "SIGKILL"); } catch { /* gone */ }
       }
     }
+    this.lab?.close();
+    this.lab = undefined;
     const ids = new Set();
     for (const sub of ["sandboxes", "images"]) {
       try {
