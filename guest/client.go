@@ -206,9 +206,8 @@ func (c *Client) start(ctx context.Context, req request) (*call, error) {
 	case <-c.mux.CloseChan():
 		return nil, c.transportErr(ctx, req.Op, yamux.ErrSessionShutdown)
 	}
-	st, err := c.mux.OpenStream()
+	st, err := c.openStream(ctx)
 	if err != nil {
-		<-c.streams
 		return nil, c.transportErr(ctx, req.Op, err)
 	}
 	// Cancelling ctx wakes blocked reads and writes and half-closes the
@@ -228,6 +227,39 @@ func (c *Client) start(ctx context.Context, req request) (*call, error) {
 		return nil, c.transportErr(ctx, req.Op, err)
 	}
 	return cl, nil
+}
+
+// openStream opens a stream on the call's slot, giving the slot back on
+// failure. yamux's OpenStream cannot be cancelled: it waits while its accept
+// backlog is full, and a stream the guest never accepted keeps its place
+// there after Close until yamux's close timeout. So a caller whose ctx ends
+// first leaves, and the slot is given back only once OpenStream returns
+// (its stream closed at once): the client stays bounded, callers do not wait.
+func (c *Client) openStream(ctx context.Context) (*yamux.Stream, error) {
+	type opened struct {
+		st  *yamux.Stream
+		err error
+	}
+	ch := make(chan opened, 1)
+	go func() {
+		st, err := c.mux.OpenStream()
+		ch <- opened{st, err}
+	}()
+	select {
+	case o := <-ch:
+		if o.err != nil {
+			<-c.streams
+		}
+		return o.st, o.err
+	case <-ctx.Done():
+		go func() {
+			if o := <-ch; o.st != nil {
+				o.st.Close()
+			}
+			<-c.streams
+		}()
+		return nil, ctx.Err()
+	}
 }
 
 func (cl *call) close() {
