@@ -5,6 +5,9 @@
 //	nettool get URL       print the body; exit 1 on any failure
 //	nettool dial HOST:PORT  connect; exit 0 if it connects
 //	nettool serve PORT     serve HTTP ("hello from the guest") until killed
+//	nettool fetch URL      download, discard, print "BYTES SECONDS" (60 s at most)
+//	nettool lookup NAME [SERVER]  resolve NAME (at SERVER host:port, else the
+//	                       system's resolver); exit 0 if it has an address
 package main
 
 import (
@@ -50,10 +53,28 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	limit := 4 * time.Second
+	if os.Args[1] == "fetch" {
+		limit = time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	var err error
 	switch os.Args[1] {
+	case "fetch":
+		err = fetch(ctx, os.Args[2])
+	case "lookup":
+		r := net.DefaultResolver
+		if len(os.Args) > 3 {
+			server := os.Args[3]
+			r = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, network, server)
+			}}
+		}
+		var addrs []string
+		if addrs, err = r.LookupHost(ctx, os.Args[2]); err == nil {
+			fmt.Println(addrs)
+		}
 	case "get":
 		err = get(ctx, os.Args[2])
 	case "dial":
@@ -83,4 +104,25 @@ func get(ctx context.Context, url string) error {
 	defer resp.Body.Close()
 	_, err = io.Copy(os.Stdout, resp.Body)
 	return err
+}
+
+// fetch times a download on the guest's monotonic clock, from the request
+// to the last byte.
+func fetch(ctx context.Context, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%d %.3f\n", n, time.Since(start).Seconds())
+	return nil
 }

@@ -336,9 +336,13 @@ func (m *Manager) decide(src netip.Addr, name string) dnsVerdict {
 		for _, r := range g.allow {
 			if r.Matches(name) {
 				v.learnTo = g.link.TAP
-				break
+				return v
 			}
 		}
+		// Under egress deny only allowed names are asked upstream: a query
+		// is itself traffic out (data can ride in the name), so any other
+		// name is refused here and never leaves the node.
+		v.refuse = true
 	}
 	return v
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -41,6 +42,7 @@ type NetLab struct {
 
 	mu      sync.Mutex
 	closers []func() error
+	queries []string // names the DNS server was asked, in order
 }
 
 // Hosts of the lab's internet, each serving HTTP on port 80.
@@ -112,6 +114,12 @@ func NewNetLab(t testing.TB) *NetLab {
 			t.Fatal(err)
 		}
 		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// /bytes/N answers N bytes, for transfers of a known size.
+			if n, err := strconv.ParseInt(strings.TrimPrefix(r.URL.Path, "/bytes/"), 10, 64); err == nil && n >= 0 && n <= 1<<30 {
+				w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+				io.CopyN(w, zeros{}, n)
+				return
+			}
 			fmt.Fprintf(w, "hello from %s\n", h)
 		})}
 		go srv.Serve(ln)
@@ -127,11 +135,30 @@ func NewNetLab(t testing.TB) *NetLab {
 	return l
 }
 
+// zeros reads as endless zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+// Queries are the names (lower case, no trailing dot) the lab's DNS server
+// was asked so far, in order.
+func (l *NetLab) Queries() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.queries...)
+}
+
 func (l *NetLab) serveDNS(w dns.ResponseWriter, q *dns.Msg) {
 	m := new(dns.Msg)
 	m.SetReply(q)
 	if len(q.Question) == 1 {
 		name := strings.TrimSuffix(strings.ToLower(q.Question[0].Name), ".")
+		l.mu.Lock()
+		l.queries = append(l.queries, name)
+		l.mu.Unlock()
 		addr, ok := l.Names[name]
 		switch {
 		case !ok:
