@@ -6,6 +6,7 @@
 //	nettool dial HOST:PORT  connect; exit 0 if it connects
 //	nettool serve PORT     serve HTTP ("hello from the guest") until killed
 //	nettool fetch URL      download, discard, print "BYTES SECONDS" (60 s at most)
+//	nettool push URL N     POST N bytes, print "N SECONDS" (60 s at most)
 //	nettool lookup NAME [SERVER]  resolve NAME (at SERVER host:port, else the
 //	                       system's resolver); exit 0 if it has an address
 package main
@@ -17,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/coder/websocket"
@@ -54,7 +56,7 @@ func main() {
 		os.Exit(1)
 	}
 	limit := 4 * time.Second
-	if os.Args[1] == "fetch" {
+	if os.Args[1] == "fetch" || os.Args[1] == "push" {
 		limit = time.Minute
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
@@ -63,6 +65,8 @@ func main() {
 	switch os.Args[1] {
 	case "fetch":
 		err = fetch(ctx, os.Args[2])
+	case "push":
+		err = push(ctx, os.Args[2], os.Args[3])
 	case "lookup":
 		r := net.DefaultResolver
 		if len(os.Args) > 3 {
@@ -125,4 +129,39 @@ func fetch(ctx context.Context, url string) error {
 	}
 	fmt.Printf("%d %.3f\n", n, time.Since(start).Seconds())
 	return nil
+}
+
+// push times an upload of n zero bytes until the server's answer.
+func push(ctx context.Context, url, size string) error {
+	n, err := strconv.ParseInt(size, 10, 64)
+	if err != nil {
+		return err
+	}
+	body := io.LimitReader(zeros{}, n)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, body)
+	if err != nil {
+		return err
+	}
+	req.ContentLength = n
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("push: %s", resp.Status)
+	}
+	fmt.Printf("%d %.3f\n", n, time.Since(start).Seconds())
+	return nil
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }

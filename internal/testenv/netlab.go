@@ -66,6 +66,23 @@ func NewNetLab(t testing.TB) *NetLab {
 	if os.Geteuid() != 0 {
 		testskip.Skip(t, "network namespaces need root")
 	}
+	l, err := OpenNetLab()
+	if l != nil {
+		t.Cleanup(func() {
+			if err := l.Close(); err != nil {
+				t.Errorf("netlab cleanup: %v", err)
+			}
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// OpenNetLab builds the lab outside a test (the bench); the caller Closes
+// it, also after an error (then l may be partly made).
+func OpenNetLab() (*NetLab, error) {
 	b := make([]byte, 3)
 	rand.Read(b)
 	id := hex.EncodeToString(b)
@@ -78,11 +95,6 @@ func NewNetLab(t testing.TB) *NetLab {
 			"denied.test": LabHostB, "other.test": LabHostC,
 		},
 	}
-	t.Cleanup(func() {
-		if err := l.Close(); err != nil {
-			t.Errorf("netlab cleanup: %v", err)
-		}
-	})
 	peer := "zlv" + id + "i"
 	steps := [][]string{
 		{"netns", "add", l.Node},
@@ -105,15 +117,21 @@ func NewNetLab(t testing.TB) *NetLab {
 	})
 	for _, s := range steps {
 		if err := ipCmd(s...); err != nil {
-			t.Fatal(err)
+			return l, err
 		}
 	}
 	for _, h := range labHosts {
 		ln, err := l.ListenIn(l.Inet, "tcp", h+":80")
 		if err != nil {
-			t.Fatal(err)
+			return l, err
 		}
 		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// A POST's body is read and counted ("N bytes"), for uploads.
+			if r.Method == http.MethodPost {
+				n, _ := io.Copy(io.Discard, r.Body)
+				fmt.Fprintf(w, "%d bytes\n", n)
+				return
+			}
 			// /bytes/N answers N bytes, for transfers of a known size.
 			if n, err := strconv.ParseInt(strings.TrimPrefix(r.URL.Path, "/bytes/"), 10, 64); err == nil && n >= 0 && n <= 1<<30 {
 				w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
@@ -127,12 +145,12 @@ func NewNetLab(t testing.TB) *NetLab {
 	}
 	pc, err := l.listenPacketIn(l.Inet, "udp", l.DNS)
 	if err != nil {
-		t.Fatal(err)
+		return l, err
 	}
 	ds := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(l.serveDNS)}
 	go ds.ActivateAndServe()
 	l.addCloser(ds.Shutdown)
-	return l
+	return l, nil
 }
 
 // zeros reads as endless zero bytes.

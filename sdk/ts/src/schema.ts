@@ -1472,8 +1472,9 @@ export interface components {
          *     `ZEISH_NET_ALLOW_RANGES`). Within what is left, `deny` wins over `allow`, and `egress`
          *     decides what no rule names. Domain rules are enforced through the node's DNS
          *     forwarder, which every guest's DNS traffic is redirected to: a denied name is refused,
-         *     and under `egress: deny` the addresses an allowed name resolves to are let through
-         *     for their TTL (at least 30 s). That is DNS-based filtering: an allowed name's
+         *     and under `egress: deny` only names an allow rule covers are asked upstream (any other
+         *     query is refused at the node: DNS is a way out too), and the addresses an allowed name
+         *     resolves to are let through for their TTL (at least 30 s). That is DNS-based filtering: an allowed name's
          *     addresses are open to any use while allowed (a shared CDN address serves other sites
          *     too), and under `egress: allow` a denied name's addresses are still reachable by
          *     address. Connections already open to an address a change denies are cut; others carry on.
