@@ -13,6 +13,7 @@ import (
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/network"
 	"github.com/zeish/zeish/internal/testenv"
 	"github.com/zeish/zeish/sandbox"
 	zeish "github.com/zeish/zeish/sdk/go"
@@ -182,12 +183,48 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 	r.addGoal(goal{Name: "networking's added cost to create (median)", Target: fmt.Sprintf("≤ %d ms", netGoalMS), Value: addCreate, Unit: "ms", Met: addCreate <= netGoalMS})
 	r.addGoal(goal{Name: "networking's added cost to fork (median)", Target: fmt.Sprintf("≤ %d ms", netGoalMS), Value: addFork, Unit: "ms", Met: addFork <= netGoalMS})
 
-	// Throughput: a zeish sandbox (uncapped) next to plain QEMU on a TAP.
-	up, down, err := e.zeishThroughput(ctx, on, nettool, mem)
+	// Host side of a link, measured alone: what create and fork pay in
+	// zeishd for networking, without the noise of whole VM boots.
+	attach, detach, err := linkCosts(ctx, e.opts.runs*10, benchRateBytes, benchRatePackets)
 	if err != nil {
 		return nil, err
 	}
-	rawUp, rawDown, err := e.rawThroughput(ctx, lab, nettool, mem)
+	sAt, sDe := r.add(newSeries("link_attach_ready", "ms", attach)), r.add(newSeries("link_detach", "ms", detach))
+	lt := statTable("Host side of a sandbox's link (network.Manager in a lab namespace, ready links on)", "ms")
+	lt.Rows = append(lt.Rows,
+		statRow("take a ready link + its firewall, policers (one nftables transaction): create and fork pay this", sAt),
+		statRow("remove chain, sets and TAP: delete pays this", sDe),
+	)
+	r.Tables = append(r.Tables, lt)
+
+	// Throughput: a zeish sandbox (uncapped) and plain QEMU on a TAP, both
+	// up at once, their transfers interleaved so load drift hits both.
+	zexec, done, err := e.zeishGuest(ctx, on, nettool, mem)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, done()) }()
+	var up, down, rawUp, rawDown []float64
+	err = e.rawGuest(ctx, lab, nettool, mem, func(rexec guestExec) error {
+		for i := -e.opts.warmup; i < e.opts.runs; i++ {
+			order := []bool{i%2 == 0, i%2 != 0}
+			for _, zeishFirst := range order {
+				x, u, d := rexec, &rawUp, &rawDown
+				if zeishFirst {
+					x, u, d = zexec, &up, &down
+				}
+				pu, pd, err := transfer(ctx, x)
+				if err != nil {
+					return err
+				}
+				e.log.Info("net transfer", "run", i, "zeish", zeishFirst, "up_mib_s", pu, "down_mib_s", pd)
+				if i >= 0 {
+					*u, *d = append(*u, pu), append(*d, pd)
+				}
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -263,38 +300,37 @@ func (e *benchEnv) labServer(ctx context.Context, lab *testenv.NetLab) (*zeish.C
 	return c, stop, nil
 }
 
-// transfers runs runs uploads and downloads of transferBytes with nettool
-// (already in the guest at /root/nettool) through exec, and returns MiB/s.
-func transfers(ctx context.Context, exec func(ctx context.Context, argv ...string) (string, error), runs, warmup int) (up, down []float64, err error) {
-	for i := -warmup; i < runs; i++ {
-		for _, argv := range [][]string{
-			{"/root/nettool", "push", "http://" + testenv.LabHostA + "/", fmt.Sprint(transferBytes)},
-			{"/root/nettool", "fetch", fmt.Sprintf("http://%s/bytes/%d", testenv.LabHostA, transferBytes)},
-		} {
-			out, err := exec(ctx, argv...)
-			if err != nil {
-				return nil, nil, fmt.Errorf("%v: %w: %s", argv, err, out)
-			}
-			var n int64
-			var secs float64
-			if _, err := fmt.Sscanf(strings.TrimSpace(out), "%d %f", &n, &secs); err != nil || n != transferBytes || secs <= 0 {
-				return nil, nil, fmt.Errorf("%v said %q", argv, out)
-			}
-			if i >= 0 {
-				rate := float64(n) / (1 << 20) / secs
-				if argv[1] == "push" {
-					up = append(up, rate)
-				} else {
-					down = append(down, rate)
-				}
-			}
+// guestExec runs argv in a guest; a non-zero exit is an error.
+type guestExec func(ctx context.Context, argv ...string) (string, error)
+
+// transfer times one upload and one download of transferBytes with nettool
+// (at /root/nettool in the guest), in MiB/s.
+func transfer(ctx context.Context, exec guestExec) (up, down float64, err error) {
+	for _, argv := range [][]string{
+		{"/root/nettool", "push", "http://" + testenv.LabHostA + "/", fmt.Sprint(transferBytes)},
+		{"/root/nettool", "fetch", fmt.Sprintf("http://%s/bytes/%d", testenv.LabHostA, transferBytes)},
+	} {
+		out, err := exec(ctx, argv...)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%v: %w: %s", argv, err, out)
+		}
+		var n int64
+		var secs float64
+		if _, err := fmt.Sscanf(strings.TrimSpace(out), "%d %f", &n, &secs); err != nil || n != transferBytes || secs <= 0 {
+			return 0, 0, fmt.Errorf("%v said %q", argv, out)
+		}
+		rate := float64(n) / (1 << 20) / secs
+		if argv[1] == "push" {
+			up = rate
+		} else {
+			down = rate
 		}
 	}
 	return up, down, nil
 }
 
 // execVia runs argv through a guest agent client; a non-zero exit is an error.
-func execVia(run func(ctx context.Context, req guest.ExecRequest, stdout, stderr *strings.Builder) (int, error)) func(context.Context, ...string) (string, error) {
+func execVia(run func(ctx context.Context, req guest.ExecRequest, stdout, stderr *strings.Builder) (int, error)) guestExec {
 	return func(ctx context.Context, argv ...string) (string, error) {
 		var out, errOut strings.Builder
 		code, err := run(ctx, guest.ExecRequest{Argv: argv}, &out, &errOut)
@@ -305,42 +341,46 @@ func execVia(run func(ctx context.Context, req guest.ExecRequest, stdout, stderr
 	}
 }
 
-func (e *benchEnv) zeishThroughput(ctx context.Context, c *zeish.Client, nettool string, mem int) (up, down []float64, err error) {
+// zeishGuest creates an uncapped sandbox on c with nettool in it; done
+// deletes it.
+func (e *benchEnv) zeishGuest(ctx context.Context, c *zeish.Client, nettool string, mem int) (_ guestExec, done func() error, err error) {
 	sb, err := c.CreateSandbox(ctx, zeish.CreateSandboxRequest{MemoryMiB: mem}, zeish.Wait())
+	done = func() error { return nil }
 	if sb.ID != "" {
 		e.track(sb.ID)
-		defer func() {
+		done = func() error {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 			defer cancel()
-			_, derr := c.DeleteSandbox(dctx, sb.ID, zeish.Wait())
-			err = errors.Join(err, derr)
-		}()
+			_, err := c.DeleteSandbox(dctx, sb.ID, zeish.Wait())
+			return err
+		}
 	}
+	fail := func(err error) (guestExec, func() error, error) { return nil, nil, errors.Join(err, done()) }
 	if err != nil {
-		return nil, nil, err
+		return fail(err)
 	}
 	conn, err := c.Connect(ctx, sb.ID)
 	if err != nil {
-		return nil, nil, err
+		return fail(err)
 	}
 	f, err := os.Open(nettool)
 	if err != nil {
-		return nil, nil, err
+		return fail(err)
 	}
 	defer f.Close()
 	if _, err := conn.WriteFile(ctx, "/root/nettool", f, 0o755); err != nil {
-		return nil, nil, err
+		return fail(err)
 	}
-	return transfers(ctx, execVia(func(ctx context.Context, req guest.ExecRequest, stdout, stderr *strings.Builder) (int, error) {
+	return execVia(func(ctx context.Context, req guest.ExecRequest, stdout, stderr *strings.Builder) (int, error) {
 		res, err := conn.Exec(ctx, api.ExecRequest{Argv: req.Argv}, stdout, stderr)
 		return res.ExitCode, err
-	}), e.opts.runs, e.opts.warmup)
+	}), done, nil
 }
 
-// rawThroughput boots the base template in plain QEMU on a TAP routed to
-// the lab (made in the lab's node namespace, removed after), gives the
-// guest its address through the agent, and times the same transfers.
-func (e *benchEnv) rawThroughput(ctx context.Context, lab *testenv.NetLab, nettool string, mem int) (up, down []float64, err error) {
+// rawGuest boots the base template in plain QEMU on a TAP routed to the
+// lab (made in the lab's node namespace, removed after), gives the guest its
+// address through the agent, puts nettool in it and calls use while it runs.
+func (e *benchEnv) rawGuest(ctx context.Context, lab *testenv.NetLab, nettool string, mem int, use func(guestExec) error) (err error) {
 	for _, args := range [][]string{
 		{"-n", lab.Node, "tuntap", "add", "dev", rawTAP, "mode", "tap", "vnet_hdr"},
 		{"-n", lab.Node, "addr", "add", rawGateway + "/30", "dev", rawTAP},
@@ -348,7 +388,7 @@ func (e *benchEnv) rawThroughput(ctx context.Context, lab *testenv.NetLab, netto
 		{"-n", lab.Inet, "route", "add", rawNet, "via", lab.NodeAddr},
 	} {
 		if err := ipIn(args...); err != nil {
-			return nil, nil, err
+			return err
 		}
 	}
 	defer func() { err = errors.Join(err, ipIn("-n", lab.Node, "link", "del", rawTAP)) }()
@@ -377,13 +417,62 @@ func (e *benchEnv) rawThroughput(ctx context.Context, lab *testenv.NetLab, netto
 		if _, err := g.WriteFile(ctx, "/root/nettool", 0o755, f); err != nil {
 			return err
 		}
-		up, down, err = transfers(ctx, execVia(func(ctx context.Context, req guest.ExecRequest, stdout, stderr *strings.Builder) (int, error) {
+		return use(execVia(func(ctx context.Context, req guest.ExecRequest, stdout, stderr *strings.Builder) (int, error) {
 			res, err := g.Exec(ctx, req, nil, stdout, stderr)
 			return res.ExitCode, err
-		}), e.opts.runs, e.opts.warmup)
-		return err
+		}))
 	})
-	return up, down, err
+	return err
+}
+
+// linkCosts times n link attaches (from the ready links, with a firewall
+// and policers) and detaches by network.Manager alone, in a lab namespace
+// of its own.
+func linkCosts(ctx context.Context, n int, rateBytes, ratePackets int64) (attach, detach []float64, err error) {
+	lab, err := testenv.OpenNetLab()
+	if lab != nil {
+		defer func() { err = errors.Join(err, lab.Close()) }()
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	in := func(f func() error) error { return testenv.InNetns(lab.Node, f) }
+	var m *network.Manager
+	if err := in(func() (err error) {
+		m, err = network.Open(ctx, network.Config{CIDR: "10.213.0.0/16", Uplink: lab.Uplink, Upstreams: []string{lab.DNS},
+			Rates: network.Rates{Bytes: rateBytes, Packets: ratePackets}})
+		return err
+	}); err != nil {
+		return nil, nil, err
+	}
+	defer func() { err = errors.Join(err, in(m.Close)) }()
+	m.StartWarm(4)
+	policy := sandbox.Network{Enabled: true, Egress: sandbox.EgressDeny, Allow: []string{"198.18.5.0/24", "allowed.test"}}
+	for range n {
+		for m.Ready() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		var addr string
+		start := time.Now()
+		if err := in(func() error {
+			l, err := m.Allocate()
+			if err != nil {
+				return err
+			}
+			addr = l.Guest.String()
+			_, err = m.Attach(addr, policy)
+			return err
+		}); err != nil {
+			return nil, nil, err
+		}
+		attach = append(attach, ms(time.Since(start)))
+		start = time.Now()
+		if err := in(func() error { return m.Detach(addr) }); err != nil {
+			return nil, nil, err
+		}
+		detach = append(detach, ms(time.Since(start)))
+	}
+	return attach, detach, nil
 }
 
 func ipIn(args ...string) error {
