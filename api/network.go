@@ -9,6 +9,10 @@ type NetworkRequest struct {
 	Egress  sandbox.Egress `json:"egress,omitempty"`  // allow (default) or deny
 	Allow   []string       `json:"allow,omitempty"`   // IPv4 addresses, CIDRs, domains, *.domains
 	Deny    []string       `json:"deny,omitempty"`
+	// Caps per second, each way; 0 or left out: the node's default, which
+	// is also the most a sandbox may have.
+	RateBytes   int64 `json:"rate_bytes_per_second,omitempty"`
+	RatePackets int64 `json:"rate_packets_per_second,omitempty"`
 }
 
 // NetworkPolicyRequest is PATCH /public/sandboxes/{id}/network: each field
@@ -17,4 +21,7 @@ type NetworkPolicyRequest struct {
 	Egress sandbox.Egress `json:"egress,omitempty"`
 	Allow  []string       `json:"allow"`
 	Deny   []string       `json:"deny"`
+	// RateBytes and RatePackets replace the caps when given (0: the node's default).
+	RateBytes   *int64 `json:"rate_bytes_per_second,omitempty"`
+	RatePackets *int64 `json:"rate_packets_per_second,omitempty"`
 }

@@ -265,6 +265,11 @@ type Usage struct {
 	ComputeMicros    int64   `json:"compute_micros"`
 	StorageMicros    int64   `json:"storage_micros"`
 	CostMicros       int64   `json:"cost_micros"`
+	// NetInBytes and NetOutBytes are what the sandbox's network card
+	// received and sent over its whole life (not only the window: links
+	// count totals), unpriced.
+	NetInBytes  uint64 `json:"net_in_bytes"`
+	NetOutBytes uint64 `json:"net_out_bytes"`
 }
 
 // SandboxUsage is one sandbox's usage in a UsageReport.

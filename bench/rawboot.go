@@ -42,6 +42,22 @@ func rawMemGlob() string { return fmt.Sprintf("/dev/shm/zeish-bench-%d-*.mem", o
 // a pipe, and times it until init's first line. QEMU is then killed and
 // every file removed. The overlay is made before the clock starts.
 func (e *benchEnv) bootRaw(ctx context.Context, memMiB, vcpus, diskMiB int) (rawBoot, error) {
+	return e.bootRawWith(ctx, rawOpts{memMiB: memMiB, vcpus: vcpus, diskMiB: diskMiB}, nil)
+}
+
+// rawOpts vary a raw boot: netdev replaces the user-mode network (e.g. a
+// TAP), netns runs QEMU in that network namespace.
+type rawOpts struct {
+	memMiB, vcpus, diskMiB int
+	netdev                 string
+	netns                  string
+}
+
+// bootRawWith is bootRaw with options; then, when not nil, runs once init's
+// first line is seen, while the VM still runs, with the folder holding the
+// agent's socket (agent.sock).
+func (e *benchEnv) bootRawWith(ctx context.Context, o rawOpts, then func(dir string) error) (rawBoot, error) {
+	memMiB, vcpus, diskMiB := o.memMiB, o.vcpus, o.diskMiB
 	n := rawSeq.Add(1)
 	dir := filepath.Join(e.tmp, fmt.Sprintf("raw-%d", n))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -58,6 +74,10 @@ func (e *benchEnv) bootRaw(ctx context.Context, memMiB, vcpus, diskMiB int) (raw
 		return rawBoot{}, fmt.Errorf("qemu-img create: %w: %s", err, out)
 	}
 
+	netdev := "user,id=net0,restrict=on"
+	if o.netdev != "" {
+		netdev = o.netdev
+	}
 	accel := e.accel
 	if accel == "tcg" {
 		accel += ",tb-size=128" // as zeishd configures its driver
@@ -88,7 +108,7 @@ func (e *benchEnv) bootRaw(ctx context.Context, memMiB, vcpus, diskMiB int) (raw
 		"-chardev", "socket,id=agent,path="+filepath.Join(dir, "agent.sock")+",server=on,wait=off",
 		"-device", "virtio-serial-pci,id=vser0",
 		"-device", "virtserialport,chardev=agent,name=agent",
-		"-netdev", "user,id=net0,restrict=on",
+		"-netdev", netdev,
 		"-device", "virtio-net-pci,netdev=net0",
 		"-device", "virtio-rng-pci",
 		"-serial", "stdio",
@@ -101,6 +121,9 @@ func (e *benchEnv) bootRaw(ctx context.Context, memMiB, vcpus, diskMiB int) (raw
 	defer console.Close()
 	var stderr bytes.Buffer
 	cmd := exec.Command("qemu-system-x86_64", args...)
+	if o.netns != "" {
+		cmd = exec.Command("nsenter", append([]string{"--net=/run/netns/" + o.netns, "qemu-system-x86_64"}, args...)...)
+	}
 	cmd.Stdout, cmd.Stderr = consoleW, &stderr
 	// Own process group: Ctrl-C reaches the bench, which then kills QEMU.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -155,7 +178,11 @@ func (e *benchEnv) bootRaw(ctx context.Context, memMiB, vcpus, diskMiB int) (raw
 		if s.init.IsZero() {
 			return rawBoot{}, fmt.Errorf("console closed before init's first line; console:\n%s\nqemu: %s", s.text, stderr.String())
 		}
-		return rawBoot{ToInit: s.init.Sub(start), FirstOutput: s.first.Sub(start)}, nil
+		b := rawBoot{ToInit: s.init.Sub(start), FirstOutput: s.first.Sub(start)}
+		if then != nil {
+			return b, then(dir)
+		}
+		return b, nil
 	case err := <-exited:
 		exited <- err // for the deferred wait
 		return rawBoot{}, fmt.Errorf("qemu exited early: %v: %s", err, stderr.String())

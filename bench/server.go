@@ -27,8 +27,11 @@ type benchEnv struct {
 	tmp      string // removed at the end; holds data/, bin/ and raw-QEMU runs
 	dataDir  string
 	sandboxd string
-	tpl      *template.Artifacts
-	accel    string // what zeishd reports: "kvm" or "tcg"
+	// zeishdBin and cacheDir are what the bench's zeishd runs with, for
+	// sections that start one more (net).
+	zeishdBin, cacheDir string
+	tpl                 *template.Artifacts
+	accel               string // what zeishd reports: "kvm" or "tcg"
 
 	zeishd *testenv.Zeishd
 	client *zeish.Client
@@ -61,6 +64,7 @@ func setupEnv(ctx context.Context, e *benchEnv) error {
 	}); err != nil {
 		return err
 	}
+	e.zeishdBin, e.cacheDir = zeishdBin, cacheDir
 	return e.startServer(ctx, zeishdBin, cacheDir)
 }
 

@@ -30,7 +30,7 @@ const labListen = "0.0.0.0:7420"
 
 // startLabServer runs zeishd inside a fresh NetLab: its only way out is the
 // lab's internet, and the test reaches its API through a loopback relay.
-func startLabServer(t *testing.T) (*server, *testenv.NetLab) {
+func startLabServer(t *testing.T, extraEnv ...string) (*server, *testenv.NetLab) {
 	t.Helper()
 	lab := testenv.NewNetLab(t)
 	relay, err := lab.Relay(lab.Node, "127.0.0.1:7420")
@@ -38,7 +38,7 @@ func startLabServer(t *testing.T) (*server, *testenv.NetLab) {
 		t.Fatal(err)
 	}
 	s := startServerWith(t, func(z *testenv.Zeishd) { z.Netns, z.Listen, z.Addr = lab.Node, labListen, relay },
-		"ZEISH_UPLINK="+lab.Uplink, "ZEISH_DNS_UPSTREAM="+lab.DNS, "ZEISH_NET_CIDR=10.213.0.0/24")
+		append([]string{"ZEISH_UPLINK=" + lab.Uplink, "ZEISH_DNS_UPSTREAM=" + lab.DNS, "ZEISH_NET_CIDR=10.213.0.0/24"}, extraEnv...)...)
 	return s, lab
 }
 

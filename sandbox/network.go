@@ -24,12 +24,22 @@ type Network struct {
 	Egress  Egress   `json:"egress,omitempty"`
 	Allow   []string `json:"allow"`
 	Deny    []string `json:"deny"`
+	// RateBytes and RatePackets cap the guest's routed traffic, each way on
+	// its own (bytes and packets per second). 0 at create: the node's
+	// default (ZEISH_NET_RATE_BYTES, ZEISH_NET_RATE_PACKETS), which is also
+	// the most a sandbox may ask for; the sandbox then shows what applies.
+	RateBytes   int64 `json:"rate_bytes_per_second,omitempty"`
+	RatePackets int64 `json:"rate_packets_per_second,omitempty"`
 }
 
 // Limits on a policy, so one sandbox cannot grow the host's ruleset unboundedly.
 const (
 	MaxNetworkRules = 256
 	maxDomainLen    = 253
+	// MaxRate bounds a rate so its burst fits the kernel's 32 bits;
+	// MinRateBytes keeps a cap above what a single full-size packet needs.
+	MaxRate      = 1 << 34
+	MinRateBytes = 16 << 10
 )
 
 // Rule is one parsed entry of Allow or Deny: exactly one of Prefix or Domain.
@@ -151,6 +161,15 @@ func (n Network) Normalize() (Network, error) {
 	}
 	if !n.Enabled && (len(n.Allow) > 0 || len(n.Deny) > 0 || n.Egress == EgressDeny) {
 		return n, fmt.Errorf("network: rules need enabled: true")
+	}
+	if n.RateBytes < 0 || n.RatePackets < 0 || n.RateBytes > MaxRate || n.RatePackets > MaxRate {
+		return n, fmt.Errorf("network: rates are per second, 0 (the node's default) up to %d", int64(MaxRate))
+	}
+	if n.RateBytes > 0 && n.RateBytes < MinRateBytes {
+		return n, fmt.Errorf("network.rate_bytes_per_second: at least %d", MinRateBytes)
+	}
+	if !n.Enabled && (n.RateBytes > 0 || n.RatePackets > 0) {
+		return n, fmt.Errorf("network: rates need enabled: true")
 	}
 	return n, nil
 }

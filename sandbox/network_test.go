@@ -25,6 +25,13 @@ func TestNetworkNormalize(t *testing.T) {
 		{in: Network{Enabled: true, Allow: []string{""}}, wantErr: true},
 		{in: Network{Enabled: true, Egress: "maybe"}, wantErr: true},
 		{in: Network{Enabled: false, Egress: EgressDeny}, wantErr: true},
+		{in: Network{Enabled: true, RateBytes: 1 << 20, RatePackets: 500},
+			want: Network{Enabled: true, Egress: EgressAllow, Allow: []string{}, Deny: []string{}, RateBytes: 1 << 20, RatePackets: 500}},
+		{in: Network{Enabled: true, RateBytes: -1}, wantErr: true},
+		{in: Network{Enabled: true, RatePackets: -1}, wantErr: true},
+		{in: Network{Enabled: true, RateBytes: 1000}, wantErr: true}, // below MinRateBytes
+		{in: Network{Enabled: true, RateBytes: MaxRate + 1}, wantErr: true},
+		{in: Network{Enabled: false, RateBytes: 1 << 20}, wantErr: true},
 	}
 	for _, tc := range tests {
 		got, err := tc.in.Normalize()

@@ -5,6 +5,10 @@
 //	nettool get URL       print the body; exit 1 on any failure
 //	nettool dial HOST:PORT  connect; exit 0 if it connects
 //	nettool serve PORT     serve HTTP ("hello from the guest") until killed
+//	nettool fetch URL      download, discard, print "BYTES SECONDS" (60 s at most)
+//	nettool push URL N     POST N bytes, print "N SECONDS" (60 s at most)
+//	nettool lookup NAME [SERVER]  resolve NAME (at SERVER host:port, else the
+//	                       system's resolver); exit 0 if it has an address
 package main
 
 import (
@@ -14,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/coder/websocket"
@@ -50,10 +55,30 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	limit := 4 * time.Second
+	if os.Args[1] == "fetch" || os.Args[1] == "push" {
+		limit = time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	var err error
 	switch os.Args[1] {
+	case "fetch":
+		err = fetch(ctx, os.Args[2])
+	case "push":
+		err = push(ctx, os.Args[2], os.Args[3])
+	case "lookup":
+		r := net.DefaultResolver
+		if len(os.Args) > 3 {
+			server := os.Args[3]
+			r = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, network, server)
+			}}
+		}
+		var addrs []string
+		if addrs, err = r.LookupHost(ctx, os.Args[2]); err == nil {
+			fmt.Println(addrs)
+		}
 	case "get":
 		err = get(ctx, os.Args[2])
 	case "dial":
@@ -83,4 +108,60 @@ func get(ctx context.Context, url string) error {
 	defer resp.Body.Close()
 	_, err = io.Copy(os.Stdout, resp.Body)
 	return err
+}
+
+// fetch times a download on the guest's monotonic clock, from the request
+// to the last byte.
+func fetch(ctx context.Context, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%d %.3f\n", n, time.Since(start).Seconds())
+	return nil
+}
+
+// push times an upload of n zero bytes until the server's answer.
+func push(ctx context.Context, url, size string) error {
+	n, err := strconv.ParseInt(size, 10, 64)
+	if err != nil {
+		return err
+	}
+	body := io.LimitReader(zeros{}, n)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, body)
+	if err != nil {
+		return err
+	}
+	req.ContentLength = n
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("push: %s", resp.Status)
+	}
+	fmt.Printf("%d %.3f\n", n, time.Since(start).Seconds())
+	return nil
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }

@@ -147,15 +147,15 @@ func (a *app) usageCmd() *cobra.Command {
 			if a.json() {
 				return a.printJSON(rep)
 			}
-			tw := table(a.out, "SANDBOX", "NAME", "STATE", "RUNNING", "VCPU-S", "GIB-S", "DISK GIB-S", "COST")
+			tw := table(a.out, "SANDBOX", "NAME", "STATE", "RUNNING", "VCPU-S", "GIB-S", "DISK GIB-S", "NET IN", "NET OUT", "COST")
 			for _, u := range rep.Sandboxes {
 				row(tw, u.SandboxID, u.Name, u.State, (time.Duration(u.Usage.RunningSeconds) * time.Second).String(),
 					fmt.Sprintf("%.0f", u.Usage.VCPUSeconds), fmt.Sprintf("%.0f", u.Usage.MemoryGiBSeconds),
-					fmt.Sprintf("%.0f", u.Usage.DiskGiBSeconds), micros(u.Usage.CostMicros))
+					fmt.Sprintf("%.0f", u.Usage.DiskGiBSeconds), byteSize(int64(u.Usage.NetInBytes)), byteSize(int64(u.Usage.NetOutBytes)), micros(u.Usage.CostMicros))
 			}
 			row(tw, "TOTAL", "", "", (time.Duration(rep.Total.RunningSeconds) * time.Second).String(),
 				fmt.Sprintf("%.0f", rep.Total.VCPUSeconds), fmt.Sprintf("%.0f", rep.Total.MemoryGiBSeconds),
-				fmt.Sprintf("%.0f", rep.Total.DiskGiBSeconds), micros(rep.Total.CostMicros))
+				fmt.Sprintf("%.0f", rep.Total.DiskGiBSeconds), byteSize(int64(rep.Total.NetInBytes)), byteSize(int64(rep.Total.NetOutBytes)), micros(rep.Total.CostMicros))
 			return tw.Flush()
 		},
 	}

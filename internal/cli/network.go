@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -16,6 +17,8 @@ type networkFlags struct {
 	egress      string
 	allow, deny []string
 	off         bool
+	rateBytes   int64
+	ratePackets int64
 }
 
 func (nf *networkFlags) add(f *pflag.FlagSet) {
@@ -23,14 +26,17 @@ func (nf *networkFlags) add(f *pflag.FlagSet) {
 	f.StringArrayVar(&nf.allow, "allow", nil, "egress rule: IPv4 address, CIDR, domain or *.domain (repeatable)")
 	f.StringArrayVar(&nf.deny, "deny", nil, "egress rule that wins over --allow (repeatable)")
 	f.BoolVar(&nf.off, "no-network", false, "no network card at all")
+	f.Int64Var(&nf.rateBytes, "rate-bytes", 0, "cap in bytes per second, each way (0: the node's default)")
+	f.Int64Var(&nf.ratePackets, "rate-packets", 0, "cap in packets per second, each way (0: the node's default)")
 }
 
 // request is the network part of the call, nil when no flag was given.
 func (nf *networkFlags) request() *api.NetworkRequest {
-	if nf.egress == "" && nf.allow == nil && nf.deny == nil && !nf.off {
+	if nf.egress == "" && nf.allow == nil && nf.deny == nil && !nf.off && nf.rateBytes == 0 && nf.ratePackets == 0 {
 		return nil
 	}
-	r := &api.NetworkRequest{Egress: sandbox.Egress(nf.egress), Allow: nf.allow, Deny: nf.deny}
+	r := &api.NetworkRequest{Egress: sandbox.Egress(nf.egress), Allow: nf.allow, Deny: nf.deny,
+		RateBytes: nf.rateBytes, RatePackets: nf.ratePackets}
 	if nf.off {
 		off := false
 		r.Enabled = &off
@@ -59,6 +65,7 @@ func (a *app) networkCmd() *cobra.Command {
 	var req api.NetworkPolicyRequest
 	var egress string
 	var clearAllow, clearDeny bool
+	var rateBytes, ratePackets int64
 	set := &cobra.Command{
 		Use:   "set ID",
 		Short: "Change a sandbox's egress policy while it runs (each option given replaces that part)",
@@ -73,6 +80,12 @@ func (a *app) networkCmd() *cobra.Command {
 			if clearDeny {
 				req.Deny = []string{}
 			}
+			if f := cmd.Flags().Lookup("rate-bytes"); f.Changed {
+				req.RateBytes = &rateBytes
+			}
+			if f := cmd.Flags().Lookup("rate-packets"); f.Changed {
+				req.RatePackets = &ratePackets
+			}
 			sb, err := a.sdk().SetNetwork(cmd.Context(), args[0], req)
 			if err != nil {
 				return err
@@ -86,6 +99,8 @@ func (a *app) networkCmd() *cobra.Command {
 	f.StringArrayVar(&req.Deny, "deny", nil, "deny rule (repeatable; replaces the deny list)")
 	f.BoolVar(&clearAllow, "clear-allow", false, "empty the allow list")
 	f.BoolVar(&clearDeny, "clear-deny", false, "empty the deny list")
+	f.Int64Var(&rateBytes, "rate-bytes", 0, "cap in bytes per second, each way (0: the node's default)")
+	f.Int64Var(&ratePackets, "rate-packets", 0, "cap in packets per second, each way (0: the node's default)")
 	cmd.AddCommand(get, set)
 	return cmd
 }
@@ -106,6 +121,14 @@ func (a *app) printNetwork(sb zeish.Sandbox) error {
 		row(tw, "Egress:", string(n.Egress))
 		row(tw, "Allow:", strings.Join(n.Allow, ", "))
 		row(tw, "Deny:", strings.Join(n.Deny, ", "))
+		row(tw, "Rate:", rate(n.RateBytes, "bytes/s")+", "+rate(n.RatePackets, "packets/s"))
 	}
 	return tw.Flush()
+}
+
+func rate(v int64, unit string) string {
+	if v == 0 {
+		return "uncapped " + unit
+	}
+	return strconv.FormatInt(v, 10) + " " + unit
 }

@@ -22,6 +22,10 @@ type NetworkInfo struct {
 	Egress    string   `json:"egress" jsonschema:"allow or deny: where traffic no rule names goes"`
 	Allow     []string `json:"allow" jsonschema:"allowed destinations"`
 	Deny      []string `json:"deny" jsonschema:"denied destinations"`
+	// The caps that apply (set by the operator or at create), for an agent
+	// that wonders why a download is slow.
+	RateBytes   int64 `json:"rate_bytes_per_second,omitempty" jsonschema:"cap on the sandbox's traffic in bytes per second, each way; 0: none"`
+	RatePackets int64 `json:"rate_packets_per_second,omitempty" jsonschema:"cap in packets per second, each way; 0: none"`
 }
 
 func (t *tools) addNetworkTools(s *sdkmcp.Server) {
@@ -45,6 +49,7 @@ func (t *tools) setNetwork(ctx context.Context, in SetNetworkInput) (NetworkInfo
 	out := NetworkInfo{SandboxID: sb.ID, Address: sb.Address, Allow: []string{}, Deny: []string{}}
 	if n := sb.Network; n != nil {
 		out.Egress, out.Allow, out.Deny = string(n.Egress), n.Allow, n.Deny
+		out.RateBytes, out.RatePackets = n.RateBytes, n.RatePackets
 	}
 	return out, nil
 }

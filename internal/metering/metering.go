@@ -61,6 +61,11 @@ type Usage struct {
 	ComputeMicros    int64   `json:"compute_micros"`
 	StorageMicros    int64   `json:"storage_micros"`
 	CostMicros       int64   `json:"cost_micros"`
+	// NetInBytes and NetOutBytes are what the sandbox's network card
+	// received and sent over its whole life (not only the window: links
+	// count totals), unpriced.
+	NetInBytes  uint64 `json:"net_in_bytes"`
+	NetOutBytes uint64 `json:"net_out_bytes"`
 }
 
 // Add sums u and v.
@@ -73,6 +78,8 @@ func (u Usage) Add(v Usage) Usage {
 		ComputeMicros:    u.ComputeMicros + v.ComputeMicros,
 		StorageMicros:    u.StorageMicros + v.StorageMicros,
 		CostMicros:       u.CostMicros + v.CostMicros,
+		NetInBytes:       u.NetInBytes + v.NetInBytes,
+		NetOutBytes:      u.NetOutBytes + v.NetOutBytes,
 	}
 }
 

@@ -20,7 +20,7 @@ const MinLearnTTL = 30 * time.Second
 // verdictFor is what the forwarder asks the manager about one query.
 type dnsVerdict struct {
 	known   bool   // the source is a guest
-	refuse  bool   // a deny rule names it: answer REFUSED, ask nobody
+	refuse  bool   // a deny rule names it, or egress deny and no allow rule does: answer REFUSED, ask nobody
 	learnTo string // the guest's TAP when an allow rule names it: let the answered addresses through
 }
 

@@ -31,7 +31,7 @@ func TestManagerKernelObjects(t *testing.T) {
 		}
 		return out
 	}
-	cfg := Config{CIDR: "10.213.0.0/24", Uplink: lab.Uplink, Upstreams: []string{lab.DNS}}
+	cfg := Config{CIDR: "10.213.0.0/24", Uplink: lab.Uplink, Upstreams: []string{lab.DNS}, Rates: Rates{Bytes: 1 << 20, Packets: 1000}}
 	var m *Manager
 	in(func() (err error) { m, err = Open(context.Background(), cfg); return })
 	var l Link
@@ -49,19 +49,27 @@ func TestManagerKernelObjects(t *testing.T) {
 		t.Fatalf("forwarding off in the node namespace: %q", out)
 	}
 	table := sh("nft", "list", "table", "inet", "zeish")
-	for _, want := range []string{"chain g-zt-0", "198.18.5.0/24", `iifname "zt-0" jump g-zt-0`, "masquerade", "redirect to :", "169.254.0.0/16"} {
+	for _, want := range []string{"chain g-zt-0", "198.18.5.0/24", `iifname "zt-0" jump g-zt-0`, "masquerade", "redirect to :", "169.254.0.0/16",
+		`oifname "zt-0" jump l-zt-0`, "limit rate over 1 mbytes/second", "limit rate over 1000/second"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}
 	}
 	// Attach again (a restart) is idempotent; a live policy change replaces the sets.
 	in(func() error {
-		_, err := m.Attach(l.Guest.String(), sandbox.Network{Enabled: true, Egress: sandbox.EgressAllow, Deny: []string{"198.18.6.6"}})
+		_, err := m.Attach(l.Guest.String(), sandbox.Network{Enabled: true, Egress: sandbox.EgressAllow, Deny: []string{"198.18.6.6"}, RateBytes: 64 << 10})
 		return err
 	})
 	table = sh("nft", "list", "table", "inet", "zeish")
-	if strings.Contains(table, "198.18.5.0/24") || !strings.Contains(table, "198.18.6.6") || strings.Count(table, "jump g-zt-0") != 1 {
+	if strings.Contains(table, "198.18.5.0/24") || !strings.Contains(table, "198.18.6.6") || strings.Count(table, "jump g-zt-0") != 1 ||
+		strings.Count(table, "jump l-zt-0") != 1 || strings.Count(table, "limit rate over 64 kbytes/second") != 2 || strings.Contains(table, "mbytes/second") {
 		t.Fatalf("policy not replaced cleanly:\n%s", table)
+	}
+	// The link's counters come from its TAP (nothing ran on it: zero).
+	var c Counters
+	in(func() (err error) { c, err = m.Counters(l.Guest.String()); return })
+	if c != (Counters{}) {
+		t.Fatalf("counters of an unused link: %+v", c)
 	}
 	// DNS learning puts an address in the guest's dynamic set with a timeout.
 	in(func() error { return m.learn(l.TAP, []netipAddr{mustAddr("198.18.7.7")}, MinLearnTTL) })
@@ -87,7 +95,7 @@ func TestManagerKernelObjects(t *testing.T) {
 	if out := sh("ip", "link"); strings.Contains(out, "zt-") {
 		t.Fatalf("taps left after detach:\n%s", out)
 	}
-	if table = sh("nft", "list", "table", "inet", "zeish"); strings.Contains(table, "g-zt-") {
+	if table = sh("nft", "list", "table", "inet", "zeish"); strings.Contains(table, "g-zt-") || strings.Contains(table, "l-zt-") {
 		t.Fatalf("guest chain left after detach:\n%s", table)
 	}
 	// Ready links: made ahead, handed out by Allocate, removed at Close.

@@ -38,7 +38,10 @@ type Config struct {
 	// AllowRanges are ranges the operator opens to guests out of the ones
 	// blocked by default (DefaultBlocked).
 	AllowRanges []string
-	Logger      *slog.Logger
+	// Rates are each guest's default caps, and the most one may ask for
+	// (0: uncapped).
+	Rates  Rates
+	Logger *slog.Logger
 }
 
 // Manager owns the node's guest networking.
@@ -49,6 +52,7 @@ type Manager struct {
 	uplink string
 	rs     *ruleset
 	fwd    *forwarder
+	rates  Rates
 
 	mu     sync.Mutex
 	guests map[netip.Addr]*guestNet
@@ -69,6 +73,7 @@ type guestNet struct {
 	link        Link
 	egressDeny  bool
 	allow, deny []sandbox.Rule
+	rates       Rates
 }
 
 // Open checks the host, installs the base ruleset (replacing any left by an
@@ -125,7 +130,7 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{log: log, nl: nl, pool: pool, uplink: uplink, guests: map[netip.Addr]*guestNet{},
-		made: map[string]bool{}, warmKick: make(chan struct{}, 1), done: make(chan struct{}), ns: ns}
+		made: map[string]bool{}, warmKick: make(chan struct{}, 1), done: make(chan struct{}), ns: ns, rates: cfg.Rates}
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
 		return nil, fmt.Errorf("network: enable forwarding: %w", err)
 	}
@@ -137,7 +142,8 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 		m.fwd.close()
 		return nil, err
 	}
-	log.Info("network", "pool", pool.Prefix(), "uplink", uplink, "dns_upstreams", ups, "dns_port", m.fwd.port)
+	log.Info("network", "pool", pool.Prefix(), "uplink", uplink, "dns_upstreams", ups, "dns_port", m.fwd.port,
+		"rate_bytes", cfg.Rates.Bytes, "rate_packets", cfg.Rates.Packets)
 	return m, nil
 }
 
@@ -161,6 +167,9 @@ func BlockedSpans(pool netip.Prefix, allowRanges []string) ([]span, error) {
 	}
 	return subtractSpans(mergeSpans(base), mergeSpans(cut)), nil
 }
+
+// Rates are the node's default (and most) rates per guest.
+func (m *Manager) Rates() Rates { return m.rates }
 
 // Pool is the CIDR guests' links come from.
 func (m *Manager) Pool() netip.Prefix { return m.pool.Prefix() }
@@ -206,7 +215,7 @@ func (m *Manager) Attach(guest string, p sandbox.Network) (Link, error) {
 		m.made[l.TAP] = true
 		m.mu.Unlock()
 	}
-	g := compile(l, p)
+	g := compile(l, p, m.rates)
 	if err := m.rs.setGuest(l.TAP, g.kernel(), !m.rs.hasGuest(l.TAP)); err != nil {
 		return Link{}, err
 	}
@@ -227,7 +236,7 @@ func (m *Manager) SetPolicy(guest string, p sandbox.Network) error {
 	if err != nil {
 		return err
 	}
-	g := compile(l, p)
+	g := compile(l, p, m.rates)
 	if err := m.rs.setGuest(l.TAP, g.kernel(), !m.rs.hasGuest(l.TAP)); err != nil {
 		return err
 	}
@@ -327,9 +336,13 @@ func (m *Manager) decide(src netip.Addr, name string) dnsVerdict {
 		for _, r := range g.allow {
 			if r.Matches(name) {
 				v.learnTo = g.link.TAP
-				break
+				return v
 			}
 		}
+		// Under egress deny only allowed names are asked upstream: a query
+		// is itself traffic out (data can ride in the name), so any other
+		// name is refused here and never leaves the node.
+		v.refuse = true
 	}
 	return v
 }
@@ -338,8 +351,9 @@ func (m *Manager) learn(tap string, addrs []netip.Addr, ttl time.Duration) error
 	return m.rs.learn(tap, true, addrs, ttl)
 }
 
-func compile(l Link, p sandbox.Network) *guestNet {
-	g := &guestNet{link: l, egressDeny: p.Egress == sandbox.EgressDeny}
+func compile(l Link, p sandbox.Network, def Rates) *guestNet {
+	g := &guestNet{link: l, egressDeny: p.Egress == sandbox.EgressDeny,
+		rates: Rates{Bytes: rateOf(p.RateBytes, def.Bytes), Packets: rateOf(p.RatePackets, def.Packets)}}
 	for _, r := range sandbox.Rules(p.Allow) {
 		g.allow = append(g.allow, r)
 	}
@@ -362,5 +376,5 @@ func (g *guestNet) kernel() compiled {
 			deny = append(deny, r.Prefix)
 		}
 	}
-	return compiled{deny: g.egressDeny, allow: mergeSpans(allow), den: mergeSpans(deny)}
+	return compiled{deny: g.egressDeny, allow: mergeSpans(allow), den: mergeSpans(deny), rates: g.rates}
 }

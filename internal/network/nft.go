@@ -20,24 +20,28 @@ import (
 //
 //	prerouting (nat):  DNS from guests, to any server → the node's forwarder
 //	input:             from guests only the forwarder; everything else to the host dropped
-//	forward:           to guests only replies; from guests: IPv6 and blocked ranges
-//	                   dropped, then each guest's own chain (g-N) decides
+//	forward:           to guests: over their rates dropped (each guest's l-N,
+//	                   via to-guests), then only replies; from guests: IPv6 and
+//	                   blocked ranges dropped, then each guest's own chain
+//	                   (g-N: rates, then policy) decides
 //	postrouting (nat): guest addresses masqueraded out of the uplink
 //
 // Every guest chain ends in an explicit verdict, and a guest without one is
 // dropped, so a guest is never let out by a missing rule (e.g. while the
 // ruleset is rebuilt after a restart).
 const (
-	tableName   = "zeish"
-	chainGuests = "guests"
+	tableName     = "zeish"
+	chainGuests   = "guests"
+	chainToGuests = "to-guests"
 )
 
 type ruleset struct {
-	mu      sync.Mutex // a Conn batches messages until Flush: one batch at a time
-	conn    *nftables.Conn
-	table   *nftables.Table
-	guests  *nftables.Chain
-	blocked *nftables.Set
+	mu       sync.Mutex // a Conn batches messages until Flush: one batch at a time
+	conn     *nftables.Conn
+	table    *nftables.Table
+	guests   *nftables.Chain
+	toGuests *nftables.Chain
+	blocked  *nftables.Set
 }
 
 func nfTable() *nftables.Table {
@@ -83,8 +87,10 @@ func installBase(pool netip.Prefix, uplink string, dnsPort uint16, blocked []spa
 	c.AddRule(&nftables.Rule{Table: rs.table, Chain: in, Exprs: cat(ifPrefix(expr.MetaKeyIIFNAME), verdict(expr.VerdictDrop))})
 
 	rs.guests = c.AddChain(&nftables.Chain{Name: chainGuests, Table: rs.table})
+	rs.toGuests = c.AddChain(&nftables.Chain{Name: chainToGuests, Table: rs.table})
 	fwd := c.AddChain(&nftables.Chain{Name: "forward", Table: rs.table, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &policyAccept})
+	c.AddRule(&nftables.Rule{Table: rs.table, Chain: fwd, Exprs: cat(ifPrefix(expr.MetaKeyOIFNAME), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: chainToGuests}})})
 	c.AddRule(&nftables.Rule{Table: rs.table, Chain: fwd, Exprs: cat(ifPrefix(expr.MetaKeyOIFNAME), ctEstablished(), verdict(expr.VerdictAccept))})
 	c.AddRule(&nftables.Rule{Table: rs.table, Chain: fwd, Exprs: cat(ifPrefix(expr.MetaKeyOIFNAME), verdict(expr.VerdictDrop))})
 	c.AddRule(&nftables.Rule{Table: rs.table, Chain: fwd, Exprs: cat(ifPrefix(expr.MetaKeyIIFNAME), notIPv4(), verdict(expr.VerdictDrop))})
@@ -115,9 +121,10 @@ func (rs *ruleset) removeTable() error {
 	return errors.Join(rs.conn.Flush(), rs.conn.CloseLasting())
 }
 
-// guestObjects names one guest's chain and sets.
+// guestObjects names one guest's chains and sets.
 type guestObjects struct {
 	chain                          *nftables.Chain
+	limitsIn                       *nftables.Chain // traffic to the guest
 	allow, allowDyn, deny, denyDyn *nftables.Set
 	tap                            string
 }
@@ -127,8 +134,9 @@ func (rs *ruleset) objects(tap string) guestObjects {
 		return &nftables.Set{Table: rs.table, Name: prefix + "-" + tap, KeyType: nftables.TypeIPAddr, Interval: interval, HasTimeout: !interval}
 	}
 	return guestObjects{
-		chain: &nftables.Chain{Name: "g-" + tap, Table: rs.table},
-		allow: set("a", true), allowDyn: set("ad", false),
+		chain:    &nftables.Chain{Name: "g-" + tap, Table: rs.table},
+		limitsIn: &nftables.Chain{Name: "l-" + tap, Table: rs.table},
+		allow:    set("a", true), allowDyn: set("ad", false),
 		deny: set("d", true), denyDyn: set("dd", false),
 		tap: tap,
 	}
@@ -138,6 +146,7 @@ func (rs *ruleset) objects(tap string) guestObjects {
 type compiled struct {
 	deny       bool // egress: deny
 	allow, den []span
+	rates      Rates
 }
 
 // setGuest creates or replaces the chain and sets of one guest, and its jump
@@ -155,8 +164,10 @@ func (rs *ruleset) setGuest(tap string, p compiled, fresh bool) error {
 			}
 		}
 		c.AddChain(o.chain)
+		c.AddChain(o.limitsIn)
 	} else {
 		c.FlushChain(o.chain)
+		c.FlushChain(o.limitsIn)
 		for _, s := range []*nftables.Set{o.allow, o.allowDyn, o.deny, o.denyDyn} {
 			c.FlushSet(s)
 		}
@@ -174,6 +185,13 @@ func (rs *ruleset) setGuest(tap string, p compiled, fresh bool) error {
 	// Deny wins; then connections already open carry on (a TTL expiring on a
 	// learned address must not cut them); then allow; then the default.
 	add := func(e []expr.Any) { c.AddRule(&nftables.Rule{Table: rs.table, Chain: o.chain, Exprs: e}) }
+	// Rates first, each way: what goes over is dropped whatever the policy.
+	for _, e := range limitRules(nil, p.rates) {
+		add(e)
+	}
+	for _, e := range limitRules(nil, p.rates) {
+		c.AddRule(&nftables.Rule{Table: rs.table, Chain: o.limitsIn, Exprs: e})
+	}
 	add(cat(daddrIn(o.deny, false), counter(), verdict(expr.VerdictDrop)))
 	add(cat(daddrIn(o.denyDyn, false), counter(), verdict(expr.VerdictDrop)))
 	add(cat(ctEstablished(), verdict(expr.VerdictAccept)))
@@ -187,6 +205,8 @@ func (rs *ruleset) setGuest(tap string, p compiled, fresh bool) error {
 	if fresh {
 		c.AddRule(&nftables.Rule{Table: rs.table, Chain: rs.guests, UserData: []byte(tap),
 			Exprs: cat(ifExact(expr.MetaKeyIIFNAME, tap), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: o.chain.Name}})})
+		c.AddRule(&nftables.Rule{Table: rs.table, Chain: rs.toGuests, UserData: []byte(tap),
+			Exprs: cat(ifExact(expr.MetaKeyOIFNAME, tap), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: o.limitsIn.Name}})})
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables: guest %s: %w", tap, err)
@@ -209,19 +229,22 @@ func (rs *ruleset) delGuest(tap string) error {
 	if _, err := rs.conn.GetSetByName(rs.table, "a-"+tap); err != nil {
 		return nil
 	}
-	rules, err := rs.conn.GetRules(rs.table, rs.guests)
-	if err != nil {
-		return err
-	}
-	for _, r := range rules {
-		if string(r.UserData) == tap {
-			if err := rs.conn.DelRule(r); err != nil {
-				return err
+	for _, ch := range []*nftables.Chain{rs.guests, rs.toGuests} {
+		rules, err := rs.conn.GetRules(rs.table, ch)
+		if err != nil {
+			return err
+		}
+		for _, r := range rules {
+			if string(r.UserData) == tap {
+				if err := rs.conn.DelRule(r); err != nil {
+					return err
+				}
 			}
 		}
 	}
 	o := rs.objects(tap)
 	rs.conn.DelChain(o.chain)
+	rs.conn.DelChain(o.limitsIn)
 	for _, s := range []*nftables.Set{o.allow, o.allowDyn, o.deny, o.denyDyn} {
 		rs.conn.DelSet(s)
 	}

@@ -43,11 +43,34 @@ func (n *Node) assignNetwork(r *store.SandboxRecord) error {
 		r.Address = ""
 		return nil
 	}
+	if err := n.fillRates(r.Network); err != nil {
+		return err
+	}
 	l, err := n.opts.Network.Allocate()
 	if err != nil {
 		return fmt.Errorf("%v: %w", err, errdefs.ErrNodeFull)
 	}
 	r.Address = l.Guest.String()
+	return nil
+}
+
+// fillRates puts the node's default rates into p where it asks for none, and
+// refuses rates above them: the operator's default is also the most a
+// sandbox may have.
+func (n *Node) fillRates(p *sandbox.Network) error {
+	def := n.opts.Network.Rates()
+	for _, f := range []struct {
+		name string
+		v    *int64
+		def  int64
+	}{{"rate_bytes_per_second", &p.RateBytes, def.Bytes}, {"rate_packets_per_second", &p.RatePackets, def.Packets}} {
+		switch {
+		case *f.v == 0:
+			*f.v = f.def
+		case f.def > 0 && *f.v > f.def:
+			return fmt.Errorf("network.%s %d: at most the node's %d: %w", f.name, *f.v, f.def, errdefs.ErrInvalidArgument)
+		}
+	}
 	return nil
 }
 
@@ -57,6 +80,35 @@ func (n *Node) attachNetwork(r *store.SandboxRecord) error {
 		return nil
 	}
 	_, err := n.opts.Network.Attach(r.Address, *r.Network)
+	return err
+}
+
+// NetBytes is what r's network card received and sent over the sandbox's
+// life: the links it had before, plus its current one's counters.
+func (n *Node) NetBytes(r *store.SandboxRecord) (in, out uint64) {
+	in, out = r.NetIn, r.NetOut
+	if n.managedNet(r) && r.State != sandbox.StateDestroyed {
+		if c, err := n.opts.Network.Counters(r.Address); err == nil {
+			in, out = in+c.In, out+c.Out
+		}
+	}
+	return in, out
+}
+
+// keepNetBytes records the counters of r's link in the sandbox before the
+// link goes, so usage still shows them once it is deleted.
+func (n *Node) keepNetBytes(ctx context.Context, r *store.SandboxRecord) error {
+	if !n.managedNet(r) {
+		return nil
+	}
+	c, err := n.opts.Network.Counters(r.Address)
+	if err != nil {
+		return nil // no TAP: nothing counted on it
+	}
+	_, err = n.opts.Store.UpdateSandbox(ctx, r.ID, func(cur *store.SandboxRecord) error {
+		cur.NetIn, cur.NetOut = cur.NetIn+c.In, cur.NetOut+c.Out
+		return nil
+	})
 	return err
 }
 
@@ -132,6 +184,9 @@ func (n *Node) SetNetwork(ctx context.Context, id string, p sandbox.Network) (*s
 		return nil, fmt.Errorf("sandbox %s has no network: %w", id, errdefs.ErrInvalidState)
 	}
 	p.Enabled = true
+	if err := n.fillRates(&p); err != nil {
+		return nil, err
+	}
 	if err := n.opts.Network.SetPolicy(cur.Address, p); err != nil {
 		return nil, err
 	}

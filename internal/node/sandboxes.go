@@ -57,6 +57,9 @@ func (n *Node) destroy(ctx context.Context, id string) {
 		err = n.opts.Driver.Destroy(ctx, h)
 	}
 	if err == nil {
+		err = n.keepNetBytes(ctx, r)
+	}
+	if err == nil {
 		err = n.releaseNetwork(r)
 	}
 	if err == nil {

@@ -12,7 +12,8 @@ func networkOf(req *api.NetworkRequest) (*sandbox.Network, error) {
 	if req == nil {
 		return nil, nil
 	}
-	n := sandbox.Network{Enabled: req.Enabled == nil || *req.Enabled, Egress: req.Egress, Allow: req.Allow, Deny: req.Deny}
+	n := sandbox.Network{Enabled: req.Enabled == nil || *req.Enabled, Egress: req.Egress, Allow: req.Allow, Deny: req.Deny,
+		RateBytes: req.RateBytes, RatePackets: req.RatePackets}
 	n, err := n.Normalize()
 	if err != nil {
 		return nil, invalid("%v", err)
@@ -46,6 +47,12 @@ func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.Deny != nil {
 		cur.Deny = req.Deny
+	}
+	if req.RateBytes != nil {
+		cur.RateBytes = *req.RateBytes
+	}
+	if req.RatePackets != nil {
+		cur.RatePackets = *req.RatePackets
 	}
 	next, err := cur.Normalize()
 	if err != nil {

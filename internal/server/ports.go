@@ -122,16 +122,7 @@ func (s *Server) byHost(next http.Handler) http.Handler {
 	}
 	suffix := "." + strings.TrimPrefix(s.opts.PublicDomain, ".")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host := r.Host
-		if h, _, err := net.SplitHostPort(host); err == nil {
-			host = h
-		}
-		label, ok := strings.CutSuffix(strings.ToLower(host), suffix)
-		if !ok || strings.Contains(label, ".") {
-			next.ServeHTTP(w, r)
-			return
-		}
-		p, id, ok := strings.Cut(label, "-")
+		p, id, ok := hostPort(r.Host, suffix)
 		if !ok {
 			next.ServeHTTP(w, r)
 			return
@@ -141,12 +132,29 @@ func (s *Server) byHost(next http.Handler) http.Handler {
 			writeError(w, r, err)
 			return
 		}
-		// DNS names cannot hold "_": sbx-… stands for sbx_….
-		if rest, ok := strings.CutPrefix(id, sandbox.PrefixSandbox+"-"); ok {
-			id = sandbox.PrefixSandbox + "_" + rest
-		}
 		s.proxy(w, r, id, port, r.URL.Path)
 	})
+}
+
+// hostPort splits a host name of the form P-<id><suffix> (any case, with
+// or without a :port) into P and the sandbox id; ok is false for any other
+// name. DNS names cannot hold "_": sbx-… in the name stands for sbx_….
+func hostPort(host, suffix string) (port, id string, ok bool) {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	label, ok := strings.CutSuffix(strings.ToLower(host), suffix)
+	if !ok || strings.Contains(label, ".") {
+		return "", "", false
+	}
+	port, id, ok = strings.Cut(label, "-")
+	if !ok {
+		return "", "", false
+	}
+	if rest, ok := strings.CutPrefix(id, strings.TrimSuffix(sandbox.PrefixSandbox, "_")+"-"); ok {
+		id = sandbox.PrefixSandbox + rest
+	}
+	return port, id, true
 }
 
 // tcpPort carries raw TCP to a guest port inside a WebSocket (binary

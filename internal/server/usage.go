@@ -81,6 +81,7 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		u := metering.Measure(row, from, to, now, s.prices)
+		u.NetInBytes, u.NetOutBytes = s.node.NetBytes(row)
 		total = total.Add(u)
 		out.Sandboxes = append(out.Sandboxes, api.SandboxUsage{SandboxID: row.ID, Name: row.Name, State: row.State, Usage: api.Usage(u)})
 	}

@@ -66,6 +66,11 @@ type SandboxRecord struct {
 	// the last one open while it runs. Stores keep it up to date on every
 	// state change (see Meter), so usage survives a restart.
 	Running []Interval `json:"running,omitempty"`
+	// NetIn and NetOut are the bytes the sandbox received and sent on
+	// links it no longer has (counted in when a link goes); the current
+	// link's own counters come on top (node.NetBytes).
+	NetIn  uint64 `json:"net_in,omitempty"`
+	NetOut uint64 `json:"net_out,omitempty"`
 }
 
 // Interval is a span of time; End is nil while it lasts.

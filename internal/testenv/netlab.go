@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -41,6 +42,7 @@ type NetLab struct {
 
 	mu      sync.Mutex
 	closers []func() error
+	queries []string // names the DNS server was asked, in order
 }
 
 // Hosts of the lab's internet, each serving HTTP on port 80.
@@ -64,6 +66,23 @@ func NewNetLab(t testing.TB) *NetLab {
 	if os.Geteuid() != 0 {
 		testskip.Skip(t, "network namespaces need root")
 	}
+	l, err := OpenNetLab()
+	if l != nil {
+		t.Cleanup(func() {
+			if err := l.Close(); err != nil {
+				t.Errorf("netlab cleanup: %v", err)
+			}
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// OpenNetLab builds the lab outside a test (the bench); the caller Closes
+// it, also after an error (then l may be partly made).
+func OpenNetLab() (*NetLab, error) {
 	b := make([]byte, 3)
 	rand.Read(b)
 	id := hex.EncodeToString(b)
@@ -76,11 +95,6 @@ func NewNetLab(t testing.TB) *NetLab {
 			"denied.test": LabHostB, "other.test": LabHostC,
 		},
 	}
-	t.Cleanup(func() {
-		if err := l.Close(); err != nil {
-			t.Errorf("netlab cleanup: %v", err)
-		}
-	})
 	peer := "zlv" + id + "i"
 	steps := [][]string{
 		{"netns", "add", l.Node},
@@ -103,15 +117,27 @@ func NewNetLab(t testing.TB) *NetLab {
 	})
 	for _, s := range steps {
 		if err := ipCmd(s...); err != nil {
-			t.Fatal(err)
+			return l, err
 		}
 	}
 	for _, h := range labHosts {
 		ln, err := l.ListenIn(l.Inet, "tcp", h+":80")
 		if err != nil {
-			t.Fatal(err)
+			return l, err
 		}
 		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// A POST's body is read and counted ("N bytes"), for uploads.
+			if r.Method == http.MethodPost {
+				n, _ := io.Copy(io.Discard, r.Body)
+				fmt.Fprintf(w, "%d bytes\n", n)
+				return
+			}
+			// /bytes/N answers N bytes, for transfers of a known size.
+			if n, err := strconv.ParseInt(strings.TrimPrefix(r.URL.Path, "/bytes/"), 10, 64); err == nil && n >= 0 && n <= 1<<30 {
+				w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+				io.CopyN(w, zeros{}, n)
+				return
+			}
 			fmt.Fprintf(w, "hello from %s\n", h)
 		})}
 		go srv.Serve(ln)
@@ -119,12 +145,28 @@ func NewNetLab(t testing.TB) *NetLab {
 	}
 	pc, err := l.listenPacketIn(l.Inet, "udp", l.DNS)
 	if err != nil {
-		t.Fatal(err)
+		return l, err
 	}
 	ds := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(l.serveDNS)}
 	go ds.ActivateAndServe()
 	l.addCloser(ds.Shutdown)
-	return l
+	return l, nil
+}
+
+// zeros reads as endless zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+// Queries are the names (lower case, no trailing dot) the lab's DNS server
+// was asked so far, in order.
+func (l *NetLab) Queries() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.queries...)
 }
 
 func (l *NetLab) serveDNS(w dns.ResponseWriter, q *dns.Msg) {
@@ -132,6 +174,9 @@ func (l *NetLab) serveDNS(w dns.ResponseWriter, q *dns.Msg) {
 	m.SetReply(q)
 	if len(q.Question) == 1 {
 		name := strings.TrimSuffix(strings.ToLower(q.Question[0].Name), ".")
+		l.mu.Lock()
+		l.queries = append(l.queries, name)
+		l.mu.Unlock()
 		addr, ok := l.Names[name]
 		switch {
 		case !ok:

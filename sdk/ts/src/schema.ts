@@ -1472,8 +1472,9 @@ export interface components {
          *     `ZEISH_NET_ALLOW_RANGES`). Within what is left, `deny` wins over `allow`, and `egress`
          *     decides what no rule names. Domain rules are enforced through the node's DNS
          *     forwarder, which every guest's DNS traffic is redirected to: a denied name is refused,
-         *     and under `egress: deny` the addresses an allowed name resolves to are let through
-         *     for their TTL (at least 30 s). That is DNS-based filtering: an allowed name's
+         *     and under `egress: deny` only names an allow rule covers are asked upstream (any other
+         *     query is refused at the node: DNS is a way out too), and the addresses an allowed name
+         *     resolves to are let through for their TTL (at least 30 s). That is DNS-based filtering: an allowed name's
          *     addresses are open to any use while allowed (a shared CDN address serves other sites
          *     too), and under `egress: allow` a denied name's addresses are still reachable by
          *     address. Connections already open to an address a change denies are cut; others carry on.
@@ -1488,6 +1489,18 @@ export interface components {
             egress?: "allow" | "deny";
             allow: components["schemas"]["NetworkRule"][];
             deny: components["schemas"]["NetworkRule"][];
+            /**
+             * Format: int64
+             * @description The cap on the guest's routed traffic that applies, in bytes per second, each way on its
+             *     own (traffic over it is dropped, so TCP slows to fit); 0: uncapped. A create that asks
+             *     for none gets the node's default (`ZEISH_NET_RATE_BYTES`).
+             */
+            rate_bytes_per_second?: number;
+            /**
+             * Format: int64
+             * @description Cap in packets per second, each way; as rate_bytes_per_second (`ZEISH_NET_RATE_PACKETS`).
+             */
+            rate_packets_per_second?: number;
         };
         /** @description The network of a new sandbox. Left out, it has a network card with `egress` `allow`. */
         NetworkRequest: {
@@ -1503,6 +1516,18 @@ export interface components {
             egress?: "allow" | "deny";
             allow?: components["schemas"]["NetworkRule"][];
             deny?: components["schemas"]["NetworkRule"][];
+            /**
+             * Format: int64
+             * @description Cap on the guest's routed traffic in bytes per second, each way on its own (traffic over it
+             *     is dropped, so TCP slows to fit). 0 or left out: the node's default (`ZEISH_NET_RATE_BYTES`),
+             *     which is also the most a sandbox may ask for; at least 16384 when given.
+             */
+            rate_bytes_per_second?: number;
+            /**
+             * Format: int64
+             * @description Cap in packets per second, each way; as rate_bytes_per_second (`ZEISH_NET_RATE_PACKETS`).
+             */
+            rate_packets_per_second?: number;
         };
         /** @description Each field given replaces the sandbox's; one left out (or null) is kept. `[]` clears a list. */
         NetworkPolicyRequest: {
@@ -1510,6 +1535,18 @@ export interface components {
             egress?: "allow" | "deny";
             allow?: components["schemas"]["NetworkRule"][] | null;
             deny?: components["schemas"]["NetworkRule"][] | null;
+            /**
+             * Format: int64
+             * @description Cap on the guest's routed traffic in bytes per second, each way on its own (traffic over it
+             *     is dropped, so TCP slows to fit). Given: replaces the sandbox's cap; 0: the node's default (`ZEISH_NET_RATE_BYTES`),
+             *     which is also the most a sandbox may ask for; at least 16384 when given.
+             */
+            rate_bytes_per_second?: number;
+            /**
+             * Format: int64
+             * @description Cap in packets per second, each way; as rate_bytes_per_second (`ZEISH_NET_RATE_PACKETS`).
+             */
+            rate_packets_per_second?: number;
         };
         PortRequest: {
             port: number;
@@ -1591,6 +1628,18 @@ export interface components {
             storage_micros: number;
             /** Format: int64 */
             cost_micros: number;
+            /**
+             * Format: int64
+             * @description Bytes the sandbox's network card received, over its whole life (not only the window;
+             *     a fork starts at 0). Everything on the card counts: routed traffic, DNS, the port proxy.
+             *     Not priced. 0 in estimates.
+             */
+            net_in_bytes: number;
+            /**
+             * Format: int64
+             * @description Bytes the card sent; as net_in_bytes.
+             */
+            net_out_bytes: number;
         };
         SandboxUsage: {
             sandbox_id: components["schemas"]["SandboxID"];
