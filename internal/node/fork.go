@@ -38,8 +38,8 @@ type captured struct {
 
 // capture freezes sandbox r (running, paused or stopped) into an image and
 // puts the sandbox back on top of it. Runs as the sandbox's operation.
-func (n *Node) capture(ctx context.Context, id string) (*captured, error) {
-	cap, err := n.captureAny(ctx, id)
+func (n *Node) capture(ctx context.Context, id string, op sandbox.Op) (*captured, error) {
+	cap, err := n.captureAny(ctx, id, op)
 	if err != nil {
 		return nil, err
 	}
@@ -52,8 +52,8 @@ func (n *Node) capture(ctx context.Context, id string) (*captured, error) {
 	return cap, nil
 }
 
-func (n *Node) captureAny(ctx context.Context, id string) (*captured, error) {
-	r, h, err := n.load(ctx, id, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopped)
+func (n *Node) captureAny(ctx context.Context, id string, op sandbox.Op) (*captured, error) {
+	r, h, err := n.load(ctx, id, op)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +172,7 @@ func (n *Node) stranded(ctx context.Context, r *store.SandboxRecord, meta *image
 	r.Disk = n.sandboxDir(r.ID) + fmt.Sprintf("/disk-%d.qcow2", r.Gen+1)
 	r.DiskBase, r.ResumeImage = meta.Disk, meta.ID
 	n.saveVM(ctx, r, nil)
-	n.transition(ctx, r.ID, notDeleted, sandbox.StateStopped, "could not resume after capture: "+cause.Error(), nil)
+	n.transition(ctx, r.ID, sandbox.OpStranded, "could not resume after capture: "+cause.Error(), nil)
 	return fmt.Errorf("resume after capture: %w", cause)
 }
 
@@ -180,7 +180,7 @@ func (n *Node) stranded(ctx context.Context, r *store.SandboxRecord, meta *image
 // completed: nothing is left to run it from.
 func (n *Node) lost(ctx context.Context, r *store.SandboxRecord, cause error) error {
 	n.saveVM(ctx, r, nil)
-	n.fail(ctx, r.ID, notDeleted, sandbox.ErrCaptureFailed, "capture failed: "+cause.Error(), "capture failed: "+cause.Error(), nil)
+	n.fail(ctx, r.ID, sandbox.OpCaptureLost, sandbox.ErrCaptureFailed, "capture failed: "+cause.Error(), "capture failed: "+cause.Error(), nil)
 	return cause
 }
 
@@ -240,7 +240,7 @@ func (n *Node) Clone(ctx context.Context, parentID string, children []*store.San
 	var cap *captured
 	err = n.do(ctx, parentID, func(ctx context.Context) error {
 		var err error
-		cap, err = n.capture(ctx, parentID)
+		cap, err = n.capture(ctx, parentID, sandbox.OpClone)
 		return err
 	})
 	if err != nil {

@@ -46,7 +46,7 @@ func (s *Server) withToken(h http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		rec, err := s.store.GetSandbox(r.Context(), id)
-		if err != nil || rec.AccountID != acct || rec.State == sandbox.StateDestroyed || rec.State == sandbox.StateDeleting {
+		if err != nil || rec.AccountID != acct || rec.State.Deleted() {
 			writeError(w, r, fmt.Errorf("the sandbox of this token no longer exists: %w", errdefs.ErrUnauthenticated))
 			return
 		}

@@ -118,7 +118,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		if cur.State == sandbox.StateDestroyed {
+		if !cur.State.Live() {
 			return
 		}
 		select {

@@ -23,9 +23,6 @@ type Plan struct {
 // DefaultPlan is the plan when the configuration names none.
 var DefaultPlan = Plan{RunningSlots: 10, CreatesPerMinute: 30, DailyCreates: 500}
 
-// slotStates hold a running slot.
-var slotStates = []sandbox.State{sandbox.StateStarting, sandbox.StateRunning, sandbox.StatePaused}
-
 // quotas admits creates, forks, starts and resumes against the plan. It is
 // the one place that counts; it keeps per-account state in memory (rate
 // buckets, slots promised to calls in flight) and reads the rest from the
@@ -76,7 +73,7 @@ func retryAfterSeconds(err error) (int, bool) {
 func (q *quotas) admit(ctx context.Context, account string, n int, creates bool, exclude string) (done func(made int), err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	live, err := q.store.ListSandboxes(ctx, store.SandboxFilter{AccountID: account, States: slotStates})
+	live, err := q.store.ListSandboxes(ctx, store.SandboxFilter{AccountID: account, States: sandbox.SlotStates})
 	if err != nil {
 		return nil, err
 	}

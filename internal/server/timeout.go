@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"slices"
 	"time"
@@ -56,9 +55,8 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec, err = s.store.UpdateSandbox(r.Context(), rec.ID, func(x *store.SandboxRecord) error {
-		switch x.State {
-		case sandbox.StateDeleting, sandbox.StateDestroyed, sandbox.StateError:
-			return fmt.Errorf("sandbox %s is %s; a timeout needs it alive: %w", x.ID, x.State, errdefs.ErrInvalidState)
+		if _, err := sandbox.NextFor(x.ID, x.State, sandbox.OpSetTimeout); err != nil {
+			return err
 		}
 		x.TimeoutAt = at
 		if action != "" {
@@ -80,8 +78,7 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 // passed. Pause and stop clear the deadline, so a sandbox resumed later runs
 // until a client sets a new one.
 func (s *Server) enforceTimeouts(ctx context.Context) {
-	rows, err := s.store.ListSandboxes(ctx, store.SandboxFilter{States: []sandbox.State{
-		sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopped}})
+	rows, err := s.store.ListSandboxes(ctx, store.SandboxFilter{States: sandbox.TimeoutStates})
 	if err != nil {
 		s.log.Warn("timeouts: list sandboxes", "err", err)
 		return
@@ -102,11 +99,11 @@ func (s *Server) expire(ctx context.Context, r *store.SandboxRecord) error {
 	var err error
 	switch r.OnTimeout {
 	case sandbox.OnTimeoutPause:
-		if r.State == sandbox.StateRunning {
+		if sandbox.Allows(r.State, sandbox.OpPause) {
 			_, err = s.node.Pause(ctx, r.ID)
 		}
 	case sandbox.OnTimeoutStop:
-		if r.State != sandbox.StateStopped {
+		if sandbox.Allows(r.State, sandbox.OpStop) {
 			_, err = s.node.StopReason(ctx, r.ID, timeoutReason)
 		}
 	default:

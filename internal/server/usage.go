@@ -161,7 +161,7 @@ func (s *Server) EnforceBudgets(ctx context.Context, every time.Duration) {
 }
 
 func (s *Server) enforceBudgets(ctx context.Context) {
-	rows, err := s.store.ListSandboxes(ctx, store.SandboxFilter{States: []sandbox.State{sandbox.StateRunning, sandbox.StatePaused}})
+	rows, err := s.store.ListSandboxes(ctx, store.SandboxFilter{States: sandbox.Needs(sandbox.OpStop)})
 	if err != nil {
 		s.log.Warn("budgets: list sandboxes", "err", err)
 		return
