@@ -163,6 +163,9 @@ func Needs(op Op) []State { return slices.Clone(table[op].from) }
 func Describe(op Op) string {
 	r := table[op]
 	s := fmt.Sprintf("Needs the sandbox %s", orList(r.from))
+	if !slices.ContainsFunc(LiveStates, func(st State) bool { return !slices.Contains(r.from, st) }) {
+		s = "Any sandbox not destroyed"
+	}
 	switch {
 	case r.to == stay:
 		s += "; its state does not change."

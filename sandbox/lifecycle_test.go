@@ -171,6 +171,7 @@ func TestRefusalMessage(t *testing.T) {
 
 func TestDescribe(t *testing.T) {
 	cases := map[Op]string{
+		OpDelete:  "Any sandbox not destroyed; it becomes deleting.",
 		OpStop:    "Needs the sandbox running or paused; it becomes stopping.",
 		OpClone:   "Needs the sandbox running, paused or stopped; its state does not change.",
 		OpRestore: "Needs the sandbox running, paused or stopped; it becomes starting (stopped stays stopped).",
