@@ -155,7 +155,7 @@ type CloneRequest struct {
 }
 
 // MaxCloneCount bounds one clone call.
-const MaxCloneCount = 16
+const MaxCloneCount = sandbox.MaxForkCount
 
 // CloneResponse answers a clone: the children, and how long the parent was
 // paused while its state was captured.

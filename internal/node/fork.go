@@ -254,11 +254,8 @@ func (n *Node) Clone(ctx context.Context, parentID string, children []*store.San
 		if c.Name == "" {
 			c.Name = sandbox.NewName()
 		}
-		c.ParentID, c.AccountID, c.Template = parentID, parent.AccountID, parent.Template
-		c.VCPUs, c.MemoryMiB, c.DiskMiB = parent.VCPUs, parent.MemoryMiB, parent.DiskMiB
-		c.Region, c.Host, c.Accel = parent.Region, parent.Host, parent.Accel
-		c.GitRepo, c.Env, c.SecretEnv = parent.GitRepo, parent.Env, parent.SecretEnv
-		c.Hostname, c.MAC = c.Name, sandbox.NewMAC()
+		sandbox.Keep(&c.Sandbox, parent.Sandbox)
+		c.SecretEnv, c.MAC = parent.SecretEnv, sandbox.NewMAC()
 		if err := n.childNetwork(parent, c); err != nil {
 			n.releaseNetworks(children)
 			unpin()
@@ -303,20 +300,15 @@ func (n *Node) namesFree(ctx context.Context, accountID string, children []*stor
 	if err != nil {
 		return err
 	}
-	used := map[string]bool{}
+	taken := map[string]bool{}
 	for _, r := range live {
-		used[r.Name] = true
+		taken[r.Name] = true
 	}
-	for _, c := range children {
-		if c.Name == "" {
-			continue
-		}
-		if used[c.Name] {
-			return fmt.Errorf("a sandbox named %q exists: %w", c.Name, errdefs.ErrNameTaken)
-		}
-		used[c.Name] = true
+	names := make([]string, len(children))
+	for i, c := range children {
+		names[i] = c.Name
 	}
-	return nil
+	return sandbox.CheckNewNames(taken, names)
 }
 
 // bootFromImage starts a fork child from the image its parent was captured into.

@@ -24,13 +24,12 @@ func (n *Node) CreateSnapshot(ctx context.Context, id, name string) (*store.Snap
 		if err != nil {
 			return err
 		}
-		if len(existing) >= sandbox.MaxSnapshots {
-			return fmt.Errorf("sandbox %s has %d snapshots, the most it may keep; delete one first: %w", id, len(existing), errdefs.ErrLimitReached)
+		names := make([]string, len(existing))
+		for i, s := range existing {
+			names[i] = s.Name
 		}
-		for _, s := range existing {
-			if s.Name == name {
-				return fmt.Errorf("sandbox %s already has a snapshot named %q: %w", id, name, errdefs.ErrNameTaken)
-			}
+		if err := sandbox.CheckNewSnapshot(id, names, name); err != nil {
+			return err
 		}
 		if cur, err := n.opts.Store.GetSandbox(ctx, id); err == nil {
 			if err := n.checkAccountImageRAM(ctx, cur); err != nil {

@@ -19,7 +19,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Name == "" {
-		req.Name = "snapshot-" + time.Now().UTC().Format("20060102-150405")
+		req.Name = sandbox.DefaultSnapshotName(time.Now())
 	}
 	if err := sandbox.CheckSnapshotName(req.Name); err != nil {
 		writeError(w, r, err)
