@@ -25,6 +25,9 @@ type ErrorBody struct {
 type ErrorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// RequestID is the id of the request that failed (also the
+	// X-Request-Id header); the server's log has the detail under it.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // Health is GET /healthz.

@@ -92,3 +92,32 @@ func Is(err error, c Class) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Class == c
 }
+
+// Reclass gives err the code as for callers above the layer that made it:
+// Of and Is answer as, whatever err wraps, while errors.Is still sees err's
+// own chain. A VMM driver that calls a spec invalid is the server's fault,
+// not the client's: the node reclasses driver errors so none reaches a
+// client as a 400 or 409 of the driver's making.
+func Reclass(err error, as *Error) error {
+	if err == nil {
+		return nil
+	}
+	return &reclassed{err: err, as: as}
+}
+
+type reclassed struct {
+	err error
+	as  *Error
+}
+
+func (r *reclassed) Error() string { return r.err.Error() }
+func (r *reclassed) Unwrap() error { return r.err }
+
+// As answers for the class before errors.As looks inside err.
+func (r *reclassed) As(target any) bool {
+	if p, ok := target.(**Error); ok {
+		*p = r.as
+		return true
+	}
+	return false
+}

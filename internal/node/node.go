@@ -113,6 +113,7 @@ func New(opts Options) *Node {
 	if opts.ShmDir == "" {
 		opts.ShmDir = "/dev/shm"
 	}
+	opts.Driver = guardDriver(opts.Driver)
 	life, stop := context.WithCancel(context.Background())
 	return &Node{
 		opts:       opts,

@@ -40,6 +40,9 @@ func (s *Server) SandboxAgent(ctx context.Context, id, token string) (*guest.Cli
 		return nil, err
 	}
 	rec, err := s.store.GetSandbox(ctx, id)
+	if err != nil && !errdefs.Is(err, errdefs.ClassNotFound) {
+		return nil, storeErr(err)
+	}
 	if err != nil || rec.AccountID != acct {
 		return nil, fmt.Errorf("sandbox %s not found: %w", id, errdefs.ErrUnavailable)
 	}

@@ -41,6 +41,9 @@ func (s *Server) portAccess(r *http.Request, id string, port int) (*store.Sandbo
 		return nil, false, err
 	}
 	rec, err := s.store.GetSandbox(r.Context(), id)
+	if err != nil && !errdefs.Is(err, errdefs.ClassNotFound) {
+		return nil, false, storeErr(err) // an outage is not a bad token
+	}
 	gone := err != nil || rec.State.Deleted()
 	if !gone && slices.Contains(rec.PublicPorts, port) {
 		if _, err := bearer(r); err == nil {

@@ -168,7 +168,7 @@ func (s *Server) Handler() http.Handler {
 		writeError(w, r, invalidRoute(r))
 	})
 	s.registerConsole(mux)
-	return s.logRequests(s.byHost(mux))
+	return withRequestID(s.logRequests(s.byHost(mux)))
 }
 
 func invalidRoute(r *http.Request) error {
@@ -208,7 +208,7 @@ func (s *Server) logRequests(h http.Handler) http.Handler {
 		rec := &statusRecorder{ResponseWriter: w, status: 200}
 		h.ServeHTTP(rec, r)
 		// Never log query strings or headers: they may carry tokens.
-		s.log.Debug("http", "method", r.Method, "path", r.URL.Path, "status", rec.status,
+		s.log.Debug("http", "request_id", requestID(w, r), "method", r.Method, "path", r.URL.Path, "status", rec.status,
 			"ms", time.Since(start).Milliseconds())
 	})
 }

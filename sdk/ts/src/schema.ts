@@ -1195,6 +1195,8 @@ export interface components {
                 code: components["schemas"]["ErrorCode"];
                 /** @description What went wrong, for humans; do not parse it. */
                 message: string;
+                /** @description The request's id, as in its `X-Request-Id` header; the server's log has the detail of a 5xx under it. */
+                request_id?: string;
             };
         };
         /**
@@ -1840,6 +1842,8 @@ export interface components {
             error?: {
                 code: components["schemas"]["ErrorCode"];
                 message: string;
+                /** @description The id of the request that opened the stream (its X-Request-Id). */
+                request_id?: string;
             };
         };
         ExecResult: {
@@ -1925,6 +1929,8 @@ export interface components {
             error?: {
                 code: components["schemas"]["ErrorCode"];
                 message: string;
+                /** @description The id of the request that opened the stream (its X-Request-Id). */
+                request_id?: string;
             };
         };
         /** @description A client → server text message of a terminal WebSocket. */
