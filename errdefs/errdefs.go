@@ -42,7 +42,7 @@ func def(code string, class Class, doc string) *Error {
 // The codes the API can return. Keep api/openapi.yaml's ErrorCode enum in step
 // (a test checks it).
 var (
-	ErrInternal        = def("internal", ClassInternal, "An unexpected server error; the message says what failed.")
+	ErrInternal        = def("internal", ClassInternal, "An unexpected server error; the server's log has its detail under the request_id.")
 	ErrInvalidArgument = def("invalid_argument", ClassInvalid, "The request is malformed: unknown field, bad value or missing field.")
 	ErrUnknownTemplate = def("unknown_template", ClassInvalid, "The template named in the request does not exist.")
 	ErrUnauthenticated = def("unauthenticated", ClassUnauthenticated, "No API key or token, or one that is not valid.")

@@ -1204,7 +1204,7 @@ export interface components {
          *
          *     | code | status | meaning |
          *     |---|---|---|
-         *     | `internal` | 500 | An unexpected server error; the message says what failed. |
+         *     | `internal` | 500 | An unexpected server error; the server's log has its detail under the request_id. |
          *     | `invalid_argument` | 400 | The request is malformed: unknown field, bad value or missing field. |
          *     | `unknown_template` | 400 | The template named in the request does not exist. |
          *     | `unauthenticated` | 401 | No API key or token, or one that is not valid. |
