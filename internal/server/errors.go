@@ -13,6 +13,7 @@ import (
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/control"
 	"github.com/zeish/zeish/sandbox"
 )
 
@@ -105,7 +106,7 @@ func errorDetail(w http.ResponseWriter, r *http.Request, err error) (int, api.Er
 // writeError answers with the error envelope (see errorDetail).
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, detail := errorDetail(w, r, err)
-	if secs, ok := retryAfterSeconds(err); ok {
+	if secs, ok := control.RetryAfterSeconds(err); ok {
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
 	}
 	writeJSON(w, status, api.ErrorBody{Error: detail})

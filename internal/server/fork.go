@@ -39,14 +39,7 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request) {
 			c.Network = &p
 		}
 	}
-	// A fork of N is N creates and N running slots, all or none.
-	done, err := s.quotas.admit(r.Context(), parent.AccountID, len(children), true, "")
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	pause, made, err := s.node.Clone(r.Context(), parent.ID, children)
-	done(len(made))
+	pause, made, err := s.control.Clone(r.Context(), parent, children)
 	if err != nil {
 		writeError(w, r, err)
 		return

@@ -121,18 +121,11 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	done, err := s.quotas.admit(r.Context(), rec.AccountID, 1, true, "")
+	rec, err = s.control.Create(r.Context(), rec)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	rec, err = s.node.Create(r.Context(), rec)
-	if err != nil {
-		done(0)
-		writeError(w, r, err)
-		return
-	}
-	done(1)
 	s.answer(w, r, rec, wait)
 }
 

@@ -2,13 +2,11 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/zeish/zeish/api"
-	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/metering"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
@@ -180,14 +178,4 @@ func (s *Server) enforceBudgets(ctx context.Context) {
 			s.log.Warn("budgets: stop", "sandbox", r.ID, "err", err)
 		}
 	}
-}
-
-// checkBudget refuses to run a sandbox again once its budget is spent.
-func (s *Server) checkBudget(r *store.SandboxRecord) error {
-	if r.MaxCostMicros > 0 {
-		if cost := s.cost(r, time.Now()); cost >= r.MaxCostMicros {
-			return fmt.Errorf("sandbox %s cost %d of its max_cost_micros %d: %w", r.ID, cost, r.MaxCostMicros, errdefs.ErrBudgetExhausted)
-		}
-	}
-	return nil
 }

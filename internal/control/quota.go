@@ -1,4 +1,4 @@
-package server
+package control
 
 import (
 	"context"
@@ -54,7 +54,9 @@ type retryError struct {
 func (e *retryError) Error() string { return e.err.Error() }
 func (e *retryError) Unwrap() error { return e.err }
 
-func retryAfterSeconds(err error) (int, bool) {
+// RetryAfterSeconds says, for a refusal that can be retried, after how many
+// seconds (the Retry-After header).
+func RetryAfterSeconds(err error) (int, bool) {
 	var re *retryError
 	if errors.As(err, &re) {
 		return max(1, int(math.Ceil(re.after.Seconds()))), true
