@@ -8,6 +8,7 @@ package control
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
@@ -22,7 +23,8 @@ type Options struct {
 	Plan  Plan // zero: DefaultPlan
 	// Cost is what a sandbox has cost so far at now, in micro-dollars (the
 	// metering of the API's prices); nil: budgets are not enforced.
-	Cost func(r *store.SandboxRecord, now time.Time) int64
+	Cost   func(r *store.SandboxRecord, now time.Time) int64
+	Logger *slog.Logger
 }
 
 // Control applies the account's policy and hands the work to the node.
@@ -31,6 +33,7 @@ type Control struct {
 	node   Node
 	quotas *quotas
 	cost   func(*store.SandboxRecord, time.Time) int64
+	log    *slog.Logger
 }
 
 // New makes a Control.
@@ -38,7 +41,10 @@ func New(o Options) *Control {
 	if o.Plan == (Plan{}) {
 		o.Plan = DefaultPlan
 	}
-	return &Control{store: o.Store, node: o.Node, quotas: newQuotas(o.Plan, o.Store), cost: o.Cost}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Control{store: o.Store, node: o.Node, quotas: newQuotas(o.Plan, o.Store), cost: o.Cost, log: o.Logger}
 }
 
 // Plan is every account's quota.

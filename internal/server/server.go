@@ -81,7 +81,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, store: opts.Store, node: opts.Node, tokens: t, log: opts.Logger,
 		prices: prices, calls: newCallLimiter(MaxCallsPerSandbox)}
-	s.control = control.New(control.Options{Store: opts.Store, Node: opts.Node, Plan: plan, Cost: s.cost})
+	s.control = control.New(control.Options{Store: opts.Store, Node: opts.Node, Plan: plan, Cost: s.cost, Logger: opts.Logger})
 	return s, nil
 }
 
