@@ -58,7 +58,7 @@ func TestEnforceTimeouts(t *testing.T) {
 		mk("sbx_delete", sandbox.StateStopped, past, sandbox.OnTimeoutDelete),
 		mk("sbx_later", sandbox.StateRunning, future, sandbox.OnTimeoutDelete),
 		mk("sbx_pausestopped", sandbox.StateStopped, past, sandbox.OnTimeoutPause), // nothing to pause
-		mk("sbx_starting", sandbox.StateStarting, past, sandbox.OnTimeoutDelete),    // left until it settles
+		mk("sbx_starting", sandbox.StateStarting, past, sandbox.OnTimeoutDelete),   // left until it settles
 	}
 	ctl, f := fixture(t, rows...)
 	ctl.EnforceTimeouts(context.Background(), now)
