@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/zeish/zeish/internal/node"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/internal/store/sqlite"
+	"github.com/zeish/zeish/internal/testenv"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
 )
@@ -72,30 +71,13 @@ func refusal() error {
 }
 
 // logBuffer captures slog's default logger for one test.
-func logBuffer(t *testing.T) *syncBuffer {
+func logBuffer(t *testing.T) *testenv.LogBuffer {
 	t.Helper()
-	buf := &syncBuffer{}
+	buf := &testenv.LogBuffer{}
 	old := slog.Default()
 	slog.SetDefault(slog.New(slog.NewJSONHandler(buf, nil)))
 	t.Cleanup(func() { slog.SetDefault(old) })
 	return buf
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // outageStore is a store whose reads of sandboxes fail as a lost database does.
@@ -193,7 +175,7 @@ func (f *errorsFixture) do(t *testing.T, method, path, bearer, body string) (*ht
 // checkServerError checks a 5xx answer: the code, the request id in the
 // body and the header, no internal words in the body, and one log line
 // with the same id holding the detail.
-func checkServerError(t *testing.T, resp *http.Response, e api.ErrorBody, logs *syncBuffer, status int, code, detail string, hidden ...string) {
+func checkServerError(t *testing.T, resp *http.Response, e api.ErrorBody, logs *testenv.LogBuffer, status int, code, detail string, hidden ...string) {
 	t.Helper()
 	if resp.StatusCode != status || e.Error.Code != code {
 		t.Fatalf("got %d %+v, want %d %s", resp.StatusCode, e.Error, status, code)
