@@ -127,7 +127,8 @@ func (s State) Valid() bool { return slices.Contains(States, s) }
 var ClientOps = []Op{OpStart, OpStop, OpPause, OpResume, OpDelete, OpClone, OpSnapshot, OpRestore, OpAccess, OpSetTimeout, OpSetNetwork}
 
 // Next returns the state op leads a sandbox in state from to, or a
-// *Refusal (errdefs.ErrInvalidState; not_found for a destroyed sandbox).
+// *Refusal (errdefs.ErrInvalidState; not_found for a delete of a destroyed
+// sandbox).
 func Next(from State, op Op) (State, error) {
 	return NextFor("", from, op)
 }
@@ -184,8 +185,8 @@ func Describe(op Op) string {
 }
 
 // Refusal is an operation the lifecycle does not allow in the sandbox's
-// state. It is errdefs.ErrInvalidState, except a destroyed sandbox, which is
-// not found: it is history.
+// state. It is errdefs.ErrInvalidState, except a delete of a destroyed
+// sandbox, which is not found: it is history, and deleted already.
 type Refusal struct {
 	ID    string // may be empty
 	Op    Op
@@ -194,7 +195,7 @@ type Refusal struct {
 }
 
 func (e *Refusal) sentinel() *errdefs.Error {
-	if e.State == StateDestroyed {
+	if e.State == StateDestroyed && e.Op == OpDelete {
 		return errdefs.ErrNotFound
 	}
 	return errdefs.ErrInvalidState
@@ -205,8 +206,8 @@ func (e *Refusal) Error() string {
 	if e.ID != "" {
 		who = "sandbox " + e.ID
 	}
-	if e.State == StateDestroyed {
-		return fmt.Sprintf("%s is destroyed: %s", who, e.sentinel().Code)
+	if e.sentinel() == errdefs.ErrNotFound {
+		return fmt.Sprintf("%s is already destroyed: %s", who, e.sentinel().Code)
 	}
 	what := table[e.Op].words
 	if what == "" {

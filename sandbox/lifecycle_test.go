@@ -10,7 +10,7 @@ import (
 
 // TestLifecycle checks the table row by row against the SPEC rule each row
 // comes from. refused: the operation is refused in that state (with
-// invalid_state, or not_found when destroyed).
+// invalid_state, or not_found for a delete of a destroyed sandbox).
 func TestLifecycle(t *testing.T) {
 	const refused State = "(refused)"
 	cases := []struct {
@@ -87,6 +87,7 @@ func TestLifecycle(t *testing.T) {
 		{"timeout on a stopped sandbox", OpSetTimeout, StateStopped, StateStopped},
 		{"no timeout on an error", OpSetTimeout, StateError, refused},
 		{"no timeout while deleting", OpSetTimeout, StateDeleting, refused},
+		{"no timeout once destroyed", OpSetTimeout, StateDestroyed, refused},
 		// SPEC, agent's workspace: "egress policy … changed live".
 		{"network change on a stopped sandbox", OpSetNetwork, StateStopped, StateStopped},
 		{"no network change while deleting", OpSetNetwork, StateDeleting, refused},
@@ -107,7 +108,7 @@ func TestLifecycle(t *testing.T) {
 					t.Fatalf("Next(%s, %s) = %s, %v; want a Refusal", c.from, c.op, got, err)
 				}
 				want := errdefs.ErrInvalidState
-				if c.from == StateDestroyed {
+				if c.from == StateDestroyed && c.op == OpDelete {
 					want = errdefs.ErrNotFound
 				}
 				if !errors.Is(err, want) {
@@ -156,7 +157,8 @@ func TestRefusalMessage(t *testing.T) {
 		{"sbx_1", StatePaused, OpAccess, "sandbox sbx_1 is paused; data-plane access needs it running"},
 		{"", StateStarting, OpStop, "the sandbox is starting; stop needs it running or paused"},
 		{"sbx_1", StateError, OpClone, "sandbox sbx_1 is error; a fork needs it running, paused or stopped"},
-		{"sbx_1", StateDestroyed, OpStart, "sandbox sbx_1 is destroyed"},
+		{"sbx_1", StateDestroyed, OpStart, "sandbox sbx_1 is destroyed; start needs it stopped"},
+		{"sbx_1", StateDestroyed, OpDelete, "sandbox sbx_1 is already destroyed"},
 	}
 	for _, c := range cases {
 		_, err := NextFor(c.id, c.from, c.op)
