@@ -25,6 +25,9 @@ type ErrorBody struct {
 type ErrorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// RequestID is the id of the request that failed (also the
+	// X-Request-Id header); the server's log has the detail under it.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // Health is GET /healthz.
@@ -155,7 +158,7 @@ type CloneRequest struct {
 }
 
 // MaxCloneCount bounds one clone call.
-const MaxCloneCount = 16
+const MaxCloneCount = sandbox.MaxForkCount
 
 // CloneResponse answers a clone: the children, and how long the parent was
 // paused while its state was captured.

@@ -42,7 +42,7 @@ func def(code string, class Class, doc string) *Error {
 // The codes the API can return. Keep api/openapi.yaml's ErrorCode enum in step
 // (a test checks it).
 var (
-	ErrInternal        = def("internal", ClassInternal, "An unexpected server error; the message says what failed.")
+	ErrInternal        = def("internal", ClassInternal, "An unexpected server error; the server's log has its detail under the request_id.")
 	ErrInvalidArgument = def("invalid_argument", ClassInvalid, "The request is malformed: unknown field, bad value or missing field.")
 	ErrUnknownTemplate = def("unknown_template", ClassInvalid, "The template named in the request does not exist.")
 	ErrUnauthenticated = def("unauthenticated", ClassUnauthenticated, "No API key or token, or one that is not valid.")
@@ -91,4 +91,33 @@ func Of(err error) *Error {
 func Is(err error, c Class) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Class == c
+}
+
+// Reclass gives err the code as for callers above the layer that made it:
+// Of and Is answer as, whatever err wraps, while errors.Is still sees err's
+// own chain. A VMM driver that calls a spec invalid is the server's fault,
+// not the client's: the node reclasses driver errors so none reaches a
+// client as a 400 or 409 of the driver's making.
+func Reclass(err error, as *Error) error {
+	if err == nil {
+		return nil
+	}
+	return &reclassed{err: err, as: as}
+}
+
+type reclassed struct {
+	err error
+	as  *Error
+}
+
+func (r *reclassed) Error() string { return r.err.Error() }
+func (r *reclassed) Unwrap() error { return r.err }
+
+// As answers for the class before errors.As looks inside err.
+func (r *reclassed) As(target any) bool {
+	if p, ok := target.(**Error); ok {
+		*p = r.as
+		return true
+	}
+	return false
 }

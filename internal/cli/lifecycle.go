@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/sandbox"
 	zeish "github.com/zeish/zeish/sdk/go"
 )
 
@@ -24,6 +25,7 @@ func (a *app) lifecycleCmd(action, short, waitsFor string, call lifecycleCall) *
 	cmd := &cobra.Command{
 		Use:   action + " ID",
 		Short: short + " (returns at once unless --wait)",
+		Long:  short + ".\n\n" + sandbox.Describe(sandbox.Op(action)),
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts, watch := a.waitMode(wait)
@@ -57,7 +59,9 @@ func (a *app) cloneCmd() *cobra.Command {
 point, memory and disk copy-on-write. A running parent is paused only for a
 moment (pause_ms). Children keep the parent's size, region, host, git repo
 and env; git branch, PR number, cost cap, browser and desktop too, unless a
-flag sets them.`,
+flag sets them.
+
+` + sandbox.Describe(sandbox.OpClone),
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f := cmd.Flags()

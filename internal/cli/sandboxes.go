@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/sandbox"
 	zeish "github.com/zeish/zeish/sdk/go"
 )
 
@@ -200,6 +201,7 @@ func (a *app) deleteCmd() *cobra.Command {
 		Use:     "delete ID",
 		Aliases: []string{"rm"},
 		Short:   "Delete a sandbox and its snapshots",
+		Long:    "Delete a sandbox and its snapshots; the record stays, destroyed, for lineage and billing.\n\n" + sandbox.Describe(sandbox.OpDelete),
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var opts []zeish.CallOption

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/sandbox"
 	zeish "github.com/zeish/zeish/sdk/go"
 )
 
@@ -24,6 +25,7 @@ func (a *app) snapshotCreateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "create ID",
 		Short: "Snapshot a sandbox (a running one is paused only for a moment)",
+		Long:  "Snapshot a sandbox: its disk and memory at one instant (a running one is paused only for a moment).\n\n" + sandbox.Describe(sandbox.OpSnapshot),
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			snp, err := a.sdk().CreateSnapshot(cmd.Context(), args[0], req)
@@ -97,7 +99,9 @@ func (a *app) snapshotRestoreCmd() *cobra.Command {
 		Short: "Roll a sandbox back to a snapshot; work done since is lost",
 		Long: `Roll the snapshot's sandbox back to it. A running sandbox restarts from the
 snapshot; a stopped one stays stopped and resumes from it on its next start.
-Work done since the snapshot is lost; other snapshots and forks are untouched.`,
+Work done since the snapshot is lost; other snapshots and forks are untouched.
+
+` + sandbox.Describe(sandbox.OpRestore),
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts, watch := a.waitMode(wait)

@@ -71,8 +71,7 @@ var (
 )
 
 // liveStates are the states counted; destroyed sandboxes are history.
-var liveStates = []sandbox.State{sandbox.StateStarting, sandbox.StateRunning, sandbox.StatePaused,
-	sandbox.StateStopping, sandbox.StateStopped, sandbox.StateDeleting, sandbox.StateError}
+var liveStates = sandbox.LiveStates
 
 // stateCollector reads the store at each scrape.
 type stateCollector struct{ o Options }

@@ -65,7 +65,7 @@ func (n *Node) Capacity() (metrics.Capacity, error) {
 // committedMiB is the guest memory promised to the sandboxes that may run.
 func (n *Node) committedMiB() (int, error) {
 	rows, err := n.opts.Store.ListSandboxes(context.Background(), store.SandboxFilter{
-		States: []sandbox.State{sandbox.StateStarting, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopping},
+		States: sandbox.MemoryStates,
 	})
 	if err != nil {
 		return 0, err

@@ -69,8 +69,6 @@ func newAddress() string {
 	return fmt.Sprintf("10.88.%d.%d", b[0], b[1])
 }
 
-var starting = []sandbox.State{sandbox.StateStarting}
-
 // boot starts the first VM of a new sandbox from its template.
 func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 	var unpin func() // a warm image, until the record names it
@@ -154,10 +152,10 @@ func (n *Node) bootNew(ctx context.Context, r *store.SandboxRecord, what string,
 		if console != "" {
 			msg += "\n--- guest console, last lines ---\n" + console
 		}
-		n.fail(ctx, r.ID, starting, bootErrorCode(ctx, err), what+" failed: "+err.Error(), msg, nil)
+		n.fail(ctx, r.ID, sandbox.OpBootFailed, bootErrorCode(ctx, err), what+" failed: "+err.Error(), msg, nil)
 		return
 	}
-	n.transition(ctx, r.ID, starting, sandbox.StateRunning, "", nil)
+	n.transition(ctx, r.ID, sandbox.OpReady, "", nil)
 	n.log.Info("running", logSandbox, r.ID, "after", what, "ms", time.Since(start).Milliseconds())
 }
 

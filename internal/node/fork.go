@@ -38,8 +38,8 @@ type captured struct {
 
 // capture freezes sandbox r (running, paused or stopped) into an image and
 // puts the sandbox back on top of it. Runs as the sandbox's operation.
-func (n *Node) capture(ctx context.Context, id string) (*captured, error) {
-	cap, err := n.captureAny(ctx, id)
+func (n *Node) capture(ctx context.Context, id string, op sandbox.Op) (*captured, error) {
+	cap, err := n.captureAny(ctx, id, op)
 	if err != nil {
 		return nil, err
 	}
@@ -52,8 +52,8 @@ func (n *Node) capture(ctx context.Context, id string) (*captured, error) {
 	return cap, nil
 }
 
-func (n *Node) captureAny(ctx context.Context, id string) (*captured, error) {
-	r, h, err := n.load(ctx, id, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopped)
+func (n *Node) captureAny(ctx context.Context, id string, op sandbox.Op) (*captured, error) {
+	r, h, err := n.load(ctx, id, op)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +175,7 @@ func (n *Node) stranded(ctx context.Context, r *store.SandboxRecord, meta *image
 	r.Disk = n.diskPath(r.ID, r.Gen+1)
 	r.DiskBase, r.ResumeImage = meta.Disk, meta.ID
 	n.saveVM(ctx, r, nil)
-	n.transition(ctx, r.ID, notDeleted, sandbox.StateStopped, "could not resume after capture: "+cause.Error(), nil)
+	n.transition(ctx, r.ID, sandbox.OpStranded, "could not resume after capture: "+cause.Error(), nil)
 	return fmt.Errorf("resume after capture: %w", cause)
 }
 
@@ -183,7 +183,7 @@ func (n *Node) stranded(ctx context.Context, r *store.SandboxRecord, meta *image
 // completed: nothing is left to run it from.
 func (n *Node) lost(ctx context.Context, r *store.SandboxRecord, cause error) error {
 	n.saveVM(ctx, r, nil)
-	n.fail(ctx, r.ID, notDeleted, sandbox.ErrCaptureFailed, "capture failed: "+cause.Error(), "capture failed: "+cause.Error(), nil)
+	n.fail(ctx, r.ID, sandbox.OpCaptureLost, sandbox.ErrCaptureFailed, "capture failed: "+cause.Error(), "capture failed: "+cause.Error(), nil)
 	return cause
 }
 
@@ -246,7 +246,7 @@ func (n *Node) Clone(ctx context.Context, parentID string, children []*store.San
 	var cap *captured
 	err = n.do(ctx, parentID, func(ctx context.Context) error {
 		var err error
-		cap, err = n.capture(ctx, parentID)
+		cap, err = n.capture(ctx, parentID, sandbox.OpClone)
 		return err
 	})
 	if err != nil {
@@ -260,11 +260,8 @@ func (n *Node) Clone(ctx context.Context, parentID string, children []*store.San
 		if c.Name == "" {
 			c.Name = sandbox.NewName()
 		}
-		c.ParentID, c.AccountID, c.Template = parentID, parent.AccountID, parent.Template
-		c.VCPUs, c.MemoryMiB, c.DiskMiB = parent.VCPUs, parent.MemoryMiB, parent.DiskMiB
-		c.Region, c.Host, c.Accel = parent.Region, parent.Host, parent.Accel
-		c.GitRepo, c.Env, c.SecretEnv = parent.GitRepo, parent.Env, parent.SecretEnv
-		c.Hostname, c.MAC = c.Name, sandbox.NewMAC()
+		sandbox.Keep(&c.Sandbox, parent.Sandbox)
+		c.SecretEnv, c.MAC = parent.SecretEnv, sandbox.NewMAC()
 		if err := n.childNetwork(parent, c); err != nil {
 			n.releaseNetworks(children)
 			unpin()
@@ -309,20 +306,15 @@ func (n *Node) namesFree(ctx context.Context, accountID string, children []*stor
 	if err != nil {
 		return err
 	}
-	used := map[string]bool{}
+	taken := map[string]bool{}
 	for _, r := range live {
-		used[r.Name] = true
+		taken[r.Name] = true
 	}
-	for _, c := range children {
-		if c.Name == "" {
-			continue
-		}
-		if used[c.Name] {
-			return fmt.Errorf("a sandbox named %q exists: %w", c.Name, errdefs.ErrNameTaken)
-		}
-		used[c.Name] = true
+	names := make([]string, len(children))
+	for i, c := range children {
+		names[i] = c.Name
 	}
-	return nil
+	return sandbox.CheckNewNames(taken, names)
 }
 
 // bootFromImage starts a fork child from the image its parent was captured into.

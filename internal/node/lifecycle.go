@@ -28,18 +28,14 @@ func (n *Node) do(ctx context.Context, id string, fn func(ctx context.Context) e
 	}
 }
 
-// load reads a sandbox and checks it is in one of the states.
-func (n *Node) load(ctx context.Context, id string, states ...sandbox.State) (*store.SandboxRecord, *vmm.Handle, error) {
+// load reads a sandbox and checks the lifecycle allows op in its state.
+func (n *Node) load(ctx context.Context, id string, op sandbox.Op) (*store.SandboxRecord, *vmm.Handle, error) {
 	r, err := n.opts.Store.GetSandbox(ctx, id)
 	if err != nil {
 		return nil, nil, err
 	}
-	ok := false
-	for _, st := range states {
-		ok = ok || r.State == st
-	}
-	if !ok {
-		return nil, nil, fmt.Errorf("sandbox %s is %s; this needs it %v: %w", id, r.State, states, errdefs.ErrInvalidState)
+	if _, err := sandbox.NextFor(id, r.State, op); err != nil {
+		return nil, nil, err
 	}
 	h, err := r.VMHandle()
 	if err != nil {
@@ -55,14 +51,14 @@ func (n *Node) load(ctx context.Context, id string, states ...sandbox.State) (*s
 func (n *Node) Pause(ctx context.Context, id string) (*store.SandboxRecord, error) {
 	var out *store.SandboxRecord
 	err := n.do(ctx, id, func(ctx context.Context) error {
-		_, h, err := n.load(ctx, id, sandbox.StateRunning)
+		_, h, err := n.load(ctx, id, sandbox.OpPause)
 		if err != nil {
 			return err
 		}
 		if err := n.opts.Driver.Pause(ctx, h); err != nil {
 			return err
 		}
-		out, err = n.transition(ctx, id, []sandbox.State{sandbox.StateRunning}, sandbox.StatePaused, "", nil)
+		out, err = n.transition(ctx, id, sandbox.OpPause, "", nil)
 		return err
 	})
 	return out, err
@@ -72,14 +68,14 @@ func (n *Node) Pause(ctx context.Context, id string) (*store.SandboxRecord, erro
 func (n *Node) Resume(ctx context.Context, id string) (*store.SandboxRecord, error) {
 	var out *store.SandboxRecord
 	err := n.do(ctx, id, func(ctx context.Context) error {
-		_, h, err := n.load(ctx, id, sandbox.StatePaused)
+		_, h, err := n.load(ctx, id, sandbox.OpResume)
 		if err != nil {
 			return err
 		}
 		if err := n.opts.Driver.Resume(ctx, h); err != nil {
 			return err
 		}
-		out, err = n.transition(ctx, id, []sandbox.State{sandbox.StatePaused}, sandbox.StateRunning, "",
+		out, err = n.transition(ctx, id, sandbox.OpResume, "",
 			func(r *store.SandboxRecord) { r.Pristine = false })
 		return err
 	})
@@ -110,10 +106,11 @@ func (n *Node) StopReason(ctx context.Context, id, reason string) (*store.Sandbo
 		return nil, fmt.Errorf("this host's VMM (%s) cannot suspend sandboxes: %w", caps.Name, errdefs.ErrInvalidState)
 	}
 	r, err := n.opts.Store.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
-		if r.State != sandbox.StateRunning && r.State != sandbox.StatePaused {
-			return fmt.Errorf("sandbox %s is %s; stop needs it running or paused: %w", id, r.State, errdefs.ErrInvalidState)
+		next, err := sandbox.NextFor(id, r.State, sandbox.OpStop)
+		if err != nil {
+			return err
 		}
-		r.State, r.StateReason, r.UpdatedAt = sandbox.StateStopping, reason, time.Now().UTC()
+		r.State, r.StateReason, r.UpdatedAt = next, reason, time.Now().UTC()
 		return nil
 	})
 	if err != nil {
@@ -125,10 +122,10 @@ func (n *Node) StopReason(ctx context.Context, id, reason string) (*store.Sandbo
 		if err := n.suspend(ctx, id); err != nil {
 			n.log.Error("stop failed", logSandbox, id, "err", err)
 			// The capture leaves the guest running when it fails.
-			n.transition(ctx, id, []sandbox.State{sandbox.StateStopping}, sandbox.StateRunning, "stop failed: "+err.Error(), nil)
+			n.transition(ctx, id, sandbox.OpStopFailed, "stop failed: "+err.Error(), nil)
 			return
 		}
-		n.transition(ctx, id, []sandbox.State{sandbox.StateStopping}, sandbox.StateStopped, reason, nil)
+		n.transition(ctx, id, sandbox.OpStopped, reason, nil)
 	})
 	return r, nil
 }
@@ -174,7 +171,7 @@ func (n *Node) Start(ctx context.Context, id string) (*store.SandboxRecord, erro
 	if err != nil {
 		return nil, err
 	}
-	if cur.State == sandbox.StateStopped {
+	if sandbox.Allows(cur.State, sandbox.OpStart) {
 		release, err := n.reserve(cur, 1)
 		if err != nil {
 			return nil, err
@@ -182,10 +179,11 @@ func (n *Node) Start(ctx context.Context, id string) (*store.SandboxRecord, erro
 		defer release()
 	}
 	r, err := n.opts.Store.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
-		if r.State != sandbox.StateStopped {
-			return fmt.Errorf("sandbox %s is %s; start needs it stopped: %w", id, r.State, errdefs.ErrInvalidState)
+		next, err := sandbox.NextFor(id, r.State, sandbox.OpStart)
+		if err != nil {
+			return err
 		}
-		r.State, r.StateReason, r.UpdatedAt = sandbox.StateStarting, "", time.Now().UTC()
+		r.State, r.StateReason, r.UpdatedAt = next, "", time.Now().UTC()
 		return nil
 	})
 	if err != nil {
@@ -196,10 +194,10 @@ func (n *Node) Start(ctx context.Context, id string) (*store.SandboxRecord, erro
 		if err := n.resumeStopped(ctx, id); err != nil {
 			n.log.Error("start failed", logSandbox, id, "err", err)
 			// Nothing of the stopped sandbox was changed: it can be started again.
-			n.transition(ctx, id, starting, sandbox.StateStopped, "start failed: "+err.Error(), nil)
+			n.transition(ctx, id, sandbox.OpStartFailed, "start failed: "+err.Error(), nil)
 			return
 		}
-		n.transition(ctx, id, starting, sandbox.StateRunning, "", nil)
+		n.transition(ctx, id, sandbox.OpReady, "", nil)
 	})
 	return r, nil
 }

@@ -87,7 +87,7 @@ func (n *Node) attachNetwork(r *store.SandboxRecord) error {
 // life: the links it had before, plus its current one's counters.
 func (n *Node) NetBytes(r *store.SandboxRecord) (in, out uint64) {
 	in, out = r.NetIn, r.NetOut
-	if n.managedNet(r) && r.State != sandbox.StateDestroyed {
+	if n.managedNet(r) && r.State.Live() {
 		if c, err := n.opts.Network.Counters(r.Address); err == nil {
 			in, out = in+c.In, out+c.Out
 		}
@@ -177,10 +177,10 @@ func (n *Node) SetNetwork(ctx context.Context, id string, p sandbox.Network) (*s
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case cur.State == sandbox.StateDestroyed || cur.State == sandbox.StateDeleting:
-		return nil, fmt.Errorf("sandbox %s is %s: %w", id, cur.State, errdefs.ErrInvalidState)
-	case !n.managedNet(cur):
+	if _, err := sandbox.NextFor(id, cur.State, sandbox.OpSetNetwork); err != nil {
+		return nil, err
+	}
+	if !n.managedNet(cur) {
 		return nil, fmt.Errorf("sandbox %s has no network: %w", id, errdefs.ErrInvalidState)
 	}
 	p.Enabled = true
@@ -204,7 +204,7 @@ func (n *Node) recoverNetwork(rows []*store.SandboxRecord) {
 		return
 	}
 	for _, r := range rows {
-		if r.Host != n.opts.ID || r.State == sandbox.StateDestroyed {
+		if r.Host != n.opts.ID || !r.State.Live() {
 			continue
 		}
 		if err := n.attachNetwork(r); err != nil {
@@ -236,8 +236,8 @@ func (n *Node) PortAddr(r *store.SandboxRecord, port int) (string, error) {
 	if !n.managedNet(r) {
 		return "", fmt.Errorf("sandbox %s has no network: %w", r.ID, errdefs.ErrInvalidState)
 	}
-	if r.State != sandbox.StateRunning {
-		return "", fmt.Errorf("sandbox %s is %s; its ports answer while it runs: %w", r.ID, r.State, errdefs.ErrInvalidState)
+	if _, err := sandbox.NextFor(r.ID, r.State, sandbox.OpAccess); err != nil {
+		return "", err
 	}
 	return net.JoinHostPort(r.Address, strconv.Itoa(port)), nil
 }
@@ -245,10 +245,10 @@ func (n *Node) PortAddr(r *store.SandboxRecord, port int) (string, error) {
 // SetPortPublic opens a guest port to requests without a token, or closes it.
 func (n *Node) SetPortPublic(ctx context.Context, id string, port int, public bool) (*store.SandboxRecord, error) {
 	return n.opts.Store.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
-		switch {
-		case r.State == sandbox.StateDestroyed || r.State == sandbox.StateDeleting:
-			return fmt.Errorf("sandbox %s is %s: %w", id, r.State, errdefs.ErrInvalidState)
-		case !n.managedNet(r):
+		if _, err := sandbox.NextFor(id, r.State, sandbox.OpSetNetwork); err != nil {
+			return err
+		}
+		if !n.managedNet(r) {
 			return fmt.Errorf("sandbox %s has no network: %w", id, errdefs.ErrInvalidState)
 		}
 		r.PublicPorts = slices.DeleteFunc(r.PublicPorts, func(p int) bool { return p == port })

@@ -10,11 +10,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
-	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
 	"github.com/zeish/zeish/internal/network"
 	"github.com/zeish/zeish/internal/store"
@@ -115,6 +113,7 @@ func New(opts Options) *Node {
 	if opts.ShmDir == "" {
 		opts.ShmDir = "/dev/shm"
 	}
+	opts.Driver = guardDriver(opts.Driver)
 	life, stop := context.WithCancel(context.Background())
 	return &Node{
 		opts:       opts,
@@ -217,14 +216,17 @@ func (n *Node) cancelOp(id string) {
 	}
 }
 
-// transition persists a state change if the sandbox is still in one of
-// from (any state when from is empty), and wakes the sandbox's waiters. A
-// background operation that lost a race (a boot finishing after a delete
-// began) is refused here instead of clobbering the newer state.
-func (n *Node) transition(ctx context.Context, id string, from []sandbox.State, st sandbox.State, reason string, edit func(*store.SandboxRecord)) (*store.SandboxRecord, error) {
+// transition persists the state op leads to (sandbox.Next) if the
+// lifecycle allows op in the sandbox's current state, and wakes the
+// sandbox's waiters. A background operation that lost a race (a boot
+// finishing after a delete began) is refused here instead of clobbering the
+// newer state.
+func (n *Node) transition(ctx context.Context, id string, op sandbox.Op, reason string, edit func(*store.SandboxRecord)) (*store.SandboxRecord, error) {
+	var st sandbox.State
 	r, err := n.opts.Store.UpdateSandbox(context.WithoutCancel(ctx), id, func(r *store.SandboxRecord) error {
-		if len(from) > 0 && !slices.Contains(from, r.State) {
-			return fmt.Errorf("sandbox %s is %s, not %v: %w", id, r.State, from, errdefs.ErrInvalidState)
+		var err error
+		if st, err = sandbox.NextFor(id, r.State, op); err != nil {
+			return err
 		}
 		r.State = st
 		r.StateReason = cleanReason(reason)
@@ -238,7 +240,7 @@ func (n *Node) transition(ctx context.Context, id string, from []sandbox.State, 
 		return nil
 	})
 	if err != nil {
-		n.log.Info("state change skipped", logSandbox, id, "to", st, "err", err)
+		n.log.Info("state change skipped", logSandbox, id, "op", op, "err", err)
 		return nil, err
 	}
 	n.log.Info("state", logSandbox, id, "state", st, "reason", reason)
@@ -246,12 +248,12 @@ func (n *Node) transition(ctx context.Context, id string, from []sandbox.State, 
 	return r, nil
 }
 
-// fail moves a sandbox into state error with a stable code (sandbox.Err…)
-// and a message, which may hold guest text and is cleaned first; reason is
-// the short state_reason.
-func (n *Node) fail(ctx context.Context, id string, from []sandbox.State, code, reason, message string, edit func(*store.SandboxRecord)) {
+// fail records op, an outcome that leads to state error, with a stable
+// code (sandbox.Err…) and a message, which may hold guest text and is
+// cleaned first; reason is the short state_reason.
+func (n *Node) fail(ctx context.Context, id string, op sandbox.Op, code, reason, message string, edit func(*store.SandboxRecord)) {
 	message = sandbox.CleanMessage(message)
-	n.transition(ctx, id, from, sandbox.StateError, sandbox.CleanMessage(reason), func(r *store.SandboxRecord) {
+	n.transition(ctx, id, op, sandbox.CleanMessage(reason), func(r *store.SandboxRecord) {
 		r.ErrorCode, r.ErrorMessage = code, message
 		if edit != nil {
 			edit(r)

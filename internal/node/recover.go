@@ -69,29 +69,31 @@ func (n *Node) Recover(ctx context.Context) error {
 
 func (n *Node) recoverOne(ctx context.Context, r *store.SandboxRecord, h *vmm.Handle, alive bool) {
 	log := n.log.With(logSandbox, r.ID, "state", r.State, "alive", alive)
-	switch {
-	case r.State == sandbox.StateDeleting:
+	found := sandbox.Found{HasVM: h != nil, Alive: alive, ResumeImage: r.ResumeImage != ""}
+	act := sandbox.Recover(r.State, found)
+	if act == sandbox.RecoverAdoptSuspend && !n.adoptSuspendImage(ctx, r) {
+		found.NoSuspendImage = true
+		act = sandbox.Recover(r.State, found)
+	}
+	switch act {
+	case sandbox.RecoverFinishDelete:
 		log.Info("recover: finishing delete")
 		n.run(r.ID, func(ctx context.Context) { n.destroy(context.WithoutCancel(ctx), r.ID) })
-	case alive && (r.State == sandbox.StateRunning || r.State == sandbox.StateStarting || r.State == sandbox.StateStopping):
-		// A VM that runs is the truth: an interrupted boot, start, restore or
-		// fork finishes; an interrupted stop never captured it.
+	case sandbox.RecoverReattach:
 		log.Info("recover: re-attaching")
 		n.run(r.ID, func(ctx context.Context) {
 			// A VM that is paused here was caught inside a pause or a
 			// capture (a fork's, a snapshot's, a stop's, which resumes the
 			// guest when it fails): let it run again, or its agent could
-			// never answer. (A sandbox meant to be paused is StatePaused.)
-			if r.State != sandbox.StatePaused {
-				if st, err := n.opts.Driver.State(ctx, h); err == nil && st == vmm.RunStatePaused {
-					log.Info("recover: resuming a VM caught paused")
-					if err := n.opts.Driver.Resume(ctx, h); err != nil {
-						log.Warn("recover: resume", "err", err)
-					}
+			// never answer. (A sandbox meant to be paused is RecoverKeepPaused.)
+			if st, err := n.opts.Driver.State(ctx, h); err == nil && st == vmm.RunStatePaused {
+				log.Info("recover: resuming a VM caught paused")
+				if err := n.opts.Driver.Resume(ctx, h); err != nil {
+					log.Warn("recover: resume", "err", err)
 				}
 			}
 			connect := n.attach // an interrupted boot, start, restore or fork
-			if r.State == sandbox.StateRunning {
+			if r.State.Configured() {
 				connect = n.reattach
 			}
 			if err := connect(ctx, r.ID, h); err != nil {
@@ -102,31 +104,31 @@ func (n *Node) recoverOne(ctx context.Context, r *store.SandboxRecord, h *vmm.Ha
 				}
 				return
 			}
-			n.transition(ctx, r.ID, []sandbox.State{sandbox.StateStarting, sandbox.StateRunning, sandbox.StateStopping}, sandbox.StateRunning, "", nil)
+			n.transition(ctx, r.ID, sandbox.OpReattached, "", nil)
 		})
-	case alive && r.State == sandbox.StatePaused:
+	case sandbox.RecoverKeepPaused:
 		log.Info("recover: paused VM found")
-	case !alive && r.ResumeImage == "" && r.State == sandbox.StateStopping && n.adoptSuspendImage(ctx, r):
+	case sandbox.RecoverAdoptSuspend:
 		// The stop's capture completed, zeishd died before recording it.
 		log.Info("recover: stop completed before the crash; back to stopped", "image", r.ResumeImage)
 		if h != nil {
 			n.opts.Driver.Destroy(ctx, h)
 		}
-		n.transition(ctx, r.ID, nil, sandbox.StateStopped, "", nil)
-	case !alive && r.ResumeImage != "" && (r.State == sandbox.StateStarting || r.State == sandbox.StateStopping):
+		n.transition(ctx, r.ID, sandbox.OpSettled, "", nil)
+	case sandbox.RecoverBackToStopped:
 		// A stop that completed, or a start that never got its VM going.
 		log.Info("recover: back to stopped")
 		if h != nil {
 			n.opts.Driver.Destroy(ctx, h)
 		}
 		n.saveVM(ctx, r, nil)
-		n.transition(ctx, r.ID, nil, sandbox.StateStopped, "", nil)
-	case h != nil && !alive && r.State != sandbox.StateError && r.State != sandbox.StateStopped:
+		n.transition(ctx, r.ID, sandbox.OpSettled, "", nil)
+	case sandbox.RecoverVMLost:
 		log.Warn("recover: VM is gone")
 		n.failLost(ctx, r.ID, h, "the VM was not running when zeishd restarted")
-	case h == nil && r.State == sandbox.StateStarting:
+	case sandbox.RecoverInterrupted:
 		log.Warn("recover: boot never got a VM")
-		n.fail(ctx, r.ID, starting, sandbox.ErrInterrupted, "zeishd stopped before the VM started",
+		n.fail(ctx, r.ID, sandbox.OpInterrupted, sandbox.ErrInterrupted, "zeishd stopped before the VM started",
 			"zeishd stopped before the VM started; delete the sandbox and create it again", nil)
 	}
 }
@@ -164,8 +166,7 @@ func (n *Node) failLost(ctx context.Context, id string, h *vmm.Handle, reason st
 	if err := n.opts.Driver.Destroy(ctx, h); err != nil {
 		n.log.Error("clean up lost VM", logSandbox, id, "err", err)
 	}
-	n.fail(ctx, id, []sandbox.State{sandbox.StateStarting, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopping, sandbox.StateStopped},
-		sandbox.ErrVMExited, reason, reason+"; its disk is kept until the sandbox is deleted", func(r *store.SandboxRecord) { r.Handle = nil })
+	n.fail(ctx, id, sandbox.OpVMLost, sandbox.ErrVMExited, reason, reason+"; its disk is kept until the sandbox is deleted", func(r *store.SandboxRecord) { r.Handle = nil })
 }
 
 // failSilent marks a sandbox whose VM runs but whose agent does not answer
@@ -177,8 +178,7 @@ func (n *Node) failSilent(ctx context.Context, id string, h *vmm.Handle, reason 
 	if err := n.opts.Driver.Pause(ctx, h); err != nil {
 		n.log.Warn("pause silent VM", logSandbox, id, "err", err)
 	}
-	n.fail(ctx, id, []sandbox.State{sandbox.StateStarting, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopping},
-		sandbox.ErrAgentSilent, reason, reason+"; the VM is kept paused with its memory and disk until the sandbox is deleted", nil)
+	n.fail(ctx, id, sandbox.OpAgentSilent, sandbox.ErrAgentSilent, reason, reason+"; the VM is kept paused with its memory and disk until the sandbox is deleted", nil)
 }
 
 // sweepDirs removes sandbox folders that belong to no live sandbox, stopping
@@ -192,7 +192,7 @@ func (n *Node) sweepDirs(ctx context.Context, live map[string]bool) {
 			continue
 		}
 		r, err := n.opts.Store.GetSandbox(ctx, id)
-		if err == nil && r.State != sandbox.StateDestroyed {
+		if err == nil && r.State.Live() {
 			// Its own recovery handles it; a sandbox in error keeps its
 			// files (the user's data) until it is deleted.
 			continue

@@ -16,13 +16,11 @@ import (
 // and billing). An operation in progress (a boot) is cancelled first.
 func (n *Node) Delete(ctx context.Context, id string) (*store.SandboxRecord, error) {
 	r, err := n.opts.Store.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
-		switch r.State {
-		case sandbox.StateDestroyed:
-			return fmt.Errorf("sandbox %s is already destroyed: %w", id, errdefs.ErrNotFound)
-		case sandbox.StateDeleting:
-			return nil
+		next, err := sandbox.NextFor(id, r.State, sandbox.OpDelete)
+		if err != nil || next == r.State { // a delete under way goes on
+			return err
 		}
-		r.State = sandbox.StateDeleting
+		r.State = next
 		r.StateReason = ""
 		r.UpdatedAt = time.Now().UTC()
 		return nil
@@ -35,14 +33,6 @@ func (n *Node) Delete(ctx context.Context, id string) (*store.SandboxRecord, err
 	n.run(id, func(ctx context.Context) { n.destroy(context.WithoutCancel(ctx), id) })
 	return r, nil
 }
-
-var deleting = []sandbox.State{sandbox.StateDeleting}
-
-// notDeleted are the states an operation's outcome may replace: a delete
-// that arrived meanwhile (a DELETE during a fork's load cancels it) must
-// win, or the sandbox is never destroyed.
-var notDeleted = []sandbox.State{sandbox.StateStarting, sandbox.StateRunning, sandbox.StatePaused,
-	sandbox.StateStopping, sandbox.StateStopped, sandbox.StateError}
 
 // destroy tears down the sandbox's VM and files and marks it destroyed.
 func (n *Node) destroy(ctx context.Context, id string) {
@@ -75,7 +65,7 @@ func (n *Node) destroy(ctx context.Context, id string) {
 	}
 	if err != nil {
 		n.log.Error("destroy", logSandbox, id, "err", err)
-		n.fail(ctx, id, deleting, sandbox.ErrDeleteFailed, "delete failed: "+err.Error(), "delete failed: "+err.Error(), nil)
+		n.fail(ctx, id, sandbox.OpDeleteFailed, sandbox.ErrDeleteFailed, "delete failed: "+err.Error(), "delete failed: "+err.Error(), nil)
 		return
 	}
 	// Let go of the images first, so destroyed means its files are gone.
@@ -85,7 +75,7 @@ func (n *Node) destroy(ctx context.Context, id string) {
 	}
 	n.gc(ctx)
 	now := time.Now().UTC()
-	n.transition(ctx, id, deleting, sandbox.StateDestroyed, "", func(r *store.SandboxRecord) { r.DestroyedAt = &now })
+	n.transition(ctx, id, sandbox.OpDestroyed, "", func(r *store.SandboxRecord) { r.DestroyedAt = &now })
 }
 
 // deleteSnapshotsOf deletes every snapshot of a sandbox being deleted.
@@ -111,11 +101,7 @@ func (n *Node) Wait(ctx context.Context, id string, want sandbox.State) (*store.
 		if err != nil {
 			return nil, err
 		}
-		if want == "" && r.State.Settled() || r.State == want {
-			return r, nil
-		}
-		if want != "" && r.State.Settled() && r.State != sandbox.StatePaused && r.State != sandbox.StateRunning && r.State != sandbox.StateStopped {
-			// error or destroyed: the wanted state will never come.
+		if sandbox.WaitOver(r.State, want) {
 			return r, nil
 		}
 		if err := n.waitChange(ctx, id, changed); err != nil {
@@ -131,8 +117,8 @@ func (n *Node) Wait(ctx context.Context, id string, want sandbox.State) (*store.
 // comes here, so it is not read twice.
 func (n *Node) Agent(ctx context.Context, r *store.SandboxRecord) (*guest.Client, error) {
 	id := r.ID
-	if r.State != sandbox.StateRunning {
-		return nil, fmt.Errorf("sandbox %s is %s, not running: %w", id, r.State, errdefs.ErrInvalidState)
+	if _, err := sandbox.NextFor(id, r.State, sandbox.OpAccess); err != nil {
+		return nil, err
 	}
 	if c := n.liveAgent(id); c != nil {
 		return c, nil

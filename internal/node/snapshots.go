@@ -23,20 +23,19 @@ func (n *Node) CreateSnapshot(ctx context.Context, id, name string) (*store.Snap
 		if err != nil {
 			return err
 		}
-		if len(existing) >= sandbox.MaxSnapshots {
-			return fmt.Errorf("sandbox %s has %d snapshots, the most it may keep; delete one first: %w", id, len(existing), errdefs.ErrLimitReached)
+		names := make([]string, len(existing))
+		for i, s := range existing {
+			names[i] = s.Name
 		}
-		for _, s := range existing {
-			if s.Name == name {
-				return fmt.Errorf("sandbox %s already has a snapshot named %q: %w", id, name, errdefs.ErrNameTaken)
-			}
+		if err := sandbox.CheckNewSnapshot(id, names, name); err != nil {
+			return err
 		}
 		if cur, err := n.opts.Store.GetSandbox(ctx, id); err == nil {
 			if err := n.checkAccountImageRAM(ctx, cur); err != nil {
 				return err
 			}
 		}
-		cap, err := n.capture(ctx, id)
+		cap, err := n.capture(ctx, id, sandbox.OpSnapshot)
 		if err != nil {
 			return err
 		}
@@ -95,15 +94,14 @@ func (n *Node) Restore(ctx context.Context, snapID string) (*store.SnapshotRecor
 	if err != nil || meta.VM == nil || meta.Disk == "" {
 		return nil, nil, fmt.Errorf("snapshot %s: its image is incomplete (%v): %w", snapID, err, errdefs.ErrInternal)
 	}
-	var prev sandbox.State
+	var inPlace bool // a stopped sandbox stays stopped: only its next start changes
 	r, err := n.opts.Store.UpdateSandbox(ctx, snap.SandboxID, func(r *store.SandboxRecord) error {
-		prev = r.State
-		switch r.State {
-		case sandbox.StateRunning, sandbox.StatePaused:
-			r.State, r.StateReason, r.UpdatedAt = sandbox.StateStarting, "restoring "+snap.Name, time.Now().UTC()
-		case sandbox.StateStopped:
-		default:
-			return fmt.Errorf("sandbox %s is %s; restore needs it running, paused or stopped: %w", r.ID, r.State, errdefs.ErrInvalidState)
+		next, err := sandbox.NextFor(r.ID, r.State, sandbox.OpRestore)
+		if err != nil {
+			return err
+		}
+		if inPlace = next == r.State; !inPlace {
+			r.State, r.StateReason, r.UpdatedAt = next, "restoring "+snap.Name, time.Now().UTC()
 		}
 		return nil
 	})
@@ -111,7 +109,7 @@ func (n *Node) Restore(ctx context.Context, snapID string) (*store.SnapshotRecor
 		return nil, nil, err
 	}
 	n.watch.notify(r.ID)
-	if prev == sandbox.StateStopped {
+	if inPlace {
 		err := n.do(ctx, r.ID, func(ctx context.Context) error { return n.restoreStopped(ctx, r.ID, meta) })
 		if err != nil {
 			return nil, nil, err
@@ -122,10 +120,10 @@ func (n *Node) Restore(ctx context.Context, snapID string) (*store.SnapshotRecor
 	n.run(r.ID, func(ctx context.Context) {
 		if err := n.restoreRunning(ctx, r.ID, meta); err != nil {
 			n.log.Error("restore failed", logSandbox, r.ID, "err", err)
-			n.fail(ctx, r.ID, starting, sandbox.ErrRestoreFailed, "restore failed: "+err.Error(), "restore failed: "+err.Error(), nil)
+			n.fail(ctx, r.ID, sandbox.OpBootFailed, sandbox.ErrRestoreFailed, "restore failed: "+err.Error(), "restore failed: "+err.Error(), nil)
 			return
 		}
-		n.transition(ctx, r.ID, starting, sandbox.StateRunning, "", nil)
+		n.transition(ctx, r.ID, sandbox.OpReady, "", nil)
 	})
 	return snap, r, nil
 }
@@ -133,7 +131,7 @@ func (n *Node) Restore(ctx context.Context, snapID string) (*store.SnapshotRecor
 // restoreStopped points a stopped sandbox at the snapshot: its next start
 // loads the snapshot's memory on a fresh overlay of the snapshot's disk.
 func (n *Node) restoreStopped(ctx context.Context, id string, meta *imageMeta) error {
-	r, _, err := n.load(ctx, id, sandbox.StateStopped)
+	r, _, err := n.load(ctx, id, sandbox.OpRewind)
 	if err != nil {
 		return err
 	}

@@ -32,7 +32,7 @@ func (n *Node) WatchVMs(ctx context.Context, every time.Duration) {
 }
 
 func (n *Node) checkVMs(ctx context.Context) {
-	rows, err := n.opts.Store.ListSandboxes(ctx, store.SandboxFilter{States: []sandbox.State{sandbox.StateRunning, sandbox.StatePaused}})
+	rows, err := n.opts.Store.ListSandboxes(ctx, store.SandboxFilter{States: sandbox.Needs(sandbox.OpVMExited)})
 	if err != nil {
 		n.log.Warn("vm watch: list sandboxes", "err", err)
 		return
@@ -57,7 +57,7 @@ func (n *Node) checkVMs(ctx context.Context) {
 		// (a capture, a promotion) replaces VMs on purpose.
 		n.run(r.ID, func(ctx context.Context) {
 			cur, err := n.opts.Store.GetSandbox(ctx, r.ID)
-			if err != nil || (cur.State != sandbox.StateRunning && cur.State != sandbox.StatePaused) {
+			if err != nil || !sandbox.Allows(cur.State, sandbox.OpVMExited) {
 				return
 			}
 			h, _ := cur.VMHandle()

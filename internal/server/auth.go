@@ -117,7 +117,7 @@ func (s *Server) withAccount(h http.HandlerFunc) http.HandlerFunc {
 		}
 		a, err := s.store.AccountByKeyHash(r.Context(), HashKey(key))
 		if err != nil {
-			writeError(w, r, err)
+			writeError(w, r, storeErr(err))
 			return
 		}
 		h(w, r.WithContext(context.WithValue(r.Context(), accountKey, a)))
@@ -216,7 +216,7 @@ func (s *Server) checkToken(ctx context.Context, token, sandboxID string) (strin
 func (s *Server) keyLive(ctx context.Context, accountID, keyID string) error {
 	keys, err := s.store.ListAPIKeys(ctx, accountID)
 	if err != nil {
-		return err
+		return storeErr(err)
 	}
 	for _, k := range keys {
 		if k.ID == keyID && k.RevokedAt == nil {

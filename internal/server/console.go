@@ -162,7 +162,7 @@ type planView struct {
 }
 
 func (s *Server) sessionView(r *http.Request) consoleSessionView {
-	p := s.quotas.plan
+	p := s.control.Plan()
 	return consoleSessionView{Account: accountView(accountFrom(r.Context())),
 		Plan: planView{RunningSlots: p.RunningSlots, CreatesPerMinute: p.CreatesPerMinute, DailyCreates: p.DailyCreates}}
 }

@@ -46,7 +46,11 @@ func (s *Server) withToken(h http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		rec, err := s.store.GetSandbox(r.Context(), id)
-		if err != nil || rec.AccountID != acct || rec.State == sandbox.StateDestroyed || rec.State == sandbox.StateDeleting {
+		if err != nil && !errdefs.Is(err, errdefs.ClassNotFound) {
+			writeError(w, r, storeErr(err)) // an outage is not a bad token
+			return
+		}
+		if err != nil || rec.AccountID != acct || rec.State.Deleted() {
 			writeError(w, r, fmt.Errorf("the sandbox of this token no longer exists: %w", errdefs.ErrUnauthenticated))
 			return
 		}
@@ -102,8 +106,8 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, err)
 			return
 		}
-		e := errdefs.Of(err)
-		ew.send(api.ExecEvent{Type: api.EventError, Error: &api.ErrorDetail{Code: e.Code, Message: err.Error()}})
+		_, detail := errorDetail(w, r, err)
+		ew.send(api.ExecEvent{Type: api.EventError, Error: &detail})
 		return
 	}
 	ew.send(api.ExecEvent{Type: api.EventExit, Result: &res})

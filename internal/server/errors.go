@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/control"
+	"github.com/zeish/zeish/sandbox"
 )
 
 // statusOf is the one place an error class becomes an HTTP status.
@@ -37,21 +40,88 @@ func statusOf(c errdefs.Class) int {
 	return http.StatusInternalServerError
 }
 
-// writeError answers with the error envelope. Errors that carry no zeish
-// class are internal: they are logged in full and shown as "internal".
-func writeError(w http.ResponseWriter, r *http.Request, err error) {
+// requestIDHeader carries the request id on every response; 5xx bodies
+// repeat it, and the log line with the error's detail has it too.
+const requestIDHeader = "X-Request-Id"
+
+type requestIDKey struct{}
+
+// withRequestID gives every request an id, on its context and its response.
+func withRequestID(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := sandbox.NewID(prefixRequest)
+		w.Header().Set(requestIDHeader, id)
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+	})
+}
+
+const prefixRequest = "req_"
+
+// requestID is the request's id; a request that bypassed withRequestID (a
+// handler called directly) gets one here.
+func requestID(w http.ResponseWriter, r *http.Request) string {
+	if id, ok := r.Context().Value(requestIDKey{}).(string); ok {
+		return id
+	}
+	id := w.Header().Get(requestIDHeader)
+	if id == "" {
+		id = sandbox.NewID(prefixRequest)
+		w.Header().Set(requestIDHeader, id)
+	}
+	return id
+}
+
+// serverMessages are what a client reads of a server error (5xx): a fixed
+// sentence per code, never the error's own text (QEMU's words, paths,
+// addresses, SQL); the log has that, under the request id.
+var serverMessages = map[*errdefs.Error]string{
+	errdefs.ErrInternal:    "an internal error occurred; the server's log has the detail under this request_id",
+	errdefs.ErrUnavailable: "a dependency (the sandbox's VM or agent, or the store) is not reachable now; retry later",
+	errdefs.ErrTimeout:     "the operation did not finish in time; read the object to see where it is",
+}
+
+// errorDetail is the one mapping of an error to what a client sees: its
+// HTTP status and its body. A client error (4xx) shows its message; a
+// server error (5xx) a fixed sentence and the request id, and is logged
+// with its detail under that id.
+func errorDetail(w http.ResponseWriter, r *http.Request, err error) (int, api.ErrorDetail) {
 	e := errdefs.Of(err)
 	status := statusOf(e.Class)
+	id := requestID(w, r)
+	if status >= 500 {
+		slog.Error("request failed", "request_id", id, "method", r.Method, "path", r.URL.Path,
+			"status", status, "code", e.Code, "err", err)
+		msg := serverMessages[e]
+		if msg == "" {
+			msg = e.Doc
+		}
+		return status, api.ErrorDetail{Code: e.Code, Message: msg, RequestID: id}
+	}
 	msg := err.Error()
 	// The sentinel's code closes every wrapped message; drop it from the text.
 	msg = strings.TrimSuffix(strings.TrimSuffix(msg, e.Code), ": ")
-	if e == errdefs.ErrInternal {
-		slog.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
-	}
-	if secs, ok := retryAfterSeconds(err); ok {
+	return status, api.ErrorDetail{Code: e.Code, Message: msg, RequestID: id}
+}
+
+// writeError answers with the error envelope (see errorDetail).
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	status, detail := errorDetail(w, r, err)
+	if secs, ok := control.RetryAfterSeconds(err); ok {
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
 	}
-	writeJSON(w, status, api.ErrorBody{Error: api.ErrorDetail{Code: e.Code, Message: msg}})
+	writeJSON(w, status, api.ErrorBody{Error: detail})
+}
+
+// storeErr classifies an error of the store for a client: one the store
+// gave a class (not_found, name_taken, …) keeps it; any other is the store
+// failing (an outage, a lost connection), which a client may retry:
+// unavailable, never a 401 or 404 made of it.
+func storeErr(err error) error {
+	var e *errdefs.Error
+	if err == nil || errors.As(err, &e) {
+		return err
+	}
+	return fmt.Errorf("store: %w: %w", errdefs.ErrUnavailable, err)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

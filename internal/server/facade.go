@@ -40,10 +40,13 @@ func (s *Server) SandboxAgent(ctx context.Context, id, token string) (*guest.Cli
 		return nil, err
 	}
 	rec, err := s.store.GetSandbox(ctx, id)
+	if err != nil && !errdefs.Is(err, errdefs.ClassNotFound) {
+		return nil, storeErr(err)
+	}
 	if err != nil || rec.AccountID != acct {
 		return nil, fmt.Errorf("sandbox %s not found: %w", id, errdefs.ErrUnavailable)
 	}
-	if rec.State != sandbox.StateRunning {
+	if !sandbox.Allows(rec.State, sandbox.OpAccess) {
 		return nil, fmt.Errorf("sandbox %s is %s, not running: %w", id, rec.State, errdefs.ErrUnavailable)
 	}
 	return s.node.Agent(ctx, rec)

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"fmt"
 	"net/http"
 
 	"github.com/zeish/zeish/api"
@@ -27,7 +26,7 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, c := range children {
-		inherit(c, parent, req)
+		sandbox.Inherit(&c.Sandbox, parent.Sandbox, forkOverrides(req))
 	}
 	if req.Network != nil {
 		netw, err := networkOf(req.Network)
@@ -40,14 +39,7 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request) {
 			c.Network = &p
 		}
 	}
-	// A fork of N is N creates and N running slots, all or none.
-	done, err := s.quotas.admit(r.Context(), parent.AccountID, len(children), true, "")
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	pause, made, err := s.node.Clone(r.Context(), parent.ID, children)
-	done(len(made))
+	pause, made, err := s.control.Clone(r.Context(), parent, children)
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -74,15 +66,9 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, out)
 }
 
-// cloneChildren validates a clone request into child records to fill in.
+// cloneChildren validates a clone request into child records to fill in,
+// named (SPEC, fork rule 1).
 func cloneChildren(req api.CloneRequest) ([]*store.SandboxRecord, error) {
-	count := req.Count
-	if count == 0 {
-		count = 1
-	}
-	if count < 1 || count > api.MaxCloneCount {
-		return nil, invalid("count %d is outside 1..%d", req.Count, api.MaxCloneCount)
-	}
 	switch {
 	case req.PRNumber != nil && *req.PRNumber < 0:
 		return nil, invalid("pr_number must not be negative")
@@ -91,45 +77,19 @@ func cloneChildren(req api.CloneRequest) ([]*store.SandboxRecord, error) {
 	case req.GitBranch != nil && len(*req.GitBranch) > 256:
 		return nil, invalid("git_branch is too long")
 	}
+	names, err := sandbox.ChildNames(req.Name, req.Count)
+	if err != nil {
+		return nil, err
+	}
 	var out []*store.SandboxRecord
-	for i := 1; i <= count; i++ {
-		name := req.Name
-		if name != "" && count > 1 {
-			name = fmt.Sprintf("%s-%d", req.Name, i)
-		}
-		if name != "" {
-			if err := sandbox.CheckName(name); err != nil {
-				return nil, err
-			}
-		}
+	for _, name := range names {
 		out = append(out, &store.SandboxRecord{Sandbox: sandbox.Sandbox{Name: name}})
 	}
 	return out, nil
 }
 
-// inherit applies SPEC's fork rule 4 to the fields the caller may override:
-// the parent's value unless the request passes one. (Size, region, host, git
-// repo and environment are always the parent's; the node copies those.)
-func inherit(c, parent *store.SandboxRecord, req api.CloneRequest) {
-	c.GitBranch, c.PRNumber, c.MaxCostMicros = parent.GitBranch, parent.PRNumber, parent.MaxCostMicros
-	c.Browser, c.Desktop = parent.Browser, parent.Desktop
-	c.Metadata = map[string]string{}
-	for k, v := range parent.Metadata {
-		c.Metadata[k] = v
-	}
-	if req.GitBranch != nil {
-		c.GitBranch = *req.GitBranch
-	}
-	if req.PRNumber != nil {
-		c.PRNumber = *req.PRNumber
-	}
-	if req.MaxCostMicros != nil {
-		c.MaxCostMicros = *req.MaxCostMicros
-	}
-	if req.Browser != nil {
-		c.Browser = *req.Browser
-	}
-	if req.Desktop != nil {
-		c.Desktop = *req.Desktop
-	}
+// forkOverrides are the fields of req a child does not inherit (SPEC, fork rule 4).
+func forkOverrides(req api.CloneRequest) sandbox.ForkOverrides {
+	return sandbox.ForkOverrides{GitBranch: req.GitBranch, PRNumber: req.PRNumber, MaxCostMicros: req.MaxCostMicros,
+		Browser: req.Browser, Desktop: req.Desktop}
 }

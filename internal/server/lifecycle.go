@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -13,9 +12,9 @@ import (
 )
 
 // lifecycle serves pause, resume, stop and start: each checks the sandbox is
-// the caller's, runs op and answers like every asynchronous call. Ops that
-// run the sandbox (start, resume) need a running slot and budget left.
-func (s *Server) lifecycle(op func(ctx context.Context, id string) (*store.SandboxRecord, error), runs bool) http.HandlerFunc {
+// the caller's, has the control plane carry out op (slots and budget for
+// the ops that run it) and answers like every asynchronous call.
+func (s *Server) lifecycle(op sandbox.Op) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		wait, err := decodeAsync(r, &struct{}{})
 		if err != nil {
@@ -27,21 +26,7 @@ func (s *Server) lifecycle(op func(ctx context.Context, id string) (*store.Sandb
 			writeError(w, r, err)
 			return
 		}
-		if runs {
-			if err := s.checkBudget(rec); err != nil {
-				writeError(w, r, err)
-				return
-			}
-			// A paused sandbox holds its slot already: excluding it
-			// makes resume need exactly that one.
-			done, err := s.quotas.admit(r.Context(), rec.AccountID, 1, false, rec.ID)
-			if err != nil {
-				writeError(w, r, err)
-				return
-			}
-			defer done(1)
-		}
-		rec, err = op(r.Context(), rec.ID)
+		rec, err = s.control.Lifecycle(r.Context(), op, rec)
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -118,7 +103,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		if cur.State == sandbox.StateDestroyed {
+		if !cur.State.Live() {
 			return
 		}
 		select {

@@ -41,7 +41,10 @@ func (s *Server) portAccess(r *http.Request, id string, port int) (*store.Sandbo
 		return nil, false, err
 	}
 	rec, err := s.store.GetSandbox(r.Context(), id)
-	gone := err != nil || rec.State == sandbox.StateDestroyed || rec.State == sandbox.StateDeleting
+	if err != nil && !errdefs.Is(err, errdefs.ClassNotFound) {
+		return nil, false, storeErr(err) // an outage is not a bad token
+	}
+	gone := err != nil || rec.State.Deleted()
 	if !gone && slices.Contains(rec.PublicPorts, port) {
 		if _, err := bearer(r); err == nil {
 			// A token is not needed; if one is sent it is checked (and then

@@ -21,7 +21,7 @@ func (s *Server) ownSandbox(r *http.Request) (*store.SandboxRecord, error) {
 	if sandbox.IsID(sandbox.PrefixSandbox, ref) {
 		rec, err := s.store.GetSandbox(r.Context(), ref)
 		if err != nil {
-			return nil, err
+			return nil, storeErr(err)
 		}
 		if rec.AccountID != acct {
 			return nil, fmt.Errorf("sandbox %s not found: %w", ref, errdefs.ErrNotFound)
@@ -31,7 +31,8 @@ func (s *Server) ownSandbox(r *http.Request) (*store.SandboxRecord, error) {
 	if sandbox.CheckName(ref) != nil {
 		return nil, fmt.Errorf("%q is neither a sandbox id (sbx_ and 20 characters) nor a sandbox name: %w", ref, errdefs.ErrInvalidArgument)
 	}
-	return s.store.SandboxByName(r.Context(), acct, ref)
+	rec, err := s.store.SandboxByName(r.Context(), acct, ref)
+	return rec, storeErr(err)
 }
 
 // ownSnapshot loads the snapshot in the path if it is the caller's: by id,

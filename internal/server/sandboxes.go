@@ -121,18 +121,11 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	done, err := s.quotas.admit(r.Context(), rec.AccountID, 1, true, "")
+	rec, err = s.control.Create(r.Context(), rec)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	rec, err = s.node.Create(r.Context(), rec)
-	if err != nil {
-		done(0)
-		writeError(w, r, err)
-		return
-	}
-	done(1)
 	s.answer(w, r, rec, wait)
 }
 
@@ -184,7 +177,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	f := store.SandboxFilter{AccountID: accountFrom(r.Context()).ID}
 	if v := q.Get("state"); v != "" {
 		for _, st := range strings.Split(v, ",") {
-			if !validState(sandbox.State(st)) {
+			if !sandbox.State(st).Valid() {
 				writeError(w, r, invalid("state %q is not a sandbox state", st))
 				return
 			}
@@ -209,15 +202,6 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 		out.Sandboxes = append(out.Sandboxes, s.view(row))
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-func validState(st sandbox.State) bool {
-	switch st {
-	case sandbox.StateStarting, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopping,
-		sandbox.StateStopped, sandbox.StateDeleting, sandbox.StateDestroyed, sandbox.StateError:
-		return true
-	}
-	return false
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
@@ -254,7 +238,7 @@ func (s *Server) waitSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	if req.State != "" && !validState(req.State) {
+	if req.State != "" && !req.State.Valid() {
 		writeError(w, r, invalid("state %q is not a sandbox state", req.State))
 		return
 	}
@@ -301,8 +285,8 @@ func (s *Server) access(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	if rec.State != sandbox.StateRunning {
-		writeError(w, r, fmt.Errorf("sandbox %s is %s; data-plane access needs it running: %w", rec.ID, rec.State, errdefs.ErrInvalidState))
+	if _, err := sandbox.NextFor(rec.ID, rec.State, sandbox.OpAccess); err != nil {
+		writeError(w, r, err)
 		return
 	}
 	key, err := s.requestKey(r)

@@ -13,16 +13,25 @@ import (
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/catalog"
+	"github.com/zeish/zeish/internal/control"
 	"github.com/zeish/zeish/internal/metering"
 	"github.com/zeish/zeish/internal/metrics"
-	"github.com/zeish/zeish/internal/node"
 	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
 )
+
+// Plan is every account's quota (the control plane applies it).
+type Plan = control.Plan
+
+// DefaultPlan is the plan when the configuration names none.
+var DefaultPlan = control.DefaultPlan
 
 // Options configure a Server.
 type Options struct {
-	Store   store.Store
-	Node    *node.Node
+	Store store.Store
+	// Node runs the sandboxes (*node.Node, the local one); the server
+	// reaches it through the control plane's interface.
+	Node    control.Node
 	Catalog *catalog.Catalog
 	DataDir string
 	Version string
@@ -45,9 +54,9 @@ type Options struct {
 type Server struct {
 	opts    Options
 	store   store.Store
-	node    *node.Node
+	node    control.Node
+	control *control.Control // the policy on every call that makes or runs a sandbox
 	tokens  *tokenSigner
-	quotas  *quotas
 	prices  metering.Prices
 	log     *slog.Logger
 	calls   *callLimiter // data-plane calls in flight per sandbox
@@ -70,8 +79,10 @@ func New(opts Options) (*Server, error) {
 	if opts.Prices != nil {
 		prices = *opts.Prices
 	}
-	return &Server{opts: opts, store: opts.Store, node: opts.Node, tokens: t, log: opts.Logger,
-		quotas: newQuotas(plan, opts.Store), prices: prices, calls: newCallLimiter(MaxCallsPerSandbox)}, nil
+	s := &Server{opts: opts, store: opts.Store, node: opts.Node, tokens: t, log: opts.Logger,
+		prices: prices, calls: newCallLimiter(MaxCallsPerSandbox)}
+	s.control = control.New(control.Options{Store: opts.Store, Node: opts.Node, Plan: plan, Cost: s.cost, Logger: opts.Logger})
+	return s, nil
 }
 
 // Routes lists every route the server serves, as "METHOD /path"; the OpenAPI
@@ -110,10 +121,10 @@ func (s *Server) routes() []route {
 		{"POST " + p + "/sandboxes/{id}/wait", s.withAccount(s.waitSandbox)},
 		{"POST " + p + "/sandboxes/{id}/timeout", s.withAccount(s.setTimeout)},
 		{"POST " + p + "/sandboxes/{id}/access", s.withAccount(s.access)},
-		{"POST " + p + "/sandboxes/{id}/pause", s.withAccount(s.lifecycle(s.node.Pause, false))},
-		{"POST " + p + "/sandboxes/{id}/resume", s.withAccount(s.lifecycle(s.node.Resume, true))},
-		{"POST " + p + "/sandboxes/{id}/stop", s.withAccount(s.lifecycle(s.node.Stop, false))},
-		{"POST " + p + "/sandboxes/{id}/start", s.withAccount(s.lifecycle(s.node.Start, true))},
+		{"POST " + p + "/sandboxes/{id}/pause", s.withAccount(s.lifecycle(sandbox.OpPause))},
+		{"POST " + p + "/sandboxes/{id}/resume", s.withAccount(s.lifecycle(sandbox.OpResume))},
+		{"POST " + p + "/sandboxes/{id}/stop", s.withAccount(s.lifecycle(sandbox.OpStop))},
+		{"POST " + p + "/sandboxes/{id}/start", s.withAccount(s.lifecycle(sandbox.OpStart))},
 		{"PATCH " + p + "/sandboxes/{id}/network", s.withAccount(s.setNetwork)},
 		{"POST " + p + "/sandboxes/{id}/ports", s.withAccount(s.setPort)},
 		{"GET " + d + "/tcp/{port}", s.tcpPort},
@@ -168,7 +179,7 @@ func (s *Server) Handler() http.Handler {
 		writeError(w, r, invalidRoute(r))
 	})
 	s.registerConsole(mux)
-	return s.logRequests(s.byHost(mux))
+	return withRequestID(s.logRequests(s.byHost(mux)))
 }
 
 func invalidRoute(r *http.Request) error {
@@ -208,7 +219,7 @@ func (s *Server) logRequests(h http.Handler) http.Handler {
 		rec := &statusRecorder{ResponseWriter: w, status: 200}
 		h.ServeHTTP(rec, r)
 		// Never log query strings or headers: they may carry tokens.
-		s.log.Debug("http", "method", r.Method, "path", r.URL.Path, "status", rec.status,
+		s.log.Debug("http", "request_id", requestID(w, r), "method", r.Method, "path", r.URL.Path, "status", rec.status,
 			"ms", time.Since(start).Milliseconds())
 	})
 }

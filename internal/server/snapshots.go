@@ -19,7 +19,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Name == "" {
-		req.Name = "snapshot-" + time.Now().UTC().Format("20060102-150405")
+		req.Name = sandbox.DefaultSnapshotName(time.Now())
 	}
 	if err := sandbox.CheckSnapshotName(req.Name); err != nil {
 		writeError(w, r, err)
@@ -30,7 +30,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	snap, err := s.node.CreateSnapshot(r.Context(), rec.ID, req.Name)
+	snap, err := s.control.Snapshot(r.Context(), rec, req.Name)
 	if err != nil {
 		writeError(w, r, err)
 		return

@@ -236,8 +236,8 @@ func (s *Server) serveTerminal(w http.ResponseWriter, r *http.Request, open func
 				continue
 			}
 			if err := controlTerminal(term, p); err != nil {
-				e := errdefs.Of(err)
-				if sendEvent(api.TermEvent{Type: api.TermEventRefused, Error: &api.ErrorDetail{Code: e.Code, Message: err.Error()}}) != nil {
+				_, detail := errorDetail(w, r, err)
+				if sendEvent(api.TermEvent{Type: api.TermEventRefused, Error: &detail}) != nil {
 					return
 				}
 			}
@@ -253,9 +253,9 @@ func (s *Server) serveTerminal(w http.ResponseWriter, r *http.Request, open func
 	<-copied
 	res, err := term.Result()
 	if err != nil {
-		e := errdefs.Of(err)
-		sendEvent(api.TermEvent{Type: api.TermEventError, Error: &api.ErrorDetail{Code: e.Code, Message: err.Error()}})
-		c.Close(websocket.StatusTryAgainLater, e.Code)
+		_, detail := errorDetail(w, r, err)
+		sendEvent(api.TermEvent{Type: api.TermEventError, Error: &detail})
+		c.Close(websocket.StatusTryAgainLater, detail.Code)
 		return
 	}
 	sendEvent(api.TermEvent{Type: api.TermEventExit, Result: &res})

@@ -1,15 +1,11 @@
 package server
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"net/http"
 	"slices"
 	"time"
 
 	"github.com/zeish/zeish/api"
-	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 )
@@ -17,10 +13,6 @@ import (
 // maxTimeout bounds a sandbox's timeout: a lifetime, not a budget (that is
 // max_cost_micros).
 const maxTimeout = 30 * 24 * time.Hour
-
-// timeoutReason is the state_reason of a sandbox paused or stopped because its
-// time was up.
-const timeoutReason = "timeout"
 
 // resolveTimeout validates a timeout and its action: a deadline (nil for none)
 // and the action, "" when none was asked for.
@@ -56,9 +48,8 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec, err = s.store.UpdateSandbox(r.Context(), rec.ID, func(x *store.SandboxRecord) error {
-		switch x.State {
-		case sandbox.StateDeleting, sandbox.StateDestroyed, sandbox.StateError:
-			return fmt.Errorf("sandbox %s is %s; a timeout needs it alive: %w", x.ID, x.State, errdefs.ErrInvalidState)
+		if _, err := sandbox.NextFor(x.ID, x.State, sandbox.OpSetTimeout); err != nil {
+			return err
 		}
 		x.TimeoutAt = at
 		if action != "" {
@@ -74,54 +65,4 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, s.view(rec))
-}
-
-// enforceTimeouts carries out the action of every sandbox whose deadline
-// passed. Pause and stop clear the deadline, so a sandbox resumed later runs
-// until a client sets a new one.
-func (s *Server) enforceTimeouts(ctx context.Context) {
-	rows, err := s.store.ListSandboxes(ctx, store.SandboxFilter{States: []sandbox.State{
-		sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopped}})
-	if err != nil {
-		s.log.Warn("timeouts: list sandboxes", "err", err)
-		return
-	}
-	now := time.Now()
-	for _, r := range rows {
-		if r.TimeoutAt == nil || now.Before(*r.TimeoutAt) {
-			continue
-		}
-		s.log.Info("sandbox timed out", "sandbox", r.ID, "on_timeout", r.OnTimeout, "state", r.State)
-		if err := s.expire(ctx, r); err != nil && !errors.Is(err, errdefs.ErrInvalidState) {
-			s.log.Warn("timeouts: act", "sandbox", r.ID, "err", err)
-		}
-	}
-}
-
-func (s *Server) expire(ctx context.Context, r *store.SandboxRecord) error {
-	var err error
-	switch r.OnTimeout {
-	case sandbox.OnTimeoutPause:
-		if r.State == sandbox.StateRunning {
-			_, err = s.node.Pause(ctx, r.ID)
-		}
-	case sandbox.OnTimeoutStop:
-		if r.State != sandbox.StateStopped {
-			_, err = s.node.StopReason(ctx, r.ID, timeoutReason)
-		}
-	default:
-		_, err = s.node.Delete(ctx, r.ID)
-		return err
-	}
-	if err != nil {
-		return err
-	}
-	_, err = s.store.UpdateSandbox(ctx, r.ID, func(x *store.SandboxRecord) error {
-		// A client may have moved the deadline meanwhile: keep theirs.
-		if x.TimeoutAt != nil && x.TimeoutAt.Equal(*r.TimeoutAt) {
-			x.TimeoutAt = nil
-		}
-		return nil
-	})
-	return err
 }

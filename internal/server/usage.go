@@ -2,13 +2,11 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/zeish/zeish/api"
-	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/metering"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
@@ -141,54 +139,9 @@ func (s *Server) estimate(w http.ResponseWriter, r *http.Request) {
 		Minutes: minutes, Prices: api.Prices(s.prices), Usage: api.Usage(u)})
 }
 
-// budgetReason is the state_reason of a sandbox stopped for its budget.
-const budgetReason = "budget_exhausted"
-
-// EnforceBudgets stops every running or paused sandbox whose cost reached
-// its max_cost_micros, and acts on every sandbox whose timeout passed, every
+// EnforceBudgets has the control plane stop every sandbox whose cost
+// reached its max_cost_micros and act on every timeout that passed, every
 // interval, until ctx ends.
 func (s *Server) EnforceBudgets(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		s.enforceBudgets(ctx)
-		s.enforceTimeouts(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-func (s *Server) enforceBudgets(ctx context.Context) {
-	rows, err := s.store.ListSandboxes(ctx, store.SandboxFilter{States: []sandbox.State{sandbox.StateRunning, sandbox.StatePaused}})
-	if err != nil {
-		s.log.Warn("budgets: list sandboxes", "err", err)
-		return
-	}
-	now := time.Now()
-	for _, r := range rows {
-		if r.MaxCostMicros <= 0 {
-			continue
-		}
-		cost := s.cost(r, now)
-		if cost < r.MaxCostMicros {
-			continue
-		}
-		s.log.Info("budget exhausted: stopping", "sandbox", r.ID, "cost_micros", cost, "max_cost_micros", r.MaxCostMicros)
-		if _, err := s.node.StopReason(ctx, r.ID, budgetReason); err != nil {
-			s.log.Warn("budgets: stop", "sandbox", r.ID, "err", err)
-		}
-	}
-}
-
-// checkBudget refuses to run a sandbox again once its budget is spent.
-func (s *Server) checkBudget(r *store.SandboxRecord) error {
-	if r.MaxCostMicros > 0 {
-		if cost := s.cost(r, time.Now()); cost >= r.MaxCostMicros {
-			return fmt.Errorf("sandbox %s cost %d of its max_cost_micros %d: %w", r.ID, cost, r.MaxCostMicros, errdefs.ErrBudgetExhausted)
-		}
-	}
-	return nil
+	s.control.Enforce(ctx, every)
 }

@@ -83,7 +83,7 @@ type Interval struct {
 // it runs, and closes when it stops running. Every store calls it on each write,
 // so no code path that changes a state can forget billing.
 func Meter(r *SandboxRecord, now time.Time) {
-	is := r.State == sandbox.StateRunning
+	is := r.State.Billed()
 	open := len(r.Running) > 0 && r.Running[len(r.Running)-1].End == nil
 	switch {
 	case is && !open:

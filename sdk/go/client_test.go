@@ -229,6 +229,11 @@ func TestErrorMapping(t *testing.T) {
 			http.Error(w, "bad gateway", http.StatusBadGateway)
 		}, errdefs.ErrUnavailable, "unavailable", "bad gateway"},
 		{"empty 404", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(404) }, errdefs.ErrNotFound, "not_found", "Not Found"},
+		{"500 with a request id", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(500)
+			w.Write([]byte(`{"error":{"code":"internal","message":"an internal error occurred","request_id":"req_7"}}`))
+		}, errdefs.ErrInternal, "internal", "an internal error occurred"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -246,6 +251,10 @@ func TestErrorMapping(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tt.wantCode) || !strings.Contains(err.Error(), tt.wantMsg) {
 				t.Errorf("Error() = %q lacks code or message", err.Error())
+			}
+			// A server error names its request, for the server's log.
+			if apiErr.Status == 500 && (apiErr.RequestID != "req_7" || !strings.Contains(err.Error(), "req_7")) {
+				t.Errorf("request id %q, Error() = %q", apiErr.RequestID, err.Error())
 			}
 		})
 	}

@@ -18,9 +18,15 @@ type APIError struct {
 	Status  int    // HTTP status; 200 for an error reported inside an exec stream
 	Code    string // stable code, one of errdefs.All()
 	Message string // what went wrong, for humans
+	// RequestID is the failed request's id (its X-Request-Id): zeishd's log
+	// has the detail of a server error under it.
+	RequestID string
 }
 
 func (e *APIError) Error() string {
+	if e.Status >= 500 && e.RequestID != "" {
+		return fmt.Sprintf("zeish: %s: %s (request %s)", e.Code, e.Message, e.RequestID)
+	}
 	return fmt.Sprintf("zeish: %s: %s", e.Code, e.Message)
 }
 
@@ -91,13 +97,13 @@ func decodeError(resp *http.Response) error {
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	var body api.ErrorBody
 	if json.Unmarshal(raw, &body) == nil && body.Error.Code != "" {
-		return &APIError{Status: resp.StatusCode, Code: body.Error.Code, Message: body.Error.Message}
+		return &APIError{Status: resp.StatusCode, Code: body.Error.Code, Message: body.Error.Message, RequestID: body.Error.RequestID}
 	}
 	msg := strings.TrimSpace(string(raw))
 	if msg == "" {
 		msg = http.StatusText(resp.StatusCode)
 	}
-	return &APIError{Status: resp.StatusCode, Code: codeForStatus(resp.StatusCode), Message: msg}
+	return &APIError{Status: resp.StatusCode, Code: codeForStatus(resp.StatusCode), Message: msg, RequestID: resp.Header.Get("X-Request-Id")}
 }
 
 func codeForStatus(status int) string {

@@ -61,7 +61,7 @@ func readExecStream(r io.Reader, stdout, stderr io.Writer) (ExecResult, error) {
 			if ev.Error == nil {
 				return ExecResult{}, fmt.Errorf("zeish: exec error event without an error")
 			}
-			return ExecResult{}, &APIError{Status: http.StatusOK, Code: ev.Error.Code, Message: ev.Error.Message}
+			return ExecResult{}, &APIError{Status: http.StatusOK, Code: ev.Error.Code, Message: ev.Error.Message, RequestID: ev.Error.RequestID}
 		default:
 			// Unknown event types are skipped so newer servers can add some.
 		}

@@ -13,13 +13,16 @@ export class ZeishError extends Error {
   readonly code: ErrorCode;
   /** Seconds to wait before retrying, from `Retry-After` (with `rate_limited`). */
   readonly retryAfter?: number;
+  /** The failed request's id (`request_id`, the `X-Request-Id` header): zeishd's log has a server error's detail under it. */
+  readonly requestId?: string;
 
-  constructor(status: number, code: ErrorCode, message: string, opts: { cause?: unknown; retryAfter?: number } = {}) {
+  constructor(status: number, code: ErrorCode, message: string, opts: { cause?: unknown; retryAfter?: number; requestId?: string } = {}) {
     super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
     this.name = new.target.name;
     this.status = status;
     this.code = code;
     if (opts.retryAfter !== undefined) this.retryAfter = opts.retryAfter;
+    if (opts.requestId !== undefined) this.requestId = opts.requestId;
   }
 }
 
@@ -105,7 +108,7 @@ export function isErrorCode(v: unknown): v is ErrorCode {
 }
 
 /** Builds the fitting ZeishError subclass for a code. */
-export function makeError(status: number, code: ErrorCode, message: string, opts: { cause?: unknown; retryAfter?: number } = {}): ZeishError {
+export function makeError(status: number, code: ErrorCode, message: string, opts: { cause?: unknown; retryAfter?: number; requestId?: string } = {}): ZeishError {
   const Cls = classByCode[code] ?? ZeishError;
   return new Cls(status, code, message, opts);
 }
@@ -115,19 +118,23 @@ export async function errorFromResponse(res: Response): Promise<ZeishError> {
   const text = await res.text().catch(() => "");
   let code: ErrorCode = codeForStatus(res.status);
   let message = text.trim() || res.statusText || `HTTP ${res.status}`;
+  let requestId = res.headers.get("x-request-id") ?? undefined;
   try {
-    const env = JSON.parse(text) as { error?: { code?: unknown; message?: unknown } };
+    const env = JSON.parse(text) as { error?: { code?: unknown; message?: unknown; request_id?: unknown } };
     if (env?.error) {
       if (isErrorCode(env.error.code)) code = env.error.code;
       if (typeof env.error.message === "string") message = env.error.message;
+      if (typeof env.error.request_id === "string") requestId = env.error.request_id;
     }
   } catch {
     // not JSON: keep the status's code and the raw text
   }
   const ra = res.headers.get("retry-after");
   const retryAfter = ra !== null && /^\d+$/.test(ra.trim()) ? Number(ra.trim()) : undefined;
-  const opts = retryAfter === undefined ? {} : { retryAfter };
-  return makeError(res.status, code, message, opts);
+  return makeError(res.status, code, message, {
+    ...(retryAfter === undefined ? {} : { retryAfter }),
+    ...(requestId === undefined ? {} : { requestId }),
+  });
 }
 
 /** True when err is a ZeishError, and (if given) has one of the codes. */

@@ -1195,6 +1195,8 @@ export interface components {
                 code: components["schemas"]["ErrorCode"];
                 /** @description What went wrong, for humans; do not parse it. */
                 message: string;
+                /** @description The request's id, as in its `X-Request-Id` header; the server's log has the detail of a 5xx under it. */
+                request_id?: string;
             };
         };
         /**
@@ -1202,7 +1204,7 @@ export interface components {
          *
          *     | code | status | meaning |
          *     |---|---|---|
-         *     | `internal` | 500 | An unexpected server error; the message says what failed. |
+         *     | `internal` | 500 | An unexpected server error; the server's log has its detail under the request_id. |
          *     | `invalid_argument` | 400 | The request is malformed: unknown field, bad value or missing field. |
          *     | `unknown_template` | 400 | The template named in the request does not exist. |
          *     | `unauthenticated` | 401 | No API key or token, or one that is not valid. |
@@ -1909,6 +1911,8 @@ export interface components {
             error?: {
                 code: components["schemas"]["ErrorCode"];
                 message: string;
+                /** @description The id of the request that opened the stream (its X-Request-Id). */
+                request_id?: string;
             };
         };
         ExecResult: {
@@ -1994,6 +1998,8 @@ export interface components {
             error?: {
                 code: components["schemas"]["ErrorCode"];
                 message: string;
+                /** @description The id of the request that opened the stream (its X-Request-Id). */
+                request_id?: string;
             };
         };
         /** @description A client → server text message of a terminal WebSocket. */

@@ -6,7 +6,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net";
 import { after, before, test } from "node:test";
 import {
-  AuthenticationError, ConflictError, InvalidArgumentError, RateLimitError, Sandbox, Zeish, ZeishError, isZeishError,
+  AuthenticationError, ConflictError, InvalidArgumentError, RateLimitError, Sandbox, ServerError, Zeish, ZeishError, isZeishError,
   type PriceEstimate, type UsageReport,
 } from "../src/index.js";
 
@@ -124,6 +124,9 @@ async function handle(req: IncomingMessage, res: ServerResponse) {
     return sendJSON(res, 429, { error: { code: "rate_limited", message: "slow down" } }, { "retry-after": "7" });
   }
   if (p === `/api/v1/public/sandboxes/${ID}/clone`) return sendJSON(res, 409, { error: { code: "node_full", message: "no memory" } });
+  if (p === `/api/v1/public/sandboxes/${ID}/snapshots` && req.method === "POST") {
+    return sendJSON(res, 500, { error: { code: "internal", message: "an internal error occurred", request_id: "req_1" } }, { "x-request-id": "req_1" });
+  }
   if (p.startsWith(`/data/v1/sandboxes/${ID}/`)) {
     if (expireNext) {
       expireNext = false;
@@ -220,6 +223,7 @@ test("error envelopes become typed errors", async () => {
   await assert.rejects(sbx.clone({ count: 2 }), (e: unknown) => e instanceof ConflictError && e.code === "node_full" && e.message === "no memory");
   await assert.rejects(sbx.files.read("/nope"), (e: unknown) => isZeishError(e, "file_not_found"));
   await assert.rejects(z.lineage(ID), (e: unknown) => e instanceof ZeishError && e.status === 502 && e.code === "internal");
+  await assert.rejects(sbx.snapshots.create(), (e: unknown) => e instanceof ServerError && e.code === "internal" && e.requestId === "req_1");
 });
 
 test("admin: accounts and keys, request shapes", async () => {

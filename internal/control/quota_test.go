@@ -1,4 +1,4 @@
-package server
+package control
 
 import (
 	"context"
@@ -75,7 +75,7 @@ func TestQuotas(t *testing.T) {
 		}
 		if err == nil {
 			done(1)
-		} else if secs, ok := retryAfterSeconds(err); !ok || secs != 30 {
+		} else if secs, ok := RetryAfterSeconds(err); !ok || secs != 30 {
 			t.Fatalf("Retry-After = %d %v, want 30 (one token at 2 per minute)", secs, ok)
 		}
 	}
@@ -102,7 +102,7 @@ func TestQuotas(t *testing.T) {
 	q3.now = func() time.Time { return now }
 	if _, err := q3.admit(ctx, "acc_a", 2, true, ""); !errors.Is(err, errdefs.ErrDailyCap) {
 		t.Fatalf("daily cap: %v", err)
-	} else if secs, _ := retryAfterSeconds(err); secs != 12*3600-30 {
+	} else if secs, _ := RetryAfterSeconds(err); secs != 12*3600-30 {
 		t.Fatalf("daily cap Retry-After = %d, want until midnight UTC", secs)
 	}
 	if _, err := q3.admit(ctx, "acc_a", 1, true, ""); err != nil {

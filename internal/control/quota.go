@@ -1,4 +1,4 @@
-package server
+package control
 
 import (
 	"context"
@@ -22,9 +22,6 @@ type Plan struct {
 
 // DefaultPlan is the plan when the configuration names none.
 var DefaultPlan = Plan{RunningSlots: 10, CreatesPerMinute: 30, DailyCreates: 500}
-
-// slotStates hold a running slot.
-var slotStates = []sandbox.State{sandbox.StateStarting, sandbox.StateRunning, sandbox.StatePaused}
 
 // quotas admits creates, forks, starts and resumes against the plan. It is
 // the one place that counts; it keeps per-account state in memory (rate
@@ -57,7 +54,9 @@ type retryError struct {
 func (e *retryError) Error() string { return e.err.Error() }
 func (e *retryError) Unwrap() error { return e.err }
 
-func retryAfterSeconds(err error) (int, bool) {
+// RetryAfterSeconds says, for a refusal that can be retried, after how many
+// seconds (the Retry-After header).
+func RetryAfterSeconds(err error) (int, bool) {
 	var re *retryError
 	if errors.As(err, &re) {
 		return max(1, int(math.Ceil(re.after.Seconds()))), true
@@ -76,7 +75,7 @@ func retryAfterSeconds(err error) (int, bool) {
 func (q *quotas) admit(ctx context.Context, account string, n int, creates bool, exclude string) (done func(made int), err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	live, err := q.store.ListSandboxes(ctx, store.SandboxFilter{AccountID: account, States: slotStates})
+	live, err := q.store.ListSandboxes(ctx, store.SandboxFilter{AccountID: account, States: sandbox.SlotStates})
 	if err != nil {
 		return nil, err
 	}
