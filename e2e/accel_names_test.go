@@ -153,6 +153,25 @@ func TestNamesWhereIDsWork(t *testing.T) {
 			t.Fatalf("GET snapshot %s: %d %+v", ref, st, got)
 		}
 	}
+	// New sandboxes from the snapshot: the sandbox as it was then; the
+	// sandbox itself carries on as it is.
+	kids, err := s.client.CloneSnapshot(ctx, "named-box", "before", zeish.CloneRequest{Name: "from-before"}, zeish.Wait())
+	if err != nil || len(kids.Sandboxes) != 1 || kids.Sandboxes[0].State != sandbox.StateRunning || kids.Sandboxes[0].ParentID == "" {
+		t.Fatalf("clone from a snapshot: %+v %v", kids, err)
+	}
+	kid, err := s.client.Connect(ctx, kids.Sandboxes[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := shell(t, kid, "cat /proc/sys/kernel/hostname; cat /root/f"); out != "from-before\none" {
+		t.Errorf("child of the snapshot: %q, want its own hostname and the file as it was", out)
+	}
+	if out := shell(t, conn, "cat /root/f"); out != "two" {
+		t.Errorf("the snapshot's sandbox after a clone from it: %q", out)
+	}
+	if _, err := s.client.DeleteSandbox(ctx, kids.Sandboxes[0].ID, zeish.Wait()); err != nil {
+		t.Fatal(err)
+	}
 	var restored api.RestoreResponse
 	if st := s.do(t, "POST", base+"before/restore?wait=true", s.key, nil, &restored); st != 200 || restored.Sandbox.State != sandbox.StateRunning {
 		t.Fatalf("restore by name: %d %+v", st, restored)

@@ -82,6 +82,18 @@ func (c *Control) Clone(ctx context.Context, parent *store.SandboxRecord, childr
 	return pause, made, err
 }
 
+// CloneSnapshot starts children from snapshot snapID of parent, admitted
+// like a clone's.
+func (c *Control) CloneSnapshot(ctx context.Context, parent *store.SandboxRecord, snapID string, children []*store.SandboxRecord) ([]*store.SandboxRecord, error) {
+	done, err := c.quotas.admit(ctx, parent.AccountID, len(children), true, "")
+	if err != nil {
+		return nil, err
+	}
+	made, err := c.node.CloneSnapshot(ctx, snapID, children)
+	done(len(made))
+	return made, err
+}
+
 // Lifecycle carries out op (start, stop, pause or resume) on r. Ops that
 // run the sandbox again (start, resume) need budget left and a running
 // slot; a paused sandbox holds its slot already, so a resume needs exactly

@@ -34,6 +34,12 @@ func (f *fakeNode) Clone(_ context.Context, _ string, c []*store.SandboxRecord) 
 	return f.clone(c)
 }
 
+func (f *fakeNode) CloneSnapshot(_ context.Context, _ string, c []*store.SandboxRecord) ([]*store.SandboxRecord, error) {
+	f.calls = append(f.calls, "clone-snapshot")
+	_, made, err := f.clone(c)
+	return made, err
+}
+
 func (f *fakeNode) lifecycle(op string) func(context.Context, string) (*store.SandboxRecord, error) {
 	return func(_ context.Context, id string) (*store.SandboxRecord, error) {
 		f.calls = append(f.calls, op)

@@ -23,6 +23,9 @@ type Node interface {
 	// Clone captures parentID and boots children from the image; pause is
 	// how long the parent did not run.
 	Clone(ctx context.Context, parentID string, children []*store.SandboxRecord) (pause time.Duration, made []*store.SandboxRecord, err error)
+	// CloneSnapshot boots children from a snapshot's image; its sandbox is
+	// not touched.
+	CloneSnapshot(ctx context.Context, snapID string, children []*store.SandboxRecord) ([]*store.SandboxRecord, error)
 	CreateSnapshot(ctx context.Context, id, name string) (*store.SnapshotRecord, error)
 	DeleteSnapshot(ctx context.Context, id string) error
 	Restore(ctx context.Context, snapID string) (*store.SnapshotRecord, *store.SandboxRecord, error)

@@ -252,8 +252,56 @@ func (n *Node) Clone(ctx context.Context, parentID string, children []*store.San
 	if err != nil {
 		return 0, nil, err
 	}
-	unpin := cap.unpin
 	parent, _ = n.opts.Store.GetSandbox(ctx, parentID)
+	if err := n.startChildren(ctx, parent, cap.image, cap.unpin, children); err != nil {
+		return cap.pause, nil, err
+	}
+	return cap.pause, children, nil
+}
+
+// CloneSnapshot starts children from a snapshot of a sandbox: each is a
+// fork child of the sandbox as it was when the snapshot was taken (memory,
+// processes, disk), with the sandbox's fields of now. The sandbox itself is
+// not touched, whatever its state.
+func (n *Node) CloneSnapshot(ctx context.Context, snapID string, children []*store.SandboxRecord) ([]*store.SandboxRecord, error) {
+	if caps := n.opts.Driver.Capabilities(); !caps.LiveFork {
+		return nil, fmt.Errorf("this host's VMM (%s) cannot start sandboxes from images: %w", caps.Name, errdefs.ErrInvalidState)
+	}
+	snap, err := n.opts.Store.GetSnapshot(ctx, snapID)
+	if err != nil {
+		return nil, err
+	}
+	parent, err := n.opts.Store.GetSandbox(ctx, snap.SandboxID)
+	if err != nil {
+		return nil, err
+	}
+	release, err := n.reserve(parent, len(children))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if err := n.namesFree(ctx, parent.AccountID, children); err != nil {
+		return nil, err
+	}
+	if err := n.checkAccountImageRAM(ctx, parent); err != nil {
+		return nil, err
+	}
+	unpin := n.pin(snap.Image)
+	meta, err := n.readImage(snap.Image)
+	if err != nil || meta.VM == nil || meta.Disk == "" {
+		unpin()
+		return nil, fmt.Errorf("snapshot %s has no complete image (%v): %w", snapID, err, errdefs.ErrInternal)
+	}
+	if err := n.startChildren(ctx, parent, meta, unpin, children); err != nil {
+		return nil, err
+	}
+	return children, nil
+}
+
+// startChildren records children of parent and boots each from image in
+// the background; unpin is called once every child is past its boot (or at
+// once on failure, when no record was written).
+func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, image *imageMeta, unpin func(), children []*store.SandboxRecord) error {
 	now := time.Now().UTC()
 	for _, c := range children {
 		c.ID = sandbox.NewID(sandbox.PrefixSandbox)
@@ -266,10 +314,10 @@ func (n *Node) Clone(ctx context.Context, parentID string, children []*store.San
 			n.releaseNetworks(children)
 			unpin()
 			n.gc(ctx)
-			return cap.pause, nil, err
+			return err
 		}
 		c.Kernel, c.Initrd, c.KernelArgs = parent.Kernel, parent.Initrd, parent.KernelArgs
-		c.Layers = append(append([]string(nil), cap.image.Layers...), cap.image.ID)
+		c.Layers = append(append([]string(nil), image.Layers...), image.ID)
 		c.State, c.CreatedAt, c.UpdatedAt = sandbox.StateStarting, now, now
 		if c.Metadata == nil {
 			c.Metadata = map[string]string{}
@@ -281,12 +329,12 @@ func (n *Node) Clone(ctx context.Context, parentID string, children []*store.San
 		n.releaseNetworks(children)
 		unpin()
 		n.gc(ctx)
-		return cap.pause, nil, err
+		return err
 	}
 	remaining := len(children)
 	for _, c := range children {
 		n.run(c.ID, func(ctx context.Context) {
-			n.bootFromImage(ctx, c, cap.image)
+			n.bootFromImage(ctx, c, image)
 			n.mu.Lock()
 			remaining--
 			last := remaining == 0
@@ -296,7 +344,7 @@ func (n *Node) Clone(ctx context.Context, parentID string, children []*store.San
 			}
 		})
 	}
-	return cap.pause, children, nil
+	return nil
 }
 
 // namesFree checks the children's chosen names are unused among the

@@ -2,13 +2,20 @@ package server
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 )
 
-func (s *Server) clone(w http.ResponseWriter, r *http.Request) {
+func (s *Server) clone(w http.ResponseWriter, r *http.Request) { s.cloneFrom(w, r, false) }
+
+// cloneSnapshot starts children from a snapshot: fork children of the
+// sandbox as it was then, the sandbox itself untouched.
+func (s *Server) cloneSnapshot(w http.ResponseWriter, r *http.Request) { s.cloneFrom(w, r, true) }
+
+func (s *Server) cloneFrom(w http.ResponseWriter, r *http.Request, fromSnapshot bool) {
 	var req api.CloneRequest
 	wait, err := decodeAsync(r, &req)
 	if err != nil {
@@ -39,7 +46,18 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request) {
 			c.Network = &p
 		}
 	}
-	pause, made, err := s.control.Clone(r.Context(), parent, children)
+	var pause time.Duration
+	var made []*store.SandboxRecord
+	if fromSnapshot {
+		snap, serr := s.ownSnapshot(r)
+		if serr != nil {
+			writeError(w, r, serr)
+			return
+		}
+		made, err = s.control.CloneSnapshot(r.Context(), parent, snap.ID, children)
+	} else {
+		pause, made, err = s.control.Clone(r.Context(), parent, children)
+	}
 	if err != nil {
 		writeError(w, r, err)
 		return

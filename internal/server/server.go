@@ -142,6 +142,7 @@ func (s *Server) routes() []route {
 		{"GET " + p + "/sandboxes/{id}/snapshots/{snapshot}", s.withAccount(s.getSnapshot)},
 		{"DELETE " + p + "/sandboxes/{id}/snapshots/{snapshot}", s.withAccount(s.deleteSnapshot)},
 		{"POST " + p + "/sandboxes/{id}/snapshots/{snapshot}/restore", s.withAccount(s.restoreSnapshot)},
+		{"POST " + p + "/sandboxes/{id}/snapshots/{snapshot}/clone", s.withAccount(s.cloneSnapshot)},
 		{"GET " + p + "/snapshots/{id}", s.withAccount(s.getSnapshot)},
 		{"DELETE " + p + "/snapshots/{id}", s.withAccount(s.deleteSnapshot)},
 		{"POST " + p + "/snapshots/{id}/restore", s.withAccount(s.restoreSnapshot)},

@@ -49,8 +49,19 @@ func (c *Client) lifecycle(ctx context.Context, id, action string, opts []CallOp
 // says for how long. Fields of req left nil keep the parent's values. Without
 // Wait() the children come back starting; with it, once every one settled.
 func (c *Client) CloneSandbox(ctx context.Context, id string, req CloneRequest, opts ...CallOption) (CloneResponse, error) {
+	return c.clone(ctx, sandboxPath(id, "/clone"), req, opts)
+}
+
+// CloneSnapshot starts new sandboxes from a snapshot (by id or name within
+// sandbox id): fork children of the sandbox as it was when the snapshot
+// was taken. The sandbox itself is not touched.
+func (c *Client) CloneSnapshot(ctx context.Context, id, snapshot string, req CloneRequest, opts ...CallOption) (CloneResponse, error) {
+	return c.clone(ctx, sandboxSnapshotPath(id, snapshot, "/clone"), req, opts)
+}
+
+func (c *Client) clone(ctx context.Context, path string, req CloneRequest, opts []CallOption) (CloneResponse, error) {
 	var resp CloneResponse
-	r := c.control(http.MethodPost, sandboxPath(id, "/clone"), req)
+	r := c.control(http.MethodPost, path, req)
 	r.query = applyCallOptions(opts)
 	err := c.call(ctx, r, &resp)
 	for _, child := range resp.Sandboxes {
