@@ -166,10 +166,17 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request) {
 	// create. The create gets room for a slow boot, and the timeout is set
 	// again once the sandbox runs.
 	var sb sandbox.Sandbox
-	err := f.call(r.Context(), http.MethodPost, "/sandboxes?wait=true", api.CreateSandboxRequest{
-		Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata,
-		TimeoutSeconds: timeout + bootAllowance, OnTimeout: onTimeout(req.AutoPause),
-	}, &sb)
+	var err error
+	if isSnapshotID(req.TemplateID) {
+		// A snapshot seeds the sandbox (E2B's Sandbox.create(snapshotID)):
+		// its env and metadata are the snapshot's sandbox's.
+		sb, err = f.fromSnapshot(r.Context(), req.TemplateID, req)
+	} else {
+		err = f.call(r.Context(), http.MethodPost, "/sandboxes?wait=true", api.CreateSandboxRequest{
+			Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata,
+			TimeoutSeconds: timeout + bootAllowance, OnTimeout: onTimeout(req.AutoPause),
+		}, &sb)
+	}
 	if err != nil {
 		fail(w, err)
 		return
@@ -178,7 +185,7 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, fmt.Sprintf("sandbox %s did not start: %s: %s", sb.ID, sb.ErrorCode, sb.ErrorMessage))
 		return
 	}
-	if err := f.call(r.Context(), http.MethodPost, "/sandboxes/"+sb.ID+"/timeout", api.TimeoutRequest{TimeoutSeconds: timeout}, &sb); err != nil {
+	if err := f.call(r.Context(), http.MethodPost, "/sandboxes/"+sb.ID+"/timeout", api.TimeoutRequest{TimeoutSeconds: timeout, OnTimeout: onTimeout(req.AutoPause)}, &sb); err != nil {
 		fail(w, err)
 		return
 	}

@@ -32,10 +32,25 @@ func (a *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, sb := range a.sandboxes {
-		if path == "/sandboxes/"+sb.ID {
+		switch {
+		case path == "/sandboxes/"+sb.ID:
 			writeJSON(w, http.StatusOK, sb)
 			return
+		case path == "/sandboxes/"+sb.ID+"/snapshots" && r.Method == http.MethodPost:
+			writeJSON(w, http.StatusCreated, sandbox.Snapshot{ID: "snp_new", Name: "snapshot-1", SandboxID: sb.ID})
+			return
+		case path == "/sandboxes/"+sb.ID+"/snapshots":
+			list := api.SnapshotList{Snapshots: []sandbox.Snapshot{}}
+			if sb.ID == "sbx_a" {
+				list.Snapshots = append(list.Snapshots, sandbox.Snapshot{ID: "snp_1", Name: "one", SandboxID: sb.ID})
+			}
+			writeJSON(w, http.StatusOK, list)
+			return
 		}
+	}
+	if path == "/snapshots/snp_1" && r.Method == http.MethodDelete {
+		writeJSON(w, http.StatusOK, sandbox.Snapshot{ID: "snp_1"})
+		return
 	}
 	writeJSON(w, http.StatusNotFound, api.ErrorBody{Error: api.ErrorDetail{Code: "not_found", Message: "no such sandbox"}})
 }
@@ -312,30 +327,37 @@ func TestTemplateAlias(t *testing.T) {
 	}
 }
 
-// E2B's snapshot calls are refused or find nothing, never pretend.
+// E2B's snapshot calls are zeish's snapshots: taken, listed (all, one
+// sandbox's, by name) and deleted by id; a template id is not E2B's to delete.
 func TestSnapshots(t *testing.T) {
 	f := testFacade()
 	f.backend = &fakeBackend{}
+	one := `[{"names":["one"],"snapshotID":"snp_1"}]`
 	for _, tc := range []struct {
 		method, target, key string
 		status              int
+		body                string
 	}{
-		{"POST", "/e2b/sandboxes/sbx_a/snapshots", "good", http.StatusNotImplemented},
-		{"POST", "/e2b/sandboxes/sbx_zz/snapshots", "good", http.StatusNotFound},
-		{"POST", "/e2b/sandboxes/sbx_a/snapshots", "bad", http.StatusUnauthorized},
-		{"GET", "/e2b/snapshots", "good", http.StatusOK},
-		{"GET", "/e2b/snapshots?sandboxID=sbx_a", "good", http.StatusOK},
-		{"GET", "/e2b/snapshots?sandboxID=sbx_zz", "good", http.StatusNotFound},
-		{"GET", "/e2b/snapshots", "bad", http.StatusUnauthorized},
-		{"DELETE", "/e2b/templates/snap_1", "good", http.StatusNotFound},
-		{"DELETE", "/e2b/templates/snap_1", "bad", http.StatusUnauthorized},
+		{"POST", "/e2b/sandboxes/sbx_a/snapshots", "good", http.StatusCreated, `{"names":["snapshot-1"],"snapshotID":"snp_new"}`},
+		{"POST", "/e2b/sandboxes/sbx_zz/snapshots", "good", http.StatusNotFound, ""},
+		{"POST", "/e2b/sandboxes/sbx_a/snapshots", "bad", http.StatusUnauthorized, ""},
+		{"GET", "/e2b/snapshots", "good", http.StatusOK, one},
+		{"GET", "/e2b/snapshots?sandboxID=sbx_a", "good", http.StatusOK, one},
+		{"GET", "/e2b/snapshots?sandboxID=sbx_b", "good", http.StatusOK, "[]"},
+		{"GET", "/e2b/snapshots?name=other", "good", http.StatusOK, "[]"},
+		{"GET", "/e2b/snapshots?sandboxID=sbx_zz", "good", http.StatusNotFound, ""},
+		{"GET", "/e2b/snapshots", "bad", http.StatusUnauthorized, ""},
+		{"DELETE", "/e2b/templates/snp_1", "good", http.StatusNoContent, ""},
+		{"DELETE", "/e2b/templates/snp_2", "good", http.StatusNotFound, ""},
+		{"DELETE", "/e2b/templates/base", "good", http.StatusNotFound, ""},
+		{"DELETE", "/e2b/templates/snp_1", "bad", http.StatusUnauthorized, ""},
 	} {
 		w := serve(f, tc.method, tc.target, tc.key)
 		if w.Code != tc.status {
 			t.Errorf("%s %s (%s): %d %s, want %d", tc.method, tc.target, tc.key, w.Code, w.Body, tc.status)
 		}
-		if tc.status == http.StatusOK && strings.TrimSpace(w.Body.String()) != "[]" {
-			t.Errorf("%s %s: %s, want []", tc.method, tc.target, w.Body)
+		if tc.body != "" && strings.TrimSpace(w.Body.String()) != tc.body {
+			t.Errorf("%s %s: %s, want %s", tc.method, tc.target, w.Body, tc.body)
 		}
 	}
 }

@@ -1,54 +1,125 @@
 package e2b
 
 import (
+	"context"
 	"net/http"
 	"net/url"
+	"strings"
+
+	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/sandbox"
 )
 
-// E2B's snapshots are templates: a snapshot of a sandbox seeds new
-// sandboxes (Sandbox.create(snapshotID)) and outlives it. zeish's snapshots
-// roll their own sandbox back in place, and zeish cannot start a new
-// sandbox from one, so the facade does not pretend: creating an E2B
-// snapshot is refused with 501 and what to use instead (fork, or zeish's
-// snapshots), none are listed, and deleting one finds nothing.
+// E2B's snapshots seed new sandboxes: Sandbox.create(snapshotID) starts a
+// sandbox from one. They are zeish's snapshots: createSnapshot takes one
+// (the sandbox pauses only for the capture), create with a snapshot id as
+// the template clones from it (POST …/snapshots/{snapshot}/clone: a fork
+// child of the sandbox as it was), and deleteSnapshot deletes it. One
+// difference: a zeish snapshot belongs to its sandbox and goes with it,
+// where E2B's outlive theirs.
 
-const snapshotsUnsupported = "snapshots that seed new sandboxes are not supported by zeish: " +
-	"use sandbox.fork() for copies of a running sandbox, or zeish's own snapshots " +
-	"(POST /api/v1/public/sandboxes/{id}/snapshots, then …/restore) to roll a sandbox back in place"
+// snapshotBody is E2B's SnapshotInfo.
+func snapshotBody(s sandbox.Snapshot) map[string]any {
+	return map[string]any{"snapshotID": s.ID, "names": []string{s.Name}}
+}
 
-// createSnapshot: an unknown sandbox is 404 (SandboxNotFoundError), any
-// other 501.
+func isSnapshotID(id string) bool { return strings.HasPrefix(id, sandbox.PrefixSnapshot) }
+
+// createSnapshot takes a zeish snapshot of the sandbox (named as asked, or
+// by zeish's default).
 func (f *Facade) createSnapshot(w http.ResponseWriter, r *http.Request) {
-	if _, err := f.lookup(r.Context(), r.PathValue("id")); err != nil {
+	var req struct {
+		Name string `json:"name"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "body: "+err.Error())
+		return
+	}
+	sb, err := f.lookup(r.Context(), r.PathValue("id"))
+	var snap sandbox.Snapshot
+	if err == nil {
+		err = f.call(r.Context(), http.MethodPost, "/sandboxes/"+sb.ID+"/snapshots", api.CreateSnapshotRequest{Name: req.Name}, &snap)
+	}
+	if err != nil {
 		fail(w, err)
 		return
 	}
-	writeError(w, http.StatusNotImplemented, snapshotsUnsupported)
+	writeJSON(w, http.StatusCreated, snapshotBody(snap))
 }
 
-// listSnapshots: there are no E2B snapshots on zeish.
+// listSnapshots lists the account's snapshots, or one sandbox's.
 func (f *Facade) listSnapshots(w http.ResponseWriter, r *http.Request) {
-	if _, err := f.backend.Authenticate(r.Context(), r.Context().Value(keyCtx{}).(string)); err != nil {
-		writeError(w, http.StatusUnauthorized, err.Error())
-		return
-	}
+	var boxes []sandbox.Sandbox
 	if id := r.URL.Query().Get("sandboxID"); id != "" {
-		if _, err := f.lookup(r.Context(), id); err != nil {
+		sb, err := f.lookup(r.Context(), id)
+		if err != nil {
 			fail(w, err)
 			return
 		}
+		boxes = []sandbox.Sandbox{sb}
+	} else {
+		all, err := f.all(r.Context())
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		boxes = all
 	}
-	writeJSON(w, http.StatusOK, []any{})
+	out := []map[string]any{}
+	name := r.URL.Query().Get("name")
+	for _, sb := range boxes {
+		snaps, err := f.snapshotsOf(r.Context(), sb.ID)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		for _, s := range snaps {
+			if name == "" || s.Name == name {
+				out = append(out, snapshotBody(s))
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
-// deleteTemplate deletes an E2B snapshot or template: zeish has none that
-// E2B's API may delete (its templates are built in or made through its
-// own API), so the answer is 404, which the SDK's deleteSnapshot reads as
-// false.
+func (f *Facade) snapshotsOf(ctx context.Context, id string) ([]sandbox.Snapshot, error) {
+	var list api.SnapshotList
+	err := f.call(ctx, http.MethodGet, "/sandboxes/"+id+"/snapshots", nil, &list)
+	return list.Snapshots, err
+}
+
+// deleteTemplate deletes an E2B snapshot (a zeish snapshot by id). zeish's
+// templates are not E2B's to delete: 404, which the SDK's deleteSnapshot
+// reads as false.
 func (f *Facade) deleteTemplate(w http.ResponseWriter, r *http.Request) {
-	if _, err := f.backend.Authenticate(r.Context(), r.Context().Value(keyCtx{}).(string)); err != nil {
-		writeError(w, http.StatusUnauthorized, err.Error())
+	id := r.PathValue("id")
+	if !isSnapshotID(id) {
+		if _, err := f.backend.Authenticate(r.Context(), r.Context().Value(keyCtx{}).(string)); err != nil {
+			writeError(w, http.StatusUnauthorized, err.Error())
+			return
+		}
+		writeError(w, http.StatusNotFound, "no snapshot or template "+url.PathEscape(id)+" that E2B's API may delete")
 		return
 	}
-	writeError(w, http.StatusNotFound, "no snapshot or template "+url.PathEscape(r.PathValue("id"))+" that E2B's API may delete")
+	if err := f.call(r.Context(), http.MethodDelete, "/snapshots/"+url.PathEscape(id), nil, nil); err != nil {
+		fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// fromSnapshot starts a sandbox from a snapshot (Sandbox.create(snapshotID)).
+func (f *Facade) fromSnapshot(ctx context.Context, snapID string, req newSandbox) (sandbox.Sandbox, error) {
+	var snap sandbox.Snapshot
+	if err := f.call(ctx, http.MethodGet, "/snapshots/"+url.PathEscape(snapID), nil, &snap); err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	var resp api.CloneResponse
+	if err := f.call(ctx, http.MethodPost, "/sandboxes/"+snap.SandboxID+"/snapshots/"+snap.ID+"/clone?wait=true", api.CloneRequest{}, &resp); err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	if len(resp.Sandboxes) != 1 {
+		return sandbox.Sandbox{}, &zeishError{status: http.StatusInternalServerError, message: "clone from snapshot made no sandbox"}
+	}
+	return resp.Sandboxes[0], nil
 }

@@ -291,16 +291,25 @@ describe("e2b SDK on zeish", { skip, timeout: 30 * 60_000 }, () => {
     await rejectsWith(sbx.files.read("/etc/hostname", { user: "user" }), InvalidArgumentError, "read as a user the template lacks");
   });
 
-  test("snapshots: createSnapshot refused (SandboxError, 501), none listed, deleteSnapshot false", async () => {
-    await assert.rejects(sbx.createSnapshot(), (err) => {
-      assert.ok(err instanceof SandboxError && !(err instanceof SandboxNotFoundError), `got ${err?.constructor?.name}`);
-      assert.match(err.message, /^501: .*fork/);
-      return true;
-    });
+  test("snapshots: createSnapshot, listSnapshots, Sandbox.create(snapshotId) starts from it, deleteSnapshot", async () => {
+    await sbx.files.write("/root/snap.txt", "at the snapshot");
+    const snap = await sbx.createSnapshot();
+    assert.match(snap.snapshotId, /^snp_/);
+    assert.equal(snap.names.length, 1);
+    await sbx.files.write("/root/snap.txt", "after the snapshot");
+    const mine = await Sandbox.listSnapshots(o({ sandboxId: sbx.sandboxId })).nextItems();
+    assert.deepEqual(mine.map((s) => s.snapshotId), [snap.snapshotId]);
+    assert.ok((await Sandbox.listSnapshots(o()).nextItems()).some((s) => s.snapshotId === snap.snapshotId), "listed account-wide");
+    const kid = await Sandbox.create(snap.snapshotId, o({ timeoutMs: 600_000 }));
+    assert.notEqual(kid.sandboxId, sbx.sandboxId);
+    assert.equal(await kid.files.read("/root/snap.txt"), "at the snapshot");
+    assert.equal(await sbx.files.read("/root/snap.txt"), "after the snapshot");
+    assert.equal(await kid.kill(), true);
     await rejectsWith(Sandbox.createSnapshot(unknownID, o()), SandboxNotFoundError, "createSnapshot of an unknown sandbox");
-    assert.deepEqual(await Sandbox.listSnapshots(o()).nextItems(), []);
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId, o()), true);
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId, o()), false);
+    assert.equal(await Sandbox.deleteSnapshot("base", o()), false);
     assert.deepEqual(await Sandbox.listSnapshots(o({ sandboxId: sbx.sandboxId })).nextItems(), []);
-    assert.equal(await Sandbox.deleteSnapshot("snap_00000000000000000000", o()), false);
     await rejectsWith(Sandbox.listSnapshots(o({ apiKey: "zk_not-a-key" })).nextItems(), AuthenticationError, "listSnapshots with a bad key");
   });
 
