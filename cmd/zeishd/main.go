@@ -176,7 +176,11 @@ func run(ctx context.Context) error {
 	// The debian template takes about a minute (more on a slow mirror) to
 	// build the first time: opt-in, so test servers do not pay for it.
 	if env("ZEISH_DEBIAN_TEMPLATE", "off") == "on" {
-		cat.EnableDebian(template.DebianOptions{})
+		var extra []string
+		if env("ZEISH_DEBIAN_BUILD_ESSENTIAL", "off") == "on" {
+			extra = append(extra, "build-essential") // gcc, make, libc headers: ~200 MiB more
+		}
+		cat.EnableDebian(template.DebianOptions{Extra: extra})
 		go cat.PrepareDebian(context.WithoutCancel(ctx))
 	}
 	builds, err := strconv.Atoi(env("ZEISH_TEMPLATE_BUILDS", "2"))

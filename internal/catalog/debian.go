@@ -38,6 +38,24 @@ func (c *Catalog) debianEnabled() bool {
 	return c.debian != nil
 }
 
+// Default is the template a create without one gets: debian once it is
+// enabled and built (a real userland), base otherwise (and while debian
+// builds, so a create never waits for a minute-long build it did not ask for).
+func (c *Catalog) Default() string {
+	c.mu.Lock()
+	d := c.debian
+	c.mu.Unlock()
+	if d == nil {
+		return BaseName
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.t == nil {
+		return BaseName
+	}
+	return DebianName
+}
+
 // PrepareDebian builds the debian template unless it is built.
 func (c *Catalog) PrepareDebian(ctx context.Context) (sandbox.Template, error) {
 	c.mu.Lock()

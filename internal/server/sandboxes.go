@@ -43,7 +43,7 @@ var metadataKey = regexp.MustCompile(`^[A-Za-z0-9_.\-/]{1,128}$`)
 // newRecord validates a create request and turns it into a record for the node.
 func (s *Server) newRecord(ctx context.Context, acct store.Account, req api.CreateSandboxRequest) (*store.SandboxRecord, error) {
 	if req.Template == "" {
-		req.Template = "base"
+		req.Template = s.opts.Catalog.Default()
 	}
 	tpl, err := s.opts.Catalog.Resolve(ctx, acct.ID, req.Template)
 	if err != nil {

@@ -631,6 +631,36 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/public/sandboxes/{id}/snapshots/{snapshot}/clone": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+                id: components["parameters"]["SandboxID"];
+                /** @description The snapshot's id or its name within this sandbox (a well-formed id is looked up as an id only). A snapshot of another sandbox gets 404. */
+                snapshot: components["parameters"]["SnapshotRef"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Start new sandboxes from a snapshot
+         * @description Creates `count` children from the snapshot: each is a fork child of the sandbox as it was
+         *     when the snapshot was taken (its memory, processes and disk), with its own id, name,
+         *     hostname, network address, reseeded random number generator and clock set to now. The
+         *     sandbox itself is not touched, whatever its state. Fields the children keep or take from
+         *     the request are as for a clone, read from the sandbox as it is now. `pause_ms` is 0. Counts
+         *     as a create, like a clone.
+         */
+        post: operations["cloneSnapshot"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/public/sandboxes/{id}/snapshots/{snapshot}/restore": {
         parameters: {
             query?: never;
@@ -1322,10 +1352,7 @@ export interface components {
         };
         /** @description Every field is optional. Sizes are a preset, overridden field by field. */
         CreateSandboxRequest: {
-            /**
-             * @description The template to boot (kernel and root filesystem): a built-in's name, or the account's template's id or name.
-             * @default base
-             */
+            /** @description The template to boot (kernel and root filesystem): a built-in's name, or the account's template's id or name. Default: `debian` where the server has it enabled and built, `base` otherwise. */
             template?: string;
             name?: components["schemas"]["SandboxName"];
             size?: components["schemas"]["SizePreset"];
@@ -3367,6 +3394,53 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["InvalidState"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    cloneSnapshot: {
+        parameters: {
+            query?: {
+                /**
+                 * @description `true`: answer only once the sandbox has settled (is in no transition), with `200`,
+                 *     instead of at once with `202`. Waits at most 10 minutes (then `503 timeout`).
+                 */
+                wait?: components["parameters"]["Wait"];
+            };
+            header?: never;
+            path: {
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+                id: components["parameters"]["SandboxID"];
+                /** @description The snapshot's id or its name within this sandbox (a well-formed id is looked up as an id only). A snapshot of another sandbox gets 404. */
+                snapshot: components["parameters"]["SnapshotRef"];
+            };
+            cookie?: never;
+        };
+        requestBody?: components["requestBodies"]["Clone"];
+        responses: {
+            /** @description `?wait=true`: the children once their boot finished. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloneResponse"];
+                };
+            };
+            /** @description The children, in state `starting`. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloneResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["CloneConflict"];
+            429: components["responses"]["TooManyCreates"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
