@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
@@ -109,9 +110,52 @@ func benchImage(dir string) (path string, layerBytes int64, err error) {
 		n, _ := l.Size()
 		layerBytes += n
 	}
+	// The same image as an OCI layout, for umoci (the reference).
+	lp, err := layout.Write(filepath.Join(dir, "oci"), empty.Index)
+	if err != nil {
+		return "", 0, err
+	}
+	if err := lp.AppendImage(img, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": "latest"})); err != nil {
+		return "", 0, err
+	}
 	tag, _ := name.NewTag("zeish.bench/img:latest")
 	path = filepath.Join(dir, "image.tar")
 	return path, layerBytes, tarball.WriteToFile(path, tag, img)
+}
+
+// umociReference is the job done by umoci, the OCI tool: `umoci raw unpack`
+// of the image's OCI layout into a folder (whiteouts and all), then
+// mkfs.ext4 -d as our build does. 0 without umoci.
+func umociReference(ctx context.Context, dir string, diskMiB int) (time.Duration, error) {
+	if _, err := exec.LookPath("umoci"); err != nil {
+		return 0, nil
+	}
+	root := filepath.Join(dir, "umoci-root")
+	raw := filepath.Join(dir, "umoci.raw")
+	defer os.RemoveAll(root)
+	defer os.Remove(raw)
+	start := time.Now()
+	if out, err := exec.CommandContext(ctx, "umoci", "raw", "unpack", "--image", filepath.Join(dir, "oci")+":latest", root).CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("umoci raw unpack: %v: %s", err, out)
+	}
+	if err := mkfsInto(ctx, root, raw, diskMiB); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// mkfsInto makes an ext4 file system of diskMiB from root's files.
+func mkfsInto(ctx context.Context, root, raw string, diskMiB int) error {
+	f, err := os.Create(raw)
+	if err != nil {
+		return err
+	}
+	f.Truncate(int64(diskMiB) << 20)
+	f.Close()
+	if out, err := exec.CommandContext(ctx, "/usr/sbin/mkfs.ext4", "-q", "-F", "-m", "0", "-d", root, raw).CombinedOutput(); err != nil {
+		return fmt.Errorf("mkfs.ext4: %v: %s", err, out)
+	}
+	return nil
 }
 
 // unpackReference is the same job done with plain tools: tar -x each layer
@@ -132,14 +176,8 @@ func unpackReference(ctx context.Context, dir string, diskMiB int) (time.Duratio
 			return 0, fmt.Errorf("tar: %v: %s", err, out)
 		}
 	}
-	f, err := os.Create(raw)
-	if err != nil {
+	if err := mkfsInto(ctx, root, raw, diskMiB); err != nil {
 		return 0, err
-	}
-	f.Truncate(int64(diskMiB) << 20)
-	f.Close()
-	if out, err := exec.CommandContext(ctx, "/usr/sbin/mkfs.ext4", "-q", "-F", "-m", "0", "-d", root, raw).CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("mkfs.ext4: %v: %s", err, out)
 	}
 	return time.Since(start), nil
 }
@@ -147,7 +185,7 @@ func unpackReference(ctx context.Context, dir string, diskMiB int) (time.Duratio
 func runTemplates(ctx context.Context, e *benchEnv) (*report, error) {
 	const diskMiB = 512
 	r := &report{Section: "templates", Title: fmt.Sprintf("Templates from images (%d × %d MiB random layers + busybox, %d MiB disk, %s)", benchLayers, benchLayerMiB, diskMiB, e.accel)}
-	var build, mibps, ref, refMibps, cold, coldBase, warmStart []float64
+	var build, mibps, ref, refMibps, umociT, umociMibps, cold, coldBase, warmStart []float64
 	var tplName string
 	// One warm template (the same kind of image) for every run's warm create.
 	warmTpl, err := e.buildWarmTemplate(ctx, diskMiB)
@@ -185,12 +223,19 @@ func runTemplates(ctx context.Context, e *benchEnv) (*report, error) {
 		if err != nil {
 			return nil, err
 		}
+		umociTook, err := umociReference(ctx, dir, diskMiB)
+		if err != nil {
+			return nil, err
+		}
 		os.RemoveAll(dir)
 		e.log.Info("template build", "run", i, "warmup", warm, "build_ms", took.Milliseconds(), "reference_ms", refTook.Milliseconds())
 		if !warm {
 			mb := float64(layerBytes) / mib
 			build, mibps = append(build, ms(took)), append(mibps, mb/took.Seconds())
 			ref, refMibps = append(ref, ms(refTook)), append(refMibps, mb/refTook.Seconds())
+			if umociTook > 0 {
+				umociT, umociMibps = append(umociT, ms(umociTook)), append(umociMibps, mb/umociTook.Seconds())
+			}
 		}
 		tplName = name
 		// The warm template, the same image cold and base, in turn, all of
@@ -244,6 +289,16 @@ func runTemplates(ctx context.Context, e *benchEnv) (*report, error) {
 		statRow("  layers per second [MiB/s of compressed layers]", sRate),
 		statRow("reference: tar -x of each layer + mkfs.ext4 -d [ms]", sRef),
 		statRow("  layers per second [MiB/s]", sRefRate),
+	)
+	if len(umociT) > 0 {
+		t.Rows = append(t.Rows,
+			statRow("reference: umoci raw unpack of the OCI layout + mkfs.ext4 -d [ms]", r.add(newSeries("umoci_unpack_plus_mkfs_ext4_d", "ms", umociT))),
+			statRow("  layers per second [MiB/s]", r.add(newSeries("umoci_layer_mib_per_s", "MiB/s", umociMibps))),
+		)
+	} else {
+		r.Notes = append(r.Notes, "umoci is not installed (scripts/deps.sh installs it): no umoci row")
+	}
+	t.Rows = append(t.Rows,
 		statRow("cold create → first exec, image template [ms]", sCold),
 		statRow("cold create → first exec, base [ms]", sBase),
 		statRow("warm create → first exec, the same kind of image, warm template [ms]", sWarm),
@@ -253,7 +308,7 @@ func runTemplates(ctx context.Context, e *benchEnv) (*report, error) {
 	r.Tables = append(r.Tables, t, sum)
 	r.Notes = append(r.Notes,
 		fmt.Sprintf("runs: %d measured after %d warm-up; every build is a new image (random layers), so no cache hit", e.opts.runs, e.opts.warmup),
-		"umoci is not installed on this host; the reference is tar -x + mkfs.ext4 -d of the same layer tars (no whiteouts, no qcow2 conversion)",
+		"references: tar -x + mkfs.ext4 -d of the same layer tars (no whiteouts, no qcow2 conversion, a floor) and umoci raw unpack + mkfs.ext4 -d of the same image's OCI layout",
 		fmt.Sprintf("the warm template was built once (%d ms from upload to ready, its boot and save included) and started %d vCPU / %d MiB / %d MiB disk sandboxes; every create uses that size", warmTpl.Warm.BuildMS, size.VCPUs, size.MemoryMiB, size.DiskMiB),
 	)
 	if _, err := e.client.DeleteTemplate(ctx, warmTpl.ID); err != nil {
