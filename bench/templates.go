@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/zeish/zeish/sandbox"
 	zeish "github.com/zeish/zeish/sdk/go"
@@ -63,7 +64,7 @@ func benchImage(dir string) (path string, layerBytes int64, err error) {
 		if err != nil {
 			return err
 		}
-		l, err := tarball.LayerFromFile(p)
+		l, err := tarball.LayerFromFile(p, tarball.WithMediaType(types.OCILayer))
 		if err != nil {
 			return err
 		}
@@ -96,7 +97,9 @@ func benchImage(dir string) (path string, layerBytes int64, err error) {
 	if err != nil {
 		return "", 0, err
 	}
-	img, err := mutate.AppendLayers(empty.Image, layers...)
+	// OCI media types throughout: umoci takes nothing else.
+	base := mutate.MediaType(mutate.ConfigMediaType(empty.Image, types.OCIConfigJSON), types.OCIManifestSchema1)
+	img, err := mutate.AppendLayers(base, layers...)
 	if err != nil {
 		return "", 0, err
 	}

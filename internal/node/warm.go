@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
@@ -110,6 +111,12 @@ func (n *Node) Warm(ctx context.Context, tpl sandbox.Template, progress func(str
 			return nil, nil, err
 		}
 	}
+	// The guest's own boot work (growing the root file system to the disk)
+	// would otherwise go on in every sandbox started from the image,
+	// writing pages each of them then owns.
+	if err := waitBootWork(ctx, c); err != nil {
+		return nil, nil, err
+	}
 	c.Close()
 	progress("saving the machine")
 	imgID, imgDir, unpinImage, err := n.newImageDir()
@@ -139,6 +146,35 @@ func (n *Node) Warm(ctx context.Context, tpl sandbox.Template, progress func(str
 // CollectImages removes the images nothing needs any more: a deleted warm
 // template's, once no sandbox started from it is left.
 func (n *Node) CollectImages(ctx context.Context) { n.gc(ctx) }
+
+// bootWork names the processes the guest's init starts at boot and that
+// end on their own (cmd/sandboxd: growRootFS).
+var bootWork = []string{"resize2fs"}
+
+// waitBootWork waits (up to a minute) until none of bootWork runs.
+func waitBootWork(ctx context.Context, c *guest.Client) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		procs, err := c.Processes(ctx)
+		if err != nil {
+			return fmt.Errorf("list guest processes: %w", err)
+		}
+		busy := slices.ContainsFunc(procs, func(p guest.Process) bool {
+			return slices.ContainsFunc(bootWork, func(name string) bool {
+				return filepath.Base(p.Command) == name || (len(p.Argv) > 0 && filepath.Base(p.Argv[0]) == name)
+			})
+		})
+		if !busy {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil // save it anyway: sandboxes finish the work themselves
+		case <-time.After(warmPoll):
+		}
+	}
+}
 
 // waitReady runs argv until it exits 0 or ctx ends; the error then carries
 // the last attempt's output.
