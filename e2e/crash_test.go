@@ -206,6 +206,7 @@ func checkAfterCrash(t *testing.T, ctx context.Context, s *server, baseID string
 		if got := shellAfterRestart(t, ctx, c, baseID, "cat /root/data"); got != "keep" {
 			t.Fatalf("base lost its data: %q", got)
 		}
+		live[baseID] = true // started just now: its VM is its own
 	}
 	vmms := map[string]int{}
 	for _, pid := range procscan.Under(filepath.Join(s.dataDir, "sandboxes")) {
