@@ -184,6 +184,13 @@ func (e *benchEnv) close() error {
 		}
 	}
 	e.mu.Unlock()
+	// Images zeishd keeps (a warm template a failed section did not
+	// delete, say) hold RAM files outside the temp dir.
+	if e.dataDir != "" {
+		for _, f := range testenv.ImageRAMFiles(e.dataDir) {
+			os.Remove(f)
+		}
+	}
 	if files, _ := filepath.Glob(rawMemGlob()); len(files) > 0 {
 		for _, f := range files {
 			os.Remove(f)

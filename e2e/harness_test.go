@@ -149,6 +149,9 @@ func (s *server) cleanup() {
 	}
 	if left := s.images(); len(left) > 0 {
 		t.Errorf("cleanup: images left after deleting every sandbox: %v", left)
+		for _, f := range testenv.ImageRAMFiles(s.dataDir) {
+			os.Remove(f) // outside the data dir: it would outlive the test
+		}
 	}
 	if files := s.shmFiles(); len(files) > 0 {
 		t.Errorf("cleanup: RAM files left in /dev/shm: %v", files)
