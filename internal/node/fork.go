@@ -231,18 +231,12 @@ func (n *Node) Clone(ctx context.Context, parentID string, children []*store.San
 	if err != nil {
 		return 0, nil, err
 	}
-	release, err := n.reserve(parent, len(children))
+	// Refuse a taken name or a full host before the parent is paused.
+	release, err := n.admitChildren(ctx, parent, children)
 	if err != nil {
 		return 0, nil, err
 	}
 	defer release() // the children's records count from here on
-	// Refuse a taken name before the parent is paused, not after.
-	if err := n.namesFree(ctx, parent.AccountID, children); err != nil {
-		return 0, nil, err
-	}
-	if err := n.checkAccountImageRAM(ctx, parent); err != nil {
-		return 0, nil, err
-	}
 	var cap *captured
 	err = n.do(ctx, parentID, func(ctx context.Context) error {
 		var err error
@@ -275,17 +269,11 @@ func (n *Node) CloneSnapshot(ctx context.Context, snapID string, children []*sto
 	if err != nil {
 		return nil, err
 	}
-	release, err := n.reserve(parent, len(children))
+	release, err := n.admitChildren(ctx, parent, children)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	if err := n.namesFree(ctx, parent.AccountID, children); err != nil {
-		return nil, err
-	}
-	if err := n.checkAccountImageRAM(ctx, parent); err != nil {
-		return nil, err
-	}
 	unpin := n.pin(snap.Image)
 	meta, err := n.readImage(snap.Image)
 	if err != nil || meta.VM == nil || meta.Disk == "" {
@@ -296,6 +284,25 @@ func (n *Node) CloneSnapshot(ctx context.Context, snapID string, children []*sto
 		return nil, err
 	}
 	return children, nil
+}
+
+// admitChildren reserves guest memory for children of parent and checks
+// their names and the account's image RAM; release gives the memory back
+// (once the children's records count it).
+func (n *Node) admitChildren(ctx context.Context, parent *store.SandboxRecord, children []*store.SandboxRecord) (release func(), err error) {
+	release, err = n.reserve(parent, len(children))
+	if err != nil {
+		return nil, err
+	}
+	if err := n.namesFree(ctx, parent.AccountID, children); err != nil {
+		release()
+		return nil, err
+	}
+	if err := n.checkAccountImageRAM(ctx, parent); err != nil {
+		release()
+		return nil, err
+	}
+	return release, nil
 }
 
 // startChildren records children of parent and boots each from image in
