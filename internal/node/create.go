@@ -278,16 +278,8 @@ func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
 // again, and a connection a data-plane request made meanwhile is kept:
 // replacing it would end that request's session under it.
 func (n *Node) reattach(ctx context.Context, id string, h *vmm.Handle) error {
-	defer n.lockAgent(id)()
-	if n.liveAgent(id) != nil {
-		return nil
-	}
-	c, err := n.connectAgent(ctx, h)
-	if err != nil {
-		return err
-	}
-	n.setAgent(id, c)
-	return nil
+	_, err := n.keepAgent(id, func() (*guest.Client, error) { return n.connectAgent(ctx, h) })
+	return err
 }
 
 // connectAgent connects to h's agent within the boot bound. A guest that

@@ -120,6 +120,25 @@ func (n *Node) Agent(ctx context.Context, r *store.SandboxRecord) (*guest.Client
 	if _, err := sandbox.NextFor(id, r.State, sandbox.OpAccess); err != nil {
 		return nil, err
 	}
+	return n.keepAgent(id, func() (*guest.Client, error) {
+		h, err := r.VMHandle()
+		if err != nil || h == nil {
+			return nil, fmt.Errorf("sandbox %s has no VM: %w", id, errdefs.ErrUnavailable)
+		}
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		c, err := guest.Connect(cctx, dialer(n, h))
+		if err != nil {
+			return nil, fmt.Errorf("reconnect to the agent of %s: %w", id, err)
+		}
+		return c, nil
+	})
+}
+
+// keepAgent returns the sandbox's live agent connection, or the one connect
+// makes (under the sandbox's agent lock, so one connection is made at a
+// time and a live one is never replaced).
+func (n *Node) keepAgent(id string, connect func() (*guest.Client, error)) (*guest.Client, error) {
 	if c := n.liveAgent(id); c != nil {
 		return c, nil
 	}
@@ -127,15 +146,9 @@ func (n *Node) Agent(ctx context.Context, r *store.SandboxRecord) (*guest.Client
 	if c := n.liveAgent(id); c != nil {
 		return c, nil // connected while we waited for the lock
 	}
-	h, err := r.VMHandle()
-	if err != nil || h == nil {
-		return nil, fmt.Errorf("sandbox %s has no VM: %w", id, errdefs.ErrUnavailable)
-	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	c, err := guest.Connect(cctx, dialer(n, h))
+	c, err := connect()
 	if err != nil {
-		return nil, fmt.Errorf("reconnect to the agent of %s: %w", id, err)
+		return nil, err
 	}
 	n.setAgent(id, c)
 	return c, nil
