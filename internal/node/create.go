@@ -250,16 +250,8 @@ func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
 	if err != nil {
 		return err
 	}
-	// At least 32 bytes: the kernel counts its RNG seeded at 256 bits.
-	entropy := make([]byte, 64)
-	rand.Read(entropy)
-	cfg := guest.Config{
-		Hostname: r.Hostname,
-		Time:     time.Now().UTC(),
-		Entropy:  entropy,
-		Env:      guestEnv(r),
-		Network:  n.guestNetwork(r),
-	}
+	cfg := freshConfig(r.Hostname)
+	cfg.Env, cfg.Network = guestEnv(r), n.guestNetwork(r)
 	n.templateDefaults(ctx, r, &cfg)
 	connected := time.Now()
 	defer func() {
@@ -314,6 +306,15 @@ func (n *Node) connectAgent(ctx context.Context, h *vmm.Handle) (*guest.Client, 
 		return nil, err
 	}
 	return c, nil
+}
+
+// freshConfig is a guest's identity at a boot, fork or restore: its
+// hostname, the clock now and fresh entropy (at least 32 bytes: the kernel
+// counts its RNG seeded at 256 bits).
+func freshConfig(hostname string) guest.Config {
+	entropy := make([]byte, 64)
+	rand.Read(entropy)
+	return guest.Config{Hostname: hostname, Time: time.Now().UTC(), Entropy: entropy}
 }
 
 func (n *Node) setAgent(id string, c *guest.Client) {

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -88,9 +87,7 @@ func (n *Node) Warm(ctx context.Context, tpl sandbox.Template, progress func(str
 		return nil, nil, fmt.Errorf("boot: %w (console: %s)", err, n.opts.Driver.ConsoleTail(h, 512))
 	}
 	defer c.Close()
-	entropy := make([]byte, 64)
-	rand.Read(entropy)
-	cfg := guest.Config{Hostname: "warm", Time: time.Now().UTC(), Entropy: entropy}
+	cfg := freshConfig("warm")
 	applyTemplate(&tpl, &cfg)
 	if len(cfg.StartCmd) > 0 {
 		progress(fmt.Sprintf("starting %q", cfg.StartCmd))
