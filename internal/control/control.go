@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
@@ -25,15 +26,19 @@ type Options struct {
 	// metering of the API's prices); nil: budgets are not enforced.
 	Cost   func(r *store.SandboxRecord, now time.Time) int64
 	Logger *slog.Logger
+	// Replica names this control-plane process among those sharing the
+	// store (leases are held in its name); "": host name and process id.
+	Replica string
 }
 
 // Control applies the account's policy and hands the work to the node.
 type Control struct {
-	store  store.Store
-	node   Node
-	quotas *quotas
-	cost   func(*store.SandboxRecord, time.Time) int64
-	log    *slog.Logger
+	store   store.Store
+	node    Node
+	quotas  *quotas
+	cost    func(*store.SandboxRecord, time.Time) int64
+	log     *slog.Logger
+	replica string
 }
 
 // New makes a Control.
@@ -44,7 +49,13 @@ func New(o Options) *Control {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Control{store: o.Store, node: o.Node, quotas: newQuotas(o.Plan, o.Store), cost: o.Cost, log: o.Logger}
+	if o.Replica == "" {
+		host, _ := os.Hostname()
+		o.Replica = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	q := newQuotas(o.Plan, o.Store)
+	q.log = o.Logger
+	return &Control{store: o.Store, node: o.Node, quotas: q, cost: o.Cost, log: o.Logger, replica: o.Replica}
 }
 
 // Plan is every account's quota.

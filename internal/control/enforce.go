@@ -18,20 +18,53 @@ const (
 	TimeoutReason = "timeout"
 )
 
+// EnforceLease is the store lease (store.Quotas.TryLease) under which one
+// replica at a time enforces budgets and timeouts.
+const EnforceLease = "enforce"
+
 // Enforce stops every sandbox whose cost reached its max_cost_micros and
-// carries out every timeout that passed, every interval, until ctx ends.
+// carries out every timeout that passed, every interval, until ctx ends —
+// on one replica at a time: the one holding EnforceLease, which lapses
+// after three intervals without renewal (a replica that died hands over).
 func (c *Control) Enforce(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	held := false
+	defer func() {
+		if held {
+			c.store.ReleaseLease(context.WithoutCancel(ctx), EnforceLease, c.replica)
+		}
+	}()
 	for {
-		c.EnforceBudgets(ctx, time.Now())
-		c.EnforceTimeouts(ctx, time.Now())
+		ok := c.enforceOnce(ctx, time.Now(), 3*every)
+		if ok != held {
+			c.log.Info("enforce: lease", "held", ok, "replica", c.replica)
+			held = ok
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// enforceOnce takes or renews EnforceLease for ttl and, holding it, stops
+// what is over budget and acts on passed timeouts; it says whether it held
+// the lease.
+func (c *Control) enforceOnce(ctx context.Context, now time.Time, ttl time.Duration) bool {
+	ok, err := c.store.TryLease(ctx, EnforceLease, c.replica, now, ttl)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("enforce: lease", "err", err)
+		}
+		return false
+	}
+	if ok {
+		c.EnforceBudgets(ctx, now)
+		c.EnforceTimeouts(ctx, now)
+	}
+	return ok
 }
 
 // EnforceBudgets stops, with reason BudgetReason, every sandbox a stop

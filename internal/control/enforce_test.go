@@ -78,3 +78,26 @@ func TestEnforceTimeouts(t *testing.T) {
 		}
 	}
 }
+
+// Budgets and timeouts are enforced by one replica at a time: the one that
+// holds the enforce lease (issue 17: periodic work runs once cluster-wide).
+func TestEnforceHoldsTheLease(t *testing.T) {
+	over := sbx("sbx_over", sandbox.StateRunning)
+	over.MaxCostMicros, over.CostMicros = 100, 100
+	ctl, f := fixture(t, over)
+	ctx := context.Background()
+	now := time.Now()
+	if ok, err := ctl.store.TryLease(ctx, EnforceLease, "other-replica", now, time.Minute); err != nil || !ok {
+		t.Fatalf("other replica takes the lease: %v %v", ok, err)
+	}
+	if ctl.enforceOnce(ctx, now, time.Minute) || len(f.calls) != 0 {
+		t.Fatalf("acted without the lease: calls %v", f.calls)
+	}
+	// The other replica died: its lease lapses and this one takes over.
+	if !ctl.enforceOnce(ctx, now.Add(2*time.Minute), time.Minute) || !slices.Equal(f.calls, []string{"stop sbx_over budget_exhausted"}) {
+		t.Fatalf("after the lease lapsed: calls %v", f.calls)
+	}
+	if ok, _ := ctl.store.TryLease(ctx, EnforceLease, "other-replica", now.Add(2*time.Minute), time.Minute); ok {
+		t.Fatal("the other replica took a held lease back")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"sync"
 	"time"
@@ -24,25 +25,24 @@ type Plan struct {
 var DefaultPlan = Plan{RunningSlots: 10, CreatesPerMinute: 30, DailyCreates: 500}
 
 // quotas admits creates, forks, starts and resumes against the plan. It is
-// the one place that counts; it keeps per-account state in memory (rate
-// buckets, slots promised to calls in flight) and reads the rest from the
-// store, so a restart forgets at most one minute of rate history.
+// the one place that counts. The counting happens in the store's quota
+// transaction (store.QuotaTx): the account's rate bucket, its live
+// sandboxes and the holds of operations in flight are read and changed
+// there, serialised per account across every replica on the database, so
+// two replicas cannot together exceed a quota.
 type quotas struct {
-	plan    Plan
-	store   store.Store
-	now     func() time.Time
-	mu      sync.Mutex
-	buckets map[string]*bucket
-	pending map[string]int
+	plan  Plan
+	store store.Store
+	now   func() time.Time
+	log   *slog.Logger
 }
 
-type bucket struct {
-	tokens float64
-	at     time.Time
-}
+// holdTTL bounds how long an operation's hold counts: one whose replica
+// died mid-operation stops holding the account's quota after it.
+const holdTTL = 30 * time.Minute
 
 func newQuotas(plan Plan, st store.Store) *quotas {
-	return &quotas{plan: plan, store: st, now: time.Now, buckets: map[string]*bucket{}, pending: map[string]int{}}
+	return &quotas{plan: plan, store: st, now: time.Now, log: slog.Default()}
 }
 
 // retryError is a refusal that says when to try again (Retry-After).
@@ -73,73 +73,91 @@ func RetryAfterSeconds(err error) (int, bool) {
 // the operation has recorded its sandboxes (or failed; made says how many
 // it created, and the rate tokens of the others are given back).
 func (q *quotas) admit(ctx context.Context, account string, n int, creates bool, exclude string) (done func(made int), err error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	live, err := q.store.ListSandboxes(ctx, store.SandboxFilter{AccountID: account, States: sandbox.SlotStates})
+	now := q.now()
+	hold := store.QuotaHold{ID: sandbox.NewID("hold"), AccountID: account, Slots: n, Expires: now.Add(holdTTL)}
+	if creates {
+		hold.Creates = n
+	}
+	err = q.store.InQuotaTx(ctx, account, now, func(tx store.QuotaTx) error {
+		used, err := tx.UsedSlots(exclude)
+		if err != nil {
+			return err
+		}
+		if used+n > q.plan.RunningSlots {
+			return fmt.Errorf("%d of %d running slots in use, this needs %d (stop or delete a sandbox first): %w",
+				used, q.plan.RunningSlots, n, errdefs.ErrRunningSlots)
+		}
+		if creates {
+			if err := q.takeCreates(tx, n, now); err != nil {
+				return err
+			}
+		}
+		return tx.AddHold(hold)
+	})
 	if err != nil {
 		return nil, err
 	}
-	used := q.pending[account]
-	for _, r := range live {
-		if r.ID != exclude {
-			used++
-		}
-	}
-	if used+n > q.plan.RunningSlots {
-		return nil, fmt.Errorf("%d of %d running slots in use, this needs %d (stop or delete a sandbox first): %w",
-			used, q.plan.RunningSlots, n, errdefs.ErrRunningSlots)
-	}
-	now := q.now()
-	if creates {
-		day := now.UTC().Truncate(24 * time.Hour)
-		today, err := q.store.CountCreated(ctx, account, day)
-		if err != nil {
-			return nil, err
-		}
-		if today+n > q.plan.DailyCreates {
-			return nil, &retryError{after: day.Add(24 * time.Hour).Sub(now),
-				err: fmt.Errorf("%d of %d creates today (UTC), this needs %d: %w", today, q.plan.DailyCreates, n, errdefs.ErrDailyCap)}
-		}
-		b := q.bucket(account, now)
-		if b.tokens < float64(n) {
-			rate := float64(q.plan.CreatesPerMinute) / 60 // tokens per second
-			after := time.Minute
-			if rate > 0 && n <= q.plan.CreatesPerMinute {
-				after = time.Duration((float64(n) - b.tokens) / rate * float64(time.Second))
-			}
-			return nil, &retryError{after: after,
-				err: fmt.Errorf("at most %d creates per minute (this needs %d): %w", q.plan.CreatesPerMinute, n, errdefs.ErrRateLimited)}
-		}
-		b.tokens -= float64(n)
-	}
-	q.pending[account] += n
 	var once sync.Once
 	return func(made int) {
 		once.Do(func() {
-			q.mu.Lock()
-			defer q.mu.Unlock()
-			if q.pending[account] -= n; q.pending[account] <= 0 {
-				delete(q.pending, account)
-			}
-			if creates && made < n {
-				b := q.bucket(account, q.now())
-				b.tokens = min(float64(q.plan.CreatesPerMinute), b.tokens+float64(n-made))
+			// The operation's own context may be gone; the hold must still go.
+			ctx := context.WithoutCancel(ctx)
+			err := q.store.InQuotaTx(ctx, account, q.now(), func(tx store.QuotaTx) error {
+				if err := tx.DropHold(hold.ID); err != nil {
+					return err
+				}
+				if !creates || made >= n {
+					return nil
+				}
+				tokens, at, _, err := tx.Bucket()
+				if err != nil {
+					return err
+				}
+				return tx.SetBucket(min(float64(q.plan.CreatesPerMinute), tokens+float64(n-made)), at)
+			})
+			if err != nil {
+				q.log.Warn("quota: release hold (it lapses by itself)", "account", account, "hold", hold.ID, "err", err)
 			}
 		})
 	}, nil
 }
 
-// bucket returns the account's rate bucket, refilled up to now.
-func (q *quotas) bucket(account string, now time.Time) *bucket {
-	capacity := float64(q.plan.CreatesPerMinute)
-	b := q.buckets[account]
-	if b == nil {
-		b = &bucket{tokens: capacity, at: now}
-		q.buckets[account] = b
+// takeCreates takes n creates from the daily cap and the rate bucket.
+func (q *quotas) takeCreates(tx store.QuotaTx, n int, now time.Time) error {
+	day := now.UTC().Truncate(24 * time.Hour)
+	today, err := tx.CreatedSince(day)
+	if err != nil {
+		return err
 	}
-	if now.After(b.at) {
-		b.tokens = min(capacity, b.tokens+now.Sub(b.at).Seconds()*capacity/60)
-		b.at = now
+	if today+n > q.plan.DailyCreates {
+		return &retryError{after: day.Add(24 * time.Hour).Sub(now),
+			err: fmt.Errorf("%d of %d creates today (UTC), this needs %d: %w", today, q.plan.DailyCreates, n, errdefs.ErrDailyCap)}
 	}
-	return b
+	tokens, at, ok, err := tx.Bucket()
+	if err != nil {
+		return err
+	}
+	tokens = refill(tokens, at, ok, now, float64(q.plan.CreatesPerMinute))
+	if tokens < float64(n) {
+		rate := float64(q.plan.CreatesPerMinute) / 60 // tokens per second
+		after := time.Minute
+		if rate > 0 && n <= q.plan.CreatesPerMinute {
+			after = time.Duration((float64(n) - tokens) / rate * float64(time.Second))
+		}
+		return &retryError{after: after,
+			err: fmt.Errorf("at most %d creates per minute (this needs %d): %w", q.plan.CreatesPerMinute, n, errdefs.ErrRateLimited)}
+	}
+	return tx.SetBucket(tokens-float64(n), now)
+}
+
+// refill is a token bucket of capacity tokens, filling at capacity per
+// minute: full when it has never been used.
+func refill(tokens float64, at time.Time, ok bool, now time.Time, capacity float64) float64 {
+	if !ok {
+		return capacity
+	}
+	if now.After(at) {
+		tokens += now.Sub(at).Seconds() * capacity / 60
+	}
+	return min(capacity, tokens)
 }

@@ -148,6 +148,8 @@ type Store interface {
 	ListSnapshots(ctx context.Context, sandboxID string) ([]*SnapshotRecord, error)
 	DeleteSnapshot(ctx context.Context, id string) error
 
+	Quotas
+
 	Close() error
 }
 

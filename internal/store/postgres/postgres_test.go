@@ -130,3 +130,11 @@ func TestSnapshotLimitAcrossReplicas(t *testing.T) {
 		t.Fatalf("%d created, %d listed; want exactly %d", ok, len(list), limit)
 	}
 }
+
+// Two replicas admitting for one account at once never together exceed
+// its limit: the account's advisory lock serialises them.
+func TestAdmissionsAcrossReplicas(t *testing.T) {
+	srv := server(t)
+	url := srv.NewDatabase(t)
+	storetest.TestAdmissionsAcrossReplicas(t, open(t, url), open(t, url))
+}

@@ -49,6 +49,11 @@ var migrations = []string{
 	`CREATE TABLE snapshots (
 		id TEXT PRIMARY KEY, sandbox_id TEXT NOT NULL, name TEXT NOT NULL, created_at TEXT NOT NULL, data TEXT NOT NULL);
 	CREATE UNIQUE INDEX snapshots_name ON snapshots(sandbox_id, name);`,
+	`CREATE TABLE quota_holds (
+		id TEXT PRIMARY KEY, account_id TEXT NOT NULL, slots INTEGER NOT NULL, creates INTEGER NOT NULL, expires_at TEXT NOT NULL);
+	CREATE INDEX quota_holds_account ON quota_holds(account_id);
+	CREATE TABLE rate_buckets (account_id TEXT PRIMARY KEY, tokens REAL NOT NULL, at TEXT NOT NULL);
+	CREATE TABLE leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at TEXT NOT NULL);`,
 }
 
 // Open opens (creating if needed) the database at path and migrates it.
