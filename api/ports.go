@@ -16,3 +16,16 @@ type Port struct {
 	Host   string `json:"host,omitempty"` // <port>-<id>.<domain>, when the server has a public domain
 	TCPURL string `json:"tcp_url"`        // WebSocket carrying raw TCP to the port
 }
+
+// PortList is GET /public/sandboxes/{id}/ports: the ports the guest
+// listens on and those opened to the public, each with how it is reached.
+type PortList struct {
+	Ports []ListedPort `json:"ports"`
+}
+
+// ListedPort is a Port with what the guest does on it.
+type ListedPort struct {
+	Port
+	Listening bool `json:"listening"`          // a guest socket listens on it now
+	Loopback  bool `json:"loopback,omitempty"` // only on 127.0.0.1/::1 (the proxy still reaches it)
+}

@@ -372,6 +372,28 @@ func portsThroughDataPlane(t *testing.T, s *server, a, b *netGuest) {
 	if st, body := get(url+"pub", ""); st != 200 || !strings.Contains(body, "/pub") {
 		t.Fatalf("public port without token: %d %q", st, body)
 	}
+	// The list: 8080 listens (nettool) and is public; 9999 is public with
+	// nothing on it; sandboxd's own port is not TCP, so it is not listed.
+	if _, err := s.client.SetPort(ctx, a.sb.ID, 9999, true); err != nil {
+		t.Fatal(err)
+	}
+	ports, err := s.client.Ports(ctx, a.sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPort := map[int]zeish.ListedPort{}
+	for _, p := range ports {
+		byPort[p.Port.Port] = p
+	}
+	if p := byPort[8080]; !p.Listening || !p.Public || p.URL != url {
+		t.Fatalf("ports: 8080 = %+v, want listening and public at %s (all: %+v)", p, url, ports)
+	}
+	if p, ok := byPort[9999]; !ok || p.Listening || !p.Public {
+		t.Fatalf("ports: 9999 = %+v (listed %v), want public and not listening", p, ok)
+	}
+	if _, err := s.client.SetPort(ctx, a.sb.ID, 9999, false); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.client.SetPort(ctx, a.sb.ID, 8080, false); err != nil {
 		t.Fatal(err)
 	}
@@ -394,6 +416,9 @@ func portsThroughDataPlane(t *testing.T, s *server, a, b *netGuest) {
 	other := s.clientFor(t, key.Key)
 	if _, err := other.SetPort(ctx, a.sb.ID, 8080, true); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("other account opens a port: %v", err)
+	}
+	if _, err := other.Ports(ctx, a.sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("another account lists the ports: %v", err)
 	}
 	if _, err := other.SetNetwork(ctx, a.sb.ID, zeish.NetworkPolicyRequest{Egress: sandbox.EgressAllow}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("other account changes the policy: %v", err)

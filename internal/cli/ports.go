@@ -81,7 +81,30 @@ func (a *app) portsCmd() *cobra.Command {
 			}
 		},
 	}
-	cmd.AddCommand(open, forward)
+	list := &cobra.Command{
+		Use:   "list ID",
+		Short: "List the ports the guest listens on and those open to the public, with their URLs",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ports, err := a.sdk().Ports(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if a.json() {
+				return a.printJSON(zeish.PortList{Ports: ports})
+			}
+			tw := table(a.out, "PORT", "LISTENING", "PUBLIC", "URL")
+			for _, p := range ports {
+				listening := fmt.Sprint(p.Listening)
+				if p.Loopback {
+					listening += " (loopback)"
+				}
+				row(tw, p.Port.Port, listening, p.Public, p.URL)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.AddCommand(list, open, forward)
 	return cmd
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/guestports"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 )
@@ -244,4 +245,40 @@ func (s *Server) portInfo(r *http.Request, rec *store.SandboxRecord, port int) a
 		out.Host = fmt.Sprintf("%d-%s.%s", port, strings.Replace(rec.ID, "_", "-", 1), strings.TrimPrefix(s.opts.PublicDomain, "."))
 	}
 	return out
+}
+
+// listPorts answers the guest's listening TCP ports (read from its kernel's
+// tables through the agent) and the ports opened to the public, listening
+// or not. A sandbox that is not running listens on nothing: only its
+// public ports are listed.
+func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.ownSandbox(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	var listening []guestports.Listener
+	if sandbox.Allows(rec.State, sandbox.OpAccess) {
+		agent, err := s.node.Agent(r.Context(), rec)
+		if err == nil {
+			listening, err = guestports.Listening(r.Context(), agent)
+		}
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+	}
+	out := api.PortList{Ports: []api.ListedPort{}}
+	seen := map[int]bool{}
+	for _, l := range listening {
+		seen[l.Port] = true
+		out.Ports = append(out.Ports, api.ListedPort{Port: s.portInfo(r, rec, l.Port), Listening: true, Loopback: l.Loopback})
+	}
+	for _, p := range rec.PublicPorts {
+		if !seen[p] {
+			out.Ports = append(out.Ports, api.ListedPort{Port: s.portInfo(r, rec, p)})
+		}
+	}
+	slices.SortFunc(out.Ports, func(a, b api.ListedPort) int { return a.Port.Port - b.Port.Port })
+	writeJSON(w, http.StatusOK, out)
 }

@@ -127,6 +127,7 @@ func (s *Server) routes() []route {
 		{"POST " + p + "/sandboxes/{id}/start", s.withAccount(s.lifecycle(sandbox.OpStart))},
 		{"PATCH " + p + "/sandboxes/{id}/network", s.withAccount(s.setNetwork)},
 		{"POST " + p + "/sandboxes/{id}/ports", s.withAccount(s.setPort)},
+		{"GET " + p + "/sandboxes/{id}/ports", s.withAccount(s.listPorts)},
 		{"GET " + d + "/tcp/{port}", s.tcpPort},
 		{"GET " + d + "/ports/{port}/{path...}", s.portProxy},
 		{"POST " + d + "/ports/{port}/{path...}", s.portProxy},

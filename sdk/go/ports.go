@@ -15,7 +15,17 @@ import (
 type (
 	PortRequest = api.PortRequest
 	Port        = api.Port
+	PortList    = api.PortList
+	ListedPort  = api.ListedPort
 )
+
+// Ports lists the TCP ports the guest listens on and those opened to the
+// public, with how each is reached.
+func (c *Client) Ports(ctx context.Context, id string) ([]ListedPort, error) {
+	var l PortList
+	err := c.call(ctx, c.control(http.MethodGet, sandboxPath(id, "/ports"), nil), &l)
+	return l.Ports, err
+}
 
 // SetPort opens a guest port to requests without a token (public), or
 // closes it again, and says how the port is reached.

@@ -3,7 +3,7 @@ export type BodyInit_ = NonNullable<RequestInit["body"]>;
 
 import { ServerError, TimeoutError, ZeishError, errorFromResponse, SandboxStateError } from "./errors.js";
 import type {
-  Access, AccountInfo, APIKeyInfo, CloneRequest, CloneResponse, CreatedAPIKey, CreateSandboxRequest, Health, Lineage, NetworkPolicyRequest, PortInfo,
+  Access, AccountInfo, APIKeyInfo, CloneRequest, CloneResponse, CreatedAPIKey, CreateSandboxRequest, Health, Lineage, NetworkPolicyRequest, PortInfo, PortList, ListedPortInfo,
   PriceEstimate, RestoreResponse, SandboxEvent, SandboxInfo, SandboxState, SizePreset, SnapshotInfo, UsageReport,
   BuildTemplateRequest, TemplateEvent, TemplateInfo,
 } from "./types.js";
@@ -176,6 +176,15 @@ export class Zeish {
    */
   setPort(id: string, port: number, isPublic: boolean): Promise<PortInfo> {
     return this.json("POST", `/public/sandboxes/${enc(id)}/ports`, { json: { port, public: isPublic } });
+  }
+
+  /**
+   * GET /public/sandboxes/{id}/ports: the TCP ports the guest listens on and
+   * those opened to the public, with how each is reached.
+   */
+  async ports(id: string): Promise<ListedPortInfo[]> {
+    const r: PortList = await this.json("GET", `/public/sandboxes/${enc(id)}/ports`);
+    return r.ports;
   }
 
   /** DELETE; returns at once (state `deleting`). */

@@ -429,7 +429,14 @@ export interface paths {
             };
             cookie?: never;
         };
-        get?: never;
+        /**
+         * List the guest's listening ports and the public ones
+         * @description The TCP ports a socket in the guest listens on now (read from the guest kernel's
+         *     `/proc/net/tcp` and `tcp6` through the agent; `loopback` when only on 127.0.0.1 or ::1,
+         *     which the proxy still reaches), plus ports opened to the public that nothing listens on,
+         *     each with how it is reached. A sandbox that is not running lists only its public ports.
+         */
+        get: operations["listSandboxPorts"];
         put?: never;
         /**
          * Open a guest port to the public, or close it
@@ -1591,6 +1598,15 @@ export interface components {
             host?: string;
             /** @description The WebSocket carrying raw TCP to the port. */
             tcp_url: string;
+        };
+        PortList: {
+            ports: components["schemas"]["ListedPort"][];
+        };
+        ListedPort: components["schemas"]["Port"] & {
+            /** @description A guest socket listens on the port now. */
+            listening: boolean;
+            /** @description It listens on 127.0.0.1 or ::1 only (the port proxy still reaches it). */
+            loopback?: boolean;
         };
         SandboxList: {
             sandboxes: components["schemas"]["Sandbox"][];
@@ -2986,6 +3002,34 @@ export interface operations {
                 };
             };
             500: components["responses"]["Internal"];
+        };
+    };
+    listSandboxPorts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The ports, in order. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PortList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
         };
     };
     setSandboxPort: {

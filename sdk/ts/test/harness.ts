@@ -102,6 +102,9 @@ export class Harness {
         ...process.env,
         ZEISH_DATA_DIR: dataDir,
         ZEISH_LISTEN: `127.0.0.1:${port}`,
+        // This zeishd runs in the host's network namespace: its sandboxes get
+        // no network card, so no guest packet can reach a real network.
+        ZEISH_NET: "off",
         ZEISH_SANDBOXD: sandboxd,
         ZEISH_TEMPLATE_CACHE: join(cacheDir(), "templates"),
         ZEISH_LOG_LEVEL: "debug",

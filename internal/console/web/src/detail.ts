@@ -4,7 +4,7 @@ import { h, replace, stateBadge, errorBox, toast, svg } from "./dom";
 import type { Cleanup } from "./main";
 
 const MAX_UPLOAD = 32 << 20;
-const TABS = ["overview", "terminal", "files", "snapshots", "lineage", "usage"] as const;
+const TABS = ["overview", "terminal", "files", "snapshots", "lineage", "ports", "usage"] as const;
 
 export function detailPage(main: HTMLElement, id: string, tab: string): Cleanup {
   const title = h("h1", {}, id);
@@ -21,7 +21,7 @@ export function detailPage(main: HTMLElement, id: string, tab: string): Cleanup 
     replace(state, stateBadge(sb.state));
   }).catch((e) => replace(panel, errorBox(explain(e))));
   const pages: Record<string, (p: HTMLElement, id: string, onState: (s: Sandbox) => void) => Cleanup> = {
-    overview, terminal, files, snapshots, lineage, usage,
+    overview, terminal, files, snapshots, lineage, ports, usage,
   };
   return (pages[tab] ?? overview)(panel, id, (sb) => {
     title.textContent = sb.name;
@@ -360,6 +360,47 @@ function drawTree(l: Lineage, current: string): SVGElement {
     g.appendChild(link);
   }
   return g;
+}
+
+interface ListedPort { port: number; public: boolean; listening: boolean; loopback?: boolean; url: string; host?: string; tcp_url: string }
+
+/** Ports: what the guest listens on, how each port is reached, and opening one to the public. */
+function ports(p: HTMLElement, id: string): Cleanup {
+  const body = h("tbody");
+  const msg = h("div");
+  const port = h("input", { id: "port-number", type: "number", min: 1, max: 65535, style: "width:7rem", "aria-label": "Port" });
+  const setPublic = async (n: number, pub_: boolean) => {
+    try {
+      await pub("POST", `/sandboxes/${id}/ports`, { port: n, public: pub_ });
+      replace(msg);
+      await load();
+    } catch (e) {
+      replace(msg, errorBox(explain(e)));
+    }
+  };
+  const load = async () => {
+    try {
+      const r = await pub<{ ports: ListedPort[] }>("GET", `/sandboxes/${id}/ports`);
+      replace(body, r.ports.length === 0 ? h("tr", {}, h("td", { colspan: 4, class: "note" }, "Nothing listens on a TCP port in the guest yet.")) : r.ports.map((q) =>
+        h("tr", { "data-port": String(q.port), "data-listening": String(q.listening), "data-public": String(q.public) },
+          h("td", {}, String(q.port)),
+          h("td", {}, q.listening ? (q.loopback ? "yes (loopback only)" : "yes") : "no"),
+          h("td", {}, q.public ? h("a", { href: q.url, target: "_blank", rel: "noopener" }, q.host || q.url) : h("span", { class: "note" }, "needs the sandbox's token: " + q.url)),
+          h("td", {}, h("button", { class: q.public ? "danger" : undefined, onclick: () => setPublic(q.port, !q.public) }, q.public ? "Make private" : "Make public")))));
+    } catch (e) {
+      replace(msg, errorBox(explain(e)));
+    }
+  };
+  replace(p,
+    h("p", { class: "note" }, "Every guest port is reached through the data plane with the sandbox's token; a public port needs none."),
+    h("form", { class: "row", onsubmit: (ev: Event) => { ev.preventDefault(); void setPublic(Number((port as HTMLInputElement).value), true); } },
+      h("label", {}, "Open a port to the public", port), h("button", { id: "open-port", type: "submit" }, "Open")),
+    msg,
+    h("div", { class: "scroll" }, h("table", { id: "ports" },
+      h("thead", {}, h("tr", {}, h("th", {}, "Port"), h("th", {}, "Listening"), h("th", {}, "URL"), h("th", {}, ""))), body)));
+  void load();
+  const timer = setInterval(() => void load(), 3000);
+  return () => clearInterval(timer);
 }
 
 function usage(p: HTMLElement, id: string): Cleanup {

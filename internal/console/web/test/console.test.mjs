@@ -3,6 +3,7 @@
 // account, and the refusals. Screenshots go to screenshots/.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -72,6 +73,27 @@ const go = (hash) => page.goto(`${z.base}/console/${hash}`);
 const rowOf = (name) => page.locator(`#sandboxes tr[data-name="${name}"]`);
 const screenText = () => page.locator(".xterm-rows").innerText();
 
+/** A `docker save` archive of a one-layer image, made with tar(1), in dir. */
+function dockerArchive(dir) {
+  const work = mkdtempSync(join(dir, "img-"));
+  const root = join(work, "root");
+  mkdirSync(join(root, "etc"), { recursive: true });
+  writeFileSync(join(root, "etc", "greeting"), "hello from a layer\n");
+  const layer = join(work, "layer.tar");
+  const tar = (args) => {
+    const r = spawnSync("tar", args);
+    if (r.status !== 0) throw new Error(`tar ${args.join(" ")}: ${r.stderr}`);
+  };
+  tar(["-cf", layer, "-C", root, "."]);
+  const diffID = "sha256:" + createHash("sha256").update(readFileSync(layer)).digest("hex");
+  const config = { architecture: "amd64", os: "linux", config: { Env: ["GREETING=hi"], Cmd: ["/bin/sh"] }, rootfs: { type: "layers", diff_ids: [diffID] } };
+  writeFileSync(join(work, "config.json"), JSON.stringify(config));
+  writeFileSync(join(work, "manifest.json"), JSON.stringify([{ Config: "config.json", RepoTags: ["web-img:1"], Layers: ["layer.tar"] }]));
+  const archive = join(work, "image.tar");
+  tar(["-cf", archive, "-C", work, "manifest.json", "config.json", "layer.tar"]);
+  return archive;
+}
+
 async function waitText(fn, want, what) {
   const deadline = Date.now() + T;
   for (;;) {
@@ -138,6 +160,21 @@ test("the console end to end", { timeout: 15 * 60_000, skip }, async () => {
     await page.click("#tab-terminal");
     await waitText(() => page.locator("#term-status").innerText(), `Connected: pid ${pid},`, "re-attach");
     await waitText(screenText, `${rows} ${cols}`, "scrollback after re-attach");
+  });
+
+  await step("ports", async () => {
+    // A server in the guest, started from the terminal: the Ports tab finds it
+    // in the guest kernel's tables.
+    await page.locator("#terminal").click();
+    await page.keyboard.type("echo ported > /tmp/index.html && httpd -p 8080 -h /tmp && echo started\n");
+    await waitText(screenText, "started", "httpd");
+    await page.click("#tab-ports");
+    await page.locator('#ports tr[data-port="8080"][data-listening="true"]').waitFor();
+    await shot("04b-ports");
+    // This zeishd gives sandboxes no network card: opening a port is refused in words.
+    await page.locator('#ports tr[data-port="8080"]').getByRole("button", { name: "Make public" }).click();
+    await page.getByRole("alert").filter({ hasText: "invalid_state" }).waitFor();
+    assert.equal(await page.locator('#ports tr[data-port="8080"]').getAttribute("data-public"), "false");
   });
 
   const original = "hello from the browser\n";
@@ -227,6 +264,30 @@ test("the console end to end", { timeout: 15 * 60_000, skip }, async () => {
     await go("#/account");
     await page.locator("#new-key").waitFor();
     await shot("09-account");
+  });
+
+  await step("templates-build", async () => {
+    // A template built from an uploaded image archive, its log followed live, then deleted.
+    await go("#/templates");
+    await page.click("summary");
+    await page.fill("#tpl-name", "web-img");
+    await page.setInputFiles("#tpl-file", dockerArchive(profile));
+    await page.check("#tpl-cold");
+    await page.click("#build");
+    await page.locator('#templates tr[data-template="web-img"] [data-state="ready"]').waitFor();
+    await waitText(() => page.locator("#build-log").innerText(), "state ready", "build log");
+    assert.match(await page.locator("#build-log").innerText(), /step layer|layer 1\/1/);
+    await shot("09b-templates");
+    await page.locator('#templates tr[data-template="web-img"]').getByRole("button", { name: "Delete" }).click();
+    await page.locator('#templates tr[data-template="web-img"]').waitFor({ state: "detached" });
+    // A bad name is refused in words, and nothing is built.
+    await page.fill("#tpl-name", "Bad_Name");
+    await page.fill("#tpl-from", "registry:198.18.0.9/x:1");
+    await page.evaluate(() => document.querySelector("#tpl-name").removeAttribute("pattern"));
+    await page.setInputFiles("#tpl-file", []);
+    await page.click("#build");
+    await page.getByRole("alert").filter({ hasText: "invalid_argument" }).waitFor();
+    assert.equal(await page.locator('#templates tr[data-template="Bad_Name"]').count(), 0);
   });
 
   let otherKey;

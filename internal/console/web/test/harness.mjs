@@ -33,6 +33,9 @@ export class Zeishd {
     z.proc = spawn(zeishd, [], {
       env: {
         ...process.env, ZEISH_DATA_DIR: z.dataDir, ZEISH_LISTEN: `127.0.0.1:${z.port}`, ZEISH_SANDBOXD: sandboxd,
+        // The host's network namespace: sandboxes get no network card, so no
+        // guest packet can reach a real network.
+        ZEISH_NET: "off",
         ZEISH_TEMPLATE_CACHE: join(process.env.ZEISH_TEST_CACHE || "/var/tmp/zeish-test-cache", "templates"),
         ZEISH_LOG_LEVEL: "debug",
       },
