@@ -72,7 +72,13 @@ type CreateSandboxRequest struct {
 // SandboxList is GET /public/sandboxes.
 type SandboxList struct {
 	Sandboxes []sandbox.Sandbox `json:"sandboxes"`
+	// NextAfter, on a page that is full (limit reached), is the after= of
+	// the next page.
+	NextAfter string `json:"next_after,omitempty"`
 }
+
+// MaxListLimit bounds a page of GET /public/sandboxes.
+const MaxListLimit = 1000
 
 // WaitRequest is POST /public/sandboxes/{id}/wait: block until the sandbox
 // settles (is in no transition), or reaches State if given.

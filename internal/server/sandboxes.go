@@ -192,6 +192,21 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 		}
 		f.IncludeDestroyed = b
 	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > api.MaxListLimit {
+			writeError(w, r, invalid("limit=%q: want 1..%d", v, api.MaxListLimit))
+			return
+		}
+		f.Limit = n
+	}
+	if v := q.Get("after"); v != "" {
+		if err := sandbox.CheckID(sandbox.PrefixSandbox, v); err != nil {
+			writeError(w, r, invalid("after=%q: want a sandbox id (a next_after)", v))
+			return
+		}
+		f.After = v
+	}
 	rows, err := s.store.ListSandboxes(r.Context(), f)
 	if err != nil {
 		writeError(w, r, err)
@@ -200,6 +215,9 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	out := api.SandboxList{Sandboxes: []sandbox.Sandbox{}}
 	for _, row := range rows {
 		out.Sandboxes = append(out.Sandboxes, s.view(row))
+	}
+	if f.Limit > 0 && len(rows) == f.Limit {
+		out.NextAfter = rows[len(rows)-1].ID
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -99,6 +99,10 @@ type SandboxFilter struct {
 	AccountID        string          // "" = every account
 	States           []sandbox.State // empty = any
 	IncludeDestroyed bool
+	// After, a sandbox id, starts the list after that sandbox (in the
+	// list's order: created_at, then id); an unknown id lists nothing.
+	After string
+	Limit int // at most this many; 0 = all
 }
 
 // Store is implemented by sqlite and postgres.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/zeish/zeish/api"
@@ -83,6 +84,28 @@ func (c *Client) ListSandboxes(ctx context.Context, opts ListOptions) ([]Sandbox
 		return nil, err
 	}
 	return list.Sandboxes, nil
+}
+
+// ListSandboxesPage lists at most limit sandboxes after the sandbox id after
+// ("" = from the first); next is the after of the next page, "" when this
+// one was the last.
+func (c *Client) ListSandboxesPage(ctx context.Context, opts ListOptions, limit int, after string) (page []Sandbox, next string, err error) {
+	r := c.control(http.MethodGet, "/public/sandboxes", nil)
+	r.query = url.Values{"limit": {strconv.Itoa(limit)}}
+	if after != "" {
+		r.query.Set("after", after)
+	}
+	if opts.State != "" {
+		r.query.Set("state", string(opts.State))
+	}
+	if opts.IncludeDestroyed {
+		r.query.Set("include_destroyed", "true")
+	}
+	var list api.SandboxList
+	if err := c.call(ctx, r, &list); err != nil {
+		return nil, "", err
+	}
+	return list.Sandboxes, list.NextAfter, nil
 }
 
 // GetSandbox returns one sandbox.

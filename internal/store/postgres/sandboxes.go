@@ -90,7 +90,9 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*st
 		WHERE ($1 = '' OR account_id = $1)
 		  AND (cardinality($2::text[]) = 0 OR state = ANY($2))
 		  AND (cardinality($2::text[]) > 0 OR $3 OR state != 'destroyed')
-		ORDER BY created_at, id`, f.AccountID, states, f.IncludeDestroyed)
+		  AND ($4 = '' OR (created_at, id) > (SELECT created_at, id FROM sandboxes WHERE id = $4))
+		ORDER BY created_at, id
+		LIMIT CASE WHEN $5 > 0 THEN $5 END`, f.AccountID, states, f.IncludeDestroyed, f.After, f.Limit)
 	if err != nil {
 		return nil, err
 	}

@@ -115,11 +115,19 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*st
 		where = append(where, "state != ?")
 		args = append(args, string(sandbox.StateDestroyed))
 	}
+	if f.After != "" {
+		where = append(where, "(created_at, id) > (SELECT created_at, id FROM sandboxes WHERE id = ?)")
+		args = append(args, f.After)
+	}
 	q := `SELECT data FROM sandboxes`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
 	q += " ORDER BY created_at, id"
+	if f.Limit > 0 {
+		q += " LIMIT ?"
+		args = append(args, f.Limit)
+	}
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err

@@ -262,6 +262,11 @@ func testSandboxes(t *testing.T, s store.Store) {
 		{"account all", store.SandboxFilter{AccountID: "acc_1", IncludeDestroyed: true}, []string{"sbx_a", "sbx_b", "sbx_e"}},
 		{"every account", store.SandboxFilter{}, []string{"sbx_b", "sbx_c", "sbx_e"}},
 		{"by state", store.SandboxFilter{States: []sandbox.State{sandbox.StateDestroyed}}, []string{"sbx_a"}},
+		{"first page", store.SandboxFilter{Limit: 2}, []string{"sbx_b", "sbx_c"}},
+		{"next page", store.SandboxFilter{After: "sbx_c", Limit: 2}, []string{"sbx_e"}},
+		{"after the last", store.SandboxFilter{After: "sbx_e"}, nil},
+		{"after, within an account", store.SandboxFilter{AccountID: "acc_1", After: "sbx_b"}, []string{"sbx_e"}},
+		{"after an unknown id", store.SandboxFilter{After: "sbx_zzz"}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
