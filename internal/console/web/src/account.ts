@@ -39,6 +39,7 @@ export function templatesPage(main: HTMLElement): Cleanup {
         } else if (e.template) {
           line(`state ${e.template.state}${e.template.state_reason ? ": " + e.template.state_reason : ""}`);
           if (e.template.state !== "building") {
+            replace(msg, h("p", { role: "status" }, `${e.template.name}: ${e.template.state}${e.template.state_reason ? " (" + e.template.state_reason + ")" : ""}`));
             es?.close();
             load();
           }

@@ -288,6 +288,8 @@ test("the console end to end", { timeout: 15 * 60_000, skip }, async () => {
     await page.click("#build");
     await page.getByRole("alert").filter({ hasText: "invalid_argument" }).waitFor();
     assert.equal(await page.locator('#templates tr[data-template="Bad_Name"]').count(), 0);
+    await go("#/account");
+    await page.locator("#new-key").waitFor();
   });
 
   let otherKey;
