@@ -14,6 +14,9 @@ type SetNetworkInput struct {
 	Egress    string   `json:"egress,omitempty" jsonschema:"allow: everything public except deny rules; deny: nothing except allow rules; omitted: unchanged"`
 	Allow     []string `json:"allow,omitempty" jsonschema:"replaces the allow list: IPv4 addresses, CIDRs, domains (example.com) or *.example.com; omitted: unchanged"`
 	Deny      []string `json:"deny,omitempty" jsonschema:"replaces the deny list (wins over allow); omitted: unchanged"`
+	// Pointers: 0 is a value (the node's default), omitted is "unchanged".
+	RateBytes   *int64 `json:"rate_bytes_per_second,omitempty" jsonschema:"cap on traffic in bytes per second, each way; 0: the node's default (also the most allowed); omitted: unchanged"`
+	RatePackets *int64 `json:"rate_packets_per_second,omitempty" jsonschema:"cap in packets per second, each way; 0: the node's default; omitted: unchanged"`
 }
 
 type NetworkInfo struct {
@@ -32,7 +35,7 @@ func (t *tools) addNetworkTools(s *sdkmcp.Server) {
 	add(s, &sdkmcp.Tool{
 		Name:  "set_network",
 		Title: "Set network policy",
-		Description: "Change which internet destinations a running sandbox may reach, at once and without a restart. " +
+		Description: "Change which internet destinations a running sandbox may reach, and how fast, at once and without a restart. " +
 			"Rules are IPv4 addresses, CIDRs, domains or *.domains; deny wins over allow; egress decides the rest. " +
 			"Private ranges, the host and other sandboxes stay unreachable whatever the rules say.",
 		Annotations: &sdkmcp.ToolAnnotations{DestructiveHint: ptr(false), IdempotentHint: true, OpenWorldHint: ptr(false)},
@@ -41,7 +44,7 @@ func (t *tools) addNetworkTools(s *sdkmcp.Server) {
 
 func (t *tools) setNetwork(ctx context.Context, in SetNetworkInput) (NetworkInfo, error) {
 	sb, err := t.client.SetNetwork(ctx, in.SandboxID, zeish.NetworkPolicyRequest{
-		Egress: sandbox.Egress(in.Egress), Allow: in.Allow, Deny: in.Deny,
+		Egress: sandbox.Egress(in.Egress), Allow: in.Allow, Deny: in.Deny, RateBytes: in.RateBytes, RatePackets: in.RatePackets,
 	})
 	if err != nil {
 		return NetworkInfo{}, err
@@ -56,8 +59,9 @@ func (t *tools) setNetwork(ctx context.Context, in SetNetworkInput) (NetworkInfo
 
 // networkRequest is the network part of create_sandbox, nil when none is given.
 func networkRequest(in CreateSandboxInput) *zeish.NetworkRequest {
-	if in.Egress == "" && in.Allow == nil && in.Deny == nil {
+	if in.Egress == "" && in.Allow == nil && in.Deny == nil && in.RateBytes == 0 && in.RatePackets == 0 {
 		return nil
 	}
-	return &zeish.NetworkRequest{Egress: sandbox.Egress(in.Egress), Allow: in.Allow, Deny: in.Deny}
+	return &zeish.NetworkRequest{Egress: sandbox.Egress(in.Egress), Allow: in.Allow, Deny: in.Deny,
+		RateBytes: in.RateBytes, RatePackets: in.RatePackets}
 }

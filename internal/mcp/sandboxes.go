@@ -43,15 +43,17 @@ func sandboxInfo(sb zeish.Sandbox) SandboxInfo {
 }
 
 type CreateSandboxInput struct {
-	Template  string            `json:"template,omitempty" jsonschema:"template to boot; default base (a small Linux userland with busybox sh)"`
-	Name      string            `json:"name,omitempty" jsonschema:"name for the sandbox: lowercase letters, digits and dashes; generated if omitted"`
-	Size      string            `json:"size,omitempty" jsonschema:"size preset: small (1 vCPU, 512 MiB, default), medium or large; vcpus and memory_mib override it"`
-	MemoryMiB int               `json:"memory_mib,omitempty" jsonschema:"memory in MiB, for example 256 or 1024"`
-	VCPUs     int               `json:"vcpus,omitempty" jsonschema:"number of virtual CPUs"`
-	Env       map[string]string `json:"env,omitempty" jsonschema:"environment variables every command in the sandbox gets"`
-	Egress    string            `json:"egress,omitempty" jsonschema:"network egress: allow (default, every public destination except deny rules) or deny (only allow rules)"`
-	Allow     []string          `json:"allow,omitempty" jsonschema:"destinations the sandbox may reach: IPv4 addresses, CIDRs, domains or *.domains"`
-	Deny      []string          `json:"deny,omitempty" jsonschema:"destinations it may not reach (wins over allow)"`
+	Template    string            `json:"template,omitempty" jsonschema:"template to boot; default base (a small Linux userland with busybox sh)"`
+	Name        string            `json:"name,omitempty" jsonschema:"name for the sandbox: lowercase letters, digits and dashes; generated if omitted"`
+	Size        string            `json:"size,omitempty" jsonschema:"size preset: small (1 vCPU, 512 MiB, default), medium or large; vcpus and memory_mib override it"`
+	MemoryMiB   int               `json:"memory_mib,omitempty" jsonschema:"memory in MiB, for example 256 or 1024"`
+	VCPUs       int               `json:"vcpus,omitempty" jsonschema:"number of virtual CPUs"`
+	Env         map[string]string `json:"env,omitempty" jsonschema:"environment variables every command in the sandbox gets"`
+	Egress      string            `json:"egress,omitempty" jsonschema:"network egress: allow (default, every public destination except deny rules) or deny (only allow rules)"`
+	Allow       []string          `json:"allow,omitempty" jsonschema:"destinations the sandbox may reach: IPv4 addresses, CIDRs, domains or *.domains"`
+	Deny        []string          `json:"deny,omitempty" jsonschema:"destinations it may not reach (wins over allow)"`
+	RateBytes   int64             `json:"rate_bytes_per_second,omitempty" jsonschema:"cap on network traffic in bytes per second, each way; default: the node's (also the most allowed)"`
+	RatePackets int64             `json:"rate_packets_per_second,omitempty" jsonschema:"cap in packets per second, each way; default: the node's"`
 }
 
 type ListSandboxesInput struct {

@@ -149,3 +149,48 @@ func TestIsText(t *testing.T) {
 		}
 	}
 }
+
+// set_network passes the rate caps through: a value (0 included) replaces
+// the sandbox's, an omitted one leaves it (issue 14: caps changed live).
+func TestSetNetworkRates(t *testing.T) {
+	bodies := make(chan map[string]any, 4)
+	mux := http.NewServeMux()
+	mux.HandleFunc("PATCH /api/v1/public/sandboxes/{id}/network", func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		json.NewDecoder(r.Body).Decode(&body)
+		bodies <- body
+		json.NewEncoder(w).Encode(map[string]any{"id": r.PathValue("id"), "network": map[string]any{"enabled": true, "egress": "allow",
+			"allow": []string{}, "deny": []string{}, "rate_bytes_per_second": 1000}})
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	cs := connect(t, srv.URL)
+	cases := []struct {
+		name string
+		args map[string]any
+		want map[string]any // fields the request must carry (nil value: must be absent)
+	}{
+		{"a cap", map[string]any{"sandbox_id": "sbx_a", "rate_bytes_per_second": 1000}, map[string]any{"rate_bytes_per_second": 1000.0, "rate_packets_per_second": nil}},
+		{"zero is the default, not unchanged", map[string]any{"sandbox_id": "sbx_a", "rate_packets_per_second": 0}, map[string]any{"rate_packets_per_second": 0.0, "rate_bytes_per_second": nil}},
+		{"no caps", map[string]any{"sandbox_id": "sbx_a", "egress": "deny"}, map[string]any{"rate_bytes_per_second": nil, "rate_packets_per_second": nil}},
+	}
+	for _, c := range cases {
+		res, err := cs.CallTool(context.Background(), &sdkmcp.CallToolParams{Name: "set_network", Arguments: c.args})
+		if err != nil || res.IsError {
+			t.Fatalf("%s: %v %+v", c.name, err, res)
+		}
+		body := <-bodies
+		for k, v := range c.want {
+			got, ok := body[k]
+			if v == nil && ok || v != nil && got != v {
+				t.Errorf("%s: %s = %v (sent %v), want %v", c.name, k, got, ok, v)
+			}
+		}
+		var out NetworkInfo
+		raw, _ := json.Marshal(res.StructuredContent)
+		json.Unmarshal(raw, &out)
+		if out.RateBytes != 1000 {
+			t.Errorf("%s: answer %+v lacks the cap", c.name, out)
+		}
+	}
+}
