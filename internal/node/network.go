@@ -87,7 +87,7 @@ func (n *Node) attachNetwork(r *store.SandboxRecord) error {
 // life: the links it had before, plus its current one's counters.
 func (n *Node) NetBytes(r *store.SandboxRecord) (in, out uint64) {
 	in, out = r.NetIn, r.NetOut
-	if n.managedNet(r) && r.State.Live() {
+	if n.managedNet(r) && r.State.Live() && !r.NetKept {
 		if c, err := n.opts.Network.Counters(r.Address); err == nil {
 			in, out = in+c.In, out+c.Out
 		}
@@ -96,9 +96,11 @@ func (n *Node) NetBytes(r *store.SandboxRecord) (in, out uint64) {
 }
 
 // keepNetBytes records the counters of r's link in the sandbox before the
-// link goes, so usage still shows them once it is deleted.
+// link goes, so usage still shows them once it is deleted. It runs once
+// the VM is destroyed (the counters stand still) and once only: a delete
+// retried after a later step failed finds NetKept set.
 func (n *Node) keepNetBytes(ctx context.Context, r *store.SandboxRecord) error {
-	if !n.managedNet(r) {
+	if !n.managedNet(r) || r.NetKept {
 		return nil
 	}
 	c, err := n.opts.Network.Counters(r.Address)
@@ -106,7 +108,9 @@ func (n *Node) keepNetBytes(ctx context.Context, r *store.SandboxRecord) error {
 		return nil // no TAP: nothing counted on it
 	}
 	_, err = n.opts.Store.UpdateSandbox(ctx, r.ID, func(cur *store.SandboxRecord) error {
-		cur.NetIn, cur.NetOut = cur.NetIn+c.In, cur.NetOut+c.Out
+		if !cur.NetKept {
+			cur.NetIn, cur.NetOut, cur.NetKept = cur.NetIn+c.In, cur.NetOut+c.Out, true
+		}
 		return nil
 	})
 	return err

@@ -70,6 +70,10 @@ type SandboxRecord struct {
 	// links it no longer has (counted in when a link goes); the current
 	// link's own counters come on top (node.NetBytes).
 	NetIn  uint64 `json:"net_in,omitempty"`
+	// NetKept: a delete has folded the final link's counters into NetIn and
+	// NetOut (its VM was gone first, so they no longer move); a retried
+	// delete and usage must not count that link again.
+	NetKept bool `json:"net_kept,omitempty"`
 	NetOut uint64 `json:"net_out,omitempty"`
 }
 
