@@ -67,6 +67,9 @@ func (c *Control) Node() Node { return c.node }
 // Create admits one create (a running slot, the rate, the daily cap) and
 // has the node make r, validated at the edge.
 func (c *Control) Create(ctx context.Context, r *store.SandboxRecord) (*store.SandboxRecord, error) {
+	if err := c.namesFree(ctx, r.AccountID, []*store.SandboxRecord{r}); err != nil {
+		return nil, err
+	}
 	done, err := c.quotas.admit(ctx, r.AccountID, 1, true, "")
 	if err != nil {
 		return nil, err
@@ -84,6 +87,9 @@ func (c *Control) Create(ctx context.Context, r *store.SandboxRecord) (*store.Sa
 // sandbox.ChildNames and sandbox.Inherit). SPEC, fork rule 5: a fork of N
 // is N creates and N running slots, all or none.
 func (c *Control) Clone(ctx context.Context, parent *store.SandboxRecord, children []*store.SandboxRecord) (time.Duration, []*store.SandboxRecord, error) {
+	if err := c.namesFree(ctx, parent.AccountID, children); err != nil {
+		return 0, nil, err
+	}
 	done, err := c.quotas.admit(ctx, parent.AccountID, len(children), true, "")
 	if err != nil {
 		return 0, nil, err
@@ -96,6 +102,9 @@ func (c *Control) Clone(ctx context.Context, parent *store.SandboxRecord, childr
 // CloneSnapshot starts children from snapshot snapID of parent, admitted
 // like a clone's.
 func (c *Control) CloneSnapshot(ctx context.Context, parent *store.SandboxRecord, snapID string, children []*store.SandboxRecord) ([]*store.SandboxRecord, error) {
+	if err := c.namesFree(ctx, parent.AccountID, children); err != nil {
+		return nil, err
+	}
 	done, err := c.quotas.admit(ctx, parent.AccountID, len(children), true, "")
 	if err != nil {
 		return nil, err

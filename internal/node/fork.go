@@ -287,15 +287,12 @@ func (n *Node) CloneSnapshot(ctx context.Context, snapID string, children []*sto
 }
 
 // admitChildren reserves guest memory for children of parent and checks
-// their names and the account's image RAM; release gives the memory back
+// the account's image RAM (names are the control plane's, and the store's
+// unique index at the insert); release gives the memory back
 // (once the children's records count it).
 func (n *Node) admitChildren(ctx context.Context, parent *store.SandboxRecord, children []*store.SandboxRecord) (release func(), err error) {
 	release, err = n.reserve(parent, len(children))
 	if err != nil {
-		return nil, err
-	}
-	if err := n.namesFree(ctx, parent.AccountID, children); err != nil {
-		release()
 		return nil, err
 	}
 	if err := n.checkAccountImageRAM(ctx, parent); err != nil {
@@ -352,24 +349,6 @@ func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, i
 		})
 	}
 	return nil
-}
-
-// namesFree checks the children's chosen names are unused among the
-// account's live sandboxes and among themselves.
-func (n *Node) namesFree(ctx context.Context, accountID string, children []*store.SandboxRecord) error {
-	live, err := n.opts.Store.ListSandboxes(ctx, store.SandboxFilter{AccountID: accountID})
-	if err != nil {
-		return err
-	}
-	taken := map[string]bool{}
-	for _, r := range live {
-		taken[r.Name] = true
-	}
-	names := make([]string, len(children))
-	for i, c := range children {
-		names[i] = c.Name
-	}
-	return sandbox.CheckNewNames(taken, names)
 }
 
 // bootFromImage starts a fork child from the image its parent was captured into.
