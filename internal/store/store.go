@@ -69,12 +69,12 @@ type SandboxRecord struct {
 	// NetIn and NetOut are the bytes the sandbox received and sent on
 	// links it no longer has (counted in when a link goes); the current
 	// link's own counters come on top (node.NetBytes).
-	NetIn  uint64 `json:"net_in,omitempty"`
+	NetIn uint64 `json:"net_in,omitempty"`
 	// NetKept: a delete has folded the final link's counters into NetIn and
 	// NetOut (its VM was gone first, so they no longer move); a retried
 	// delete and usage must not count that link again.
-	NetKept bool `json:"net_kept,omitempty"`
-	NetOut uint64 `json:"net_out,omitempty"`
+	NetKept bool   `json:"net_kept,omitempty"`
+	NetOut  uint64 `json:"net_out,omitempty"`
 }
 
 // Interval is a span of time; End is nil while it lasts.
