@@ -48,96 +48,149 @@ func WarmSize(tpl sandbox.Template) sandbox.Size {
 // The image is pinned until the caller's unpin, which it calls once the
 // template's record names the image (or the build failed). progress gets
 // one line per step. Nothing is left behind on failure.
-func (n *Node) Warm(ctx context.Context, tpl sandbox.Template, progress func(string)) (_ *sandbox.TemplateWarm, unpin func(), err error) {
-	started := time.Now()
-	size := WarmSize(tpl)
-	release, err := n.reserve(&store.SandboxRecord{Sandbox: sandbox.Sandbox{MemoryMiB: size.MemoryMiB}}, 1)
+func (n *Node) Warm(ctx context.Context, tpl sandbox.Template, progress func(string)) (*sandbox.TemplateWarm, func(), error) {
+	w := &warmRun{n: n, tpl: tpl, size: WarmSize(tpl), progress: progress, started: time.Now(),
+		dir: filepath.Join(n.opts.DataDir, "warm", tpl.ID)}
+	defer w.cleanup()
+	err := rollback.Run(ctx,
+		rollback.Step{Name: "reserve", Do: w.reserve},
+		rollback.Step{Name: "prepare", Do: w.prepare},
+		rollback.Step{Name: "boot", Do: w.boot},
+		rollback.Step{Name: "configure", Do: w.configure},
+		rollback.Step{Name: "ready", Do: w.ready},
+		rollback.Step{Name: "capture", Do: w.capture},
+		rollback.Step{Name: "record", Do: w.record},
+	)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer release()
-	dir := filepath.Join(n.opts.DataDir, "warm", tpl.ID)
-	os.RemoveAll(dir) // a build interrupted by a restart starts again
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, nil, err
+	out := &sandbox.TemplateWarm{Image: w.meta.ID, VCPUs: w.size.VCPUs, MemoryMiB: w.size.MemoryMiB, DiskMiB: w.size.DiskMiB,
+		BuildMS: time.Since(w.started).Milliseconds()}
+	n.log.Info("template warmed", "template", tpl.ID, "image", w.meta.ID, "ms", out.BuildMS)
+	return out, w.unpin, nil
+}
+
+// warmRun is one warm build: what its steps share.
+type warmRun struct {
+	n        *Node
+	tpl      sandbox.Template
+	size     sandbox.Size
+	progress func(string)
+	started  time.Time
+	dir      string // the build's folder, removed at the end whatever happened
+	release  func() // the memory reservation, given back at the end
+	spec     vmm.Spec
+	h        *vmm.Handle
+	c        *guest.Client
+	meta     *imageMeta
+	unpin    func()
+}
+
+// cleanup runs after the steps (and their undo, if one failed): the agent
+// connection, the memory, and last the VM's folder (the undo stopped the
+// VM through its sockets; the image keeps what it needs).
+func (w *warmRun) cleanup() {
+	if w.c != nil {
+		w.c.Close()
 	}
-	// The VM's folder goes last (after a failure's rollback stopped the VM
-	// through its sockets); the image keeps what it needs.
-	defer os.RemoveAll(dir)
-	var undo rollback.Stack
-	defer undo.OnError(ctx, &err)
-	spec := vmm.Spec{
-		ID: "warm-" + tpl.ID, Dir: filepath.Join(dir, "vm"),
+	if w.release != nil {
+		w.release()
+	}
+	os.RemoveAll(w.dir)
+}
+
+func (w *warmRun) reserve(_ context.Context, _ *rollback.Stack) (err error) {
+	w.release, err = w.n.reserve(&store.SandboxRecord{Sandbox: sandbox.Sandbox{MemoryMiB: w.size.MemoryMiB}}, 1)
+	return err
+}
+
+func (w *warmRun) prepare(_ context.Context, _ *rollback.Stack) error {
+	os.RemoveAll(w.dir) // a build interrupted by a restart starts again
+	n, tpl, size := w.n, w.tpl, w.size
+	w.spec = vmm.Spec{
+		ID: "warm-" + tpl.ID, Dir: filepath.Join(w.dir, "vm"),
 		Kernel: tpl.Kernel, Initrd: tpl.Initrd, KernelArgs: tpl.KernelArgs, BaseDisk: tpl.BaseDisk,
-		Disk:    filepath.Join(dir, n.opts.Driver.DiskFile("disk")),
+		Disk:    filepath.Join(w.dir, n.opts.Driver.DiskFile("disk")),
 		DiskMiB: size.DiskMiB, MemoryMiB: size.MemoryMiB, VCPUs: size.VCPUs, MAC: sandbox.NewMAC(),
 	}
-	if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
-		return nil, nil, err
+	return os.MkdirAll(w.spec.Dir, 0o700)
+}
+
+func (w *warmRun) boot(ctx context.Context, undo *rollback.Stack) (err error) {
+	n := w.n
+	w.progress("booting the template")
+	if w.h, err = n.opts.Driver.Start(ctx, w.spec); err != nil {
+		return err
 	}
-	progress("booting the template")
-	h, err := n.opts.Driver.Start(ctx, spec)
-	if err != nil {
-		return nil, nil, fmt.Errorf("boot: %w", err)
-	}
+	h := w.h
 	undo.Add(func(ctx context.Context) error { return n.opts.Driver.Destroy(ctx, h) })
-	writeHandleFile(spec.Dir, h) // for sweepWarm, should zeishd die now
-	c, err := n.connectAgent(ctx, h)
-	if err != nil {
-		return nil, nil, fmt.Errorf("boot: %w (console: %s)", err, n.opts.Driver.ConsoleTail(h, 512))
+	writeHandleFile(w.spec.Dir, h) // for sweepWarm, should zeishd die now
+	if w.c, err = n.connectAgent(ctx, h); err != nil {
+		return fmt.Errorf("%w (console: %s)", err, n.opts.Driver.ConsoleTail(h, 512))
 	}
-	defer c.Close()
+	return nil
+}
+
+func (w *warmRun) configure(ctx context.Context, _ *rollback.Stack) error {
 	cfg := freshConfig("warm")
-	applyTemplate(&tpl, &cfg)
+	applyTemplate(&w.tpl, &cfg)
 	if len(cfg.StartCmd) > 0 {
-		progress(fmt.Sprintf("starting %q", cfg.StartCmd))
+		w.progress(fmt.Sprintf("starting %q", cfg.StartCmd))
 	}
-	if err := c.Configure(ctx, cfg); err != nil {
-		return nil, nil, fmt.Errorf("configure: %w", err)
-	}
-	if len(tpl.ReadyCmd) > 0 {
-		progress(fmt.Sprintf("waiting for %q to succeed", tpl.ReadyCmd))
+	return w.c.Configure(ctx, cfg)
+}
+
+// ready waits for the ready command, then for the guest's own boot work
+// (growing the root file system to the disk), which would otherwise go on
+// in every sandbox started from the image, writing pages each then owns.
+func (w *warmRun) ready(ctx context.Context, _ *rollback.Stack) error {
+	if len(w.tpl.ReadyCmd) > 0 {
+		w.progress(fmt.Sprintf("waiting for %q to succeed", w.tpl.ReadyCmd))
 		bound := DefaultReadyTimeout
-		if tpl.ReadyTimeoutSeconds > 0 {
-			bound = time.Duration(tpl.ReadyTimeoutSeconds) * time.Second
+		if w.tpl.ReadyTimeoutSeconds > 0 {
+			bound = time.Duration(w.tpl.ReadyTimeoutSeconds) * time.Second
 		}
 		rctx, cancel := context.WithTimeout(ctx, bound)
-		err := waitReady(rctx, c, tpl.ReadyCmd)
+		err := waitReady(rctx, w.c, w.tpl.ReadyCmd)
 		cancel()
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 	}
-	// The guest's own boot work (growing the root file system to the disk)
-	// would otherwise go on in every sandbox started from the image,
-	// writing pages each of them then owns.
-	if err := waitBootWork(ctx, c); err != nil {
-		return nil, nil, err
+	if err := waitBootWork(ctx, w.c); err != nil {
+		return err
 	}
-	c.Close()
-	progress("saving the machine")
-	imgID, imgDir, unpinImage, err := n.newImageDir()
+	w.c.Close()
+	w.c = nil
+	return nil
+}
+
+func (w *warmRun) capture(ctx context.Context, undo *rollback.Stack) error {
+	n := w.n
+	w.progress("saving the machine")
+	imgID, imgDir, unpin, err := n.newImageDir()
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	undo.Add(func(context.Context) error { unpinImage(); return os.RemoveAll(imgDir) })
-	img, _, err := n.opts.Driver.Capture(ctx, h, imgDir, false)
+	w.unpin = unpin
+	undo.Add(func(context.Context) error { unpin(); return os.RemoveAll(imgDir) })
+	img, _, err := n.opts.Driver.Capture(ctx, w.h, imgDir, false)
 	if err != nil {
-		return nil, nil, fmt.Errorf("capture: %w", err)
+		return err
 	}
 	undo.Add(func(context.Context) error { return n.opts.Driver.DiscardImage(imgDir, img) })
-	meta := &imageMeta{ID: imgID, SandboxID: tpl.ID, VM: img, Disk: n.layerPath(imgID), CreatedAt: time.Now().UTC()}
-	if err := os.Rename(h.Disk, meta.Disk); err != nil {
-		return nil, nil, fmt.Errorf("keep the disk: %w", err)
+	w.meta = &imageMeta{ID: imgID, SandboxID: w.tpl.ID, VM: img, Disk: n.layerPath(imgID), CreatedAt: time.Now().UTC()}
+	return nil
+}
+
+// record keeps the disk as the image's layer and writes the image's
+// metadata: from here on the image is complete.
+func (w *warmRun) record(_ context.Context, _ *rollback.Stack) error {
+	if err := os.Rename(w.h.Disk, w.meta.Disk); err != nil {
+		return fmt.Errorf("keep the disk: %w", err)
 	}
-	os.Chmod(meta.Disk, 0o400)
-	if err := n.writeImage(meta); err != nil {
-		return nil, nil, err
-	}
-	w := &sandbox.TemplateWarm{Image: imgID, VCPUs: size.VCPUs, MemoryMiB: size.MemoryMiB, DiskMiB: size.DiskMiB,
-		BuildMS: time.Since(started).Milliseconds()}
-	n.log.Info("template warmed", "template", tpl.ID, "image", imgID, "ms", w.BuildMS)
-	return w, unpinImage, nil
+	os.Chmod(w.meta.Disk, 0o400)
+	return w.n.writeImage(w.meta)
 }
 
 // CollectImages removes the images nothing needs any more: a deleted warm

@@ -50,3 +50,28 @@ func TestRunOutlivesCancelledContext(t *testing.T) {
 		t.Fatalf("undo saw a cancelled context: %v", sawErr)
 	}
 }
+
+// Steps run in order; a failing step unwinds what the earlier ones did,
+// newest first, and its name leads the error.
+func TestRunSteps(t *testing.T) {
+	var log []string
+	step := func(name string, fail bool) Step {
+		return Step{Name: name, Do: func(_ context.Context, undo *Stack) error {
+			if fail {
+				return errors.New("broke")
+			}
+			log = append(log, "do "+name)
+			undo.Add(func(context.Context) error { log = append(log, "undo "+name); return nil })
+			return nil
+		}}
+	}
+	err := Run(context.Background(), step("boot", false), step("configure", false), step("capture", true), step("record", false))
+	want := []string{"do boot", "do configure", "undo configure", "undo boot"}
+	if err == nil || err.Error() != "capture: broke" || !reflect.DeepEqual(log, want) {
+		t.Fatalf("err %v, log %v; want capture: broke and %v", err, log, want)
+	}
+	log = nil
+	if err := Run(context.Background(), step("boot", false), step("record", false)); err != nil || !reflect.DeepEqual(log, []string{"do boot", "do record"}) {
+		t.Fatalf("success: err %v, log %v", err, log)
+	}
+}
