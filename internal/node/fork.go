@@ -231,7 +231,7 @@ func (n *Node) Clone(ctx context.Context, parentID string, children []*store.San
 	if err != nil {
 		return 0, nil, err
 	}
-	// Refuse a taken name or a full host before the parent is paused.
+	// Refuse a full host before the parent is paused (names: the control plane).
 	release, err := n.admitChildren(ctx, parent, children)
 	if err != nil {
 		return 0, nil, err
