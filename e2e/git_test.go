@@ -3,8 +3,8 @@ package e2e
 import (
 	"bytes"
 	"crypto/rand"
-	"encoding/json"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/cgi"
