@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/cgi"
 	"os"
@@ -70,7 +71,7 @@ func newGitLab(t *testing.T, lab *testenv.NetLab) *gitLab {
 	g.sha["pr7"] = sh(`git rev-parse HEAD`)
 	sh(`git init -q --bare ` + bare + ` && git push -q ` + bare + ` main feature HEAD:refs/pull/7/head && git -C ` + bare + ` symbolic-ref HEAD refs/heads/main`)
 
-	backend := &cgi.Handler{Path: gitBin, Args: []string{"http-backend"}, Root: "/",
+	backend := &cgi.Handler{Path: gitBin, Args: []string{"http-backend"}, Root: "/", Stderr: io.Discard,
 		Env: []string{"GIT_PROJECT_ROOT=" + filepath.Dir(bare), "GIT_HTTP_EXPORT_ALL=1", "GIT_CONFIG_NOSYSTEM=1", "HOME=" + dir}}
 	want := "Basic " + base64.StdEncoding.EncodeToString([]byte(sandbox.GitDefaultUsername+":"+g.token))
 	ln, err := lab.ListenIn(lab.Inet, "tcp", gitLabHost)

@@ -70,7 +70,7 @@ func (r runner) run(ctx context.Context, step, user string, timeout time.Duratio
 		return "", fmt.Errorf("git %s: %w", step, NoGit)
 	}
 	if res.ExitCode != 0 || res.TimedOut {
-		msg := strings.TrimSpace(errOut.String())
+		msg := strings.TrimSpace(dropProgress(errOut.String()))
 		if res.TimedOut {
 			msg = fmt.Sprintf("timed out after %s; %s", timeout, msg)
 		}
@@ -201,6 +201,18 @@ func addFile(st *api.GitStatus, path, xy string) {
 		return
 	}
 	st.Dirty = append(st.Dirty, api.GitFile{Path: path, Status: strings.ReplaceAll(xy, ".", " ")})
+}
+
+// dropProgress removes git's chatter ("Cloning into '…'...") that is no
+// part of why it failed.
+func dropProgress(s string) string {
+	var keep []string
+	for _, line := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(line, "Cloning into ") {
+			keep = append(keep, line)
+		}
+	}
+	return strings.Join(keep, "\n")
 }
 
 // limitedBuffer keeps the first max bytes written to it.

@@ -3,12 +3,14 @@ package gitws
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
 	"github.com/zeish/zeish/sandbox"
 )
@@ -63,6 +65,9 @@ func (f *fakeGuest) Exec(_ context.Context, req guest.ExecRequest, _ io.Reader, 
 	f.calls = append(f.calls, line)
 	for prefix, r := range f.fail {
 		if strings.HasPrefix(line, prefix) {
+			if r.code == -2 {
+				return guest.ExecResult{}, fmt.Errorf("exec git: executable file not found in $PATH: %w", errdefs.ErrFileNotFound)
+			}
 			io.WriteString(stderr, r.stderr)
 			return guest.ExecResult{ExitCode: r.code}, nil
 		}
@@ -102,8 +107,10 @@ func TestCloneAndSwitch(t *testing.T) {
 				"user: git -C /home/user/workspace fetch --no-progress origin -- refs/pull/7/head",
 				"user: git -C /home/user/workspace switch --no-track -C pr-7 FETCH_HEAD"}, ""},
 		{"a failed clone redacts the token", func(g *fakeGuest) error { return Clone(context.Background(), g, sb, true, "tok3n") },
-			map[string]failure{"user: git clone": {128, "fatal: Authentication failed for 'http://x:tok3n@198.18.0.1/r.git'\n"}},
+			map[string]failure{"user: git clone": {128, "Cloning into '/home/user/workspace'...\nfatal: Authentication failed for 'http://x:tok3n@198.18.0.1/r.git'\n"}},
 			nil, "git clone: fatal: Authentication failed for 'http://[REDACTED]@198.18.0.1/r.git'"},
+		{"the exec itself fails for want of git", func(g *fakeGuest) error { return Clone(context.Background(), g, sb, false) },
+			map[string]failure{"user: git clone": {-2, ""}}, nil, NoGit.Error()},
 		{"no git", func(g *fakeGuest) error { return Clone(context.Background(), g, sb, false) },
 			map[string]failure{"user: git clone": {127, "sh: git: not found"}}, nil, NoGit.Error()},
 		{"switch to an existing branch", func(g *fakeGuest) error {
