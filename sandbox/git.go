@@ -231,7 +231,7 @@ func ForkGit(parent Sandbox, o ForkOverrides) (ForkOverrides, error) {
 	if o.GitBranch == nil && o.PRNumber == nil {
 		return o, nil
 	}
-	if parent.GitRepo == "" {
+	if !HasClone(parent) {
 		return o, fmt.Errorf("git_branch and pr_number need a sandbox with a git_repo; %s has none: %w", parent.ID, errdefs.ErrNoGitRepo)
 	}
 	if o.GitBranch != nil {
@@ -254,6 +254,10 @@ func ForkGit(parent Sandbox, o ForkOverrides) (ForkOverrides, error) {
 	return o, nil
 }
 
+// HasClone reports whether sb's repository was cloned: it has git_repo and
+// a git_path (sandboxes made before clones were real have only the first).
+func HasClone(sb Sandbox) bool { return sb.GitRepo != "" && sb.GitPath != "" }
+
 // GitSwitch is what a fork child checks out after it resumes: nothing
 // (ok false) when it stays on its parent's branch.
 type GitSwitch struct {
@@ -265,7 +269,7 @@ type GitSwitch struct {
 
 // ForkSwitch is the checkout child needs, given its parent.
 func ForkSwitch(parent, child Sandbox) (GitSwitch, bool) {
-	if child.GitRepo == "" || child.GitBranch == parent.GitBranch && child.PRNumber == parent.PRNumber {
+	if !HasClone(child) || child.GitBranch == parent.GitBranch && child.PRNumber == parent.PRNumber {
 		return GitSwitch{}, false
 	}
 	if child.PRNumber > 0 && child.GitBranch == PRBranch(child.PRNumber) && child.PRNumber != parent.PRNumber {

@@ -146,7 +146,7 @@ func TestResolveGit(t *testing.T) {
 }
 
 func TestForkGit(t *testing.T) {
-	parent := Sandbox{ID: "sbx_p", GitRepo: "https://git.example/r", GitBranch: "main", GitPRRef: DefaultGitPRRef}
+	parent := Sandbox{ID: "sbx_p", GitRepo: "https://git.example/r", GitBranch: "main", GitPRRef: DefaultGitPRRef, GitPath: DefaultGitPath}
 	str := func(s string) *string { return &s }
 	num := func(n int) *int { return &n }
 	cases := []struct {
@@ -170,7 +170,9 @@ func TestForkGit(t *testing.T) {
 		{"negative pull request", parent, ForkOverrides{PRNumber: num(-3)}, errdefs.ErrInvalidGitRef, "", 0, GitSwitch{}, false},
 		{"empty branch", parent, ForkOverrides{GitBranch: str("")}, errdefs.ErrInvalidGitRef, "", 0, GitSwitch{}, false},
 		{"parent without a repo", Sandbox{ID: "sbx_q"}, ForkOverrides{GitBranch: str("x")}, errdefs.ErrNoGitRepo, "", 0, GitSwitch{}, false},
-		{"a branch off a pull request keeps its number", Sandbox{GitRepo: "https://h/r", GitBranch: "pr-7", PRNumber: 7}, ForkOverrides{GitBranch: str("fix")},
+		{"a repo that was never cloned (made before clones)", Sandbox{ID: "sbx_old", GitRepo: "https://h/r", GitBranch: "main"},
+			ForkOverrides{GitBranch: str("x")}, errdefs.ErrNoGitRepo, "", 0, GitSwitch{}, false},
+		{"a branch off a pull request keeps its number", Sandbox{GitRepo: "https://h/r", GitBranch: "pr-7", PRNumber: 7, GitPath: "/w"}, ForkOverrides{GitBranch: str("fix")},
 			nil, "fix", 7, GitSwitch{Branch: "fix"}, true},
 	}
 	for _, c := range cases {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/gitws"
+	"github.com/zeish/zeish/sandbox"
 )
 
 // gitStatus is GET /public/sandboxes/{id}/git: the clone's branch, HEAD and
@@ -19,7 +20,7 @@ func (s *Server) gitStatus(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	if rec.GitRepo == "" {
+	if !sandbox.HasClone(rec.Sandbox) {
 		writeError(w, r, fmt.Errorf("sandbox %s has no git_repo: %w", rec.ID, errdefs.ErrNoGitRepo))
 		return
 	}
