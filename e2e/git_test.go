@@ -150,7 +150,10 @@ func TestGit(t *testing.T) {
 	create := func(t *testing.T, req api.CreateSandboxRequest) (zeish.Sandbox, error) {
 		t.Helper()
 		req.Template, req.MemoryMiB = "debian", 512
-		return c.CreateSandbox(ctx, req, zeish.Wait())
+		start := time.Now()
+		sb, err := c.CreateSandbox(ctx, req, zeish.Wait())
+		t.Logf("create %s (git_repo %q branch %q pr %d): %d ms", req.Name, req.GitRepo, req.GitBranch, req.PRNumber, time.Since(start).Milliseconds())
+		return sb, err
 	}
 	remove := func(id string) { c.DeleteSandbox(ctx, id, zeish.Wait()) }
 
@@ -232,7 +235,9 @@ func TestGit(t *testing.T) {
 		if onFeature.ID == "" {
 			t.Fatal("needs the branch sandbox")
 		}
+		start := time.Now()
 		resp, err := c.CloneSandbox(ctx, onFeature.ID, api.CloneRequest{Name: "git-try", GitBranch: ptr("agent/try")}, zeish.Wait())
+		t.Logf("fork to a new branch: %d ms (parent paused %d ms)", time.Since(start).Milliseconds(), resp.PauseMS)
 		if err != nil || len(resp.Sandboxes) != 1 || resp.Sandboxes[0].State != sandbox.StateRunning {
 			t.Fatalf("fork: %+v %v", resp, err)
 		}
@@ -289,7 +294,9 @@ func TestGit(t *testing.T) {
 		if onFeature.ID == "" {
 			t.Fatal("needs the branch sandbox")
 		}
+		start := time.Now()
 		resp, err := c.CloneSandbox(ctx, onFeature.ID, api.CloneRequest{Name: "git-pr", PRNumber: ptr(7)}, zeish.Wait())
+		t.Logf("fork to a pull request: %d ms", time.Since(start).Milliseconds())
 		if err != nil || len(resp.Sandboxes) != 1 || resp.Sandboxes[0].State != sandbox.StateRunning {
 			t.Fatalf("fork: %+v %v", resp, err)
 		}
@@ -416,7 +423,7 @@ func TestGit(t *testing.T) {
 	})
 
 	t.Run("status of a sandbox without git", func(t *testing.T) {
-		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "debian", MemoryMiB: 512}, zeish.Wait())
+		sb, err := create(t, api.CreateSandboxRequest{Name: "git-none"})
 		if err != nil {
 			t.Fatal(err)
 		}
