@@ -45,35 +45,36 @@ type Health struct {
 
 // CreateSandboxRequest is POST /public/sandboxes.
 type CreateSandboxRequest struct {
-	Template  string            `json:"template,omitempty"` // default "base"
-	Name      string            `json:"name,omitempty"`
-	Size      string            `json:"size,omitempty"` // small (default), medium, large
-	VCPUs     int               `json:"vcpus,omitempty"`
-	MemoryMiB int               `json:"memory_mib,omitempty"`
-	DiskMiB   int               `json:"disk_mib,omitempty"`
-	Region    string            `json:"region,omitempty"`
-	Env       map[string]string `json:"env,omitempty"`
-	Secrets   map[string]string `json:"secrets,omitempty"`
-	GitRepo   string            `json:"git_repo,omitempty"`
-	GitBranch string            `json:"git_branch,omitempty"`
-	PRNumber  int               `json:"pr_number,omitempty"`
-	// GitPath, GitPRRef and GitTokenSecret go with GitRepo (docs/git.md):
-	// where it is cloned (default /home/user/workspace), the pull ref
-	// pattern (default refs/pull/{n}/head), and the entry of Secrets
-	// holding git's token (default GIT_TOKEN, when present).
-	GitPath        string            `json:"git_path,omitempty"`
-	GitPRRef       string            `json:"git_pr_ref,omitempty"`
-	GitTokenSecret string            `json:"git_token_secret,omitempty"`
-	MaxCostMicros  int64             `json:"max_cost_micros,omitempty"`
-	Browser        bool              `json:"browser,omitempty"`
-	Desktop        bool              `json:"desktop,omitempty"`
-	Metadata       map[string]string `json:"metadata,omitempty"`
-	Network        *NetworkRequest   `json:"network,omitempty"`
+	Template      string            `json:"template,omitempty"` // default "base"
+	Name          string            `json:"name,omitempty"`
+	Size          string            `json:"size,omitempty"` // small (default), medium, large
+	VCPUs         int               `json:"vcpus,omitempty"`
+	MemoryMiB     int               `json:"memory_mib,omitempty"`
+	DiskMiB       int               `json:"disk_mib,omitempty"`
+	Region        string            `json:"region,omitempty"`
+	Env           map[string]string `json:"env,omitempty"`
+	Secrets       map[string]string `json:"secrets,omitempty"`
+	GitRepo       string            `json:"git_repo,omitempty"`
+	GitBranch     string            `json:"git_branch,omitempty"`
+	PRNumber      int               `json:"pr_number,omitempty"`
+	MaxCostMicros int64             `json:"max_cost_micros,omitempty"`
+	Browser       bool              `json:"browser,omitempty"`
+	Desktop       bool              `json:"desktop,omitempty"`
+	Metadata      map[string]string `json:"metadata,omitempty"`
+	Network       *NetworkRequest   `json:"network,omitempty"`
 	// TimeoutSeconds > 0 ends the sandbox's life that long after create
 	// (extend it with POST /public/sandboxes/{id}/timeout); OnTimeout is what
 	// then happens: delete (default), pause or stop.
 	TimeoutSeconds int    `json:"timeout_seconds,omitempty"`
 	OnTimeout      string `json:"on_timeout,omitempty"`
+
+	// GitPath, GitPRRef and GitTokenSecret go with GitRepo (docs/git.md):
+	// where it is cloned (default /home/user/workspace), the pull ref
+	// pattern (default refs/pull/{n}/head), and the entry of Secrets
+	// holding git's token (default GIT_TOKEN, when present).
+	GitPath        string `json:"git_path,omitempty"`
+	GitPRRef       string `json:"git_pr_ref,omitempty"`
+	GitTokenSecret string `json:"git_token_secret,omitempty"`
 }
 
 // SandboxList is GET /public/sandboxes.

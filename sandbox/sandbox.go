@@ -40,43 +40,44 @@ type Sandbox struct {
 	// ErrorCode and ErrorMessage say why a sandbox is in state error: a
 	// stable code (see ErrorCodes) and words for humans (for a failed boot,
 	// the last lines of the guest's console). Empty in any other state.
-	ErrorCode    string            `json:"error_code,omitempty"`
-	ErrorMessage string            `json:"error_message,omitempty"`
-	Template     string            `json:"template"`
-	VCPUs        int               `json:"vcpus"`
-	MemoryMiB    int               `json:"memory_mib"`
-	DiskMiB      int               `json:"disk_mib"`
-	Region       string            `json:"region"`
-	Host         string            `json:"host"`
-	Hostname     string            `json:"hostname"`
-	Address      string            `json:"address"`
-	Network      *Network          `json:"network,omitempty"`      // nil: the node runs without networking
-	PublicPorts  []int             `json:"public_ports,omitempty"` // guest ports served through the data plane without a token
-	Accel        string            `json:"accel,omitempty"`
-	ParentID     string            `json:"parent_id,omitempty"`
-	Env          map[string]string `json:"env"`
-	GitRepo      string            `json:"git_repo,omitempty"`
-	GitBranch    string            `json:"git_branch,omitempty"`
-	PRNumber     int               `json:"pr_number,omitempty"`
-	// GitPath, GitPRRef and GitTokenSecret say where the repository is
-	// cloned, which ref a pull request is, and which secret holds git's
-	// token (see git.go); set with git_repo only.
-	GitPath        string            `json:"git_path,omitempty"`
-	GitPRRef       string            `json:"git_pr_ref,omitempty"`
-	GitTokenSecret string            `json:"git_token_secret,omitempty"`
-	MaxCostMicros  int64             `json:"max_cost_micros,omitempty"`
-	Browser        bool              `json:"browser"`
-	Desktop        bool              `json:"desktop"`
-	Metadata       map[string]string `json:"metadata"`
-	CostMicros     int64             `json:"cost_micros"`
-	CreatedAt      time.Time         `json:"created_at"`
-	UpdatedAt      time.Time         `json:"updated_at"`
-	DestroyedAt    *time.Time        `json:"destroyed_at,omitempty"`
+	ErrorCode     string            `json:"error_code,omitempty"`
+	ErrorMessage  string            `json:"error_message,omitempty"`
+	Template      string            `json:"template"`
+	VCPUs         int               `json:"vcpus"`
+	MemoryMiB     int               `json:"memory_mib"`
+	DiskMiB       int               `json:"disk_mib"`
+	Region        string            `json:"region"`
+	Host          string            `json:"host"`
+	Hostname      string            `json:"hostname"`
+	Address       string            `json:"address"`
+	Network       *Network          `json:"network,omitempty"`      // nil: the node runs without networking
+	PublicPorts   []int             `json:"public_ports,omitempty"` // guest ports served through the data plane without a token
+	Accel         string            `json:"accel,omitempty"`
+	ParentID      string            `json:"parent_id,omitempty"`
+	Env           map[string]string `json:"env"`
+	GitRepo       string            `json:"git_repo,omitempty"`
+	GitBranch     string            `json:"git_branch,omitempty"`
+	PRNumber      int               `json:"pr_number,omitempty"`
+	MaxCostMicros int64             `json:"max_cost_micros,omitempty"`
+	Browser       bool              `json:"browser"`
+	Desktop       bool              `json:"desktop"`
+	Metadata      map[string]string `json:"metadata"`
+	CostMicros    int64             `json:"cost_micros"`
+	CreatedAt     time.Time         `json:"created_at"`
+	UpdatedAt     time.Time         `json:"updated_at"`
+	DestroyedAt   *time.Time        `json:"destroyed_at,omitempty"`
 
 	// TimeoutAt, when set, is when the sandbox's time is up; OnTimeout says
 	// what happens then (one of TimeoutActions). Clients move it.
 	TimeoutAt *time.Time `json:"timeout_at,omitempty"`
 	OnTimeout string     `json:"on_timeout,omitempty"`
+
+	// GitPath, GitPRRef and GitTokenSecret say where the repository is
+	// cloned, which ref a pull request is, and which secret holds git's
+	// token (see git.go); set with git_repo only.
+	GitPath        string `json:"git_path,omitempty"`
+	GitPRRef       string `json:"git_pr_ref,omitempty"`
+	GitTokenSecret string `json:"git_token_secret,omitempty"`
 }
 
 // What happens to a sandbox when its TimeoutAt passes.

@@ -87,7 +87,7 @@ func (s *Server) newRecord(ctx context.Context, acct store.Account, req api.Crea
 		return nil, err
 	}
 	if git.GitRepo != "" && !catalog.HasGit(tpl) {
-		return nil, fmt.Errorf("template %q has no git; git_repo needs the %s template: %w", tpl.Name, catalog.DebianName, errdefs.ErrTemplateLacksGit)
+		return nil, fmt.Errorf("template %q has no git; git_repo needs the %s template: %w", tpl.Name, catalog.DebianName, errdefs.ErrTemplateNoGit)
 	}
 	netw, err := networkOf(req.Network)
 	if err != nil {
