@@ -67,6 +67,14 @@ type CreateSandboxRequest struct {
 	// then happens: delete (default), pause or stop.
 	TimeoutSeconds int    `json:"timeout_seconds,omitempty"`
 	OnTimeout      string `json:"on_timeout,omitempty"`
+
+	// GitPath, GitPRRef and GitTokenSecret go with GitRepo (docs/git.md):
+	// where it is cloned (default /home/user/workspace), the pull ref
+	// pattern (default refs/pull/{n}/head), and the entry of Secrets
+	// holding git's token (default GIT_TOKEN, when present).
+	GitPath        string `json:"git_path,omitempty"`
+	GitPRRef       string `json:"git_pr_ref,omitempty"`
+	GitTokenSecret string `json:"git_token_secret,omitempty"`
 }
 
 // SandboxList is GET /public/sandboxes.

@@ -70,7 +70,7 @@ func TestFork(t *testing.T) {
 	ctx := ctxFor(t, 15*time.Minute)
 	c := s.client
 	parent, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Name: "fork-parent", MemoryMiB: 256,
-		Env: map[string]string{"LEVEL": "parent"}, GitRepo: "https://example.com/r.git", GitBranch: "main", PRNumber: 7,
+		Env: map[string]string{"LEVEL": "parent"}, MaxCostMicros: 5_000_000_000,
 		Metadata: map[string]string{"team": "evals"}}, zeish.Wait())
 	if err != nil || parent.State != sandbox.StateRunning {
 		t.Fatalf("create parent: %+v %v", parent, err)
@@ -79,7 +79,7 @@ func TestFork(t *testing.T) {
 	shell(t, pconn, counterScript+" echo prepared > /root/prepared")
 	before := counter(t, pconn)
 
-	resp, err := c.CloneSandbox(ctx, parent.ID, api.CloneRequest{Count: 2, Name: "kid", GitBranch: ptr("feature")}, zeish.Wait())
+	resp, err := c.CloneSandbox(ctx, parent.ID, api.CloneRequest{Count: 2, Name: "kid", MaxCostMicros: ptr(int64(9_000_000_000))}, zeish.Wait())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,10 +107,10 @@ func TestFork(t *testing.T) {
 		case seen[k.ID] || seen[k.Name] || seen[k.Address]:
 			t.Fatalf("child %d reuses an id, name or address: %+v", i, k)
 		case k.VCPUs != parent.VCPUs || k.MemoryMiB != parent.MemoryMiB || k.DiskMiB != parent.DiskMiB ||
-			k.Region != parent.Region || k.Host != parent.Host || k.GitRepo != parent.GitRepo || k.Env["LEVEL"] != "parent":
-			t.Fatalf("child %d must keep size, region, host, repo and env: %+v", i, k)
-		case k.GitBranch != "feature" || k.PRNumber != 7 || k.Metadata["team"] != "evals":
-			t.Fatalf("child %d: branch overridden and pr kept? %+v", i, k)
+			k.Region != parent.Region || k.Host != parent.Host || k.Env["LEVEL"] != "parent":
+			t.Fatalf("child %d must keep size, region, host and env: %+v", i, k)
+		case k.MaxCostMicros != 9_000_000_000 || k.Metadata["team"] != "evals":
+			t.Fatalf("child %d: budget overridden and metadata kept? %+v", i, k)
 		}
 		seen[k.ID], seen[k.Name], seen[k.Address] = true, true, true
 	}
@@ -272,7 +272,7 @@ func TestFork(t *testing.T) {
 	})
 
 	t.Run("bad clone requests", func(t *testing.T) {
-		for _, body := range []string{`{"count":0,"colour":1}`, `{"count":-1}`, `{"count":99}`, `{"name":"Bad Name"}`, `{"size":"large"}`, `{"pr_number":-3}`} {
+		for _, body := range []string{`{"count":0,"colour":1}`, `{"count":-1}`, `{"count":99}`, `{"name":"Bad Name"}`, `{"size":"large"}`, `{"max_cost_micros":-3}`} {
 			var e api.ErrorBody
 			if st := s.do(t, "POST", api.BasePath+"/public/sandboxes/"+kids[1].ID+"/clone", s.key, body, &e); st != 400 || e.Error.Code != "invalid_argument" {
 				t.Errorf("clone %s: %d %+v, want 400 invalid_argument", body, st, e)

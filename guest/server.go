@@ -34,6 +34,7 @@ type Server struct {
 	terms map[int]*terminal
 	// linger overrides TerminalLinger (tests).
 	linger time.Duration
+	git    gitCreds
 }
 
 // NewServer returns an agent that reports version in Info.

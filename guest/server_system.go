@@ -40,6 +40,9 @@ func (s *Server) configure(cfg Config) error {
 	s.user, s.cwd = cfg.User, cfg.Cwd
 	s.mu.Unlock()
 	var errs []error
+	if err := s.setGitAuth(cfg.Git); err != nil {
+		errs = append(errs, fmt.Errorf("git credential: %w", err))
+	}
 	if !cfg.Time.IsZero() {
 		if err := s.sys.setTime(cfg.Time); err != nil {
 			errs = append(errs, fmt.Errorf("set clock: %w", err))

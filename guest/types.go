@@ -63,6 +63,19 @@ type Config struct {
 	// with Env (a template's start command); output goes to
 	// /run/zeish/start.log.
 	StartCmd []string `json:"start_cmd,omitempty"`
+	// Git, when set, is the credential sandboxd hands git's credential
+	// helper (gitcred.go), kept in the agent's memory only; nil forgets it.
+	Git *GitAuth `json:"git,omitempty"`
+}
+
+// GitAuth is one credential for git over HTTP: answered only for requests
+// to Protocol://Host, and only to User's processes (and root's).
+type GitAuth struct {
+	Protocol string `json:"protocol"` // "https" or "http"
+	Host     string `json:"host"`     // "github.com", "198.18.0.1:8080"
+	Username string `json:"username"`
+	Password string `json:"password"`
+	User     string `json:"user"` // the guest account git runs as
 }
 
 // Network is the guest's network identity.

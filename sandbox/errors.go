@@ -36,7 +36,7 @@ const (
 
 // ErrorCodes lists every error_code, for the API document and its test.
 var ErrorCodes = []string{ErrBootFailed, ErrBootTimeout, ErrTemplateUnavailable, ErrVMExited, ErrAgentSilent, ErrInterrupted,
-	ErrCaptureFailed, ErrRestoreFailed, ErrDeleteFailed, ErrInternal}
+	ErrCaptureFailed, ErrRestoreFailed, ErrDeleteFailed, ErrInternal, ErrGitCloneFailed}
 
 // maxErrorMessage bounds error_message: console text is the guest's.
 const maxErrorMessage = 4096

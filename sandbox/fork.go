@@ -88,7 +88,7 @@ func Keep(child *Sandbox, parent Sandbox) {
 	child.ParentID, child.AccountID, child.Template = parent.ID, parent.AccountID, parent.Template
 	child.VCPUs, child.MemoryMiB, child.DiskMiB = parent.VCPUs, parent.MemoryMiB, parent.DiskMiB
 	child.Region, child.Host, child.Accel = parent.Region, parent.Host, parent.Accel
-	child.GitRepo = parent.GitRepo
+	child.GitRepo, child.GitPath, child.GitPRRef, child.GitTokenSecret = parent.GitRepo, parent.GitPath, parent.GitPRRef, parent.GitTokenSecret
 	child.Env = maps.Clone(parent.Env)
 	if child.Env == nil {
 		child.Env = map[string]string{}

@@ -71,6 +71,13 @@ type Sandbox struct {
 	// what happens then (one of TimeoutActions). Clients move it.
 	TimeoutAt *time.Time `json:"timeout_at,omitempty"`
 	OnTimeout string     `json:"on_timeout,omitempty"`
+
+	// GitPath, GitPRRef and GitTokenSecret say where the repository is
+	// cloned, which ref a pull request is, and which secret holds git's
+	// token (see git.go); set with git_repo only.
+	GitPath        string `json:"git_path,omitempty"`
+	GitPRRef       string `json:"git_pr_ref,omitempty"`
+	GitTokenSecret string `json:"git_token_secret,omitempty"`
 }
 
 // What happens to a sandbox when its TimeoutAt passes.

@@ -28,6 +28,11 @@ func main() {
 	if os.Getpid() == 1 {
 		runInit() // never returns: PID 1 exiting panics the kernel
 	}
+	if len(os.Args) > 1 && os.Args[1] == "git-credential" {
+		// git's credential helper (see guest/gitcred.go), run by git as the
+		// clone's user.
+		os.Exit(guest.RunGitCredential(os.Args[2:], os.Stdin, os.Stdout))
+	}
 	var (
 		showVersion = flag.Bool("version", false, "print the version and exit")
 		agent       = flag.Bool("agent", false, "serve the virtio-serial port named "+portName+" (what PID 1 runs)")

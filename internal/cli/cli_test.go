@@ -116,6 +116,7 @@ func newFake(t *testing.T) *fake {
 		send(w, 200, api.Access{URL: "/data/v1/sandboxes/" + r.PathValue("id"), Token: "data-token", ExpiresAt: time.Now().Add(15 * time.Minute)})
 	}))
 	lifecycleRoutes(f, mux, authed, send)
+	mux.HandleFunc("GET /api/v1/public/sandboxes/{id}/git", authed(func(w http.ResponseWriter, _ *http.Request) { send(w, 200, gitStatus1) }))
 	mux.HandleFunc("POST /data/v1/sandboxes/{id}/exec", data(func(w http.ResponseWriter, r *http.Request) {
 		var req api.ExecRequest
 		_ = json.NewDecoder(r.Body).Decode(&req)
@@ -223,6 +224,7 @@ func TestJSONOutputIsExactlyTheObject(t *testing.T) {
 		{[]string{"sandboxes", "clone", "sbx_1", "--count", "2", "-o", "json"}, cloned},
 		{[]string{"-o", "json", "sbx", "fork", "sbx_1", "--wait"}, cloned},
 		{[]string{"sandboxes", "lineage", "sbx_1", "-o", "json"}, lineage1},
+		{[]string{"git", "sbx_1", "-o", "json"}, gitStatus1},
 		{[]string{"snapshots", "create", "sbx_1", "--name", "n", "-o", "json"}, snp1},
 		{[]string{"snapshots", "list", "sbx_1", "-o", "json"}, api.SnapshotList{Snapshots: []sandbox.Snapshot{snp1}}},
 		{[]string{"snapshots", "get", "snp_1", "-o", "json"}, snp1},

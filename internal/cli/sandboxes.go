@@ -75,6 +75,7 @@ func (a *app) createCmd() *cobra.Command {
 	f.StringArrayVar(&metadata, "metadata", nil, "metadata KEY=VALUE (repeatable)")
 	f.BoolVar(&wait, "wait", false, "return once the sandbox is running (or failed)")
 	nf.add(f)
+	addGitFlags(f, &req)
 	return cmd
 }
 

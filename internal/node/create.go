@@ -11,6 +11,7 @@ import (
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/gitws"
 	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
@@ -77,7 +78,11 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 			unpin()
 		}
 	}()
-	n.bootNew(ctx, r, "boot", func(ctx context.Context, spec *vmm.Spec) error {
+	var clone func(context.Context) error
+	if r.GitRepo != "" {
+		clone = func(ctx context.Context) error { return n.gitClone(ctx, r) }
+	}
+	n.bootNew(ctx, r, "boot", clone, func(ctx context.Context, spec *vmm.Spec) error {
 		tpl, err := n.opts.Templates.Get(ctx, r.Template)
 		if err != nil {
 			return fmt.Errorf("template %s: %w: %w", r.Template, errTemplate, err)
@@ -101,10 +106,11 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 }
 
 // bootNew brings up the first VM of a new sandbox, created or forked:
-// prepare says what it starts from. It waits for the guest agent; any
-// failure rolls back every step and leaves the sandbox in state error with
-// the reason ("<what> failed: …").
-func (n *Node) bootNew(ctx context.Context, r *store.SandboxRecord, what string, prepare func(context.Context, *vmm.Spec) error) {
+// prepare says what it starts from. It waits for the guest agent, then runs
+// ready (nil: nothing; the git checkout); any failure rolls back every step
+// and leaves the sandbox in state error with the reason ("<what> failed: …").
+func (n *Node) bootNew(ctx context.Context, r *store.SandboxRecord, what string, ready func(context.Context) error,
+	prepare func(context.Context, *vmm.Spec) error) {
 	start := time.Now()
 	var console string // the guest's last words, when its agent never answered
 	err := func() (err error) {
@@ -143,6 +149,11 @@ func (n *Node) bootNew(ctx context.Context, r *store.SandboxRecord, what string,
 			console = n.opts.Driver.ConsoleTail(h, consoleTailBytes)
 			return err
 		}
+		if ready != nil {
+			if err := ready(ctx); err != nil {
+				return err
+			}
+		}
 		undo.Release()
 		return nil
 	}()
@@ -173,6 +184,8 @@ func bootErrorCode(ctx context.Context, err error) string {
 	switch {
 	case errors.Is(err, errTemplate):
 		return sandbox.ErrTemplateUnavailable
+	case errors.As(err, new(*gitws.Error)) || errors.Is(err, gitws.NoGit):
+		return sandbox.ErrGitCloneFailed
 	case errors.Is(err, errdefs.ErrTimeout):
 		return sandbox.ErrBootTimeout
 	case ctx.Err() != nil:
@@ -251,7 +264,7 @@ func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
 		return err
 	}
 	cfg := freshConfig(r.Hostname)
-	cfg.Env, cfg.Network = guestEnv(r), n.guestNetwork(r)
+	cfg.Env, cfg.Network, cfg.Git = guestEnv(r), n.guestNetwork(r), gitAuth(r)
 	n.templateDefaults(ctx, r, &cfg)
 	connected := time.Now()
 	defer func() {

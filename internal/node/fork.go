@@ -327,7 +327,7 @@ func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, i
 			c.Metadata = map[string]string{}
 		}
 	}
-	// All children or none: a name taken since namesFree refuses the clone
+	// All children or none: a name taken since the control plane checked refuses the clone
 	// (the parent was captured, and carries on unharmed).
 	if err := n.opts.Store.CreateSandboxes(ctx, children...); err != nil {
 		n.releaseNetworks(children)
@@ -337,8 +337,13 @@ func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, i
 	}
 	remaining := len(children)
 	for _, c := range children {
+		sw, switched := sandbox.ForkSwitch(parent.Sandbox, c.Sandbox)
 		n.run(c.ID, func(ctx context.Context) {
-			n.bootFromImage(ctx, c, image)
+			var ready func(context.Context) error
+			if switched {
+				ready = func(ctx context.Context) error { return n.gitSwitch(ctx, c, sw) }
+			}
+			n.bootFromImage(ctx, c, image, ready)
 			n.mu.Lock()
 			remaining--
 			last := remaining == 0
@@ -351,9 +356,10 @@ func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, i
 	return nil
 }
 
-// bootFromImage starts a fork child from the image its parent was captured into.
-func (n *Node) bootFromImage(ctx context.Context, r *store.SandboxRecord, meta *imageMeta) {
-	n.bootNew(ctx, r, "fork", func(_ context.Context, spec *vmm.Spec) error {
+// bootFromImage starts a fork child from the image its parent was captured
+// into; ready (nil: none) is its git checkout.
+func (n *Node) bootFromImage(ctx context.Context, r *store.SandboxRecord, meta *imageMeta, ready func(context.Context) error) {
+	n.bootNew(ctx, r, "fork", ready, func(_ context.Context, spec *vmm.Spec) error {
 		spec.BaseDisk, spec.From = meta.Disk, meta.VM
 		return nil
 	})

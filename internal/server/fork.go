@@ -32,8 +32,13 @@ func (s *Server) cloneFrom(w http.ResponseWriter, r *http.Request, fromSnapshot 
 		writeError(w, r, err)
 		return
 	}
+	overrides, err := sandbox.ForkGit(parent.Sandbox, forkOverrides(req))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
 	for _, c := range children {
-		sandbox.Inherit(&c.Sandbox, parent.Sandbox, forkOverrides(req))
+		sandbox.Inherit(&c.Sandbox, parent.Sandbox, overrides)
 	}
 	if req.Network != nil {
 		netw, err := networkOf(req.Network)
@@ -88,12 +93,8 @@ func (s *Server) cloneFrom(w http.ResponseWriter, r *http.Request, fromSnapshot 
 // named (SPEC, fork rule 1).
 func cloneChildren(req api.CloneRequest) ([]*store.SandboxRecord, error) {
 	switch {
-	case req.PRNumber != nil && *req.PRNumber < 0:
-		return nil, invalid("pr_number must not be negative")
 	case req.MaxCostMicros != nil && *req.MaxCostMicros < 0:
 		return nil, invalid("max_cost_micros must not be negative")
-	case req.GitBranch != nil && len(*req.GitBranch) > 256:
-		return nil, invalid("git_branch is too long")
 	}
 	names, err := sandbox.ChildNames(req.Name, req.Count)
 	if err != nil {

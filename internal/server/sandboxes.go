@@ -11,6 +11,7 @@ import (
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/catalog"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 )
@@ -77,13 +78,16 @@ func (s *Server) newRecord(ctx context.Context, acct store.Account, req api.Crea
 	if err := checkVars("metadata", req.Metadata, maxMetadata, metadataKey); err != nil {
 		return nil, err
 	}
-	switch {
-	case req.PRNumber < 0:
-		return nil, invalid("pr_number must not be negative")
-	case req.MaxCostMicros < 0:
+	if req.MaxCostMicros < 0 {
 		return nil, invalid("max_cost_micros must not be negative")
-	case len(req.GitRepo) > 1024 || len(req.GitBranch) > 256:
-		return nil, invalid("git_repo or git_branch is too long")
+	}
+	var git sandbox.Sandbox
+	if err := sandbox.ResolveGit(&git, sandbox.GitRequest{Repo: req.GitRepo, Branch: req.GitBranch, PRNumber: req.PRNumber,
+		Path: req.GitPath, PRRef: req.GitPRRef, TokenSecret: req.GitTokenSecret, Secrets: req.Secrets}); err != nil {
+		return nil, err
+	}
+	if git.GitRepo != "" && !catalog.HasGit(tpl) {
+		return nil, fmt.Errorf("template %q has no git; git_repo needs the %s template: %w", tpl.Name, catalog.DebianName, errdefs.ErrTemplateNoGit)
 	}
 	netw, err := networkOf(req.Network)
 	if err != nil {
@@ -101,7 +105,8 @@ func (s *Server) newRecord(ctx context.Context, acct store.Account, req api.Crea
 			Network:   netw,
 			AccountID: acct.ID, Name: req.Name, Template: req.Template,
 			VCPUs: size.VCPUs, MemoryMiB: size.MemoryMiB, DiskMiB: size.DiskMiB,
-			Env: req.Env, GitRepo: req.GitRepo, GitBranch: req.GitBranch, PRNumber: req.PRNumber,
+			Env: req.Env, GitRepo: git.GitRepo, GitBranch: git.GitBranch, PRNumber: git.PRNumber,
+			GitPath: git.GitPath, GitPRRef: git.GitPRRef, GitTokenSecret: git.GitTokenSecret,
 			MaxCostMicros: req.MaxCostMicros, Browser: req.Browser, Desktop: req.Desktop, Metadata: req.Metadata,
 			TimeoutAt: timeoutAt, OnTimeout: onTimeout,
 		},

@@ -137,6 +137,7 @@ func (s *Server) routes() []route {
 		{"POST " + p + "/sandboxes/{id}/clone", s.withAccount(s.clone)},
 		{"POST " + p + "/sandboxes/{id}/fork", s.withAccount(s.clone)},
 		{"GET " + p + "/sandboxes/{id}/lineage", s.withAccount(s.lineage)},
+		{"GET " + p + "/sandboxes/{id}/git", s.withAccount(s.gitStatus)},
 		{"GET " + p + "/sandboxes/{id}/events", s.withAccount(s.events)},
 		{"POST " + p + "/sandboxes/{id}/snapshots", s.withAccount(s.createSnapshot)},
 		{"GET " + p + "/sandboxes/{id}/snapshots", s.withAccount(s.listSnapshots)},

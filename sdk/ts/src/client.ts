@@ -3,7 +3,7 @@ export type BodyInit_ = NonNullable<RequestInit["body"]>;
 
 import { ServerError, TimeoutError, ZeishError, errorFromResponse, SandboxStateError } from "./errors.js";
 import type {
-  Access, AccountInfo, APIKeyInfo, CloneRequest, CloneResponse, CreatedAPIKey, CreateSandboxRequest, Health, Lineage, NetworkPolicyRequest, PortInfo, PortList, ListedPortInfo,
+  Access, AccountInfo, APIKeyInfo, CloneRequest, CloneResponse, CreatedAPIKey, CreateSandboxRequest, GitStatus, Health, Lineage, NetworkPolicyRequest, PortInfo, PortList, ListedPortInfo,
   PriceEstimate, RestoreResponse, SandboxEvent, SandboxInfo, SandboxState, SizePreset, SnapshotInfo, UsageReport,
   BuildTemplateRequest, TemplateEvent, TemplateInfo,
 } from "./types.js";
@@ -239,6 +239,11 @@ export class Zeish {
 
   lineage(id: string): Promise<Lineage> {
     return this.json("GET", `/public/sandboxes/${enc(id)}/lineage`);
+  }
+
+  /** GET …/git: the clone of a sandbox created with a git repository. */
+  gitStatus(id: string): Promise<GitStatus> {
+    return this.json("GET", `/public/sandboxes/${enc(id)}/git`);
   }
 
   /** A data-plane URL and token for one running sandbox. */

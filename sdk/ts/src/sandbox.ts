@@ -1,7 +1,7 @@
 import { Zeish, enc, type WaitOptions, type BodyInit_ } from "./client.js";
 import { ZeishError, makeError } from "./errors.js";
 import type {
-  Access, ErrorCode, ExecEvent, ExecRequest, FileInfo, Lineage, ProcessInfo, SandboxEvent, SandboxInfo,
+  Access, ErrorCode, ExecEvent, ExecRequest, FileInfo, GitStatus, Lineage, ProcessInfo, SandboxEvent, SandboxInfo,
   SandboxState, SizePreset, SnapshotInfo,
 } from "./types.js";
 import { Terminal, checkSize, terminalQuery, type TerminalInfo, type TerminalOptions, type WebSocketCtor } from "./terminal.js";
@@ -21,9 +21,17 @@ export interface SandboxCreateOptions {
   env?: Record<string, string>;
   /** Like env, never returned by the API. */
   secrets?: Record<string, string>;
+  /** Cloned before the sandbox runs (debian template); a token goes in `secrets.GIT_TOKEN`, never in the URL. */
   gitRepo?: string;
   gitBranch?: string;
+  /** A pull request, checked out on branch `pr-N`. */
   prNumber?: number;
+  /** Where to clone (default /home/user/workspace). */
+  gitPath?: string;
+  /** Pull ref pattern (default refs/pull/{n}/head). */
+  gitPrRef?: string;
+  /** The entry of `secrets` holding git's token (default GIT_TOKEN). */
+  gitTokenSecret?: string;
   maxCostMicros?: number;
   browser?: boolean;
   desktop?: boolean;
@@ -533,6 +541,11 @@ export class Sandbox {
   /** The sandbox's ancestors and descendants. */
   lineage(): Promise<Lineage> {
     return this.zeish.lineage(this.id);
+  }
+
+  /** The sandbox's git clone: branch, HEAD commit, dirty files. */
+  gitStatus(): Promise<GitStatus> {
+    return this.zeish.gitStatus(this.id);
   }
 
   /** Follows the sandbox's state changes (server-sent events). */

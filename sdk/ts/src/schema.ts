@@ -192,7 +192,8 @@ export interface paths {
         /**
          * List sandboxes
          * @description The account's sandboxes, oldest first. Destroyed sandboxes are left out unless
-         *     `include_destroyed=true`.
+         *     `include_destroyed=true`. Without `limit` every sandbox is listed; with it, a page, and
+         *     `next_after` (when the page is full) is the `after` of the next one.
          */
         get: operations["listSandboxes"];
         put?: never;
@@ -525,6 +526,31 @@ export interface paths {
          *     Destroyed sandboxes are included.
          */
         get: operations["getLineage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/public/sandboxes/{id}/git": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Read the sandbox's git clone
+         * @description The branch, HEAD commit and dirty files of the clone at `git_path`, read by git in the guest
+         *     (as `user`) now. `400 no_git_repo` for a sandbox without `git_repo`; `409 invalid_state`
+         *     when the sandbox is not running or the clone is no longer a git repository.
+         */
+        get: operations["getGitStatus"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1244,6 +1270,12 @@ export interface components {
          *     | `internal` | 500 | An unexpected server error; the server's log has its detail under the request_id. |
          *     | `invalid_argument` | 400 | The request is malformed: unknown field, bad value or missing field. |
          *     | `unknown_template` | 400 | The template named in the request does not exist. |
+         *     | `invalid_git_repo` | 400 | git_repo is not an http://, https:// or git:// URL with a host. |
+         *     | `git_credentials_in_url` | 400 | git_repo holds a user name or password; pass a token in secrets (GIT_TOKEN) instead. |
+         *     | `invalid_git_ref` | 400 | git_branch is not a valid branch name, pr_number is not positive, or git_pr_ref lacks {n}. |
+         *     | `git_ref_conflict` | 400 | git_branch and pr_number name different branches (a pull request is checked out on pr-N). |
+         *     | `no_git_repo` | 400 | A git field was given without git_repo, or the sandbox has no git_repo. |
+         *     | `template_lacks_git` | 400 | The template has no git; use the debian template. |
          *     | `unauthenticated` | 401 | No API key or token, or one that is not valid. |
          *     | `token_expired` | 401 | The data-plane token has expired; request a new one with /access. |
          *     | `forbidden` | 403 | The credential is valid but may not do this. |
@@ -1264,7 +1296,7 @@ export interface components {
          *     | `unavailable` | 503 | A dependency (the VM, its agent, the store) is not reachable now. |
          * @enum {string}
          */
-        ErrorCode: "internal" | "invalid_argument" | "unknown_template" | "unauthenticated" | "token_expired" | "forbidden" | "not_found" | "file_not_found" | "invalid_state" | "name_taken" | "file_exists" | "node_full" | "limit_reached" | "running_slots_full" | "storage_full" | "budget_exhausted" | "rate_limited" | "daily_cap_reached" | "too_many_requests" | "timeout" | "unavailable";
+        ErrorCode: "internal" | "invalid_argument" | "unknown_template" | "invalid_git_repo" | "git_credentials_in_url" | "invalid_git_ref" | "git_ref_conflict" | "no_git_repo" | "template_lacks_git" | "unauthenticated" | "token_expired" | "forbidden" | "not_found" | "file_not_found" | "invalid_state" | "name_taken" | "file_exists" | "node_full" | "limit_reached" | "running_slots_full" | "storage_full" | "budget_exhausted" | "rate_limited" | "daily_cap_reached" | "too_many_requests" | "timeout" | "unavailable";
         /**
          * @description A sandbox id, `sbx_` and 20 lower-case base32 characters.
          * @example sbx_0f3k9q2m7c4x8z1b5n6p
@@ -1378,10 +1410,32 @@ export interface components {
              *     fork and restore. Same rules as `env`.
              */
             secrets?: components["schemas"]["EnvMap"];
-            /** @description A git repository URL the sandbox works on. */
+            /**
+             * @description A repository cloned into `git_path` before the sandbox reports `running` (needs the
+             *     `debian` template, else `400 template_lacks_git`): an `http://`, `https://` or `git://`
+             *     URL without credentials (`400 git_credentials_in_url`; put a token in `secrets.GIT_TOKEN`,
+             *     which git gets from the guest agent through a credential helper and which is never
+             *     written to the guest's disk). A failed clone leaves the sandbox in `error` with
+             *     `error_code` `git_clone_failed`. See `docs/git.md`.
+             * @example https://github.com/zeish/zeish.git
+             */
             git_repo?: string;
+            /** @description The branch to clone (default the remote's HEAD). With `pr_number` it may only be `pr-N`. */
             git_branch?: string;
+            /**
+             * @description A pull request to check out: `git_pr_ref` with `{n}` replaced is fetched and checked out on
+             *     the local branch `pr-N` (0: none).
+             */
             pr_number?: number;
+            /** @description Where the repository is cloned, an absolute path (default `/home/user/workspace`), owned by `user`. */
+            git_path?: string;
+            /** @description The pull ref pattern, `{n}` the number: default `refs/pull/{n}/head` (GitHub, Gitea); `refs/merge-requests/{n}/head` for GitLab. */
+            git_pr_ref?: string;
+            /**
+             * @description The entry of `secrets` that holds git's token (default `GIT_TOKEN`, used when present).
+             *     `secrets.GIT_USERNAME`, when present, is git's user name (default `x-access-token`).
+             */
+            git_token_secret?: string;
             /**
              * Format: int64
              * @description A budget in micro-dollars; once `cost_micros` reaches it (checked every 2 s) the
@@ -1430,10 +1484,12 @@ export interface components {
              *     paused, until deleted); `interrupted`: zeishd stopped while the
              *     sandbox was starting; `capture_failed`: a fork, snapshot or stop lost the VM mid-way;
              *     `restore_failed`: a restore could not bring the VM back; `delete_failed`: a delete could not
-             *     remove the VM or its files; `internal`: anything else.
+             *     remove the VM or its files; `internal`: anything else; `git_clone_failed`: the repository
+             *     could not be cloned at create, or a fork's branch or pull request not checked out (the
+             *     message is git's, credentials redacted; see `docs/git.md`).
              * @enum {string}
              */
-            error_code?: "boot_failed" | "boot_timeout" | "template_unavailable" | "vm_exited" | "agent_silent" | "interrupted" | "capture_failed" | "restore_failed" | "delete_failed" | "internal";
+            error_code?: "boot_failed" | "boot_timeout" | "template_unavailable" | "vm_exited" | "agent_silent" | "interrupted" | "capture_failed" | "restore_failed" | "delete_failed" | "internal" | "git_clone_failed";
             /** @description Set only in state `error`: what went wrong, for humans. For a failed boot it ends with the last lines of the guest's console (control characters removed). */
             error_message?: string;
             /** @description The template: a built-in's name, or the id of the account's template. */
@@ -1464,9 +1520,18 @@ export interface components {
             /** @description The sandbox this one was forked from. */
             parent_id?: components["schemas"]["SandboxID"];
             env: components["schemas"]["EnvMap"];
+            /** @description The repository cloned into `git_path` at create. */
             git_repo?: string;
+            /** @description The branch checked out at create or fork (`pr-N` for a pull request). */
             git_branch?: string;
+            /** @description The pull request checked out (0 none). */
             pr_number?: number;
+            /** @description Where the repository is cloned in the guest. */
+            git_path?: string;
+            /** @description The pull ref pattern, `{n}` the number. */
+            git_pr_ref?: string;
+            /** @description The entry of `secrets` whose value git uses as its token (its value is never shown). */
+            git_token_secret?: string;
             /** Format: int64 */
             max_cost_micros?: number;
             browser: boolean;
@@ -1610,6 +1675,8 @@ export interface components {
         };
         SandboxList: {
             sandboxes: components["schemas"]["Sandbox"][];
+            /** @description On a full page (`limit` reached): the `after` of the next page. */
+            next_after?: string;
         };
         WaitRequest: {
             /** @description Wait for this state instead of for any settled one. */
@@ -1740,7 +1807,15 @@ export interface components {
              * @default 1
              */
             count?: number;
+            /**
+             * @description Check this branch out in the children (the parent's stays as it is): the local branch, else
+             *     origin's, else a new branch from the current HEAD. Needs a parent with `git_repo`.
+             */
             git_branch?: string;
+            /**
+             * @description Fetch this pull request (the parent's `git_pr_ref`) and check it out on `pr-N` in the children;
+             *     `git_branch`, if given too, must be `pr-N`.
+             */
             pr_number?: number;
             /** Format: int64 */
             max_cost_micros?: number;
@@ -1751,6 +1826,23 @@ export interface components {
              *     parent's: a child resumes the parent's machine, network card included.
              */
             network?: components["schemas"]["NetworkRequest"];
+        };
+        GitStatus: {
+            repo: string;
+            path: string;
+            /** @description The checked-out branch; empty when HEAD is detached. */
+            branch: string;
+            /** @description The commit HEAD names (empty before the first commit). */
+            head: string;
+            detached: boolean;
+            /** @description Files that differ from HEAD, at most 1000. */
+            dirty: {
+                path: string;
+                /** @description git's two status letters, index then work tree, as `git status --short` shows them: ` M` changed, `M ` staged, `??` untracked, `UU` in conflict. */
+                status: string;
+            }[];
+            /** @description More than 1000 files were dirty. */
+            truncated?: boolean;
         };
         CloneResponse: {
             /**
@@ -2575,6 +2667,10 @@ export interface operations {
     listSandboxes: {
         parameters: {
             query?: {
+                /** @description At most this many sandboxes. */
+                limit?: number;
+                /** @description Start after this sandbox (a `next_after`); an id, not a name. */
+                after?: string;
                 /** @description Only sandboxes in one of these states (comma-separated), e.g. `running,paused`. */
                 state?: components["schemas"]["State"][];
                 /** @description Include destroyed sandboxes too. */
@@ -3186,6 +3282,36 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getGitStatus: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The clone's state. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GitStatus"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["InvalidState"];
+            429: components["responses"]["TooManyCalls"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };

@@ -21,6 +21,8 @@ export type PortList = S["PortList"];
 export type ListedPortInfo = S["ListedPort"];
 export type CloneResponse = S["CloneResponse"];
 export type Lineage = S["Lineage"];
+/** GET …/git: a sandbox's clone (branch, HEAD, dirty files). */
+export type GitStatus = S["GitStatus"];
 export type LineageEntry = S["LineageEntry"];
 export type SnapshotInfo = S["Snapshot"];
 export type RestoreResponse = S["RestoreResponse"];
@@ -55,6 +57,12 @@ export const ERROR_CODES = [
   "internal",
   "invalid_argument",
   "unknown_template",
+  "invalid_git_repo",
+  "git_credentials_in_url",
+  "invalid_git_ref",
+  "git_ref_conflict",
+  "no_git_repo",
+  "template_lacks_git",
   "unauthenticated",
   "token_expired",
   "forbidden",

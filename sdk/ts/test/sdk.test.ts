@@ -243,14 +243,14 @@ describe("sdk against zeishd", { skip, timeout: 20 * 60_000 }, () => {
 
     // clone: the child continues from the parent's state, on its own.
     const t1 = Date.now();
-    const { pauseMs, sandboxes } = await sbx.clone({ count: 1, gitBranch: "try-1" });
+    const { pauseMs, sandboxes } = await sbx.clone({ count: 1, maxCostMicros: 9_000_000_000 });
     console.log(`clone: ${Date.now() - t1} ms (parent paused ${pauseMs} ms)`);
     assert.equal(sandboxes.length, 1);
     const child = sandboxes[0]!;
     assert.equal(child.state, "running");
     assert.notEqual(child.id, sbx.id);
     assert.equal(child.info.parent_id, sbx.id);
-    assert.equal(child.info.git_branch, "try-1");
+    assert.equal(child.info.max_cost_micros, 9_000_000_000);
     assert.ok(pauseMs >= 0);
     assert.equal((await child.exec(["cat", "/root/marker.txt"])).stdout, "from-parent\n");
     assert.ok(Buffer.from(await child.files.readBytes("/root/data/blob.bin")).equals(Buffer.from(blob)));
