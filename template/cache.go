@@ -212,7 +212,21 @@ func removeStaleTemps(log *slog.Logger, cacheDir, prefix string) {
 	}
 }
 
-// isKindTemp reports whether a temp folder belongs to a non-base build.
+// isKindTemp reports whether a temp folder belongs to a non-base build:
+// base's temps are tmpPrefix, 24 hex digits of the hash and "-"; every
+// other kind's put the kind's name first (oci, debian, desktop, …).
 func isKindTemp(name string) bool {
-	return strings.HasPrefix(name, tmpPrefix+"oci-") || strings.HasPrefix(name, tmpPrefix+"debian-")
+	rest, ok := strings.CutPrefix(name, tmpPrefix)
+	if !ok {
+		return false
+	}
+	if len(rest) < 25 || rest[24] != '-' {
+		return true
+	}
+	for _, c := range rest[:24] {
+		if !strings.ContainsRune("0123456789abcdef", c) {
+			return true
+		}
+	}
+	return false
 }
