@@ -191,3 +191,23 @@ func assertNoTemps(t *testing.T, cache string) {
 		}
 	}
 }
+
+// Base's lock covers only base's temps: a temp of any other kind (one added
+// later included) is never taken for an interrupted base build.
+func TestIsKindTemp(t *testing.T) {
+	cases := []struct {
+		name string
+		kind bool
+	}{
+		{tmpPrefix + "0123456789abcdef01234567-123", false},
+		{tmpPrefix + "debian-0123456789abcdef01234567-1", true},
+		{tmpPrefix + "oci-0123456789abcdef01234567-1", true},
+		{tmpPrefix + "desktop-0123456789abcdef01234567-1", true},
+		{"debian-0123456789abcdef01234567", false}, // not a temp at all
+	}
+	for _, c := range cases {
+		if got := isKindTemp(c.name); got != c.kind {
+			t.Errorf("isKindTemp(%q) = %v, want %v", c.name, got, c.kind)
+		}
+	}
+}
