@@ -54,6 +54,9 @@ type CreateSandboxInput struct {
 	Deny        []string          `json:"deny,omitempty" jsonschema:"destinations it may not reach (wins over allow)"`
 	RateBytes   int64             `json:"rate_bytes_per_second,omitempty" jsonschema:"cap on network traffic in bytes per second, each way; default: the node's (also the most allowed)"`
 	RatePackets int64             `json:"rate_packets_per_second,omitempty" jsonschema:"cap in packets per second, each way; default: the node's"`
+	GitRepo     string            `json:"git_repo,omitempty" jsonschema:"a git repository (https or git URL, no credentials in it) cloned into /home/user/workspace before the sandbox runs; needs the debian template"`
+	GitBranch   string            `json:"git_branch,omitempty" jsonschema:"the branch to check out (default the repository's)"`
+	PRNumber    int               `json:"pr_number,omitempty" jsonschema:"a pull request to check out on branch pr-N instead"`
 }
 
 type ListSandboxesInput struct {
@@ -157,7 +160,7 @@ func (t *tools) createSandbox(ctx context.Context, in CreateSandboxInput) (Sandb
 	defer cancel()
 	sb, err := t.client.CreateSandbox(ctx, zeish.CreateSandboxRequest{
 		Template: in.Template, Name: in.Name, Size: in.Size, MemoryMiB: in.MemoryMiB, VCPUs: in.VCPUs, Env: in.Env,
-		Network: networkRequest(in),
+		Network: networkRequest(in), GitRepo: in.GitRepo, GitBranch: in.GitBranch, PRNumber: in.PRNumber,
 	}, zeish.Wait())
 	if err != nil {
 		return SandboxInfo{}, err
