@@ -52,6 +52,7 @@ var migrations = []string{
 	CREATE TABLE snapshots (
 		id TEXT PRIMARY KEY, sandbox_id TEXT NOT NULL, name TEXT NOT NULL, created_at TIMESTAMPTZ NOT NULL, data TEXT NOT NULL);
 	CREATE UNIQUE INDEX snapshots_name ON snapshots(sandbox_id, name);`,
+	`CREATE TABLE nodes (id TEXT PRIMARY KEY, data TEXT NOT NULL);`,
 }
 
 // migrateLock is the advisory lock key that serialises migrations.

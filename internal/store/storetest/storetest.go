@@ -20,6 +20,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("snapshots", func(t *testing.T) { testSnapshots(t, open(t)) })
 	t.Run("key lifecycle", func(t *testing.T) { testKeys(t, open(t)) })
 	t.Run("secrets and metering", func(t *testing.T) { testSecretsAndMetering(t, open(t)) })
+	t.Run("nodes", func(t *testing.T) { testNodes(t, open(t)) })
 }
 
 func testKeys(t *testing.T, s store.Store) {
