@@ -71,6 +71,10 @@ type SandboxRecord struct {
 	// link's own counters come on top (node.NetBytes).
 	NetIn  uint64 `json:"net_in,omitempty"`
 	NetOut uint64 `json:"net_out,omitempty"`
+	// LostFrom is the state the sandbox was in when its node was lost
+	// (error node_lost); the node's return makes it so again
+	// (sandbox.RejoinOp).
+	LostFrom sandbox.State `json:"lost_from,omitempty"`
 }
 
 // Interval is a span of time; End is nil while it lasts.
