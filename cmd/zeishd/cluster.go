@@ -228,8 +228,10 @@ func runNode(ctx context.Context) error {
 	self := env("ZEISH_NODE_URL", "http://"+ln.Addr().String())
 	ctl := nodev1connect.NewControlClient(http.DefaultClient, controlURL, connect.WithInterceptors(token.ClientAuth()))
 	region := env("ZEISH_REGION", "local")
+	// Not healthy until it serves and its first heartbeat tells its
+	// capacity: nothing is placed on it before.
 	reg := &nodev1.RegisterRequest{Protocol: nodeapi.ProtocolVersion, NodeId: id, Region: region, Labels: labels,
-		Url: self, Healthy: true, Version: version.Version}
+		Url: self, Healthy: false, Version: version.Version}
 	keys, err := register(ctx, log, ctl, reg)
 	if err != nil {
 		return err

@@ -55,11 +55,14 @@ func (r *Router) MarkLost(ctx context.Context, now time.Time) {
 		}
 		msg := fmt.Sprintf("node %s has not heartbeated since %s; the sandbox is usable again if the node comes back with its VM",
 			n.ID, n.HeartbeatAt.Format(time.RFC3339))
+		// Read the node again: it may have come back since the list.
+		if cur, err := r.o.Nodes.GetNode(ctx, n.ID); err == nil && Live(cur, time.Now(), r.o.LostAfter) {
+			delete(lost, n.ID)
+			continue
+		}
 		_, err := r.o.Store.UpdateSandbox(ctx, s.ID, func(rec *store.SandboxRecord) error {
-			// Read again in the transaction: the node may have rejoined.
-			cur, err := r.o.Nodes.GetNode(ctx, rec.Host)
-			if err == nil && Live(cur, time.Now(), r.o.LostAfter) {
-				return errRejoined
+			if rec.Host != n.ID {
+				return fmt.Errorf("sandbox moved to %s", rec.Host)
 			}
 			to, err := sandbox.NextFor(rec.ID, rec.State, sandbox.OpNodeLost)
 			if err != nil {
@@ -77,5 +80,3 @@ func (r *Router) MarkLost(ctx context.Context, now time.Time) {
 		r.log.Warn("sandbox lost with its node", "sandbox", s.ID, "node", n.ID, "was", s.State)
 	}
 }
-
-var errRejoined = fmt.Errorf("the node is live again")
