@@ -197,9 +197,10 @@ func runNode(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	controlURL := strings.TrimSuffix(os.Getenv("ZEISH_CONTROL_URL"), "/")
-	if controlURL == "" {
-		return errors.New("ZEISH_CONTROL_URL: the control plane's address (http://host:port)")
+	controlURL := os.Getenv("ZEISH_CONTROL_URL")
+	ctl := newControls(controlURL, token)
+	if len(ctl.clients) == 0 {
+		return errors.New("ZEISH_CONTROL_URL: the control plane's address (http://host:port; replicas comma-separated)")
 	}
 	labels, err := nodeLabels(os.Getenv("ZEISH_NODE_LABELS"))
 	if err != nil {
@@ -226,7 +227,6 @@ func runNode(ctx context.Context) error {
 	}
 	defer ln.Close()
 	self := env("ZEISH_NODE_URL", "http://"+ln.Addr().String())
-	ctl := nodev1connect.NewControlClient(http.DefaultClient, controlURL, connect.WithInterceptors(token.ClientAuth()))
 	region := env("ZEISH_REGION", "local")
 	// Not healthy until it serves and its first heartbeat tells its
 	// capacity: nothing is placed on it before.
