@@ -27,10 +27,12 @@ const clusterToken = "e2e-cluster-node-token-0123456789"
 type lab struct {
 	t       *testing.T
 	db      string
-	control *testenv.Zeishd
-	nodes   map[string]*testenv.Zeishd
-	client  *zeish.Client
-	key     string
+	control *testenv.Zeishd // the replica the test calls
+	// controls are the control-plane replicas.
+	controls []*testenv.Zeishd
+	nodes    map[string]*testenv.Zeishd
+	client   *zeish.Client
+	key      string
 }
 
 func tempDir(t *testing.T, prefix string) string {
@@ -42,28 +44,49 @@ func tempDir(t *testing.T, prefix string) string {
 	return dir
 }
 
-// startCluster runs a control plane (ZEISH_ROLE=control) on a fresh
-// database. Node agents are added with addNode. Cleanup deletes every
-// sandbox through the control plane, stops everything and fails on VM
-// processes or RAM files left behind.
-func startCluster(t *testing.T, lostAfter time.Duration) *lab {
+// startCluster runs control-plane replicas (ZEISH_ROLE=control) on a
+// fresh database, sharing the first one's keys. Node agents are added with
+// addNode. Cleanup deletes every sandbox through a live replica, stops
+// everything and fails on VM processes or RAM files left behind.
+func startCluster(t *testing.T, lostAfter time.Duration, replicas int) *lab {
 	t.Helper()
 	testenv.RequireQEMU(t)
 	buildBinaries(t)
 	l := &lab{t: t, db: postgresServer(t).NewDatabase(t), nodes: map[string]*testenv.Zeishd{}}
-	l.control = &testenv.Zeishd{Bin: filepath.Join(bin, "zeishd"), DataDir: tempDir(t, "zeish-e2e-control-"),
-		Env: []string{"ZEISH_ROLE=control", "ZEISH_DATABASE_URL=" + l.db, "ZEISH_NODE_TOKEN=" + clusterToken,
-			"ZEISH_NODE_LOST_AFTER=" + lostAfter.String(), "ZEISH_LOG_LEVEL=debug"}}
 	t.Cleanup(l.cleanup)
-	if err := l.control.Start(context.Background()); err != nil {
-		t.Fatal(err)
+	for i := range replicas {
+		z := &testenv.Zeishd{Bin: filepath.Join(bin, "zeishd"), DataDir: tempDir(t, "zeish-e2e-control-"),
+			Env: []string{"ZEISH_ROLE=control", "ZEISH_DATABASE_URL=" + l.db, "ZEISH_NODE_TOKEN=" + clusterToken,
+				"ZEISH_NODE_LOST_AFTER=" + lostAfter.String(), "ZEISH_LOG_LEVEL=debug"}}
+		if i > 0 {
+			// Replicas share the keys that seal secrets and sign tokens.
+			for _, f := range []string{"secrets.key", "token.key"} {
+				b, err := os.ReadFile(filepath.Join(l.controls[0].DataDir, f))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(z.DataDir, f), b, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		l.controls = append(l.controls, z)
+		if err := z.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var err error
-	if l.key, err = l.control.AdminKey(); err != nil {
+	if l.key, err = l.controls[0].AdminKey(); err != nil {
 		t.Fatal(err)
 	}
-	l.client = zeish.NewClient("http://"+l.control.Addr+api.BasePath, l.key, zeish.WithHTTPClient(&http.Client{Transport: newValidatingTransport(t)}))
+	l.use(0)
 	return l
+}
+
+// use sends the test's calls to replica i.
+func (l *lab) use(i int) {
+	l.control = l.controls[i]
+	l.client = zeish.NewClient("http://"+l.control.Addr+api.BasePath, l.key, zeish.WithHTTPClient(&http.Client{Transport: newValidatingTransport(l.t)}))
 }
 
 // addNode starts a node agent with a memory budget and waits until the
@@ -73,7 +96,7 @@ func (l *lab) addNode(id string, budgetMiB int) *testenv.Zeishd {
 	t.Helper()
 	tpl := testenv.BaseTemplate(t)
 	z := &testenv.Zeishd{Bin: filepath.Join(bin, "zeishd"), DataDir: tempDir(t, "zeish-e2e-"+id+"-"),
-		Env: []string{"ZEISH_ROLE=node", "ZEISH_NODE_ID=" + id, "ZEISH_CONTROL_URL=http://" + l.control.Addr,
+		Env: []string{"ZEISH_ROLE=node", "ZEISH_NODE_ID=" + id, "ZEISH_CONTROL_URL=" + l.controlURLs(),
 			"ZEISH_NODE_TOKEN=" + clusterToken, "ZEISH_DATABASE_URL=" + l.db, "ZEISH_REGION=lab",
 			"ZEISH_NODE_LABELS=disk=ssd,rack=" + id, fmt.Sprintf("ZEISH_MEMORY_BUDGET_MIB=%d", budgetMiB),
 			"ZEISH_SANDBOXD=" + testenv.SandboxdBinary(t), "ZEISH_TEMPLATE_CACHE=" + filepath.Dir(tpl.Dir), "ZEISH_LOG_LEVEL=debug"}}
@@ -83,6 +106,15 @@ func (l *lab) addNode(id string, budgetMiB int) *testenv.Zeishd {
 	}
 	l.waitNode(id, true)
 	return z
+}
+
+// controlURLs lists every replica, for the node agents.
+func (l *lab) controlURLs() string {
+	var urls []string
+	for _, z := range l.controls {
+		urls = append(urls, "http://"+z.Addr)
+	}
+	return strings.Join(urls, ",")
 }
 
 // waitNode waits until the control plane lists node id live and healthy
@@ -130,7 +162,12 @@ func (l *lab) mostFree() string {
 
 func (l *lab) cleanup() {
 	t := l.t
-	if l.control.Running() {
+	for i, z := range l.controls {
+		if z.Running() && (l.control == nil || !l.control.Running()) {
+			l.use(i)
+		}
+	}
+	if l.control != nil && l.control.Running() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		if list, err := l.client.ListSandboxes(ctx, zeish.ListOptions{}); err == nil {
 			for _, sb := range list {
@@ -141,9 +178,7 @@ func (l *lab) cleanup() {
 		}
 		cancel()
 	}
-	if t.Failed() {
-		t.Logf("control plane log:\n%s", l.control.Log.Tail(6000))
-	}
+
 	for id, z := range l.nodes {
 		if t.Failed() {
 			t.Logf("node %s log:\n%s", id, z.Log.Tail(6000))
@@ -161,8 +196,13 @@ func (l *lab) cleanup() {
 		}
 		os.RemoveAll(z.DataDir)
 	}
-	l.control.Stop()
-	os.RemoveAll(l.control.DataDir)
+	for i, z := range l.controls {
+		if t.Failed() {
+			t.Logf("control plane %d log:\n%s", i, z.Log.Tail(6000))
+		}
+		z.Stop()
+		os.RemoveAll(z.DataDir)
+	}
 }
 
 // execOn runs script in sandbox id through the data plane, which must be
@@ -189,12 +229,17 @@ func (l *lab) execOn(ctx context.Context, id, node, script string) string {
 // no room while creates go elsewhere, the data plane is served by the
 // sandbox's node itself, and a node killed with -9 has its sandboxes
 // error node_lost (the other node's keep working) until it comes back and
-// they run again.
+// they run again. Two control-plane replicas share the database: one
+// killed with -9, the other serves everything and the nodes heartbeat to it.
 func TestCluster(t *testing.T) {
 	ctx := ctxFor(t, 20*time.Minute)
-	l := startCluster(t, 4*time.Second)
+	l := startCluster(t, 4*time.Second, 2)
 	l.addNode("node-a", 1024)
 	l.addNode("node-b", 896)
+	var health api.Health
+	if st := (&server{t: t, addr: l.control.Addr}).do(t, "GET", "/healthz", "", nil, &health); st != http.StatusOK || health.Accel != "none" {
+		t.Fatalf("control plane health: %d %+v", st, health)
+	}
 
 	// Placement spreads creates by free memory: a (1024) then b (896 > 768).
 	var made []zeish.Sandbox
@@ -264,8 +309,12 @@ func TestCluster(t *testing.T) {
 	if out := l.execOn(ctx, one.ID, one.Host, "cat /root/f"); out != "one" {
 		t.Fatalf("the live node's sandbox: %q", out)
 	}
-	if _, err := l.client.CreateSandbox(ctx, zeish.CreateSandboxRequest{Name: "four", MemoryMiB: 256}, zeish.Wait()); err != nil {
-		t.Fatalf("a create with one node lost: %v", err)
+	four, err := l.client.CreateSandbox(ctx, zeish.CreateSandboxRequest{Name: "four", MemoryMiB: 256}, zeish.Wait())
+	if err != nil || four.Host == lostNode {
+		t.Fatalf("a create with one node lost: %+v %v", four, err)
+	}
+	if _, err := l.client.DeleteSandbox(ctx, four.ID, zeish.Wait()); err != nil {
+		t.Fatal(err)
 	}
 	// The lost sandboxes bill nothing while lost.
 	running := func() float64 {
@@ -320,10 +369,39 @@ func TestCluster(t *testing.T) {
 	if err == nil && five.Host == one.Host {
 		t.Fatalf("a create placed on draining %s", one.Host)
 	}
+	if err == nil {
+		if _, err := l.client.DeleteSandbox(ctx, five.ID, zeish.Wait()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, err := l.client.CloneSandbox(ctx, one.ID, zeish.CloneRequest{}); !errors.Is(err, errdefs.ErrNodeFull) {
 		t.Fatalf("a fork on a draining node: %v", err)
 	}
 	if out := l.execOn(ctx, one.ID, one.Host, "cat /root/f"); out != "one" {
 		t.Fatalf("a draining node's sandbox: %q", out)
+	}
+	if st := l.do("POST", "/admin/nodes/"+one.Host+"/undrain", nil); st != http.StatusOK {
+		t.Fatalf("undrain: %d", st)
+	}
+
+	// kill -9 the replica in use: the other serves everything, and the
+	// nodes heartbeat to it (none is lost after ZEISH_NODE_LOST_AFTER).
+	l.controls[0].Kill()
+	l.use(1)
+	time.Sleep(6 * time.Second)
+	for _, n := range l.listNodes() {
+		if !n.Live {
+			t.Fatalf("node %s lost after a replica died: %+v", n.ID, n)
+		}
+	}
+	if out := l.execOn(ctx, kid.ID, kid.Host, "cat /root/f"); out != "two" {
+		t.Fatalf("through the other replica: %q", out)
+	}
+	six, err := l.client.CreateSandbox(ctx, zeish.CreateSandboxRequest{Name: "six", MemoryMiB: 128}, zeish.Wait())
+	if err != nil {
+		t.Fatalf("create through the other replica: %v", err)
+	}
+	if out := l.execOn(ctx, six.ID, six.Host, "uname -n"); out != "six" {
+		t.Fatalf("the other replica's create: %q", out)
 	}
 }

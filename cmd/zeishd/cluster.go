@@ -245,7 +245,7 @@ func runNode(ctx context.Context) error {
 		return err
 	}
 	defer st.Close()
-	loc, err := openLocal(ctx, log, dataDir, st, id)
+	loc, err := openLocal(ctx, log, dataDir, st, id, false)
 	if err != nil {
 		return err
 	}

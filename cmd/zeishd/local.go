@@ -36,8 +36,10 @@ func (l *local) Close() {
 }
 
 // openLocal opens the driver, the templates and the node on dataDir, and
-// recovers the node's sandboxes.
-func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.Store, nodeID string) (*local, error) {
+// recovers the node's sandboxes. builds runs template builds from images
+// here (the single binary); a node agent runs none: a build's files would
+// live on one host while the database shares the template with all.
+func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.Store, nodeID string, builds bool) (*local, error) {
 	// As root, VMMs run confined (unprivileged user, chroot, cgroup), like
 	// Firecracker's jailer; ZEISH_CONFINE=off runs them as zeishd's user.
 	confine := os.Geteuid() == 0 && env("ZEISH_CONFINE", "on") != "off"
@@ -75,8 +77,8 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 	if err != nil || imageRAM < 0 {
 		return nil, fmt.Errorf("ZEISH_PLAN_IMAGE_RAM_MIB: want a number of MiB, 0 for no cap")
 	}
-	builds, err := strconv.Atoi(env("ZEISH_TEMPLATE_BUILDS", "2"))
-	if err != nil || builds < 1 {
+	parallel, err := strconv.Atoi(env("ZEISH_TEMPLATE_BUILDS", "2"))
+	if err != nil || parallel < 1 {
 		return nil, fmt.Errorf("ZEISH_TEMPLATE_BUILDS: want a positive number, got %q", os.Getenv("ZEISH_TEMPLATE_BUILDS"))
 	}
 	netw, err := openNetwork(ctx, log)
@@ -108,7 +110,10 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 		cat.EnableDebian(template.DebianOptions{Extra: extra})
 		go cat.PrepareDebian(context.WithoutCancel(ctx))
 	}
-	if err := cat.StartBuilds(ctx, catalog.BuildOptions{Dir: filepath.Join(dataDir, "template-builds"), Parallel: builds, Warmer: n}); err != nil {
+	if !builds {
+		return l, nil
+	}
+	if err := cat.StartBuilds(ctx, catalog.BuildOptions{Dir: filepath.Join(dataDir, "template-builds"), Parallel: parallel, Warmer: n}); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("template builds: %w", err)
 	}

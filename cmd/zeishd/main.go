@@ -18,6 +18,12 @@
 // (14), ZEISH_PRICE_MEMORY_GIB_SECOND_MICROS (4.5),
 // ZEISH_PRICE_DISK_GIB_SECOND_MICROS (0.04).
 //
+// `zeishd control` (or ZEISH_ROLE=control) is a control-plane replica
+// without VMs and `zeishd node` a node agent that registers with it
+// (ZEISH_CONTROL_URL, ZEISH_NODE_TOKEN, ZEISH_NODE_ID, ZEISH_REGION,
+// ZEISH_NODE_LABELS, ZEISH_NODE_URL; ZEISH_NODE_LOST_AFTER on the control
+// plane), all on one PostgreSQL database: see cluster.go and the README.
+//
 // SIGINT/SIGTERM stop the API and drop agent connections; running sandboxes
 // keep running, and the next zeishd finds them again.
 package main
@@ -131,7 +137,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	loc, err := openLocal(ctx, log, dataDir, st, nodeID)
+	loc, err := openLocal(ctx, log, dataDir, st, nodeID, true)
 	if err != nil {
 		return err
 	}

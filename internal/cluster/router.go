@@ -121,8 +121,11 @@ func (r *Router) HasRegion(ctx context.Context, region string) (bool, error) {
 	return false, nil
 }
 
-// Capabilities are the cluster's: no VMM of its own.
-func (r *Router) Capabilities() vmm.Capabilities { return vmm.Capabilities{Name: "cluster"} }
+// Capabilities are the control plane's: no VMM of its own (each node
+// reports its own in its heartbeat).
+func (r *Router) Capabilities() vmm.Capabilities {
+	return vmm.Capabilities{Name: "none", Accel: "none", AccelReason: "a control plane: sandboxes run on its node agents"}
+}
 
 // Nodes with their memory committed as the database has it now (a
 // heartbeat lags: two creates in a row must see each other).

@@ -1397,10 +1397,10 @@ export interface components {
             /** @description The server's version. */
             version: string;
             /**
-             * @description CPU virtualisation of the VMs: `kvm` (hardware) or `tcg` (software emulation). KVM is chosen only when a probe boots the guest kernel under it (on the machine type sandboxes use) and reaches the kernel's banner; the verdict is cached in the data dir, keyed by the host kernel, the loaded KVM modules, QEMU's version and the guest kernel, and `zeishd --accel-probe` runs the probe again. `ZEISH_ACCEL=tcg` skips the probe; `ZEISH_ACCEL=kvm` makes a failed probe stop zeishd at start with the reason.
+             * @description CPU virtualisation of the VMs: `kvm` (hardware) or `tcg` (software emulation); `none` on a control plane (`zeishd control`), which runs no VMs (its nodes' are in `GET /api/v1/admin/nodes`). KVM is chosen only when a probe boots the guest kernel under it (on the machine type sandboxes use) and reaches the kernel's banner; the verdict is cached in the data dir, keyed by the host kernel, the loaded KVM modules, QEMU's version and the guest kernel, and `zeishd --accel-probe` runs the probe again. `ZEISH_ACCEL=tcg` skips the probe; `ZEISH_ACCEL=kvm` makes a failed probe stop zeishd at start with the reason.
              * @enum {string}
              */
-            accel: "kvm" | "tcg";
+            accel: "kvm" | "tcg" | "none";
             /**
              * @description Why `accel` was chosen, e.g. `no /dev/kvm`, `probe booted the guest kernel under KVM`, `kvm_pvm module: needs a PVM guest kernel; probe boot silent after 15s`, or QEMU's own error.
              * @example no /dev/kvm
