@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -267,6 +268,37 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("exec on %s: %q", one.ID, out)
 	}
 	l.execOn(ctx, two.ID, two.Host, "echo two > /root/f")
+	// File bytes go to the node too; the control plane serves no data
+	// plane for a node's sandbox, even with a good token.
+	conn, err := l.client.Connect(ctx, one.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.WriteFile(ctx, "/root/up", strings.NewReader("bytes via the node"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := conn.ReadFile(ctx, "/root/up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(rc)
+	rc.Close()
+	if string(got) != "bytes via the node" {
+		t.Fatalf("file read back: %q", got)
+	}
+	acc, err := l.client.Access(ctx, one.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := &server{t: t, addr: l.control.Addr}
+	if st := cp.do(t, "GET", api.DataPath+"/sandboxes/"+one.ID+"/files/list?path=/root", acc.Token, nil, nil); st != http.StatusBadRequest {
+		t.Fatalf("the control plane's data plane for a node's sandbox: %d", st)
+	}
+	// Nor does another node, with the same token.
+	wrong := "http://" + l.nodes[two.Host].Addr + api.DataPath + "/sandboxes/" + one.ID + "/files/list?path=/root"
+	if st := cp.do(t, "GET", wrong, acc.Token, nil, nil); st != http.StatusNotFound {
+		t.Fatalf("another node's data plane for %s: %d", one.ID, st)
+	}
 
 	// A fork lands on its parent's node.
 	fork, err := l.client.CloneSandbox(ctx, two.ID, zeish.CloneRequest{Name: "two-kid"}, zeish.Wait())
@@ -274,6 +306,7 @@ func TestCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	kid := fork.Sandboxes[0]
+	t.Logf("fork on %s: parent paused %d ms", two.Host, fork.PauseMS)
 	if kid.Host != two.Host {
 		t.Fatalf("fork of %s (on %s) placed on %s", two.ID, two.Host, kid.Host)
 	}
@@ -295,6 +328,7 @@ func TestCluster(t *testing.T) {
 
 	// kill -9 the node of two: its sandboxes are lost, the others work.
 	lostNode := two.Host
+	killed := time.Now()
 	l.nodes[lostNode].Kill()
 	l.waitNode(lostNode, false)
 	for _, id := range []string{two.ID, kid.ID} {
@@ -306,6 +340,7 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("access to a lost sandbox: %v", err)
 		}
 	}
+	t.Logf("kill -9 of %s → its sandboxes node_lost: %v (ZEISH_NODE_LOST_AFTER=4s)", lostNode, time.Since(killed).Round(100*time.Millisecond))
 	if out := l.execOn(ctx, one.ID, one.Host, "cat /root/f"); out != "one" {
 		t.Fatalf("the live node's sandbox: %q", out)
 	}
@@ -337,6 +372,7 @@ func TestCluster(t *testing.T) {
 	}
 
 	// The node comes back: its VMs outlived it, the sandboxes run again.
+	restarted := time.Now()
 	if err := l.nodes[lostNode].Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -354,6 +390,7 @@ func TestCluster(t *testing.T) {
 			}
 		}
 	}
+	t.Logf("restart of %s → its sandboxes running again: %v", lostNode, time.Since(restarted).Round(100*time.Millisecond))
 	if out := l.execOn(ctx, two.ID, lostNode, "cat /root/f"); out != "two" {
 		t.Fatalf("after rejoin: %q", out)
 	}

@@ -17,10 +17,13 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/guest"
 	"github.com/zeish/zeish/internal/catalog"
 	"github.com/zeish/zeish/internal/cluster"
 	"github.com/zeish/zeish/internal/datadir"
 	"github.com/zeish/zeish/internal/metering"
+	"github.com/zeish/zeish/internal/node"
 	"github.com/zeish/zeish/internal/nodeapi"
 	"github.com/zeish/zeish/internal/nodeapi/nodev1"
 	"github.com/zeish/zeish/internal/nodeapi/nodev1/nodev1connect"
@@ -250,7 +253,7 @@ func runNode(ctx context.Context) error {
 		return err
 	}
 	defer loc.Close()
-	srv, err := server.New(server.Options{Store: st, Node: loc.node, Catalog: loc.cat, DataDir: dataDir, TokenKey: keys.TokenKey,
+	srv, err := server.New(server.Options{Store: st, Node: ownSandboxes{loc.node, id}, Catalog: loc.cat, DataDir: dataDir, TokenKey: keys.TokenKey,
 		Version: version.Version, PublicURL: self, Logger: log})
 	if err != nil {
 		return err
@@ -355,4 +358,33 @@ func heartbeat(ctx context.Context, log *slog.Logger, ctl nodev1connect.ControlC
 		case <-t.C:
 		}
 	}
+}
+
+// ownSandboxes is a node agent's node as its data plane sees it: only the
+// sandboxes placed on this node are served here (a token names a sandbox,
+// not a node; another node's VM is not this host's to reach).
+type ownSandboxes struct {
+	*node.Node
+	id string
+}
+
+func (o ownSandboxes) mine(r *store.SandboxRecord) error {
+	if r.Host != o.id {
+		return fmt.Errorf("sandbox %s runs on node %s, not on this one (%s): use the URL /access returns: %w", r.ID, r.Host, o.id, errdefs.ErrNotFound)
+	}
+	return nil
+}
+
+func (o ownSandboxes) Agent(ctx context.Context, r *store.SandboxRecord) (*guest.Client, error) {
+	if err := o.mine(r); err != nil {
+		return nil, err
+	}
+	return o.Node.Agent(ctx, r)
+}
+
+func (o ownSandboxes) PortAddr(r *store.SandboxRecord, port int) (string, error) {
+	if err := o.mine(r); err != nil {
+		return "", err
+	}
+	return o.Node.PortAddr(r, port)
 }

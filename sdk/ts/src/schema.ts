@@ -2245,7 +2245,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description `file_not_found`: no such file or directory in the sandbox. */
+        /** @description `file_not_found`: no such file or directory in the sandbox; `not_found`: the sandbox is not on this node (a cluster's node agent serves only its own). */
         FileNotFound: {
             headers: {
                 [name: string]: unknown;
