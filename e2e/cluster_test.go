@@ -235,14 +235,14 @@ func (l *lab) execOn(ctx context.Context, id, node, script string) string {
 func TestCluster(t *testing.T) {
 	ctx := ctxFor(t, 20*time.Minute)
 	l := startCluster(t, 4*time.Second, 2)
-	l.addNode("node-a", 1024)
-	l.addNode("node-b", 896)
+	l.addNode("node-a", 1280)
+	l.addNode("node-b", 1152)
 	var health api.Health
 	if st := (&server{t: t, addr: l.control.Addr}).do(t, "GET", "/healthz", "", nil, &health); st != http.StatusOK || health.Accel != "none" {
 		t.Fatalf("control plane health: %d %+v", st, health)
 	}
 
-	// Placement spreads creates by free memory: a (1024) then b (896 > 768).
+	// Placement spreads creates by free memory: a (1280 free) then b (1152 > 1024).
 	var made []zeish.Sandbox
 	for _, name := range []string{"one", "two"} {
 		want := l.mostFree()
@@ -300,6 +300,34 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("another node's data plane for %s: %d", one.ID, st)
 	}
 
+	// A snapshot's clones start on its sandbox's node, and a restore
+	// rolls the sandbox back there.
+	snap, err := l.client.CreateSnapshot(ctx, one.ID, zeish.CreateSnapshotRequest{Name: "s1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.execOn(ctx, one.ID, one.Host, "echo changed > /root/f")
+	sc, err := l.client.CloneSnapshot(ctx, one.ID, "s1", zeish.CloneRequest{Name: "from-s1"}, zeish.Wait())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := sc.Sandboxes[0]; c.Host != one.Host {
+		t.Fatalf("snapshot clone on %s, its snapshot's sandbox on %s", c.Host, one.Host)
+	} else if out := l.execOn(ctx, c.ID, c.Host, "cat /root/f"); out != "one" {
+		t.Fatalf("snapshot clone reads %q", out)
+	} else if _, err := l.client.DeleteSandbox(ctx, c.ID, zeish.Wait()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.client.RestoreSnapshot(ctx, snap.ID, zeish.Wait()); err != nil {
+		t.Fatal(err)
+	}
+	if out := l.execOn(ctx, one.ID, one.Host, "cat /root/f"); out != "one" {
+		t.Fatalf("after restore: %q", out)
+	}
+	if err := l.client.DeleteSnapshot(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+
 	// A fork lands on its parent's node.
 	fork, err := l.client.CloneSandbox(ctx, two.ID, zeish.CloneRequest{Name: "two-kid"}, zeish.Wait())
 	if err != nil {
@@ -313,10 +341,10 @@ func TestCluster(t *testing.T) {
 	if out := l.execOn(ctx, kid.ID, kid.Host, "cat /root/f"); out != "two" {
 		t.Fatalf("fork's file: %q", out)
 	}
-	// Its node is full for two more; a create still goes to the other.
+	// Its node is full for three more; a create still goes to the other.
 	var apiErr *zeish.APIError
-	if _, err := l.client.CloneSandbox(ctx, two.ID, zeish.CloneRequest{Count: 2}); !errors.Is(err, errdefs.ErrNodeFull) || !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict {
-		t.Fatalf("fork of 2 on a full node: %v", err)
+	if _, err := l.client.CloneSandbox(ctx, two.ID, zeish.CloneRequest{Count: 3}); !errors.Is(err, errdefs.ErrNodeFull) || !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict {
+		t.Fatalf("fork of 3 on a full node: %v", err)
 	}
 	three, err := l.client.CreateSandbox(ctx, zeish.CreateSandboxRequest{Name: "three", MemoryMiB: 256}, zeish.Wait())
 	if err != nil {
