@@ -263,10 +263,17 @@ func (r *Router) SetNetwork(ctx context.Context, id string, p sandbox.Network) (
 // waitPoll is how often Wait reads a sandbox from the database.
 const waitPoll = 200 * time.Millisecond
 
-// Wait reads the sandbox from the database until it settles (or reaches
-// want): every node writes each state there, and a lost node's sandboxes
-// are settled by the control plane itself.
+// Wait asks the sandbox's node to wait (it wakes at the change itself);
+// when the node does not answer it reads the database until the sandbox
+// settles or reaches want: a lost node's sandboxes are settled by the
+// control plane (node_lost).
 func (r *Router) Wait(ctx context.Context, id string, want sandbox.State) (*store.SandboxRecord, error) {
+	if _, c, err := r.of(ctx, id); err == nil {
+		rec, err := c.Wait(ctx, id, want)
+		if err == nil || !errdefs.Is(err, errdefs.ClassUnavailable) || errdefs.Of(err) == errdefs.ErrTimeout {
+			return rec, err
+		}
+	}
 	t := time.NewTicker(waitPoll)
 	defer t.Stop()
 	for {
