@@ -30,13 +30,17 @@ const (
 	ErrRestoreFailed = "restore_failed"
 	// ErrDeleteFailed: a delete could not remove the VM or its files.
 	ErrDeleteFailed = "delete_failed"
+	// ErrNodeLost: the sandbox's node stopped answering (no heartbeat for
+	// ZEISH_NODE_LOST_AFTER); billing stopped. Nothing was deleted: when the
+	// node comes back with the VM still running, the sandbox is usable again.
+	ErrNodeLost = "node_lost"
 	// ErrInternal: anything else; the message says what.
 	ErrInternal = "internal"
 )
 
 // ErrorCodes lists every error_code, for the API document and its test.
 var ErrorCodes = []string{ErrBootFailed, ErrBootTimeout, ErrTemplateUnavailable, ErrVMExited, ErrAgentSilent, ErrInterrupted,
-	ErrCaptureFailed, ErrRestoreFailed, ErrDeleteFailed, ErrInternal, ErrGitCloneFailed}
+	ErrCaptureFailed, ErrRestoreFailed, ErrDeleteFailed, ErrNodeLost, ErrInternal, ErrGitCloneFailed}
 
 // maxErrorMessage bounds error_message: console text is the guest's.
 const maxErrorMessage = 4096

@@ -65,6 +65,15 @@ const (
 	// OpRewind is a restore of a stopped sandbox as the node carries it
 	// out, as the sandbox's next operation: it must still be stopped.
 	OpRewind Op = "rewind"
+	// OpNodeLost: the sandbox's node stopped heartbeating (the control
+	// plane records it; nothing on the node is touched). A stopped sandbox
+	// has no VM to lose and stays stopped.
+	OpNodeLost Op = "node-lost"
+	// OpRejoined and OpRejoinedPaused: the node came back and the VM of a
+	// sandbox lost with it still runs; it is usable again as it was
+	// (RejoinOp says which).
+	OpRejoined       Op = "rejoined"
+	OpRejoinedPaused Op = "rejoined-paused"
 )
 
 // stay marks an operation that leaves the state as it is.
@@ -115,6 +124,21 @@ var table = map[Op]rule{
 	OpAgentSilent:  {from: []State{StateStarting, StateRunning, StatePaused, StateStopping}, to: StateError},
 	OpInterrupted:  {from: []State{StateStarting}, to: StateError},
 	OpRewind:       {from: []State{StateStopped}, to: stay, words: "a restore in place"},
+
+	OpNodeLost:       {from: []State{StateStarting, StateRunning, StatePaused, StateStopping}, to: StateError},
+	OpRejoined:       {from: []State{StateError}, to: StateRunning},
+	OpRejoinedPaused: {from: []State{StateError}, to: StatePaused},
+}
+
+// RejoinOp is the operation that makes a sandbox lost with its node (in
+// state from when it was lost) usable again once its VM is found running:
+// a paused one stays paused, any other runs (an interrupted boot or stop
+// left a running VM, which is the truth).
+func RejoinOp(from State) Op {
+	if from == StatePaused {
+		return OpRejoinedPaused
+	}
+	return OpRejoined
 }
 
 // States lists every state, in lifecycle order.

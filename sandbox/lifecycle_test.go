@@ -54,6 +54,15 @@ func TestLifecycle(t *testing.T) {
 		{"a silent agent is error", OpAgentSilent, StatePaused, StateError},
 		{"the VM watcher acts on running sandboxes", OpVMExited, StateRunning, StateError},
 		{"the VM watcher leaves operations in flight alone", OpVMExited, StateStopping, refused},
+		// Issue 17: a lost node's sandboxes are error (billing stops), a
+		// stopped one has no VM to lose; nothing is deleted.
+		{"a lost node's running sandbox is error", OpNodeLost, StateRunning, StateError},
+		{"a lost node's paused sandbox is error", OpNodeLost, StatePaused, StateError},
+		{"a lost node's stopped sandbox stays stopped", OpNodeLost, StateStopped, refused},
+		{"a lost node does not undo a delete", OpNodeLost, StateDeleting, refused},
+		{"the node is back: its live VM runs again", RejoinOp(StateRunning), StateError, StateRunning},
+		{"the node is back: a paused VM stays paused", RejoinOp(StatePaused), StateError, StatePaused},
+		{"only an error rejoins", RejoinOp(StateRunning), StateRunning, refused},
 		// SPEC, Objects: "deleting ends in destroyed".
 		{"delete from running", OpDelete, StateRunning, StateDeleting},
 		{"delete from error", OpDelete, StateError, StateDeleting},

@@ -18,6 +18,12 @@
 // (14), ZEISH_PRICE_MEMORY_GIB_SECOND_MICROS (4.5),
 // ZEISH_PRICE_DISK_GIB_SECOND_MICROS (0.04).
 //
+// `zeishd control` (or ZEISH_ROLE=control) is a control-plane replica
+// without VMs and `zeishd node` a node agent that registers with it
+// (ZEISH_CONTROL_URL, ZEISH_NODE_TOKEN, ZEISH_NODE_ID, ZEISH_REGION,
+// ZEISH_NODE_LABELS, ZEISH_NODE_URL; ZEISH_NODE_LOST_AFTER on the control
+// plane), all on one PostgreSQL database: see cluster.go and the README.
+//
 // SIGINT/SIGTERM stop the API and drop agent connections; running sandboxes
 // keep running, and the next zeishd finds them again.
 package main
@@ -38,12 +44,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/zeish/zeish/internal/catalog"
 	"github.com/zeish/zeish/internal/datadir"
 	"github.com/zeish/zeish/internal/e2b"
 	"github.com/zeish/zeish/internal/metering"
 	"github.com/zeish/zeish/internal/metrics"
-	"github.com/zeish/zeish/internal/node"
 	"github.com/zeish/zeish/internal/secrets"
 	"github.com/zeish/zeish/internal/server"
 	"github.com/zeish/zeish/internal/store"
@@ -70,7 +74,20 @@ func main() {
 		}
 		return
 	}
-	if err := run(ctx); err != nil {
+	r, err := role()
+	if err != nil {
+		slog.Error("zeishd", "err", err)
+		os.Exit(2)
+	}
+	switch r {
+	case roleControl:
+		err = runControl(ctx)
+	case roleNode:
+		err = runNode(ctx)
+	default:
+		err = run(ctx)
+	}
+	if err != nil {
 		slog.Error("zeishd", "err", err)
 		os.Exit(1)
 	}
@@ -120,77 +137,12 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// As root, VMMs run confined (unprivileged user, chroot, cgroup), like
-	// Firecracker's jailer; ZEISH_CONFINE=off runs them as zeishd's user.
-	confine := os.Geteuid() == 0 && env("ZEISH_CONFINE", "on") != "off"
-	kernel, err := guestKernel()
+	loc, err := openLocal(ctx, log, dataDir, st, nodeID, true)
 	if err != nil {
 		return err
 	}
-	tbMiB, err := strconv.Atoi(env("ZEISH_TCG_TB_MIB", "128"))
-	if err != nil || tbMiB < 0 {
-		return fmt.Errorf("ZEISH_TCG_TB_MIB: want a size in MiB (0: QEMU's default), got %q", os.Getenv("ZEISH_TCG_TB_MIB"))
-	}
-	driver, err := qemu.New(qemu.Options{Accel: vmm.Accel(env("ZEISH_ACCEL", "")), TCGTBSizeMiB: tbMiB,
-		ProbeKernel: kernel, AccelCache: filepath.Join(dataDir, accelCacheName),
-		Confine: confine, VMUser: os.Getenv("ZEISH_VM_USER"), NoSeccomp: env("ZEISH_SECCOMP", "on") == "off", Logger: log})
-	if err != nil {
-		return err
-	}
-	sandboxd, err := sandboxdPath()
-	if err != nil {
-		return err
-	}
-	cat := catalog.New(st, template.BaseOptions{
-		CacheDir: env("ZEISH_TEMPLATE_CACHE", filepath.Join(dataDir, "templates")), SandboxdPath: sandboxd, Logger: log,
-		KernelPath: kernel,
-	})
-	bootTimeout, err := time.ParseDuration(env("ZEISH_BOOT_TIMEOUT", "3m"))
-	if err != nil {
-		return fmt.Errorf("ZEISH_BOOT_TIMEOUT: %w", err)
-	}
-	budget, err := memoryBudget()
-	if err != nil {
-		return err
-	}
-	netw, err := openNetwork(ctx, log)
-	if err != nil {
-		return err
-	}
-	if netw != nil {
-		defer netw.Close() // after the node: guests' rules stay while their VMs run
-	}
-	imageRAM, err := strconv.Atoi(env("ZEISH_PLAN_IMAGE_RAM_MIB", "16384"))
-	if err != nil || imageRAM < 0 {
-		return fmt.Errorf("ZEISH_PLAN_IMAGE_RAM_MIB: want a number of MiB, 0 for no cap")
-	}
-	n := node.New(node.Options{ID: nodeID, DataDir: dataDir, Store: st, Driver: driver, Templates: cat,
-		Logger: log, BootTimeout: bootTimeout, MemoryBudgetMiB: budget, Network: netw, AccountImageRAMMiB: imageRAM,
-		StoppedPromotion: env("ZEISH_FORK_PROMOTION", "live") == "stopped"})
-	defer n.Close() // after the HTTP server is down: VMs keep running
-	if err := n.Recover(ctx); err != nil {
-		return fmt.Errorf("recover: %w", err)
-	}
-	// Build (or find) the base template now so the first create is quick.
-	go cat.Prepare(context.WithoutCancel(ctx))
-	// The debian template takes about a minute (more on a slow mirror) to
-	// build the first time: opt-in, so test servers do not pay for it.
-	if env("ZEISH_DEBIAN_TEMPLATE", "off") == "on" {
-		var extra []string
-		if env("ZEISH_DEBIAN_BUILD_ESSENTIAL", "off") == "on" {
-			extra = append(extra, "build-essential") // gcc, make, libc headers: ~200 MiB more
-		}
-		cat.EnableDebian(template.DebianOptions{Extra: extra})
-		go cat.PrepareDebian(context.WithoutCancel(ctx))
-	}
-	builds, err := strconv.Atoi(env("ZEISH_TEMPLATE_BUILDS", "2"))
-	if err != nil || builds < 1 {
-		return fmt.Errorf("ZEISH_TEMPLATE_BUILDS: want a positive number, got %q", os.Getenv("ZEISH_TEMPLATE_BUILDS"))
-	}
-	if err := cat.StartBuilds(ctx, catalog.BuildOptions{Dir: filepath.Join(dataDir, "template-builds"), Parallel: builds, Warmer: n}); err != nil {
-		return fmt.Errorf("template builds: %w", err)
-	}
-	defer cat.Close() // interrupted builds resume on the next start
+	defer loc.Close() // after the HTTP server is down: VMs keep running
+	n, cat, driver, budget := loc.node, loc.cat, loc.driver, loc.budget
 
 	ln, err := net.Listen("tcp", env("ZEISH_LISTEN", "127.0.0.1:7420"))
 	if err != nil {

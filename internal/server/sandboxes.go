@@ -66,8 +66,8 @@ func (s *Server) newRecord(ctx context.Context, acct store.Account, req api.Crea
 	if size.DiskMiB < tpl.DiskMiB {
 		return nil, invalid("disk_mib %d is smaller than template %s's root filesystem (%d MiB)", size.DiskMiB, tpl.Name, tpl.DiskMiB)
 	}
-	if req.Region != "" && req.Region != s.node.Region() {
-		return nil, invalid("region %q: no node serves it (this server has %q)", req.Region, s.node.Region())
+	if err := s.checkRegion(ctx, req.Region); err != nil {
+		return nil, err
 	}
 	if err := checkVars("env", req.Env, maxEnvVars, envName); err != nil {
 		return nil, err
@@ -103,6 +103,7 @@ func (s *Server) newRecord(ctx context.Context, acct store.Account, req api.Crea
 	return &store.SandboxRecord{
 		Sandbox: sandbox.Sandbox{
 			Network:   netw,
+			Region:    req.Region, // where to place it; the node sets its own
 			AccountID: acct.ID, Name: req.Name, Template: req.Template,
 			VCPUs: size.VCPUs, MemoryMiB: size.MemoryMiB, DiskMiB: size.DiskMiB,
 			Env: req.Env, GitRepo: git.GitRepo, GitBranch: git.GitBranch, PRNumber: git.PRNumber,
@@ -317,9 +318,17 @@ func (s *Server) access(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	url := s.publicURL(r) + api.DataPath + "/sandboxes/" + rec.ID
+	if d, ok := s.node.(dataPlaneLocator); ok {
+		// The sandbox's node serves its data plane itself.
+		if url, err = d.DataURL(r.Context(), rec); err != nil {
+			writeError(w, r, err)
+			return
+		}
+	}
 	exp := time.Now().Add(ttl).UTC().Truncate(time.Second)
 	writeJSON(w, http.StatusOK, api.Access{
-		URL:       s.publicURL(r) + api.DataPath + "/sandboxes/" + rec.ID,
+		URL:       url,
 		Token:     s.tokens.issue(rec.ID, rec.AccountID, key.ID, exp),
 		ExpiresAt: exp,
 	})
@@ -334,4 +343,36 @@ func (s *Server) publicURL(r *http.Request) string {
 		scheme = "https"
 	}
 	return scheme + "://" + r.Host
+}
+
+// dataPlaneLocator is a control.Node whose sandboxes' data plane is served
+// elsewhere (the cluster's Router: on each sandbox's node).
+type dataPlaneLocator interface {
+	DataURL(ctx context.Context, r *store.SandboxRecord) (string, error)
+}
+
+// regionChecker is a control.Node of many regions (the cluster's Router).
+type regionChecker interface {
+	HasRegion(ctx context.Context, region string) (bool, error)
+}
+
+// checkRegion refuses a region no node serves.
+func (s *Server) checkRegion(ctx context.Context, region string) error {
+	if region == "" {
+		return nil
+	}
+	if rc, ok := s.node.(regionChecker); ok {
+		has, err := rc.HasRegion(ctx, region)
+		if err != nil {
+			return storeErr(err)
+		}
+		if !has {
+			return invalid("region %q: no node serves it", region)
+		}
+		return nil
+	}
+	if region != s.node.Region() {
+		return invalid("region %q: no node serves it (this server has %q)", region, s.node.Region())
+	}
+	return nil
 }

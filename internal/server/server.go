@@ -48,6 +48,13 @@ type Options struct {
 	Prices *metering.Prices
 	// Metrics, when set, is served at GET /metrics and fed by the handlers.
 	Metrics *metrics.Metrics
+	// TokenKey, when set, signs and verifies data-plane tokens instead of
+	// the data dir's key: a node agent gets the control plane's at
+	// registration, so it verifies tokens offline.
+	TokenKey []byte
+	// Cluster, when set, serves the admin API's nodes (a control plane
+	// with node agents).
+	Cluster Cluster
 }
 
 // Server serves the API.
@@ -68,9 +75,12 @@ func New(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	t, err := loadTokenKey(opts.DataDir)
-	if err != nil {
-		return nil, err
+	t := &tokenSigner{key: opts.TokenKey}
+	if len(opts.TokenKey) == 0 {
+		var err error
+		if t, err = loadTokenKey(opts.DataDir); err != nil {
+			return nil, err
+		}
 	}
 	plan, prices := DefaultPlan, metering.DefaultPrices
 	if opts.Plan != nil {
@@ -112,6 +122,9 @@ func (s *Server) routes() []route {
 		{"POST " + a + "/accounts/{id}/keys", s.withAdmin(s.createKey)},
 		{"GET " + a + "/keys", s.withAdmin(s.listKeys)},
 		{"DELETE " + a + "/keys/{id}", s.withAdmin(s.revokeKey)},
+		{"GET " + a + "/nodes", s.withAdmin(s.listNodes)},
+		{"POST " + a + "/nodes/{id}/drain", s.withAdmin(s.drainNode(true))},
+		{"POST " + a + "/nodes/{id}/undrain", s.withAdmin(s.drainNode(false))},
 		{"GET " + p + "/usage", s.withAccount(s.usage)},
 		{"GET " + p + "/pricing/estimate", s.withAccount(s.estimate)},
 		{"POST " + p + "/sandboxes", s.withAccount(s.createSandbox)},

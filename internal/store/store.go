@@ -75,6 +75,10 @@ type SandboxRecord struct {
 	// delete and usage must not count that link again.
 	NetKept bool   `json:"net_kept,omitempty"`
 	NetOut  uint64 `json:"net_out,omitempty"`
+	// LostFrom is the state the sandbox was in when its node was lost
+	// (error node_lost); the node's return makes it so again
+	// (sandbox.RejoinOp).
+	LostFrom sandbox.State `json:"lost_from,omitempty"`
 }
 
 // Interval is a span of time; End is nil while it lasts.

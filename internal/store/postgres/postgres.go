@@ -57,6 +57,7 @@ var migrations = []string{
 	CREATE INDEX quota_holds_account ON quota_holds(account_id);
 	CREATE TABLE rate_buckets (account_id TEXT PRIMARY KEY, tokens DOUBLE PRECISION NOT NULL, at TIMESTAMPTZ NOT NULL);
 	CREATE TABLE leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at TIMESTAMPTZ NOT NULL);`,
+	`CREATE TABLE nodes (id TEXT PRIMARY KEY, data TEXT NOT NULL);`,
 }
 
 // migrateLock is the advisory lock key that serialises migrations.

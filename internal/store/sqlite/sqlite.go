@@ -54,6 +54,7 @@ var migrations = []string{
 	CREATE INDEX quota_holds_account ON quota_holds(account_id);
 	CREATE TABLE rate_buckets (account_id TEXT PRIMARY KEY, tokens REAL NOT NULL, at TEXT NOT NULL);
 	CREATE TABLE leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at TEXT NOT NULL);`,
+	`CREATE TABLE nodes (id TEXT PRIMARY KEY, data TEXT NOT NULL);`,
 }
 
 // Open opens (creating if needed) the database at path and migrates it.

@@ -138,6 +138,73 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/admin/nodes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the cluster's nodes
+         * @description Every node agent that ever registered, by id: its region and labels, whether it is live
+         *     (heartbeated within `ZEISH_NODE_LOST_AFTER`), healthy and draining, and its capacity
+         *     (memory committed as the database has it, the rest as its last heartbeat said).
+         */
+        get: operations["listNodes"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/admin/nodes/{id}/drain": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The node's id. */
+                id: components["parameters"]["NodeID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Drain a node
+         * @description No new sandboxes are placed on the node (creates go to the others; forks and snapshot
+         *     clones of its sandboxes get 409 `node_full`); the sandboxes it has keep running. Draining a
+         *     draining node changes nothing; it survives the node's restarts.
+         */
+        post: operations["drainNode"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/admin/nodes/{id}/undrain": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The node's id. */
+                id: components["parameters"]["NodeID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Place sandboxes on a node again */
+        post: operations["undrainNode"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/public/usage": {
         parameters: {
             query?: never;
@@ -1369,10 +1436,10 @@ export interface components {
             /** @description The server's version. */
             version: string;
             /**
-             * @description CPU virtualisation of the VMs: `kvm` (hardware) or `tcg` (software emulation). KVM is chosen only when a probe boots the guest kernel under it (on the machine type sandboxes use) and reaches the kernel's banner; the verdict is cached in the data dir, keyed by the host kernel, the loaded KVM modules, QEMU's version and the guest kernel, and `zeishd --accel-probe` runs the probe again. `ZEISH_ACCEL=tcg` skips the probe; `ZEISH_ACCEL=kvm` makes a failed probe stop zeishd at start with the reason.
+             * @description CPU virtualisation of the VMs: `kvm` (hardware) or `tcg` (software emulation); `none` on a control plane (`zeishd control`), which runs no VMs (its nodes' are in `GET /api/v1/admin/nodes`). KVM is chosen only when a probe boots the guest kernel under it (on the machine type sandboxes use) and reaches the kernel's banner; the verdict is cached in the data dir, keyed by the host kernel, the loaded KVM modules, QEMU's version and the guest kernel, and `zeishd --accel-probe` runs the probe again. `ZEISH_ACCEL=tcg` skips the probe; `ZEISH_ACCEL=kvm` makes a failed probe stop zeishd at start with the reason.
              * @enum {string}
              */
-            accel: "kvm" | "tcg";
+            accel: "kvm" | "tcg" | "none";
             /**
              * @description Why `accel` was chosen, e.g. `no /dev/kvm`, `probe booted the guest kernel under KVM`, `kvm_pvm module: needs a PVM guest kernel; probe boot silent after 15s`, or QEMU's own error.
              * @example no /dev/kvm
@@ -1484,12 +1551,14 @@ export interface components {
              *     paused, until deleted); `interrupted`: zeishd stopped while the
              *     sandbox was starting; `capture_failed`: a fork, snapshot or stop lost the VM mid-way;
              *     `restore_failed`: a restore could not bring the VM back; `delete_failed`: a delete could not
-             *     remove the VM or its files; `internal`: anything else; `git_clone_failed`: the repository
-             *     could not be cloned at create, or a fork's branch or pull request not checked out (the
-             *     message is git's, credentials redacted; see `docs/git.md`).
+             *     remove the VM or its files; `node_lost`: the sandbox's node stopped heartbeating for
+             *     `ZEISH_NODE_LOST_AFTER` (billing stopped; nothing was deleted, and when the node comes back with
+             *     the VM still running the sandbox is `running` or `paused` again); `internal`: anything else;
+             *     `git_clone_failed`: the repository could not be cloned at create, or a fork's branch or pull
+             *     request not checked out (the message is git's, credentials redacted; see `docs/git.md`).
              * @enum {string}
              */
-            error_code?: "boot_failed" | "boot_timeout" | "template_unavailable" | "vm_exited" | "agent_silent" | "interrupted" | "capture_failed" | "restore_failed" | "delete_failed" | "internal" | "git_clone_failed";
+            error_code?: "boot_failed" | "boot_timeout" | "template_unavailable" | "vm_exited" | "agent_silent" | "interrupted" | "capture_failed" | "restore_failed" | "delete_failed" | "node_lost" | "internal" | "git_clone_failed";
             /** @description Set only in state `error`: what went wrong, for humans. For a failed boot it ends with the last lines of the guest's console (control characters removed). */
             error_message?: string;
             /** @description The template: a built-in's name, or the id of the account's template. */
@@ -1722,6 +1791,43 @@ export interface components {
         };
         APIKeyList: {
             keys: components["schemas"]["APIKey"][];
+        };
+        /** @description A node agent of a cluster. */
+        Node: {
+            /** @description `ZEISH_NODE_ID`, else from the host's name. */
+            id: string;
+            /** @description `ZEISH_REGION` (default `local`). */
+            region: string;
+            /** @description `ZEISH_NODE_LABELS` (`key=value,…`). */
+            labels: {
+                [key: string]: string;
+            };
+            /** @description The node's address; data-plane URLs of its sandboxes start with it. */
+            url: string;
+            version?: string;
+            healthy: boolean;
+            /** @description It heartbeated within `ZEISH_NODE_LOST_AFTER`. */
+            live: boolean;
+            /** @description No new sandboxes are placed on it. */
+            draining: boolean;
+            /** @description Guest memory it may promise (0 no limit). */
+            memory_budget_mib: number;
+            /** @description Promised to its sandboxes that may run. */
+            memory_committed_mib: number;
+            /** @description Held in tmpfs by its saved images. */
+            image_ram_mib: number;
+            /** @description What placement compares (-1 no limit). */
+            memory_free_mib: number;
+            vcpus: number;
+            disk_free_mib: number;
+            accel: string;
+            /** Format: date-time */
+            registered_at: string;
+            /** Format: date-time */
+            heartbeat_at: string;
+        };
+        NodeList: {
+            nodes: components["schemas"]["Node"][];
         };
         /** @description The price table, micro-dollars per unit-second. */
         Prices: {
@@ -2247,7 +2353,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description `file_not_found`: no such file or directory in the sandbox. */
+        /** @description `file_not_found`: no such file or directory in the sandbox; `not_found`: the sandbox is not on this node (a cluster's node agent serves only its own). */
         FileNotFound: {
             headers: {
                 [name: string]: unknown;
@@ -2355,6 +2461,8 @@ export interface components {
         };
     };
     parameters: {
+        /** @description The node's id. */
+        NodeID: string;
         /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
         SandboxID: components["schemas"]["SandboxRef"];
         /** @description The sandbox's id; the data-plane token must be for this sandbox. */
@@ -2598,6 +2706,86 @@ export interface operations {
                 };
             };
             500: components["responses"]["Internal"];
+        };
+    };
+    listNodes: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The nodes. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NodeList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    drainNode: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The node's id. */
+                id: components["parameters"]["NodeID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The node, draining. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Node"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    undrainNode: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The node's id. */
+                id: components["parameters"]["NodeID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The node, taking sandboxes. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Node"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
         };
     };
     getUsage: {

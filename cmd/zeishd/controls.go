@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+
+	"connectrpc.com/connect"
+
+	"github.com/zeish/zeish/internal/nodeapi"
+	"github.com/zeish/zeish/internal/nodeapi/nodev1"
+	"github.com/zeish/zeish/internal/nodeapi/nodev1/nodev1connect"
+)
+
+// controls is the Control service of every control-plane replica a node
+// agent knows (ZEISH_CONTROL_URL, comma-separated): a call goes to the one
+// that answered last, and on to the next while a replica is unreachable,
+// so a node keeps heartbeating through the loss of a replica.
+type controls struct {
+	mu      sync.Mutex
+	clients []nodev1connect.ControlClient
+	cur     int
+}
+
+func newControls(urls string, token nodeapi.Token) *controls {
+	c := &controls{}
+	for _, u := range strings.Split(urls, ",") {
+		if u = strings.TrimSuffix(strings.TrimSpace(u), "/"); u != "" {
+			c.clients = append(c.clients, nodev1connect.NewControlClient(http.DefaultClient, u, connect.WithInterceptors(token.ClientAuth())))
+		}
+	}
+	return c
+}
+
+// unreachable: the replica did not answer (an answer, even an error, ends
+// the failover).
+func unreachable(err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable, connect.CodeUnknown, connect.CodeDeadlineExceeded:
+		return true
+	}
+	return false
+}
+
+func call[T any](c *controls, f func(nodev1connect.ControlClient) (T, error)) (T, error) {
+	c.mu.Lock()
+	start := c.cur
+	c.mu.Unlock()
+	var out T
+	var err error
+	for i := range c.clients {
+		k := (start + i) % len(c.clients)
+		if out, err = f(c.clients[k]); err == nil || !unreachable(err) {
+			c.mu.Lock()
+			c.cur = k
+			c.mu.Unlock()
+			return out, err
+		}
+	}
+	return out, err
+}
+
+func (c *controls) Register(ctx context.Context, req *connect.Request[nodev1.RegisterRequest]) (*connect.Response[nodev1.RegisterReply], error) {
+	return call(c, func(cl nodev1connect.ControlClient) (*connect.Response[nodev1.RegisterReply], error) {
+		return cl.Register(ctx, connect.NewRequest(req.Msg))
+	})
+}
+
+func (c *controls) Heartbeat(ctx context.Context, req *connect.Request[nodev1.HeartbeatRequest]) (*connect.Response[nodev1.HeartbeatReply], error) {
+	return call(c, func(cl nodev1connect.ControlClient) (*connect.Response[nodev1.HeartbeatReply], error) {
+		return cl.Heartbeat(ctx, connect.NewRequest(req.Msg))
+	})
+}

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"github.com/zeish/zeish/internal/nodeapi"
+	"github.com/zeish/zeish/internal/nodeapi/nodev1"
+	"github.com/zeish/zeish/internal/nodeapi/nodev1/nodev1connect"
+)
+
+// replica answers heartbeats and counts them.
+type replica struct {
+	nodev1connect.UnimplementedControlHandler
+	beats int
+	code  connect.Code // non-zero: answer this error
+}
+
+func (r *replica) Heartbeat(context.Context, *connect.Request[nodev1.HeartbeatRequest]) (*connect.Response[nodev1.HeartbeatReply], error) {
+	r.beats++
+	if r.code != 0 {
+		return nil, connect.NewError(r.code, nil)
+	}
+	return connect.NewResponse(&nodev1.HeartbeatReply{}), nil
+}
+
+func TestControlsFailover(t *testing.T) {
+	start := func(r *replica) *httptest.Server {
+		mux := http.NewServeMux()
+		mux.Handle(nodev1connect.NewControlHandler(r, connect.WithInterceptors(nodeapi.Token("tok").ServerAuth())))
+		s := httptest.NewServer(mux)
+		t.Cleanup(s.Close)
+		return s
+	}
+	a, b := &replica{}, &replica{}
+	sa, sb := start(a), start(b)
+	c := newControls(sa.URL+", "+sb.URL+"/", "tok")
+	beat := func() error {
+		_, err := c.Heartbeat(context.Background(), connect.NewRequest(&nodev1.HeartbeatRequest{NodeId: "n1"}))
+		return err
+	}
+	if err := beat(); err != nil || a.beats != 1 || b.beats != 0 {
+		t.Fatalf("first replica: %v (%d, %d)", err, a.beats, b.beats)
+	}
+	sa.Close() // replica a is gone: b takes the heartbeats, and keeps them
+	if err := beat(); err != nil || b.beats != 1 {
+		t.Fatalf("failover: %v (%d)", err, b.beats)
+	}
+	if err := beat(); err != nil || b.beats != 2 {
+		t.Fatalf("after failover: %v (%d)", err, b.beats)
+	}
+	// An answer, even a refusal, is not a reason to ask another replica.
+	b.code = connect.CodeNotFound
+	if err := beat(); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("refusal: %v", err)
+	}
+}

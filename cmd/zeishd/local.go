@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/zeish/zeish/internal/catalog"
+	"github.com/zeish/zeish/internal/node"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/template"
+	"github.com/zeish/zeish/vmm"
+	"github.com/zeish/zeish/vmm/qemu"
+)
+
+// local is the node that runs this host's VMs: the single binary's own, or
+// a node agent's (zeishd node).
+type local struct {
+	node    *node.Node
+	cat     *catalog.Catalog
+	driver  vmm.Driver
+	budget  int
+	closers []func()
+}
+
+// Close stops the node's work (last opened, first closed); running VMs
+// keep running for the next start to find again.
+func (l *local) Close() {
+	for i := len(l.closers) - 1; i >= 0; i-- {
+		l.closers[i]()
+	}
+}
+
+// openLocal opens the driver, the templates and the node on dataDir, and
+// recovers the node's sandboxes. builds runs template builds from images
+// here (the single binary); a node agent runs none: a build's files would
+// live on one host while the database shares the template with all.
+func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.Store, nodeID string, builds bool) (*local, error) {
+	// As root, VMMs run confined (unprivileged user, chroot, cgroup), like
+	// Firecracker's jailer; ZEISH_CONFINE=off runs them as zeishd's user.
+	confine := os.Geteuid() == 0 && env("ZEISH_CONFINE", "on") != "off"
+	kernel, err := guestKernel()
+	if err != nil {
+		return nil, err
+	}
+	tbMiB, err := strconv.Atoi(env("ZEISH_TCG_TB_MIB", "128"))
+	if err != nil || tbMiB < 0 {
+		return nil, fmt.Errorf("ZEISH_TCG_TB_MIB: want a size in MiB (0: QEMU's default), got %q", os.Getenv("ZEISH_TCG_TB_MIB"))
+	}
+	driver, err := qemu.New(qemu.Options{Accel: vmm.Accel(env("ZEISH_ACCEL", "")), TCGTBSizeMiB: tbMiB,
+		ProbeKernel: kernel, AccelCache: filepath.Join(dataDir, accelCacheName),
+		Confine: confine, VMUser: os.Getenv("ZEISH_VM_USER"), NoSeccomp: env("ZEISH_SECCOMP", "on") == "off", Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	sandboxd, err := sandboxdPath()
+	if err != nil {
+		return nil, err
+	}
+	cat := catalog.New(st, template.BaseOptions{
+		CacheDir: env("ZEISH_TEMPLATE_CACHE", filepath.Join(dataDir, "templates")), SandboxdPath: sandboxd, Logger: log,
+		KernelPath: kernel,
+	})
+	bootTimeout, err := time.ParseDuration(env("ZEISH_BOOT_TIMEOUT", "3m"))
+	if err != nil {
+		return nil, fmt.Errorf("ZEISH_BOOT_TIMEOUT: %w", err)
+	}
+	budget, err := memoryBudget()
+	if err != nil {
+		return nil, err
+	}
+	imageRAM, err := strconv.Atoi(env("ZEISH_PLAN_IMAGE_RAM_MIB", "16384"))
+	if err != nil || imageRAM < 0 {
+		return nil, fmt.Errorf("ZEISH_PLAN_IMAGE_RAM_MIB: want a number of MiB, 0 for no cap")
+	}
+	parallel, err := strconv.Atoi(env("ZEISH_TEMPLATE_BUILDS", "2"))
+	if err != nil || parallel < 1 {
+		return nil, fmt.Errorf("ZEISH_TEMPLATE_BUILDS: want a positive number, got %q", os.Getenv("ZEISH_TEMPLATE_BUILDS"))
+	}
+	netw, err := openNetwork(ctx, log)
+	if err != nil {
+		return nil, err
+	}
+	l := &local{budget: budget}
+	if netw != nil {
+		l.closers = append(l.closers, func() { netw.Close() }) // after the node: guests' rules stay while their VMs run
+	}
+	n := node.New(node.Options{ID: nodeID, Region: os.Getenv("ZEISH_REGION"), DataDir: dataDir, Store: st, Driver: driver, Templates: cat,
+		Logger: log, BootTimeout: bootTimeout, MemoryBudgetMiB: budget, Network: netw, AccountImageRAMMiB: imageRAM,
+		StoppedPromotion: env("ZEISH_FORK_PROMOTION", "live") == "stopped"})
+	l.closers = append(l.closers, n.Close)
+	l.node, l.cat, l.driver = n, cat, driver
+	if err := n.Recover(ctx); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("recover: %w", err)
+	}
+	// Build (or find) the base template now so the first create is quick.
+	go cat.Prepare(context.WithoutCancel(ctx))
+	// The debian template takes about a minute (more on a slow mirror) to
+	// build the first time: opt-in, so test servers do not pay for it.
+	if env("ZEISH_DEBIAN_TEMPLATE", "off") == "on" {
+		var extra []string
+		if env("ZEISH_DEBIAN_BUILD_ESSENTIAL", "off") == "on" {
+			extra = append(extra, "build-essential") // gcc, make, libc headers: ~200 MiB more
+		}
+		cat.EnableDebian(template.DebianOptions{Extra: extra})
+		go cat.PrepareDebian(context.WithoutCancel(ctx))
+	}
+	if !builds {
+		return l, nil
+	}
+	if err := cat.StartBuilds(ctx, catalog.BuildOptions{Dir: filepath.Join(dataDir, "template-builds"), Parallel: parallel, Warmer: n}); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("template builds: %w", err)
+	}
+	l.closers = append(l.closers, cat.Close) // interrupted builds resume on the next start
+	return l, nil
+}

@@ -1,0 +1,472 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/procscan"
+	"github.com/zeish/zeish/internal/testenv"
+	"github.com/zeish/zeish/sandbox"
+	zeish "github.com/zeish/zeish/sdk/go"
+)
+
+// clusterToken is the node token of the test's cluster.
+const clusterToken = "e2e-cluster-node-token-0123456789"
+
+// lab is one control plane and its node agents on one PostgreSQL database.
+type lab struct {
+	t       *testing.T
+	db      string
+	control *testenv.Zeishd // the replica the test calls
+	// controls are the control-plane replicas.
+	controls []*testenv.Zeishd
+	nodes    map[string]*testenv.Zeishd
+	client   *zeish.Client
+	key      string
+}
+
+func tempDir(t *testing.T, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// startCluster runs control-plane replicas (ZEISH_ROLE=control) on a
+// fresh database, sharing the first one's keys. Node agents are added with
+// addNode. Cleanup deletes every sandbox through a live replica, stops
+// everything and fails on VM processes or RAM files left behind.
+func startCluster(t *testing.T, lostAfter time.Duration, replicas int) *lab {
+	t.Helper()
+	testenv.RequireQEMU(t)
+	buildBinaries(t)
+	l := &lab{t: t, db: postgresServer(t).NewDatabase(t), nodes: map[string]*testenv.Zeishd{}}
+	t.Cleanup(l.cleanup)
+	for i := range replicas {
+		z := &testenv.Zeishd{Bin: filepath.Join(bin, "zeishd"), DataDir: tempDir(t, "zeish-e2e-control-"),
+			Env: []string{"ZEISH_ROLE=control", "ZEISH_DATABASE_URL=" + l.db, "ZEISH_NODE_TOKEN=" + clusterToken,
+				"ZEISH_NODE_LOST_AFTER=" + lostAfter.String(), "ZEISH_LOG_LEVEL=debug"}}
+		if i > 0 {
+			// Replicas share the keys that seal secrets and sign tokens.
+			for _, f := range []string{"secrets.key", "token.key"} {
+				b, err := os.ReadFile(filepath.Join(l.controls[0].DataDir, f))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(z.DataDir, f), b, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		l.controls = append(l.controls, z)
+		if err := z.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var err error
+	if l.key, err = l.controls[0].AdminKey(); err != nil {
+		t.Fatal(err)
+	}
+	l.use(0)
+	return l
+}
+
+// use sends the test's calls to replica i.
+func (l *lab) use(i int) {
+	l.control = l.controls[i]
+	l.client = zeish.NewClient("http://"+l.control.Addr+api.BasePath, l.key, zeish.WithHTTPClient(&http.Client{Transport: newValidatingTransport(l.t)}))
+}
+
+// addNode starts a node agent with a memory budget and waits until the
+// control plane lists it live.
+func (l *lab) addNode(id string, budgetMiB int) *testenv.Zeishd {
+	t := l.t
+	t.Helper()
+	tpl := testenv.BaseTemplate(t)
+	z := &testenv.Zeishd{Bin: filepath.Join(bin, "zeishd"), DataDir: tempDir(t, "zeish-e2e-"+id+"-"),
+		Env: []string{"ZEISH_ROLE=node", "ZEISH_NODE_ID=" + id, "ZEISH_CONTROL_URL=" + l.controlURLs(),
+			"ZEISH_NODE_TOKEN=" + clusterToken, "ZEISH_DATABASE_URL=" + l.db, "ZEISH_REGION=lab",
+			"ZEISH_NODE_LABELS=disk=ssd,rack=" + id, fmt.Sprintf("ZEISH_MEMORY_BUDGET_MIB=%d", budgetMiB),
+			"ZEISH_SANDBOXD=" + testenv.SandboxdBinary(t), "ZEISH_TEMPLATE_CACHE=" + filepath.Dir(tpl.Dir), "ZEISH_LOG_LEVEL=debug"}}
+	l.nodes[id] = z
+	if err := z.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l.waitNode(id, true)
+	return z
+}
+
+// controlURLs lists every replica, for the node agents.
+func (l *lab) controlURLs() string {
+	var urls []string
+	for _, z := range l.controls {
+		urls = append(urls, "http://"+z.Addr)
+	}
+	return strings.Join(urls, ",")
+}
+
+// waitNode waits until the control plane lists node id live and healthy
+// (or not live).
+func (l *lab) waitNode(id string, live bool) api.Node {
+	l.t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		for _, n := range l.listNodes() {
+			if n.ID == id && n.Live == live && (!live || n.Healthy) {
+				return n
+			}
+		}
+		if time.Now().After(deadline) {
+			l.t.Fatalf("node %s never became live=%v: %+v", id, live, l.listNodes())
+		}
+	}
+}
+
+func (l *lab) listNodes() []api.Node {
+	l.t.Helper()
+	var out api.NodeList
+	if st := l.do("GET", "/admin/nodes", &out); st != http.StatusOK {
+		l.t.Fatalf("list nodes: %d", st)
+	}
+	return out.Nodes
+}
+
+// do calls the control plane's API with the admin key.
+func (l *lab) do(method, path string, out any) int {
+	l.t.Helper()
+	s := &server{t: l.t, addr: l.control.Addr}
+	return s.do(l.t, method, api.BasePath+path, l.key, nil, out)
+}
+
+// mostFree is the node placement must pick now: most free memory, ties by id.
+func (l *lab) mostFree() string {
+	best := api.Node{FreeMiB: -2}
+	for _, n := range l.listNodes() {
+		if n.Live && n.Healthy && !n.Draining && n.FreeMiB > best.FreeMiB {
+			best = n
+		}
+	}
+	return best.ID
+}
+
+func (l *lab) cleanup() {
+	t := l.t
+	for i, z := range l.controls {
+		if z.Running() && (l.control == nil || !l.control.Running()) {
+			l.use(i)
+		}
+	}
+	if l.control != nil && l.control.Running() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		if list, err := l.client.ListSandboxes(ctx, zeish.ListOptions{}); err == nil {
+			for _, sb := range list {
+				if _, err := l.client.DeleteSandbox(ctx, sb.ID, zeish.Wait()); err != nil {
+					t.Errorf("cleanup: delete %s: %v", sb.ID, err)
+				}
+			}
+		}
+		cancel()
+	}
+
+	for id, z := range l.nodes {
+		if t.Failed() {
+			t.Logf("node %s log:\n%s", id, z.Log.Tail(6000))
+		}
+		z.Stop()
+		if pids := procscan.Under(z.DataDir); len(pids) > 0 {
+			t.Errorf("cleanup: VM processes left behind on %s: %v", id, pids)
+			for _, pid := range pids {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		for _, f := range testenv.ImageRAMFiles(z.DataDir) {
+			t.Errorf("cleanup: image RAM file left on %s: %s", id, f)
+			os.Remove(f)
+		}
+		os.RemoveAll(z.DataDir)
+	}
+	for i, z := range l.controls {
+		if t.Failed() {
+			t.Logf("control plane %d log:\n%s", i, z.Log.Tail(6000))
+		}
+		z.Stop()
+		os.RemoveAll(z.DataDir)
+	}
+}
+
+// execOn runs script in sandbox id through the data plane, which must be
+// served by node (its URL), and returns its output.
+func (l *lab) execOn(ctx context.Context, id, node, script string) string {
+	l.t.Helper()
+	acc, err := l.client.Access(ctx, id, 0)
+	if err != nil {
+		l.t.Fatalf("access %s: %v", id, err)
+	}
+	if want := "http://" + l.nodes[node].Addr + api.DataPath + "/sandboxes/"; !strings.HasPrefix(acc.URL, want) {
+		l.t.Fatalf("access URL of %s is %s, want it on node %s (%s…)", id, acc.URL, node, want)
+	}
+	conn, err := l.client.Connect(ctx, id)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return shell(l.t, conn, script)
+}
+
+// TestCluster runs one control plane and two node agents on PostgreSQL,
+// with real VMs: creates are placed on the node with the most free memory,
+// a fork lands on its parent's node and gets node_full there when it has
+// no room while creates go elsewhere, the data plane is served by the
+// sandbox's node itself, and a node killed with -9 has its sandboxes
+// error node_lost (the other node's keep working) until it comes back and
+// they run again. Two control-plane replicas share the database: one
+// killed with -9, the other serves everything and the nodes heartbeat to it.
+func TestCluster(t *testing.T) {
+	ctx := ctxFor(t, 20*time.Minute)
+	l := startCluster(t, 4*time.Second, 2)
+	l.addNode("node-a", 1280)
+	l.addNode("node-b", 1152)
+	var health api.Health
+	if st := (&server{t: t, addr: l.control.Addr}).do(t, "GET", "/healthz", "", nil, &health); st != http.StatusOK || health.Accel != "none" {
+		t.Fatalf("control plane health: %d %+v", st, health)
+	}
+
+	// Placement spreads creates by free memory: a (1280 free) then b (1152 > 1024).
+	var made []zeish.Sandbox
+	for _, name := range []string{"one", "two"} {
+		want := l.mostFree()
+		sb, err := l.client.CreateSandbox(ctx, zeish.CreateSandboxRequest{Name: name, MemoryMiB: 256, Region: "lab"}, zeish.Wait())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.Host != want {
+			t.Fatalf("%s placed on %s, want %s (most free memory): %+v", name, sb.Host, want, l.listNodes())
+		}
+		made = append(made, sb)
+	}
+	one, two := made[0], made[1]
+	if one.Host == two.Host {
+		t.Fatalf("both creates on %s", one.Host)
+	}
+	if _, err := l.client.CreateSandbox(ctx, zeish.CreateSandboxRequest{MemoryMiB: 256, Region: "mars"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("create in a region no node serves: %v", err)
+	}
+
+	// The data plane is the node's own.
+	if out := l.execOn(ctx, one.ID, one.Host, "echo one > /root/f; uname -n"); out != "one" {
+		t.Fatalf("exec on %s: %q", one.ID, out)
+	}
+	l.execOn(ctx, two.ID, two.Host, "echo two > /root/f")
+	// File bytes go to the node too; the control plane serves no data
+	// plane for a node's sandbox, even with a good token.
+	conn, err := l.client.Connect(ctx, one.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.WriteFile(ctx, "/root/up", strings.NewReader("bytes via the node"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := conn.ReadFile(ctx, "/root/up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(rc)
+	rc.Close()
+	if string(got) != "bytes via the node" {
+		t.Fatalf("file read back: %q", got)
+	}
+	acc, err := l.client.Access(ctx, one.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := &server{t: t, addr: l.control.Addr}
+	if st := cp.do(t, "GET", api.DataPath+"/sandboxes/"+one.ID+"/files/list?path=/root", acc.Token, nil, nil); st != http.StatusBadRequest {
+		t.Fatalf("the control plane's data plane for a node's sandbox: %d", st)
+	}
+	// Nor does another node, with the same token.
+	wrong := "http://" + l.nodes[two.Host].Addr + api.DataPath + "/sandboxes/" + one.ID + "/files/list?path=/root"
+	if st := cp.do(t, "GET", wrong, acc.Token, nil, nil); st != http.StatusNotFound {
+		t.Fatalf("another node's data plane for %s: %d", one.ID, st)
+	}
+
+	// A snapshot's clones start on its sandbox's node, and a restore
+	// rolls the sandbox back there.
+	snap, err := l.client.CreateSnapshot(ctx, one.ID, zeish.CreateSnapshotRequest{Name: "s1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.execOn(ctx, one.ID, one.Host, "echo changed > /root/f")
+	sc, err := l.client.CloneSnapshot(ctx, one.ID, "s1", zeish.CloneRequest{Name: "from-s1"}, zeish.Wait())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := sc.Sandboxes[0]; c.Host != one.Host {
+		t.Fatalf("snapshot clone on %s, its snapshot's sandbox on %s", c.Host, one.Host)
+	} else if out := l.execOn(ctx, c.ID, c.Host, "cat /root/f"); out != "one" {
+		t.Fatalf("snapshot clone reads %q", out)
+	} else if _, err := l.client.DeleteSandbox(ctx, c.ID, zeish.Wait()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.client.RestoreSnapshot(ctx, snap.ID, zeish.Wait()); err != nil {
+		t.Fatal(err)
+	}
+	if out := l.execOn(ctx, one.ID, one.Host, "cat /root/f"); out != "one" {
+		t.Fatalf("after restore: %q", out)
+	}
+	if err := l.client.DeleteSnapshot(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	// A fork lands on its parent's node.
+	fork, err := l.client.CloneSandbox(ctx, two.ID, zeish.CloneRequest{Name: "two-kid"}, zeish.Wait())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kid := fork.Sandboxes[0]
+	t.Logf("fork on %s: parent paused %d ms", two.Host, fork.PauseMS)
+	if kid.Host != two.Host {
+		t.Fatalf("fork of %s (on %s) placed on %s", two.ID, two.Host, kid.Host)
+	}
+	if out := l.execOn(ctx, kid.ID, kid.Host, "cat /root/f"); out != "two" {
+		t.Fatalf("fork's file: %q", out)
+	}
+	// Its node is full for three more; a create still goes to the other.
+	var apiErr *zeish.APIError
+	if _, err := l.client.CloneSandbox(ctx, two.ID, zeish.CloneRequest{Count: 3}); !errors.Is(err, errdefs.ErrNodeFull) || !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict {
+		t.Fatalf("fork of 3 on a full node: %v", err)
+	}
+	three, err := l.client.CreateSandbox(ctx, zeish.CreateSandboxRequest{Name: "three", MemoryMiB: 256}, zeish.Wait())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if three.Host != one.Host {
+		t.Fatalf("create while %s is full placed on %s", two.Host, three.Host)
+	}
+
+	// kill -9 the node of two: its sandboxes are lost, the others work.
+	lostNode := two.Host
+	killed := time.Now()
+	l.nodes[lostNode].Kill()
+	l.waitNode(lostNode, false)
+	for _, id := range []string{two.ID, kid.ID} {
+		sb, err := l.client.WaitSandbox(ctx, id, zeish.WaitRequest{State: sandbox.StateError, TimeoutSeconds: 60})
+		if err != nil || sb.State != sandbox.StateError || sb.ErrorCode != sandbox.ErrNodeLost {
+			t.Fatalf("%s after its node was killed: %+v %v", id, sb, err)
+		}
+		if _, err := l.client.Access(ctx, id, 0); !errors.Is(err, errdefs.ErrInvalidState) {
+			t.Fatalf("access to a lost sandbox: %v", err)
+		}
+	}
+	t.Logf("kill -9 of %s → its sandboxes node_lost: %v (ZEISH_NODE_LOST_AFTER=4s)", lostNode, time.Since(killed).Round(100*time.Millisecond))
+	if out := l.execOn(ctx, one.ID, one.Host, "cat /root/f"); out != "one" {
+		t.Fatalf("the live node's sandbox: %q", out)
+	}
+	four, err := l.client.CreateSandbox(ctx, zeish.CreateSandboxRequest{Name: "four", MemoryMiB: 256}, zeish.Wait())
+	if err != nil || four.Host == lostNode {
+		t.Fatalf("a create with one node lost: %+v %v", four, err)
+	}
+	if _, err := l.client.DeleteSandbox(ctx, four.ID, zeish.Wait()); err != nil {
+		t.Fatal(err)
+	}
+	// The lost sandboxes bill nothing while lost.
+	running := func() float64 {
+		rep, err := l.client.Usage(ctx, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range rep.Sandboxes {
+			if u.SandboxID == two.ID {
+				return u.Usage.RunningSeconds
+			}
+		}
+		t.Fatalf("no usage of %s", two.ID)
+		return 0
+	}
+	before := running()
+	time.Sleep(1500 * time.Millisecond)
+	if after := running(); after != before {
+		t.Fatalf("a lost sandbox is still billed: %v then %v running seconds", before, after)
+	}
+
+	// The node comes back: its VMs outlived it, the sandboxes run again.
+	restarted := time.Now()
+	if err := l.nodes[lostNode].Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l.waitNode(lostNode, true)
+	for _, id := range []string{two.ID, kid.ID} {
+		// A wait ends at error, which is where they are until the node
+		// rejoins them: read until they run.
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			sb, err := l.client.GetSandbox(ctx, id)
+			if err == nil && sb.State == sandbox.StateRunning && sb.ErrorCode == "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s after its node came back: %+v %v", id, sb, err)
+			}
+		}
+	}
+	t.Logf("restart of %s → its sandboxes running again: %v", lostNode, time.Since(restarted).Round(100*time.Millisecond))
+	if out := l.execOn(ctx, two.ID, lostNode, "cat /root/f"); out != "two" {
+		t.Fatalf("after rejoin: %q", out)
+	}
+	if out := l.execOn(ctx, kid.ID, lostNode, "cat /root/f"); out != "two" {
+		t.Fatalf("fork after rejoin: %q", out)
+	}
+
+	// Drain: no new placements on a node, its sandboxes keep running.
+	if st := l.do("POST", "/admin/nodes/"+one.Host+"/drain", nil); st != http.StatusOK {
+		t.Fatalf("drain: %d", st)
+	}
+	five, err := l.client.CreateSandbox(ctx, zeish.CreateSandboxRequest{Name: "five", MemoryMiB: 128}, zeish.Wait())
+	if err == nil && five.Host == one.Host {
+		t.Fatalf("a create placed on draining %s", one.Host)
+	}
+	if err == nil {
+		if _, err := l.client.DeleteSandbox(ctx, five.ID, zeish.Wait()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.client.CloneSandbox(ctx, one.ID, zeish.CloneRequest{}); !errors.Is(err, errdefs.ErrNodeFull) {
+		t.Fatalf("a fork on a draining node: %v", err)
+	}
+	if out := l.execOn(ctx, one.ID, one.Host, "cat /root/f"); out != "one" {
+		t.Fatalf("a draining node's sandbox: %q", out)
+	}
+	if st := l.do("POST", "/admin/nodes/"+one.Host+"/undrain", nil); st != http.StatusOK {
+		t.Fatalf("undrain: %d", st)
+	}
+
+	// kill -9 the replica in use: the other serves everything, and the
+	// nodes heartbeat to it (none is lost after ZEISH_NODE_LOST_AFTER).
+	l.controls[0].Kill()
+	l.use(1)
+	time.Sleep(6 * time.Second)
+	for _, n := range l.listNodes() {
+		if !n.Live {
+			t.Fatalf("node %s lost after a replica died: %+v", n.ID, n)
+		}
+	}
+	if out := l.execOn(ctx, kid.ID, kid.Host, "cat /root/f"); out != "two" {
+		t.Fatalf("through the other replica: %q", out)
+	}
+	six, err := l.client.CreateSandbox(ctx, zeish.CreateSandboxRequest{Name: "six", MemoryMiB: 128}, zeish.Wait())
+	if err != nil {
+		t.Fatalf("create through the other replica: %v", err)
+	}
+	if out := l.execOn(ctx, six.ID, six.Host, "uname -n"); out != "six" {
+		t.Fatalf("the other replica's create: %q", out)
+	}
+}

@@ -1,0 +1,341 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/nodeapi"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+	"github.com/zeish/zeish/vmm"
+)
+
+// Options configure a Router.
+type Options struct {
+	Store store.Store
+	Nodes store.NodeStore
+	Token nodeapi.Token
+	// LostAfter is how long a node may go without a heartbeat before it
+	// gets no placements and its sandboxes are marked lost.
+	LostAfter time.Duration
+	HTTP      *http.Client // nil: a client of its own
+	Logger    *slog.Logger
+}
+
+// Router is the control plane's control.Node for many nodes: a create goes
+// where Place says, everything else to the node the sandbox (or the
+// snapshot's sandbox) lives on. State is read from the shared database.
+type Router struct {
+	o       Options
+	log     *slog.Logger
+	mu      sync.Mutex
+	clients map[string]*nodeapi.RemoteNode // by node id + URL
+}
+
+// NewRouter makes a Router.
+func NewRouter(o Options) *Router {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.HTTP == nil {
+		o.HTTP = &http.Client{}
+	}
+	if o.LostAfter <= 0 {
+		o.LostAfter = DefaultLostAfter
+	}
+	return &Router{o: o, log: o.Logger, clients: map[string]*nodeapi.RemoteNode{}}
+}
+
+// DefaultLostAfter is ZEISH_NODE_LOST_AFTER's default.
+const DefaultLostAfter = 30 * time.Second
+
+func (r *Router) client(n store.NodeRecord) *nodeapi.RemoteNode {
+	key := n.ID + " " + n.URL
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.clients[key]
+	if c == nil {
+		c = nodeapi.NewRemoteNode(n.ID, n.URL, r.o.Token, r.o.HTTP)
+		r.clients[key] = c
+	}
+	return c
+}
+
+// node is the live node named id.
+func (r *Router) node(ctx context.Context, id string) (store.NodeRecord, *nodeapi.RemoteNode, error) {
+	n, err := r.o.Nodes.GetNode(ctx, id)
+	if err != nil {
+		if errdefs.Is(err, errdefs.ClassNotFound) {
+			return n, nil, fmt.Errorf("node %s is not registered: %w", id, errdefs.ErrUnavailable)
+		}
+		return n, nil, fmt.Errorf("store: %w: %w", errdefs.ErrUnavailable, err)
+	}
+	if !Live(n, time.Now(), r.o.LostAfter) {
+		return n, nil, fmt.Errorf("node %s has not answered since %s: %w", id, n.HeartbeatAt.Format(time.RFC3339), errdefs.ErrUnavailable)
+	}
+	return n, r.client(n), nil
+}
+
+// of is the node of sandbox id.
+func (r *Router) of(ctx context.Context, id string) (store.NodeRecord, *nodeapi.RemoteNode, error) {
+	rec, err := r.o.Store.GetSandbox(ctx, id)
+	if err != nil {
+		return store.NodeRecord{}, nil, err
+	}
+	return r.node(ctx, rec.Host)
+}
+
+// ofSnapshot is the node of the sandbox snapshot id was taken of (its
+// image lives there).
+func (r *Router) ofSnapshot(ctx context.Context, id string) (*nodeapi.RemoteNode, error) {
+	s, err := r.o.Store.GetSnapshot(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	_, c, err := r.of(ctx, s.SandboxID)
+	return c, err
+}
+
+// Region is empty: the cluster has many (HasRegion says which exist).
+func (r *Router) Region() string { return "" }
+
+// HasRegion reports whether a registered node serves region.
+func (r *Router) HasRegion(ctx context.Context, region string) (bool, error) {
+	nodes, err := r.o.Nodes.ListNodes(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, n := range nodes {
+		if n.Region == region {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Capabilities are the control plane's: no VMM of its own (each node
+// reports its own in its heartbeat).
+func (r *Router) Capabilities() vmm.Capabilities {
+	return vmm.Capabilities{Name: "none", Accel: "none", AccelReason: "a control plane: sandboxes run on its node agents"}
+}
+
+// Nodes with their memory committed as the database has it now (a
+// heartbeat lags: two creates in a row must see each other).
+func (r *Router) Nodes(ctx context.Context) ([]store.NodeRecord, error) {
+	nodes, err := r.o.Nodes.ListNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := r.o.Store.ListSandboxes(ctx, store.SandboxFilter{States: sandbox.MemoryStates})
+	if err != nil {
+		return nil, err
+	}
+	used := map[string]int{}
+	for _, s := range rows {
+		used[s.Host] += s.MemoryMiB
+	}
+	for i := range nodes {
+		nodes[i].Capacity.MemoryCommittedMiB = used[nodes[i].ID]
+	}
+	return nodes, nil
+}
+
+// Create places r on the best node (Place); a node that turns out full
+// meanwhile passes it to the next.
+func (r *Router) Create(ctx context.Context, rec *store.SandboxRecord) (*store.SandboxRecord, error) {
+	nodes, err := r.Nodes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w: %w", errdefs.ErrUnavailable, err)
+	}
+	order, err := Place(nodes, Want{Region: rec.Region, MemoryMiB: rec.MemoryMiB}, time.Now(), r.o.LostAfter)
+	if err != nil {
+		return nil, err
+	}
+	for i, n := range order {
+		made, err := r.client(n).Create(ctx, rec)
+		if err == nil || i == len(order)-1 || !(errdefs.Of(err) == errdefs.ErrNodeFull || errdefs.Of(err) == errdefs.ErrStorageFull || errdefs.Of(err) == errdefs.ErrUnavailable) {
+			if err == nil {
+				r.log.Info("placed", "sandbox", made.ID, "node", n.ID, "free_mib", n.Capacity.FreeMiB())
+			}
+			return made, err
+		}
+		r.log.Info("placement: node refused, trying the next", "node", n.ID, "err", err)
+	}
+	panic("unreachable")
+}
+
+// Clone forks on the parent's node (its memory image is there); a node
+// that is draining takes no new sandboxes, forks included.
+func (r *Router) Clone(ctx context.Context, parentID string, children []*store.SandboxRecord) (time.Duration, []*store.SandboxRecord, error) {
+	n, c, err := r.of(ctx, parentID)
+	if err != nil {
+		return 0, nil, err
+	}
+	if n.Draining {
+		return 0, nil, fmt.Errorf("node %s of sandbox %s is draining: %w", n.ID, parentID, errdefs.ErrNodeFull)
+	}
+	return c.Clone(ctx, parentID, children)
+}
+
+// CloneSnapshot starts children on the node that keeps the snapshot.
+func (r *Router) CloneSnapshot(ctx context.Context, snapID string, children []*store.SandboxRecord) ([]*store.SandboxRecord, error) {
+	s, err := r.o.Store.GetSnapshot(ctx, snapID)
+	if err != nil {
+		return nil, err
+	}
+	n, c, err := r.of(ctx, s.SandboxID)
+	if err != nil {
+		return nil, err
+	}
+	if n.Draining {
+		return nil, fmt.Errorf("node %s is draining: %w", n.ID, errdefs.ErrNodeFull)
+	}
+	return c.CloneSnapshot(ctx, snapID, children)
+}
+
+func (r *Router) CreateSnapshot(ctx context.Context, id, name string) (*store.SnapshotRecord, error) {
+	_, c, err := r.of(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return c.CreateSnapshot(ctx, id, name)
+}
+
+func (r *Router) DeleteSnapshot(ctx context.Context, id string) error {
+	c, err := r.ofSnapshot(ctx, id)
+	if err != nil {
+		return err
+	}
+	return c.DeleteSnapshot(ctx, id)
+}
+
+func (r *Router) Restore(ctx context.Context, snapID string) (*store.SnapshotRecord, *store.SandboxRecord, error) {
+	c, err := r.ofSnapshot(ctx, snapID)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c.Restore(ctx, snapID)
+}
+
+func (r *Router) call(ctx context.Context, id string, f func(*nodeapi.RemoteNode) (*store.SandboxRecord, error)) (*store.SandboxRecord, error) {
+	_, c, err := r.of(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return f(c)
+}
+
+func (r *Router) Start(ctx context.Context, id string) (*store.SandboxRecord, error) {
+	return r.call(ctx, id, func(c *nodeapi.RemoteNode) (*store.SandboxRecord, error) { return c.Start(ctx, id) })
+}
+func (r *Router) Stop(ctx context.Context, id string) (*store.SandboxRecord, error) {
+	return r.call(ctx, id, func(c *nodeapi.RemoteNode) (*store.SandboxRecord, error) { return c.Stop(ctx, id) })
+}
+func (r *Router) StopReason(ctx context.Context, id, reason string) (*store.SandboxRecord, error) {
+	return r.call(ctx, id, func(c *nodeapi.RemoteNode) (*store.SandboxRecord, error) { return c.StopReason(ctx, id, reason) })
+}
+func (r *Router) Pause(ctx context.Context, id string) (*store.SandboxRecord, error) {
+	return r.call(ctx, id, func(c *nodeapi.RemoteNode) (*store.SandboxRecord, error) { return c.Pause(ctx, id) })
+}
+func (r *Router) Resume(ctx context.Context, id string) (*store.SandboxRecord, error) {
+	return r.call(ctx, id, func(c *nodeapi.RemoteNode) (*store.SandboxRecord, error) { return c.Resume(ctx, id) })
+}
+func (r *Router) Delete(ctx context.Context, id string) (*store.SandboxRecord, error) {
+	return r.call(ctx, id, func(c *nodeapi.RemoteNode) (*store.SandboxRecord, error) { return c.Delete(ctx, id) })
+}
+func (r *Router) SetPortPublic(ctx context.Context, id string, port int, public bool) (*store.SandboxRecord, error) {
+	return r.call(ctx, id, func(c *nodeapi.RemoteNode) (*store.SandboxRecord, error) {
+		return c.SetPortPublic(ctx, id, port, public)
+	})
+}
+func (r *Router) SetNetwork(ctx context.Context, id string, p sandbox.Network) (*store.SandboxRecord, error) {
+	return r.call(ctx, id, func(c *nodeapi.RemoteNode) (*store.SandboxRecord, error) { return c.SetNetwork(ctx, id, p) })
+}
+
+// waitPoll is how often Wait reads a sandbox from the database.
+const waitPoll = 200 * time.Millisecond
+
+// Wait asks the sandbox's node to wait (it wakes at the change itself);
+// when the node does not answer it reads the database until the sandbox
+// settles or reaches want: a lost node's sandboxes are settled by the
+// control plane (node_lost).
+func (r *Router) Wait(ctx context.Context, id string, want sandbox.State) (*store.SandboxRecord, error) {
+	if _, c, err := r.of(ctx, id); err == nil {
+		rec, err := c.Wait(ctx, id, want)
+		if err == nil || !errdefs.Is(err, errdefs.ClassUnavailable) || errdefs.Of(err) == errdefs.ErrTimeout {
+			return rec, err
+		}
+	}
+	t := time.NewTicker(waitPoll)
+	defer t.Stop()
+	for {
+		rec, err := r.o.Store.GetSandbox(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if sandbox.WaitOver(rec.State, want) {
+			return rec, nil
+		}
+		select {
+		case <-ctx.Done():
+			return rec, fmt.Errorf("sandbox %s is still %s: %w", id, rec.State, errdefs.ErrTimeout)
+		case <-t.C:
+		}
+	}
+}
+
+// Changed is closed after a poll interval: the caller reads the database
+// again (changes happen on the nodes, and the caller compares).
+func (r *Router) Changed(string) <-chan struct{} {
+	ch := make(chan struct{})
+	time.AfterFunc(waitPoll, func() { close(ch) })
+	return ch
+}
+
+// Agent: the data plane is the node's own, at the URL /access returns.
+func (r *Router) Agent(_ context.Context, rec *store.SandboxRecord) (*guest.Client, error) {
+	return nil, fmt.Errorf("sandbox %s is served by the data plane of its node %s: use the URL /access returns: %w", rec.ID, rec.Host, errdefs.ErrInvalidArgument)
+}
+
+// PortAddr: ports are served by the sandbox's node too.
+func (r *Router) PortAddr(rec *store.SandboxRecord, _ int) (string, error) {
+	return "", fmt.Errorf("sandbox %s's ports are served by its node %s: %w", rec.ID, rec.Host, errdefs.ErrInvalidArgument)
+}
+
+// NetBytes asks the sandbox's node, and falls back on the stored counters
+// when it does not answer quickly.
+func (r *Router) NetBytes(rec *store.SandboxRecord) (in, out uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, c, err := r.node(ctx, rec.Host); err == nil {
+		if in, out, err := c.NetBytes(ctx, rec.ID); err == nil {
+			return in, out
+		}
+	}
+	return rec.NetIn, rec.NetOut
+}
+
+// DataURL is the base of sandbox rec's data plane, on its node.
+func (r *Router) DataURL(ctx context.Context, rec *store.SandboxRecord) (string, error) {
+	n, _, err := r.node(ctx, rec.Host)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(n.URL, "/") + api.DataPath + "/sandboxes/" + rec.ID, nil
+}
+
+// Live reports whether n heartbeated within LostAfter.
+func (r *Router) Live(n store.NodeRecord) bool { return Live(n, time.Now(), r.o.LostAfter) }
+
+// Drain sets whether node id takes new sandboxes (its own keep running).
+func (r *Router) Drain(ctx context.Context, id string, drain bool) (store.NodeRecord, error) {
+	return Drain(ctx, r.o.Nodes, id, drain)
+}
