@@ -242,6 +242,25 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("control plane health: %d %+v", st, health)
 	}
 
+	// Every process serves /metrics: the control plane each node's state
+	// from the registry, a node agent its own capacity.
+	scrape := func(addr string) string {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	if m := scrape(l.control.Addr); !strings.Contains(m, `zeish_node_up{node="node-a",region="lab"} 1`) ||
+		!strings.Contains(m, `zeish_node_memory_budget_mib{node="node-b"} 1152`) || !strings.Contains(m, `zeish_sandboxes{state="running"}`) {
+		t.Fatalf("control plane /metrics:\n%s", m)
+	}
+	if m := scrape(l.nodes["node-a"].Addr); !strings.Contains(m, `zeish_node_memory_budget_mib{node="node-a"} 1280`) {
+		t.Fatalf("node agent /metrics:\n%s", m)
+	}
+
 	// Placement spreads creates by free memory: a (1280 free) then b (1152 > 1024).
 	var made []zeish.Sandbox
 	for _, name := range []string{"one", "two"} {

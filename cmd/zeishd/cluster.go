@@ -23,6 +23,7 @@ import (
 	"github.com/zeish/zeish/internal/cluster"
 	"github.com/zeish/zeish/internal/datadir"
 	"github.com/zeish/zeish/internal/metering"
+	"github.com/zeish/zeish/internal/metrics"
 	"github.com/zeish/zeish/internal/node"
 	"github.com/zeish/zeish/internal/nodeapi"
 	"github.com/zeish/zeish/internal/nodeapi/nodev1"
@@ -166,8 +167,9 @@ func runControl(ctx context.Context) error {
 	router := cluster.NewRouter(cluster.Options{Store: st, Nodes: nodes, Token: token, LostAfter: lost, Logger: log})
 	// Templates are resolved here and built on the nodes (the built-in ones).
 	cat := catalog.New(st, template.BaseOptions{Logger: log})
+	mtr := metrics.New(metrics.Options{Store: st, Nodes: nodeStates(nodes, lost), Logger: log})
 	srv, err := server.New(server.Options{Store: st, Node: router, Cluster: router, Catalog: cat, DataDir: dataDir,
-		Version: version.Version, PublicURL: os.Getenv("ZEISH_PUBLIC_URL"), Logger: log, Plan: &plan, Prices: &prices})
+		Version: version.Version, PublicURL: os.Getenv("ZEISH_PUBLIC_URL"), Logger: log, Plan: &plan, Prices: &prices, Metrics: mtr})
 	if err != nil {
 		return err
 	}
@@ -253,8 +255,10 @@ func runNode(ctx context.Context) error {
 		return err
 	}
 	defer loc.Close()
+	// The node's own capacity; sandbox counts are the control plane's.
+	mtr := metrics.New(metrics.Options{NodeID: id, Capacity: loc.node.Capacity, Logger: log})
 	srv, err := server.New(server.Options{Store: st, Node: ownSandboxes{loc.node, id}, Catalog: loc.cat, DataDir: dataDir, TokenKey: keys.TokenKey,
-		Version: version.Version, PublicURL: self, Logger: log})
+		Version: version.Version, PublicURL: self, Logger: log, Metrics: mtr})
 	if err != nil {
 		return err
 	}
@@ -265,6 +269,7 @@ func runNode(ctx context.Context) error {
 	h := srv.Handler()
 	mux.Handle(api.DataPath+"/", h)
 	mux.Handle("GET /healthz", h)
+	mux.Handle("GET /metrics", h)
 
 	wctx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
@@ -387,4 +392,24 @@ func (o ownSandboxes) PortAddr(r *store.SandboxRecord, port int) (string, error)
 		return "", err
 	}
 	return o.Node.PortAddr(r, port)
+}
+
+// nodeStates reads the node registry for the control plane's /metrics.
+func nodeStates(nodes store.NodeStore, lostAfter time.Duration) func(context.Context) ([]metrics.NodeState, error) {
+	return func(ctx context.Context) ([]metrics.NodeState, error) {
+		list, err := nodes.ListNodes(ctx)
+		if err != nil {
+			return nil, err
+		}
+		now := time.Now()
+		out := make([]metrics.NodeState, 0, len(list))
+		for _, n := range list {
+			c := n.Capacity
+			out = append(out, metrics.NodeState{ID: n.ID, Region: n.Region, VCPUs: c.VCPUs,
+				Capacity: metrics.Capacity{BudgetMiB: c.MemoryBudgetMiB, CommittedMiB: c.MemoryCommittedMiB, ImageRAMMiB: c.ImageRAMMiB},
+				Healthy:  n.Healthy, Live: cluster.Live(n, now, lostAfter), Draining: n.Draining,
+				SecondsSinceBeat: now.Sub(n.HeartbeatAt).Seconds()})
+		}
+		return out, nil
+	}
 }

@@ -27,10 +27,23 @@ type Capacity struct {
 
 // Options say where the numbers come from.
 type Options struct {
-	Store    store.Store
+	Store    store.Store // nil: no sandbox counts (a node agent: the control plane has them)
 	NodeID   string
 	Capacity func() (Capacity, error) // nil: no node metrics
-	Logger   *slog.Logger
+	// Nodes, on a control plane, lists the node agents: each one's last
+	// reported capacity, health and liveness.
+	Nodes  func(ctx context.Context) ([]NodeState, error)
+	Logger *slog.Logger
+}
+
+// NodeState is one node agent as the control plane last heard of it.
+type NodeState struct {
+	ID, Region       string
+	Capacity         Capacity
+	VCPUs            int
+	Healthy, Live    bool
+	Draining         bool
+	SecondsSinceBeat float64
 }
 
 // Metrics holds the registry and the instruments the server feeds.
@@ -68,6 +81,10 @@ var (
 	budgetDesc    = prometheus.NewDesc("zeish_node_memory_budget_mib", "Guest memory the node may promise (0: no limit).", []string{"node"}, nil)
 	committedDesc = prometheus.NewDesc("zeish_node_memory_committed_mib", "Guest memory promised to sandboxes that may run.", []string{"node"}, nil)
 	imageDesc     = prometheus.NewDesc("zeish_node_image_ram_mib", "RAM that saved images hold in tmpfs.", []string{"node"}, nil)
+	upDesc        = prometheus.NewDesc("zeish_node_up", "1 when the node agent heartbeats in time and reports itself healthy.", []string{"node", "region"}, nil)
+	drainingDesc  = prometheus.NewDesc("zeish_node_draining", "1 while the node takes no new sandboxes.", []string{"node", "region"}, nil)
+	vcpusDesc     = prometheus.NewDesc("zeish_node_vcpus", "The node's host CPUs.", []string{"node", "region"}, nil)
+	beatDesc      = prometheus.NewDesc("zeish_node_heartbeat_age_seconds", "Seconds since the node's last heartbeat.", []string{"node", "region"}, nil)
 )
 
 // liveStates are the states counted; destroyed sandboxes are history.
@@ -77,8 +94,15 @@ var liveStates = sandbox.LiveStates
 type stateCollector struct{ o Options }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- sandboxesDesc
-	if c.o.Capacity != nil {
+	if c.o.Store != nil {
+		ch <- sandboxesDesc
+	}
+	if c.o.Nodes != nil {
+		for _, d := range []*prometheus.Desc{upDesc, drainingDesc, vcpusDesc, beatDesc} {
+			ch <- d
+		}
+	}
+	if c.o.Capacity != nil || c.o.Nodes != nil {
 		ch <- budgetDesc
 		ch <- committedDesc
 		ch <- imageDesc
@@ -88,18 +112,11 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	rows, err := c.o.Store.ListSandboxes(ctx, store.SandboxFilter{})
-	if err != nil {
-		c.o.Logger.Warn("metrics: list sandboxes", "err", err)
-		ch <- prometheus.NewInvalidMetric(sandboxesDesc, err)
-	} else {
-		counts := map[sandbox.State]int{}
-		for _, r := range rows {
-			counts[r.State]++
-		}
-		for _, st := range liveStates {
-			ch <- prometheus.MustNewConstMetric(sandboxesDesc, prometheus.GaugeValue, float64(counts[st]), string(st))
-		}
+	if c.o.Store != nil {
+		c.collectSandboxes(ctx, ch)
+	}
+	if c.o.Nodes != nil {
+		c.collectNodes(ctx, ch)
 	}
 	if c.o.Capacity == nil {
 		return
@@ -113,4 +130,44 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(budgetDesc, prometheus.GaugeValue, float64(capy.BudgetMiB), c.o.NodeID)
 	ch <- prometheus.MustNewConstMetric(committedDesc, prometheus.GaugeValue, float64(capy.CommittedMiB), c.o.NodeID)
 	ch <- prometheus.MustNewConstMetric(imageDesc, prometheus.GaugeValue, float64(capy.ImageRAMMiB), c.o.NodeID)
+}
+
+func (c *stateCollector) collectNodes(ctx context.Context, ch chan<- prometheus.Metric) {
+	nodes, err := c.o.Nodes(ctx)
+	if err != nil {
+		c.o.Logger.Warn("metrics: nodes", "err", err)
+		ch <- prometheus.NewInvalidMetric(upDesc, err)
+		return
+	}
+	b := func(v bool) float64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	for _, n := range nodes {
+		ch <- prometheus.MustNewConstMetric(upDesc, prometheus.GaugeValue, b(n.Live && n.Healthy), n.ID, n.Region)
+		ch <- prometheus.MustNewConstMetric(drainingDesc, prometheus.GaugeValue, b(n.Draining), n.ID, n.Region)
+		ch <- prometheus.MustNewConstMetric(vcpusDesc, prometheus.GaugeValue, float64(n.VCPUs), n.ID, n.Region)
+		ch <- prometheus.MustNewConstMetric(beatDesc, prometheus.GaugeValue, n.SecondsSinceBeat, n.ID, n.Region)
+		ch <- prometheus.MustNewConstMetric(budgetDesc, prometheus.GaugeValue, float64(n.Capacity.BudgetMiB), n.ID)
+		ch <- prometheus.MustNewConstMetric(committedDesc, prometheus.GaugeValue, float64(n.Capacity.CommittedMiB), n.ID)
+		ch <- prometheus.MustNewConstMetric(imageDesc, prometheus.GaugeValue, float64(n.Capacity.ImageRAMMiB), n.ID)
+	}
+}
+
+func (c *stateCollector) collectSandboxes(ctx context.Context, ch chan<- prometheus.Metric) {
+	rows, err := c.o.Store.ListSandboxes(ctx, store.SandboxFilter{})
+	if err != nil {
+		c.o.Logger.Warn("metrics: list sandboxes", "err", err)
+		ch <- prometheus.NewInvalidMetric(sandboxesDesc, err)
+	} else {
+		counts := map[sandbox.State]int{}
+		for _, r := range rows {
+			counts[r.State]++
+		}
+		for _, st := range liveStates {
+			ch <- prometheus.MustNewConstMetric(sandboxesDesc, prometheus.GaugeValue, float64(counts[st]), string(st))
+		}
+	}
 }
