@@ -43,6 +43,19 @@ func zeishdEnv(t *testing.T) map[string]bool {
 // subcommands are the roles zeishd runs in a multi-host deployment.
 var subcommands = []string{"control", "node"}
 
+// zeishd's sources define each role the manifests run.
+func TestRolesExist(t *testing.T) {
+	b, err := os.ReadFile("../cmd/zeishd/cluster.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, role := range subcommands {
+		if !regexp.MustCompile(`role\w+\s*=\s*"` + role + `"`).Match(b) {
+			t.Errorf("zeishd has no role %q", role)
+		}
+	}
+}
+
 // Every Kubernetes document decodes into its kind's type with no unknown
 // field, and the set hangs together: selectors match, secrets exist, the
 // control plane is replicated, node agents get /dev/kvm.
@@ -139,7 +152,8 @@ func checkPod(t *testing.T, what string, selector map[string]string, tpl corev1.
 		t.Errorf("%s: args %v, want zeishd %s", what, c.Args, role)
 	}
 	for _, e := range c.Env {
-		if !env[e.Name] {
+		// Other names only feed $(NAME) expansion in later values.
+		if strings.HasPrefix(e.Name, "ZEISH_") && !env[e.Name] {
 			t.Errorf("%s: %s is not a setting zeishd reads", what, e.Name)
 		}
 		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
@@ -150,6 +164,11 @@ func checkPod(t *testing.T, what string, selector map[string]string, tpl corev1.
 			} else if _, ok := s.StringData[ref.Key]; !ok {
 				t.Errorf("%s: %s reads key %s of secret %s, which it lacks", what, e.Name, ref.Key, ref.Name)
 			}
+		}
+	}
+	for _, v := range tpl.Spec.Volumes {
+		if v.Secret != nil && secrets[v.Secret.SecretName] == nil {
+			t.Errorf("%s: volume %s mounts secret %s, which no manifest defines", what, v.Name, v.Secret.SecretName)
 		}
 	}
 	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "ZEISH_NODE_TOKEN" }) {
