@@ -71,7 +71,15 @@ type SandboxRecord struct {
 	// link's own counters come on top (node.NetBytes).
 	NetIn  uint64 `json:"net_in,omitempty"`
 	NetOut uint64 `json:"net_out,omitempty"`
+
+	// unreadable holds, as stored, secrets this store could not open (another
+	// key, a damaged row): the record still reads, and a write keeps them.
+	unreadable string
 }
+
+// SecretsUnreadable reports whether the sandbox has secrets its store could
+// not open (SecretEnv lacks them).
+func (r *SandboxRecord) SecretsUnreadable() bool { return r.unreadable != "" }
 
 // Interval is a span of time; End is nil while it lasts.
 type Interval struct {
