@@ -10,8 +10,8 @@ import (
 // reply itself is held against replyBudget, but what it decodes to is not,
 // and a hostile guest can make a value cost a few bytes of JSON ("{}" in a
 // list, "" in an argv) for a hundred bytes of Go memory: 16 MiB of "{}," in a
-// list reply decoded to ~700 MiB. A real list of 100,000 files is estimated
-// at ~45 MiB.
+// list reply decoded to ~700 MiB. A real listing as large as one reply
+// carries (~80,000 files) stays below it (TestDecodedSizeOfARealListing).
 const maxDecodedReply = 64 << 20
 
 // decodedSize estimates, from above for the guest's reply types, the memory
