@@ -192,7 +192,8 @@ export interface paths {
         /**
          * List sandboxes
          * @description The account's sandboxes, oldest first. Destroyed sandboxes are left out unless
-         *     `include_destroyed=true`.
+         *     `include_destroyed=true`. Without `limit` every sandbox is listed; with it, a page, and
+         *     `next_after` (when the page is full) is the `after` of the next one.
          */
         get: operations["listSandboxes"];
         put?: never;
@@ -1610,6 +1611,8 @@ export interface components {
         };
         SandboxList: {
             sandboxes: components["schemas"]["Sandbox"][];
+            /** @description On a full page (`limit` reached): the `after` of the next page. */
+            next_after?: string;
         };
         WaitRequest: {
             /** @description Wait for this state instead of for any settled one. */
@@ -2201,6 +2204,18 @@ export interface components {
             };
         };
         /**
+         * @description `invalid_state`: the sandbox is not running (the data plane needs it running).
+         *     `limit_reached`: the guest's answer would take more than 64 MiB of the host's memory to decode (list a smaller directory).
+         */
+        ListConflict: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /**
          * @description `invalid_state`: the parent is in a transition, in error or destroyed.
          *     `node_full`: the parent's host has no free memory for the children.
          *     `running_slots_full`: the account has no free running slot for them.
@@ -2575,6 +2590,10 @@ export interface operations {
     listSandboxes: {
         parameters: {
             query?: {
+                /** @description At most this many sandboxes. */
+                limit?: number;
+                /** @description Start after this sandbox (a `next_after`); an id, not a name. */
+                after?: string;
                 /** @description Only sandboxes in one of these states (comma-separated), e.g. `running,paused`. */
                 state?: components["schemas"]["State"][];
                 /** @description Include destroyed sandboxes too. */
@@ -3952,7 +3971,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["DataUnauthorized"];
             404: components["responses"]["FileNotFound"];
-            409: components["responses"]["NotRunning"];
+            409: components["responses"]["ListConflict"];
             429: components["responses"]["TooManyCalls"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -4307,7 +4326,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["DataUnauthorized"];
-            409: components["responses"]["NotRunning"];
+            409: components["responses"]["ListConflict"];
             429: components["responses"]["TooManyCalls"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
