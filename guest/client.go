@@ -320,6 +320,9 @@ func (cl *call) result(out any) error {
 	if out == nil {
 		return nil
 	}
+	if err := checkDecodedSize(cl.op, p); err != nil {
+		return err
+	}
 	if err := json.Unmarshal(p, out); err != nil {
 		return fmt.Errorf("guest %s: decode result: %v: %w", cl.op, err, errdefs.ErrInternal)
 	}

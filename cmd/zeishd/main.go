@@ -13,8 +13,9 @@
 // ZEISH_LOG_LEVEL (debug|info|warn); ZEISH_DATABASE_URL (postgres://…; default
 // SQLite in the data dir); the per-account plan ZEISH_PLAN_RUNNING_SLOTS
 // (default 10), ZEISH_PLAN_CREATES_PER_MINUTE (30), ZEISH_PLAN_DAILY_CREATES
-// (500); ZEISH_CONFINE (on|off; default on as root) and ZEISH_VM_USER (default
-// zeish-vm) for the VMMs' confinement; prices in micro-dollars per unit-second ZEISH_PRICE_VCPU_SECOND_MICROS
+// (500); ZEISH_CONFINE (on|off; default on as root), ZEISH_VM_USER (default
+// zeish-vm) and ZEISH_CGROUPS (required|optional; default required: a VM
+// whose cgroup limits cannot be set does not start) for the VMMs' confinement; prices in micro-dollars per unit-second ZEISH_PRICE_VCPU_SECOND_MICROS
 // (14), ZEISH_PRICE_MEMORY_GIB_SECOND_MICROS (4.5),
 // ZEISH_PRICE_DISK_GIB_SECOND_MICROS (0.04).
 //

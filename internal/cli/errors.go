@@ -46,7 +46,7 @@ func (a *app) report(ctx context.Context, cmd *cobra.Command, err error) int {
 	}
 	var usage usageError
 	if errors.As(err, &usage) || !a.ran {
-		fmt.Fprintf(a.err, "error: %v\n", err)
+		fmt.Fprintf(a.err, "error: %s\n", termSafeLines(err.Error()))
 		path := "zeishctl"
 		if cmd != nil {
 			path = cmd.CommandPath()
@@ -68,23 +68,23 @@ func (a *app) report(ctx context.Context, cmd *cobra.Command, err error) int {
 		if code == "" {
 			code = "unknown"
 		}
-		fmt.Fprintf(a.err, "error: sandbox %s (%s) ended in state error (code %s)\n", sb.Name, sb.ID, code)
+		fmt.Fprintf(a.err, "error: sandbox %s (%s) ended in state error (code %s)\n", termSafe(sb.Name), termSafe(sb.ID), termSafe(code))
 		msg := sb.ErrorMessage
 		if msg == "" {
 			msg = sb.StateReason
 		}
 		for _, line := range strings.Split(msg, "\n") {
-			fmt.Fprintf(a.err, "  %s\n", line)
+			fmt.Fprintf(a.err, "  %s\n", termSafe(line))
 		}
 	case errors.As(err, &apiErr):
-		fmt.Fprintf(a.err, "error: %s (code %s)\n", apiErr.Message, apiErr.Code)
+		fmt.Fprintf(a.err, "error: %s (code %s)\n", termSafeLines(apiErr.Message), termSafe(apiErr.Code))
 	case errors.Is(err, syscall.ECONNREFUSED):
 		fmt.Fprintf(a.err, "error: cannot reach zeishd at %s: connection refused\n", a.apiURL)
 	default:
-		fmt.Fprintf(a.err, "error: %v\n", err)
+		fmt.Fprintf(a.err, "error: %s\n", termSafeLines(err.Error()))
 	}
 	if hint := hintFor(err); hint != "" {
-		fmt.Fprintf(a.err, "hint: %s\n", hint)
+		fmt.Fprintf(a.err, "hint: %s\n", termSafeLines(hint))
 	}
 	return exitError
 }

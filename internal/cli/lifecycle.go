@@ -257,6 +257,6 @@ func printEvent(w io.Writer, ev zeish.Event) error {
 	if sb.StateReason != "" {
 		state += " (" + sb.StateReason + ")"
 	}
-	_, err := fmt.Fprintf(w, "%s  %s  %s  %s\n", at.Local().Format(time.RFC3339), sb.ID, sb.Name, state)
+	_, err := fmt.Fprintf(w, "%s  %s  %s  %s\n", at.Local().Format(time.RFC3339), termSafe(sb.ID), termSafe(sb.Name), termSafe(state))
 	return err
 }

@@ -28,7 +28,7 @@ write_file, list_files, clone_sandbox, create_snapshot, restore_snapshot.`,
 				if _, err := zeish.KeyFromEnv(); err != nil {
 					// Still serve: the agent sees "unauthenticated" on its
 					// first call, and the client's log shows this line.
-					fmt.Fprintf(a.err, "zeishctl mcp: warning: %v\n", err)
+					fmt.Fprintf(a.err, "zeishctl mcp: warning: %s\n", termSafe(err.Error()))
 				}
 			}
 			transport := &sdkmcp.IOTransport{Reader: io.NopCloser(a.in), Writer: nopWriteCloser{a.out}}

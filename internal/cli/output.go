@@ -33,7 +33,7 @@ func row(tw *tabwriter.Writer, cols ...any) {
 		if i > 0 {
 			fmt.Fprint(tw, "\t")
 		}
-		fmt.Fprint(tw, c)
+		fmt.Fprint(tw, termSafe(fmt.Sprint(c))) // a tab or newline in a cell would forge columns or rows
 	}
 	fmt.Fprintln(tw)
 }

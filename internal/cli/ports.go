@@ -112,7 +112,7 @@ func (a *app) forwardOne(cmd *cobra.Command, conn *zeish.SandboxConn, port int, 
 	defer c.Close()
 	up, err := conn.DialPort(cmd.Context(), port)
 	if err != nil {
-		fmt.Fprintf(cmd.ErrOrStderr(), "port %d: %v\n", port, err)
+		fmt.Fprintf(cmd.ErrOrStderr(), "port %d: %s\n", port, termSafe(err.Error()))
 		return
 	}
 	defer up.Close()

@@ -163,5 +163,5 @@ func parseKV(flag string, pairs []string) (map[string]string, error) {
 }
 
 func (a *app) printf(format string, args ...any) {
-	fmt.Fprintf(a.out, format, args...)
+	fmt.Fprintf(a.out, format, termSafeArgs(args)...)
 }

@@ -60,7 +60,7 @@ func (a *app) templateBuildCmd() *cobra.Command {
 			if noWait {
 				return a.printTemplate(t)
 			}
-			fmt.Fprintf(a.err, "building template %s (%s)\n", t.Name, t.ID)
+			fmt.Fprintf(a.err, "building template %s (%s)\n", termSafe(t.Name), t.ID)
 			t, err = a.sdk().WaitTemplate(cmd.Context(), t.ID, a.templateProgress)
 			if err != nil {
 				return err
@@ -114,6 +114,7 @@ func (a *app) templateProgress(e zeish.TemplateEvent) {
 	if line == "" {
 		return
 	}
+	line = termSafe(line) // build output and reasons come from the image and its builder
 	if a.errIsTerminal {
 		fmt.Fprintf(a.err, "\r\033[K%s", line)
 		if e.Type == "state" {
@@ -202,7 +203,7 @@ func (a *app) printTemplate(t zeish.Template) error {
 		return err
 	}
 	if t.StateReason != "" {
-		fmt.Fprintf(a.out, "reason: %s\n", t.StateReason)
+		fmt.Fprintf(a.out, "reason: %s\n", termSafe(t.StateReason))
 	}
 	return nil
 }

@@ -265,6 +265,9 @@ func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
 	}
 	cfg := freshConfig(r.Hostname)
 	cfg.Env, cfg.Network, cfg.Git = guestEnv(r), n.guestNetwork(r), gitAuth(r)
+	if r.SecretsUnreadable() {
+		n.log.Warn("the sandbox's secrets cannot be opened with this data dir's secrets key; the guest gets none", logSandbox, id)
+	}
 	n.templateDefaults(ctx, r, &cfg)
 	connected := time.Now()
 	defer func() {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"errors"
+	"sync"
 	"testing"
 
 	"github.com/zeish/zeish/errdefs"
@@ -27,6 +28,33 @@ func (h *harness) crashOnDial(match func(id string) bool) {
 }
 
 func anyID(string) bool { return true }
+
+// crashRecordedOnDial is crashOnDial, once, for the VM a sandbox's record
+// names when its agent is dialled (a restore's new VM, not the one it
+// replaces).
+func (h *harness) crashRecordedOnDial() {
+	var once sync.Once
+	h.drv.SetHook(func(op vmmfake.Op, id string) error {
+		crash := false
+		if op == vmmfake.OpDialAgent {
+			once.Do(func() { crash = true })
+		}
+		if !crash {
+			return nil
+		}
+		r, err := h.st.GetSandbox(h.ctx, id)
+		if err != nil {
+			return nil
+		}
+		hd, _ := r.VMHandle()
+		for _, v := range h.drv.VMs() {
+			if hd != nil && v.Handle.PID == hd.PID {
+				h.drv.Kill(&v.Handle)
+			}
+		}
+		return errors.New("the guest died")
+	})
+}
 
 // children lists the sandboxes forked from id.
 func (h *harness) children(id string) []*store.SandboxRecord {
@@ -144,12 +172,14 @@ func TestRollback(t *testing.T) {
 		{name: "start/guest dies", setup: stopped, inject: func(h *harness) { h.crashOnDial(anyID) }, act: start,
 			state: sandbox.StateStopped},
 
+		// A restore whose new VM does not come up leaves the sandbox
+		// running its old VM: that goes only once the new one answers.
 		{name: "restore/destroy", setup: running, inject: func(h *harness) { h.armed = fail(vmmfake.OpDestroy, 1) }, act: restore,
-			state: sandbox.StateError, code: sandbox.ErrRestoreFailed},
+			state: sandbox.StateRunning},
 		{name: "restore/start", setup: running, inject: func(h *harness) { h.armed = fail(vmmfake.OpStart, 1) }, act: restore,
-			state: sandbox.StateError, code: sandbox.ErrRestoreFailed},
-		{name: "restore/guest dies", setup: running, inject: func(h *harness) { h.armed = func(h *harness) { h.crashOnDial(anyID) } },
-			act: restore, state: sandbox.StateError, code: sandbox.ErrRestoreFailed},
+			state: sandbox.StateRunning},
+		{name: "restore/guest dies", setup: running, inject: func(h *harness) { h.armed = func(h *harness) { h.crashRecordedOnDial() } },
+			act: restore, state: sandbox.StateRunning},
 
 		{name: "create/store", inject: func(h *harness) { h.st.failNth("CreateSandboxes", 1) }, act: create, err: true},
 		{name: "fork/store", setup: running, inject: func(h *harness) { h.st.failNth("CreateSandboxes", 1) }, act: clone,

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"syscall"
@@ -11,6 +12,7 @@ import (
 	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
+	"github.com/zeish/zeish/vmm"
 )
 
 // CreateSnapshot saves the sandbox's disk and memory at one instant under
@@ -120,6 +122,10 @@ func (n *Node) Restore(ctx context.Context, snapID string) (*store.SnapshotRecor
 	n.run(r.ID, func(ctx context.Context) {
 		if err := n.restoreRunning(ctx, r.ID, meta); err != nil {
 			n.log.Error("restore failed", logSandbox, r.ID, "err", err)
+			if kept := (*errKeptOldVM)(nil); errors.As(err, &kept) {
+				n.transition(ctx, r.ID, sandbox.OpReady, "restore to "+snap.Name+" failed, running as before: "+err.Error(), nil)
+				return
+			}
 			n.fail(ctx, r.ID, sandbox.OpBootFailed, sandbox.ErrRestoreFailed, "restore failed: "+err.Error(), "restore failed: "+err.Error(), nil)
 			return
 		}
@@ -149,7 +155,9 @@ func (n *Node) restoreStopped(ctx context.Context, id string, meta *imageMeta) e
 }
 
 // restoreRunning replaces the sandbox's VM with one started from the
-// snapshot, and hands the guest its identity again (secrets included).
+// snapshot, and hands the guest its identity again (secrets included). The
+// old VM goes only once the new one answers: if the new one does not come
+// up, the sandbox keeps running on the old one (errKeptOldVM).
 func (n *Node) restoreRunning(ctx context.Context, id string, meta *imageMeta) (err error) {
 	r, err := n.opts.Store.GetSandbox(ctx, id)
 	if err != nil {
@@ -159,34 +167,64 @@ func (n *Node) restoreRunning(ctx context.Context, id string, meta *imageMeta) (
 	if err != nil {
 		return err
 	}
-	n.dropAgent(id)
-	if h != nil {
-		if err := n.opts.Driver.Destroy(context.WithoutCancel(ctx), h); err != nil {
-			return err
-		}
-		n.removeOldVM(h)
-	}
+	prev := *r // the VM fields to put back if the new VM fails
+	prev.Layers = append([]string(nil), r.Layers...)
 	old := r.Disk
 	r.Layers = append(append([]string(nil), meta.Layers...), meta.ID)
 	r.DiskBase = ""
-	spec, err := n.nextVM(ctx, r)
-	if err != nil {
-		return err
+	if err := n.startRestored(ctx, r, meta, h); err != nil {
+		if h == nil {
+			return err
+		}
+		// The old VM was not touched: the sandbox goes on with it.
+		prev.Gen = r.Gen
+		if serr := n.saveVM(ctx, &prev, h); serr != nil {
+			return errors.Join(err, serr)
+		}
+		if aerr := n.reattach(ctx, id, h); aerr != nil {
+			return errors.Join(err, aerr)
+		}
+		return &errKeptOldVM{err: err}
 	}
-	spec.BaseDisk, spec.From = meta.Disk, meta.VM
-	var undo rollback.Stack
-	defer undo.OnError(ctx, &err)
-	nh, err := n.startVM(ctx, &undo, r, spec)
-	if err != nil {
-		return err
-	}
-	if err := n.attach(ctx, id, nh); err != nil {
-		return err
-	}
-	undo.Release()
+	n.removeOldVM(h)
 	if old != "" && old != r.Disk {
 		os.Remove(old)
 	}
 	n.gc(ctx)
 	return nil
 }
+
+// startRestored starts r's VM from the snapshot image and, once its agent
+// answers, destroys the VM it replaces (old, nil for none); on any failure
+// the new VM is undone and old, still running, is left as it is.
+func (n *Node) startRestored(ctx context.Context, r *store.SandboxRecord, meta *imageMeta, old *vmm.Handle) (err error) {
+	spec, err := n.nextVM(ctx, r)
+	if err != nil {
+		return err
+	}
+	var undo rollback.Stack
+	defer undo.OnError(ctx, &err)
+	undo.Add(removeDir(spec.Dir))
+	spec.BaseDisk, spec.From = meta.Disk, meta.VM
+	nh, err := n.startVM(ctx, &undo, r, spec)
+	if err != nil {
+		return err
+	}
+	if err := n.attach(ctx, r.ID, nh); err != nil {
+		return err
+	}
+	if old != nil {
+		if err := n.opts.Driver.Destroy(context.WithoutCancel(ctx), old); err != nil {
+			return fmt.Errorf("destroy the VM it replaces: %w", err)
+		}
+	}
+	undo.Release()
+	return nil
+}
+
+// errKeptOldVM: a restore whose new VM did not come up; the sandbox still
+// runs its old VM, as it was.
+type errKeptOldVM struct{ err error }
+
+func (e *errKeptOldVM) Error() string { return e.err.Error() }
+func (e *errKeptOldVM) Unwrap() error { return e.err }

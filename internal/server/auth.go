@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/datadir"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 )
@@ -61,7 +63,22 @@ func EnsureAdmin(ctx context.Context, s store.Store, dataDir string) (keyPath st
 	} else if err != nil {
 		return "", err
 	}
-	if _, err := s.AccountByKeyHash(ctx, HashKey(key)); errors.Is(err, errdefs.ErrUnauthenticated) {
+	_, err = s.AccountByKeyHash(ctx, HashKey(key))
+	if errors.Is(err, errdefs.ErrUnauthenticated) {
+		// Not live: new, or revoked. A revoked key stays revoked (adding it
+		// again would break the store's unique hash, and undo the
+		// revocation): admin.key gets a fresh key in its place.
+		revoked, lerr := keyRevoked(ctx, s, HashKey(key))
+		if lerr != nil {
+			return "", lerr
+		}
+		if revoked {
+			key, _ = NewAPIKey()
+			if err := datadir.WriteFile(keyPath, []byte(key+"\n")); err != nil {
+				return "", fmt.Errorf("replace revoked admin key: %w", err)
+			}
+			slog.Warn("the key in admin.key was revoked; wrote a new admin key there", "path", keyPath)
+		}
 		err = s.CreateAPIKey(ctx, store.APIKey{ID: sandbox.NewID(sandbox.PrefixKey), AccountID: adminID,
 			Hash: HashKey(key), Prefix: key[:8], CreatedAt: time.Now().UTC()})
 		if err != nil {
@@ -71,6 +88,21 @@ func EnsureAdmin(ctx context.Context, s store.Store, dataDir string) (keyPath st
 		return "", err
 	}
 	return keyPath, nil
+}
+
+// keyRevoked reports whether a key with this hash exists (and so, not being
+// live, was revoked).
+func keyRevoked(ctx context.Context, s store.Store, hash string) (bool, error) {
+	keys, err := s.ListAPIKeys(ctx, "")
+	if err != nil {
+		return false, err
+	}
+	for _, k := range keys {
+		if k.Hash == hash {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 func readKeyFile(path string) (string, error) {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -334,6 +335,11 @@ func (s *Server) access(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// publicURL is the base of the data-plane URLs handed out with a token:
+// ZEISH_PUBLIC_URL, else the address the client connected to. The Host
+// header is the client's (or a proxy's) to write, so it names the URL only
+// where it cannot send the token elsewhere: a console request (sameSite
+// matched its browser's Origin to it) or a loopback name on this port.
 func (s *Server) publicURL(r *http.Request) string {
 	if s.opts.PublicURL != "" {
 		return strings.TrimSuffix(s.opts.PublicURL, "/")
@@ -342,7 +348,29 @@ func (s *Server) publicURL(r *http.Request) string {
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	return scheme + "://" + r.Host
+	return scheme + "://" + urlHost(r)
+}
+
+// urlHost is the host[:port] publicURL names (see there).
+func urlHost(r *http.Request) string {
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		return r.Host // served without a listener (no address to prefer)
+	}
+	if _, console := r.Context().Value(apiKeyCtx{}).(store.APIKey); console {
+		return r.Host
+	}
+	_, localPort, err := net.SplitHostPort(local.String())
+	if err != nil {
+		return local.String()
+	}
+	host, port, err := net.SplitHostPort(r.Host)
+	if err == nil && port == localPort {
+		if ip := net.ParseIP(host); strings.EqualFold(host, "localhost") || (ip != nil && ip.IsLoopback()) {
+			return r.Host
+		}
+	}
+	return local.String()
 }
 
 // dataPlaneLocator is a control.Node whose sandboxes' data plane is served

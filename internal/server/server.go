@@ -36,7 +36,7 @@ type Options struct {
 	DataDir string
 	Version string
 	// PublicURL is the server's address as clients reach it (for data-plane
-	// URLs); empty means "from the request's Host".
+	// URLs); empty: the address the client connected to (see publicURL).
 	PublicURL string
 	// PublicDomain, when set, serves guest ports at P-<id>.<PublicDomain>
 	// too (the Host header picks the sandbox and port).

@@ -39,6 +39,8 @@ func (c Codec) Encode(r *SandboxRecord) (string, error) {
 			return "", err
 		}
 		row.SealedSecrets = c.Secrets.Seal(plain, []byte(r.ID))
+	} else {
+		row.SealedSecrets = r.unreadable // kept as read, never dropped
 	}
 	b, err := json.Marshal(row)
 	return string(b), err
@@ -53,18 +55,33 @@ func (c Codec) Decode(id, data string) (*SandboxRecord, error) {
 	r := row.SandboxRecord
 	r.SecretEnv = row.LegacySecrets
 	if row.SealedSecrets != "" {
-		if c.Secrets == nil {
-			return nil, fmt.Errorf("sandbox %s has sealed secrets but the store has no secrets key: %w", id, errdefs.ErrInternal)
-		}
-		plain, err := c.Secrets.Open(row.SealedSecrets, []byte(r.ID))
+		// Secrets that cannot be opened (no key, another key, a damaged
+		// row) do not make the sandbox unreadable, which would break every
+		// list that includes it: it reads without them, marked, and keeps
+		// them as stored.
+		env, err := c.openSecrets(r.ID, row.SealedSecrets)
 		if err != nil {
-			return nil, fmt.Errorf("secrets of sandbox %s: %v: %w", id, err, errdefs.ErrInternal)
-		}
-		if err := json.Unmarshal(plain, &r.SecretEnv); err != nil {
-			return nil, fmt.Errorf("secrets of sandbox %s: %w", id, err)
+			r.unreadable = row.SealedSecrets
+		} else {
+			r.SecretEnv = env
 		}
 	}
 	return r, nil
+}
+
+func (c Codec) openSecrets(id, sealed string) (map[string]string, error) {
+	if c.Secrets == nil {
+		return nil, fmt.Errorf("sandbox %s has sealed secrets but the store has no secrets key: %w", id, errdefs.ErrInternal)
+	}
+	plain, err := c.Secrets.Open(sealed, []byte(id))
+	if err != nil {
+		return nil, fmt.Errorf("secrets of sandbox %s: %v: %w", id, err, errdefs.ErrInternal)
+	}
+	var env map[string]string
+	if err := json.Unmarshal(plain, &env); err != nil {
+		return nil, fmt.Errorf("secrets of sandbox %s: %w", id, err)
+	}
+	return env, nil
 }
 
 // templateRow keeps the fields the API hides (paths) when stored.

@@ -79,7 +79,15 @@ type SandboxRecord struct {
 	// (error node_lost); the node's return makes it so again
 	// (sandbox.RejoinOp).
 	LostFrom sandbox.State `json:"lost_from,omitempty"`
+
+	// unreadable holds, as stored, secrets this store could not open (another
+	// key, a damaged row): the record still reads, and a write keeps them.
+	unreadable string
 }
+
+// SecretsUnreadable reports whether the sandbox has secrets its store could
+// not open (SecretEnv lacks them).
+func (r *SandboxRecord) SecretsUnreadable() bool { return r.unreadable != "" }
 
 // Interval is a span of time; End is nil while it lasts.
 type Interval struct {

@@ -83,7 +83,13 @@ func (z *Zeishd) Start(ctx context.Context) error {
 		cmd = exec.Command("nsenter", "--net=/run/netns/"+z.Netns, z.Bin)
 		listen, netDefault = z.Listen, "ZEISH_NET=on"
 	}
-	cmd.Env = append(append(os.Environ(), "ZEISH_DATA_DIR="+z.DataDir, "ZEISH_LISTEN="+listen, netDefault), z.Env...)
+	env := append(os.Environ(), "ZEISH_DATA_DIR="+z.DataDir, "ZEISH_LISTEN="+listen, netDefault)
+	if z.Netns != "" {
+		// Clients come through the relay (Addr): the data-plane URLs it
+		// hands out must name that, not its address inside the namespace.
+		env = append(env, "ZEISH_PUBLIC_URL=http://"+z.Addr)
+	}
+	cmd.Env = append(env, z.Env...)
 	cmd.Stdout, cmd.Stderr = &z.Log, &z.Log
 	if z.OwnProcessGroup {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

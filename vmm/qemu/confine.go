@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/user"
@@ -39,12 +40,21 @@ type confinement struct {
 	user     string
 	uid, gid int
 	cgroups  cgroupLayout
-	retrying sync.WaitGroup // leave's background removals
+	// cgroupsOptional starts VMs whose cgroup limits could not be set (each
+	// failure logged); by default such a VM is not started: without its
+	// limits one guest could take the host's memory, CPU or tasks.
+	cgroupsOptional bool
+	retrying        sync.WaitGroup // leave's background removals
 }
 
 // newConfinement prepares confinement, creating the VM user if it is
-// missing (zeishd runs as root whenever it confines).
-func newConfinement(name string) (*confinement, error) {
+// missing (zeishd runs as root whenever it confines). Unless cgroups are
+// optional, a host without the memory, cpu and pids controllers is refused.
+func newConfinement(name string, cgroupsOptional bool) (*confinement, error) {
+	layout := detectCgroups()
+	if missing := layout.missing(); len(missing) > 0 && !cgroupsOptional {
+		return nil, fmt.Errorf("no writable cgroup controller %s for the VMs' limits (ZEISH_CGROUPS=optional runs VMs without them)", strings.Join(missing, ", "))
+	}
 	if os.Geteuid() != 0 {
 		return nil, errors.New("confinement needs root (to chroot and drop to another user)")
 	}
@@ -64,7 +74,7 @@ func newConfinement(name string) (*confinement, error) {
 	if uid == 0 {
 		return nil, fmt.Errorf("user %s is root", name)
 	}
-	return &confinement{user: name, uid: uid, gid: gid, cgroups: detectCgroups()}, nil
+	return &confinement{user: name, uid: uid, gid: gid, cgroups: layout, cgroupsOptional: cgroupsOptional}, nil
 }
 
 func (c *confinement) describe() string {
@@ -155,6 +165,20 @@ func detectCgroups() cgroupLayout {
 	return cgroupLayout{v1: v1}
 }
 
+// missing lists the controllers the VMs' limits need that l lacks.
+func (l cgroupLayout) missing() []string {
+	if l.v2 != "" {
+		return nil // detectCgroups enabled memory, cpu and pids for our subtree
+	}
+	var out []string
+	for _, ctl := range []string{"memory", "cpu", "pids"} {
+		if _, ok := l.v1[ctl]; !ok {
+			out = append(out, ctl)
+		}
+	}
+	return out
+}
+
 // dirs are the cgroup folders of VM id.
 func (l cgroupLayout) dirs(id string) []string {
 	if l.v2 != "" {
@@ -188,8 +212,7 @@ func (l cgroupLayout) limits(ctl string, spec vmm.Spec) map[string]string {
 }
 
 // enter puts pid (and its threads) into VM id's cgroups, made with limits
-// for spec. A controller that cannot be set up is skipped with the reason:
-// the other layers still hold.
+// for spec, and returns every step that failed (see join).
 func (c *confinement) enter(id string, pid int, spec vmm.Spec) []error {
 	var errs []error
 	try := func(dir, ctl string) {
@@ -214,6 +237,23 @@ func (c *confinement) enter(id string, pid int, spec vmm.Spec) []error {
 		try(filepath.Join(mnt, cgroupName, id), ctl)
 	}
 	return errs
+}
+
+// join is enter for a VM being started: any failure fails the start
+// unless cgroups are optional, when it is logged and the VM runs without
+// that limit.
+func (c *confinement) join(id string, pid int, spec vmm.Spec, log *slog.Logger) error {
+	errs := c.enter(id, pid, spec)
+	if len(errs) == 0 {
+		return nil
+	}
+	if c.cgroupsOptional {
+		for _, err := range errs {
+			log.Warn("vm cgroup: running without this limit (ZEISH_CGROUPS=optional)", logKeySandbox, spec.ID, "err", err)
+		}
+		return nil
+	}
+	return fmt.Errorf("vm cgroup limits: %w (ZEISH_CGROUPS=optional runs VMs without them)", errors.Join(errs...))
 }
 
 // leave removes VM id's cgroups once its process is gone. The kernel

@@ -43,6 +43,10 @@ type Options struct {
 	// missing), chrooted into its VM folder, in a cgroup of its own. Needs root.
 	Confine bool
 	VMUser  string
+	// CgroupsOptional starts confined VMs even where their cgroup limits
+	// (memory, CPU, tasks) cannot be set, logging each; by default that
+	// refuses the driver (no controllers) or the VM's start.
+	CgroupsOptional bool
 	// NoSeccomp runs QEMU without its seccomp filter (-sandbox), for a QEMU
 	// built without libseccomp. The default filters.
 	NoSeccomp bool
@@ -121,7 +125,7 @@ func New(opts Options) (*Driver, error) {
 		if name == "" {
 			name = DefaultVMUser
 		}
-		if d.confine, err = newConfinement(name); err != nil {
+		if d.confine, err = newConfinement(name, opts.CgroupsOptional); err != nil {
 			return nil, fmt.Errorf("confine VMMs: %w", err)
 		}
 		d.confine.sweep()

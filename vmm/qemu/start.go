@@ -255,8 +255,8 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback.Stack, spec vmm.Sp
 		return nil, fmt.Errorf("qemu pid %d: %w: not running after setup", h.PID, errdefs.ErrUnavailable)
 	}
 	if d.confine != nil {
-		for _, err := range d.confine.enter(cgroupID(h), h.PID, spec) {
-			d.log.Warn("vm cgroup", logKeySandbox, spec.ID, "err", err)
+		if err := d.confine.join(cgroupID(h), h.PID, spec, d.log); err != nil {
+			return nil, err
 		}
 	}
 	qctx, cancel := context.WithTimeout(ctx, qmpReadyTimeout)

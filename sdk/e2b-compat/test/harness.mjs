@@ -130,8 +130,12 @@ export class Harness {
     if (process.geteuid() === 0) {
       h.lab = makeLab();
       const inside = "127.0.0.1:7420";
+      // Clients reach it through the relay's port on the host's loopback:
+      // data-plane URLs must name that, not zeishd's own address.
+      h.port = await freePort();
       h.#proc = spawn("nsenter", [`--net=/run/netns/${h.lab.node}`, zeishd], {
-        env: { ...env, ZEISH_LISTEN: inside, ZEISH_NET: "on", ZEISH_UPLINK: h.lab.uplink, ZEISH_DNS_UPSTREAM: "198.18.0.1:53" },
+        env: { ...env, ZEISH_LISTEN: inside, ZEISH_NET: "on", ZEISH_UPLINK: h.lab.uplink, ZEISH_DNS_UPSTREAM: "198.18.0.1:53",
+          ZEISH_PUBLIC_URL: `http://127.0.0.1:${h.port}` },
         stdio: ["ignore", "pipe", "pipe"],
       });
     } else {
@@ -193,7 +197,7 @@ export class Harness {
       c.on("error", () => up.destroy());
       up.on("error", () => c.destroy());
     });
-    await new Promise((resolve) => this.#relayServer.listen(0, "127.0.0.1", resolve));
+    await new Promise((resolve) => this.#relayServer.listen(this.port, "127.0.0.1", resolve));
     this.port = this.#relayServer.address().port;
   }
 

@@ -2399,6 +2399,18 @@ export interface components {
             };
         };
         /**
+         * @description `invalid_state`: the sandbox is not running (the data plane needs it running).
+         *     `limit_reached`: the guest's answer would take more than 64 MiB of the host's memory to decode (list a smaller directory).
+         */
+        ListConflict: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /**
          * @description `invalid_state`: the parent is in a transition, in error or destroyed.
          *     `node_full`: the parent's host has no free memory for the children.
          *     `running_slots_full`: the account has no free running slot for them.
@@ -4266,7 +4278,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["DataUnauthorized"];
             404: components["responses"]["FileNotFound"];
-            409: components["responses"]["NotRunning"];
+            409: components["responses"]["ListConflict"];
             429: components["responses"]["TooManyCalls"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -4621,7 +4633,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["DataUnauthorized"];
-            409: components["responses"]["NotRunning"];
+            409: components["responses"]["ListConflict"];
             429: components["responses"]["TooManyCalls"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
