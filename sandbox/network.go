@@ -213,3 +213,41 @@ func Rules(list []string) []Rule {
 	}
 	return out
 }
+
+// NetworkChange is a live change of a sandbox's network (PATCH
+// …/network): each field given replaces the sandbox's; nil keeps it.
+type NetworkChange struct {
+	Egress      Egress // "": unchanged
+	Allow, Deny []string
+	RateBytes   *int64
+	RatePackets *int64
+}
+
+// Apply returns cur changed by ch, normalised (SPEC, Networking: a change
+// is validated whole before anything changes). A sandbox without a policy
+// yet gets one: a change turns nothing off.
+func (ch NetworkChange) Apply(cur *Network) (Network, error) {
+	var next Network
+	if cur != nil {
+		next = *cur
+		next.Allow = append([]string(nil), cur.Allow...)
+		next.Deny = append([]string(nil), cur.Deny...)
+	}
+	next.Enabled = true
+	if ch.Egress != "" {
+		next.Egress = ch.Egress
+	}
+	if ch.Allow != nil {
+		next.Allow = ch.Allow
+	}
+	if ch.Deny != nil {
+		next.Deny = ch.Deny
+	}
+	if ch.RateBytes != nil {
+		next.RateBytes = *ch.RateBytes
+	}
+	if ch.RatePackets != nil {
+		next.RatePackets = *ch.RatePackets
+	}
+	return next.Normalize()
+}

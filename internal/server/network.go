@@ -34,32 +34,8 @@ func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	var cur sandbox.Network
-	if rec.Network != nil {
-		cur = *rec.Network
-	}
-	cur.Enabled = true
-	if req.Egress != "" {
-		cur.Egress = req.Egress
-	}
-	if req.Allow != nil {
-		cur.Allow = req.Allow
-	}
-	if req.Deny != nil {
-		cur.Deny = req.Deny
-	}
-	if req.RateBytes != nil {
-		cur.RateBytes = *req.RateBytes
-	}
-	if req.RatePackets != nil {
-		cur.RatePackets = *req.RatePackets
-	}
-	next, err := cur.Normalize()
-	if err != nil {
-		writeError(w, r, invalid("%v", err))
-		return
-	}
-	rec, err = s.node.SetNetwork(r.Context(), rec.ID, next)
+	rec, err = s.control.SetNetwork(r.Context(), rec, sandbox.NetworkChange{Egress: req.Egress, Allow: req.Allow, Deny: req.Deny,
+		RateBytes: req.RateBytes, RatePackets: req.RatePackets})
 	if err != nil {
 		writeError(w, r, err)
 		return

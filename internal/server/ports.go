@@ -225,11 +225,7 @@ func (s *Server) setPort(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	if req.Port < 1 || req.Port > 65535 {
-		writeError(w, r, invalid("port %d: want 1..65535", req.Port))
-		return
-	}
-	if rec, err = s.node.SetPortPublic(r.Context(), rec.ID, req.Port, req.Public); err != nil {
+	if rec, err = s.control.SetPortPublic(r.Context(), rec, req.Port, req.Public); err != nil {
 		writeError(w, r, err)
 		return
 	}

@@ -249,7 +249,7 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	rec, err = s.node.Delete(r.Context(), rec.ID)
+	rec, err = s.control.Delete(r.Context(), rec)
 	if err != nil {
 		writeError(w, r, err)
 		return

@@ -71,7 +71,7 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	if err := s.node.DeleteSnapshot(r.Context(), snap.ID); err != nil {
+	if err := s.control.DeleteSnapshot(r.Context(), snap); err != nil {
 		writeError(w, r, err)
 		return
 	}
@@ -89,7 +89,12 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	snap, rec, err := s.node.Restore(r.Context(), snap.ID)
+	rec, err := s.store.GetSandbox(r.Context(), snap.SandboxID)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	snap, rec, err = s.control.Restore(r.Context(), rec, snap)
 	if err != nil {
 		writeError(w, r, err)
 		return
