@@ -13,6 +13,8 @@
 //	        by RAM size (-refork-sizes, -refork-modes, -refork-depth)
 //	tbsize  TCG translation cache sizes (-tb-sizes): boot, CPU-bound exec,
 //	        QEMU's own memory per VM
+//	api     control-plane latency of get and list with many sandboxes in the database
+//	cluster what a control plane in front of a node agent adds to create and fork
 //	net     what networking adds to create and fork (a zeishd in a NetLab
 //	        vs ZEISH_NET=off), guest↔uplink throughput vs plain QEMU on a TAP
 //

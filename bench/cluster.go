@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/internal/testenv"
+	"github.com/zeish/zeish/sandbox"
+	zeish "github.com/zeish/zeish/sdk/go"
+)
+
+func init() {
+	register(section{name: "cluster", about: "what a control plane in front of a node agent adds to create and fork, next to the single binary", run: runCluster})
+}
+
+// benchToken is the node token of the bench's own cluster.
+const benchToken = "bench-node-token-0123456789"
+
+// runCluster starts PostgreSQL, a control plane and one node agent, and
+// times the create and clone calls (their answers, not the boots, which
+// the control plane does not touch) through it and through the bench's
+// single binary, interleaved, with the same sizes.
+func runCluster(ctx context.Context, e *benchEnv) (*report, error) {
+	pg, err := testenv.StartPostgres()
+	if err != nil {
+		return nil, err
+	}
+	defer pg.Stop()
+	db := pg.URL("postgres")
+	cp := &testenv.Zeishd{Bin: e.zeishdBin, DataDir: filepath.Join(e.tmp, "data-control"), OwnProcessGroup: true,
+		Env: []string{"ZEISH_ROLE=control", "ZEISH_DATABASE_URL=" + db, "ZEISH_NODE_TOKEN=" + benchToken, "ZEISH_LOG_LEVEL=warn",
+			"ZEISH_PLAN_RUNNING_SLOTS=100", "ZEISH_PLAN_CREATES_PER_MINUTE=1000", "ZEISH_PLAN_DAILY_CREATES=100000"}}
+	if err := cp.Start(ctx); err != nil {
+		return nil, err
+	}
+	defer cp.Stop()
+	node := &testenv.Zeishd{Bin: e.zeishdBin, DataDir: filepath.Join(e.tmp, "data-node"), OwnProcessGroup: true,
+		Env: []string{"ZEISH_ROLE=node", "ZEISH_NODE_ID=bench-node", "ZEISH_CONTROL_URL=http://" + cp.Addr, "ZEISH_NODE_TOKEN=" + benchToken,
+			"ZEISH_DATABASE_URL=" + db, "ZEISH_SANDBOXD=" + e.sandboxd, "ZEISH_TEMPLATE_CACHE=" + e.cacheDir, "ZEISH_LOG_LEVEL=warn"}}
+	if err := node.Start(ctx); err != nil {
+		return nil, err
+	}
+	defer node.Stop()
+	key, err := cp.AdminKey()
+	if err != nil {
+		return nil, err
+	}
+	if err := waitNodeLive(ctx, cp.Addr, key, "bench-node"); err != nil {
+		return nil, err
+	}
+	clients := map[string]*zeish.Client{
+		"single binary":              e.client,
+		"control plane + node agent": zeish.NewClient("http://"+cp.Addr+api.BasePath, key),
+	}
+	order := []string{"single binary", "control plane + node agent"}
+	create, clone := map[string][]float64{}, map[string][]float64{}
+	for i := 0; i < e.opts.warmup+e.opts.runs; i++ {
+		for _, name := range order {
+			c := clients[name]
+			cms, fms, err := createAndClone(ctx, c, e.opts.memMiB)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			if i >= e.opts.warmup {
+				create[name] = append(create[name], cms)
+				clone[name] = append(clone[name], fms)
+			}
+		}
+	}
+	r := &report{Section: "cluster", Title: "control plane overhead: the create and clone calls' answers (ms), through one zeishd and through a control plane in front of a node agent"}
+	t := &table{Title: "call latency (ms)", Header: []string{"call", "path", "median", "min", "max", "runs"}}
+	r.Tables = append(r.Tables, t)
+	for _, call := range []struct {
+		name string
+		m    map[string][]float64
+	}{{"create (answer: starting)", create}, {"clone ×1 (answer: pause included)", clone}} {
+		for _, name := range order {
+			s := r.add(newSeries(call.name+" via "+name, "ms", call.m[name]))
+			t.Rows = append(t.Rows, []string{call.name, name, fmtNum(s.Median), fmtNum(s.Min), fmtNum(s.Max), fmt.Sprint(len(s.Samples))})
+		}
+		over := median(call.m[order[1]]) - median(call.m[order[0]])
+		r.addGoal(goal{Name: call.name + ": control plane overhead (median difference)", Target: "≤ 10 ms", Value: over, Unit: "ms", Met: over <= 10})
+	}
+	r.Notes = append(r.Notes, "The boots themselves run on the same node code either way; only the calls' answers differ by the control plane's hop (placement, the node RPC, the shared database).")
+	return r, nil
+}
+
+// createAndClone times a create's answer and, once it runs, a clone's
+// answer, then deletes both.
+func createAndClone(ctx context.Context, c *zeish.Client, memMiB int) (createMS, cloneMS float64, err error) {
+	t0 := time.Now()
+	sb, err := c.CreateSandbox(ctx, zeish.CreateSandboxRequest{Template: "base", MemoryMiB: memMiB})
+	if err != nil {
+		return 0, 0, err
+	}
+	createMS = ms(time.Since(t0))
+	defer c.DeleteSandbox(context.WithoutCancel(ctx), sb.ID, zeish.Wait())
+	if _, err := c.WaitForState(ctx, sb.ID, sandbox.StateRunning); err != nil {
+		return 0, 0, err
+	}
+	t0 = time.Now()
+	res, err := c.CloneSandbox(ctx, sb.ID, zeish.CloneRequest{})
+	if err != nil {
+		return 0, 0, err
+	}
+	cloneMS = ms(time.Since(t0))
+	for _, kid := range res.Sandboxes {
+		c.WaitForState(ctx, kid.ID, sandbox.StateRunning)
+		c.DeleteSandbox(context.WithoutCancel(ctx), kid.ID, zeish.Wait())
+	}
+	return createMS, cloneMS, nil
+}
+
+// waitNodeLive polls the control plane's node list until id is live.
+func waitNodeLive(ctx context.Context, addr, key, id string) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+api.BasePath+"/admin/nodes", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			var list api.NodeList
+			json.NewDecoder(resp.Body).Decode(&list)
+			resp.Body.Close()
+			for _, n := range list.Nodes {
+				if n.ID == id && n.Live && n.Healthy {
+					return nil
+				}
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("node %s never became live", id)
+}
