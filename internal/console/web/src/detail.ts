@@ -4,7 +4,7 @@ import { h, replace, stateBadge, errorBox, toast, svg } from "./dom";
 import type { Cleanup } from "./main";
 
 const MAX_UPLOAD = 32 << 20;
-const TABS = ["overview", "terminal", "files", "snapshots", "lineage", "ports", "usage"] as const;
+const TABS = ["overview", "terminal", "files", "snapshots", "lineage", "ports", "desktop", "usage"] as const;
 
 export function detailPage(main: HTMLElement, id: string, tab: string): Cleanup {
   const title = h("h1", {}, id);
@@ -21,7 +21,7 @@ export function detailPage(main: HTMLElement, id: string, tab: string): Cleanup 
     replace(state, stateBadge(sb.state));
   }).catch((e) => replace(panel, errorBox(explain(e))));
   const pages: Record<string, (p: HTMLElement, id: string, onState: (s: Sandbox) => void) => Cleanup> = {
-    overview, terminal, files, snapshots, lineage, ports, usage,
+    overview, terminal, files, snapshots, lineage, ports, desktop, usage,
   };
   return (pages[tab] ?? overview)(panel, id, (sb) => {
     title.textContent = sb.name;
@@ -401,6 +401,67 @@ function ports(p: HTMLElement, id: string): Cleanup {
   void load();
   const timer = setInterval(() => void load(), 3000);
   return () => clearInterval(timer);
+}
+
+interface DesktopStatus { running: boolean; display: string; width: number; height: number; depth: number; window_manager: string; user: string }
+
+/** Desktop: a live view (a screenshot every second or so), click on it, type and send keys. */
+function desktop(p: HTMLElement, id: string): Cleanup {
+  const msg = h("div");
+  const view = h("img", { id: "desktop-view", alt: "The sandbox's desktop", style: "max-width:100%;border:1px solid var(--line);cursor:crosshair" }) as HTMLImageElement;
+  const text = h("input", { id: "desktop-text", placeholder: "text to type", size: 30 }) as HTMLInputElement;
+  const keys = h("input", { id: "desktop-keys", placeholder: "e.g. Return or ctrl+c", size: 16 }) as HTMLInputElement;
+  let stopped = false, url = "", status: DesktopStatus | undefined;
+  const act = async (body: Record<string, unknown>) => {
+    try {
+      await data(id, "POST", "/desktop/actions", {}, JSON.stringify(body));
+      replace(msg);
+      void refresh();
+    } catch (e) {
+      replace(msg, errorBox(explain(e)));
+    }
+  };
+  const refresh = async () => {
+    try {
+      const res = await data(id, "GET", "/desktop/screenshot", {});
+      const next = URL.createObjectURL(await res.blob());
+      view.src = next;
+      if (url) URL.revokeObjectURL(url);
+      url = next;
+    } catch (e) {
+      replace(msg, errorBox(explain(e)));
+    }
+  };
+  view.addEventListener("click", (ev) => {
+    if (!status) return;
+    const r = view.getBoundingClientRect();
+    const x = Math.round((ev.clientX - r.left) * status.width / r.width), y = Math.round((ev.clientY - r.top) * status.height / r.height);
+    void act({ action: "left_click", x, y });
+  });
+  replace(p, h("p", { class: "note" }, "Loading the desktop…"));
+  pub<DesktopStatus>("GET", `/sandboxes/${id}/desktop`).then((st) => {
+    status = st;
+    replace(p,
+      h("p", { class: "note", id: "desktop-status" }, `Display ${st.display}, ${st.width}×${st.height}, ${st.window_manager || "no window manager"}, as ${st.user}. Click the picture to click there.`),
+      h("form", { class: "row", onsubmit: (ev: Event) => { ev.preventDefault(); void act({ action: "type", text: text.value }); text.value = ""; } },
+        h("label", {}, "Type", text), h("button", { id: "desktop-type", type: "submit" }, "Type")),
+      h("form", { class: "row", onsubmit: (ev: Event) => { ev.preventDefault(); void act({ action: "key", keys: keys.value.trim() }); } },
+        h("label", {}, "Keys", keys), h("button", { id: "desktop-key", type: "submit" }, "Send"),
+        h("a", { id: "desktop-download", href: "#", onclick: (ev: Event) => { ev.preventDefault(); if (url) { const a = h("a", { href: url, download: `${id}-desktop.png` }); a.click(); } } }, "Download screenshot")),
+      msg, view);
+    const loop = async () => {
+      while (!stopped) {
+        await refresh();
+        await new Promise((r) => setTimeout(r, 1200));
+      }
+    };
+    void loop();
+  }).catch((e) => replace(p, errorBox(explain(e)),
+    h("p", { class: "note" }, "A desktop runs in sandboxes created or forked with desktop: true from a template that has one (the desktop template).")));
+  return () => {
+    stopped = true;
+    if (url) URL.revokeObjectURL(url);
+  };
 }
 
 function usage(p: HTMLElement, id: string): Cleanup {

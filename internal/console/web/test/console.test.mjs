@@ -177,6 +177,12 @@ test("the console end to end", { timeout: 15 * 60_000, skip }, async () => {
     assert.equal(await page.locator('#ports tr[data-port="8080"]').getAttribute("data-public"), "false");
   });
 
+  await step("desktop-off", async () => {
+    // This sandbox has no desktop: the tab says so in words.
+    await page.click("#tab-desktop");
+    await page.getByRole("alert").filter({ hasText: "desktop_not_enabled" }).waitFor();
+  });
+
   const original = "hello from the browser\n";
   await step("files", async () => {
     await page.click("#tab-files");
