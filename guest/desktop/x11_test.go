@@ -227,7 +227,10 @@ func TestDisplayOnXvfb(t *testing.T) {
 			[]string{"press 3 at 200,210", "release 3 at 200,210"}},
 		{"double_click", func() Action { x, y := pt(5, 6); return Action{Action: ActionDoubleClick, X: x, Y: y} },
 			[]string{"press 1 at 5,6", "release 1 at 5,6", "press 1 at 5,6", "release 1 at 5,6"}},
-		{"scroll down 2", func() Action { x, y := pt(300, 300); return Action{Action: ActionScroll, X: x, Y: y, Direction: "down", Amount: 2} },
+		{"scroll down 2", func() Action {
+			x, y := pt(300, 300)
+			return Action{Action: ActionScroll, X: x, Y: y, Direction: "down", Amount: 2}
+		},
 			[]string{"press 5 at 300,300", "release 5 at 300,300", "press 5 at 300,300", "release 5 at 300,300"}},
 		{"drag", func() Action {
 			x, y := pt(10, 20)
