@@ -38,6 +38,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/zeish/zeish/guest/desktop"
 	"github.com/zeish/zeish/internal/catalog"
 	"github.com/zeish/zeish/internal/datadir"
 	"github.com/zeish/zeish/internal/e2b"
@@ -164,9 +165,14 @@ func run(ctx context.Context) error {
 	if err != nil || imageRAM < 0 {
 		return fmt.Errorf("ZEISH_PLAN_IMAGE_RAM_MIB: want a number of MiB, 0 for no cap")
 	}
+	// The screen of sandboxes with desktop: true.
+	desk, err := desktop.ParseSize(env("ZEISH_DESKTOP_SIZE", "1280x800x24"))
+	if err != nil {
+		return fmt.Errorf("ZEISH_DESKTOP_SIZE: %w", err)
+	}
 	n := node.New(node.Options{ID: nodeID, DataDir: dataDir, Store: st, Driver: driver, Templates: cat,
 		Logger: log, BootTimeout: bootTimeout, MemoryBudgetMiB: budget, Network: netw, AccountImageRAMMiB: imageRAM,
-		StoppedPromotion: env("ZEISH_FORK_PROMOTION", "live") == "stopped"})
+		StoppedPromotion: env("ZEISH_FORK_PROMOTION", "live") == "stopped", Desktop: desk})
 	defer n.Close() // after the HTTP server is down: VMs keep running
 	if err := n.Recover(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)

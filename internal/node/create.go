@@ -253,6 +253,9 @@ func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
 	cfg := freshConfig(r.Hostname)
 	cfg.Env, cfg.Network = guestEnv(r), n.guestNetwork(r)
 	n.templateDefaults(ctx, r, &cfg)
+	if r.Desktop {
+		cfg.Desktop = n.desktopFor(&cfg)
+	}
 	connected := time.Now()
 	defer func() {
 		n.log.Debug("guest configured", logSandbox, id, "configure_ms", time.Since(connected).Milliseconds())
