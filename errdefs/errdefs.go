@@ -45,6 +45,7 @@ var (
 	ErrInternal        = def("internal", ClassInternal, "An unexpected server error; the server's log has its detail under the request_id.")
 	ErrInvalidArgument = def("invalid_argument", ClassInvalid, "The request is malformed: unknown field, bad value or missing field.")
 	ErrUnknownTemplate = def("unknown_template", ClassInvalid, "The template named in the request does not exist.")
+	ErrLacksFeature    = def("template_lacks_feature", ClassInvalid, "The sandbox asks for browser or desktop and its template does not carry that software; the message names a template that does.")
 	ErrUnauthenticated = def("unauthenticated", ClassUnauthenticated, "No API key or token, or one that is not valid.")
 	ErrTokenExpired    = def("token_expired", ClassUnauthenticated, "The data-plane token has expired; request a new one with /access.")
 	ErrForbidden       = def("forbidden", ClassPermissionDenied, "The credential is valid but may not do this.")

@@ -189,6 +189,13 @@ func run(ctx context.Context) error {
 		cat.EnableDebian(template.DebianOptions{Extra: extra})
 		go cat.PrepareDebian(context.WithoutCancel(ctx))
 	}
+	// The desktop template (debian plus Chromium and X, about 1.2 GB
+	// unpacked) takes minutes to build: opt-in like debian. Without it,
+	// browser and desktop are refused with a message saying how to get it.
+	if env("ZEISH_DESKTOP_TEMPLATE", "off") == "on" {
+		cat.EnableDesktop(template.DesktopOptions(template.BaseOptions{}))
+		go cat.PrepareBuiltin(context.WithoutCancel(ctx), catalog.DesktopName)
+	}
 	builds, err := strconv.Atoi(env("ZEISH_TEMPLATE_BUILDS", "2"))
 	if err != nil || builds < 1 {
 		return fmt.Errorf("ZEISH_TEMPLATE_BUILDS: want a positive number, got %q", os.Getenv("ZEISH_TEMPLATE_BUILDS"))

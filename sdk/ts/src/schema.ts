@@ -1237,6 +1237,7 @@ export interface components {
          *     | `internal` | 500 | An unexpected server error; the server's log has its detail under the request_id. |
          *     | `invalid_argument` | 400 | The request is malformed: unknown field, bad value or missing field. |
          *     | `unknown_template` | 400 | The template named in the request does not exist. |
+         *     | `template_lacks_feature` | 400 | The sandbox asks for browser or desktop and its template does not carry that software; the message names a template that does. |
          *     | `unauthenticated` | 401 | No API key or token, or one that is not valid. |
          *     | `token_expired` | 401 | The data-plane token has expired; request a new one with /access. |
          *     | `forbidden` | 403 | The credential is valid but may not do this. |
@@ -1257,7 +1258,7 @@ export interface components {
          *     | `unavailable` | 503 | A dependency (the VM, its agent, the store) is not reachable now. |
          * @enum {string}
          */
-        ErrorCode: "internal" | "invalid_argument" | "unknown_template" | "unauthenticated" | "token_expired" | "forbidden" | "not_found" | "file_not_found" | "invalid_state" | "name_taken" | "file_exists" | "node_full" | "limit_reached" | "running_slots_full" | "storage_full" | "budget_exhausted" | "rate_limited" | "daily_cap_reached" | "too_many_requests" | "timeout" | "unavailable";
+        ErrorCode: "internal" | "invalid_argument" | "unknown_template" | "template_lacks_feature" | "unauthenticated" | "token_expired" | "forbidden" | "not_found" | "file_not_found" | "invalid_state" | "name_taken" | "file_exists" | "node_full" | "limit_reached" | "running_slots_full" | "storage_full" | "budget_exhausted" | "rate_limited" | "daily_cap_reached" | "too_many_requests" | "timeout" | "unavailable";
         /**
          * @description A sandbox id, `sbx_` and 20 lower-case base32 characters.
          * @example sbx_0f3k9q2m7c4x8z1b5n6p
@@ -1382,9 +1383,16 @@ export interface components {
              *     cannot be started again (`409 budget_exhausted`). 0 means none.
              */
             max_cost_micros?: number;
-            /** @description The sandbox runs a browser. */
+            /**
+             * @description Start Chromium, headless with the DevTools protocol, before the sandbox reports `running`
+             *     (`GET /public/sandboxes/{id}/browser` gives its WebSocket URL). Needs a template whose
+             *     `features` has `browser` (the built-in `desktop`); else 400 `template_lacks_feature`.
+             */
             browser?: boolean;
-            /** @description The sandbox runs a desktop. */
+            /**
+             * @description The sandbox runs a desktop. Needs a template whose `features` has `desktop` (the built-in
+             *     `desktop`); else 400 `template_lacks_feature`.
+             */
             desktop?: boolean;
             metadata?: components["schemas"]["Metadata"];
             network?: components["schemas"]["NetworkRequest"];
@@ -1843,6 +1851,11 @@ export interface components {
              * @description Compressed size of the image's layers.
              */
             layer_bytes?: number;
+            /**
+             * @description Optional software the template carries that sandboxes may switch on with `browser` and
+             *     `desktop` (the built-in `desktop` template has both). Absent: none.
+             */
+            features?: ("browser" | "desktop")[];
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -2083,6 +2096,8 @@ export interface components {
          * @description `invalid_argument`: a malformed body (unknown field, bad JSON, data after the object,
          *     over 1 MiB), a bad value, a malformed id or query parameter.
          *     `unknown_template`: the named template does not exist.
+         *     `template_lacks_feature`: `browser` or `desktop` on a template without that software (the
+         *     message names one that has it).
          */
         BadRequest: {
             headers: {
