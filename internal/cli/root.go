@@ -106,6 +106,7 @@ func (a *app) newRoot() *cobra.Command {
 		a.shellCmd(),
 		a.filesCmd(),
 		a.processesCmd(),
+		a.desktopCmd(),
 		a.adminCmd(),
 		a.keysCmd(),
 		a.usageCmd(),
