@@ -68,6 +68,7 @@ const classByCode: Record<ErrorCode, new (s: number, c: ErrorCode, m: string, o?
   internal: ServerError,
   invalid_argument: InvalidArgumentError,
   unknown_template: InvalidArgumentError,
+  template_lacks_feature: InvalidArgumentError,
   unauthenticated: AuthenticationError,
   token_expired: AuthenticationError,
   forbidden: AuthenticationError,
@@ -86,6 +87,8 @@ const classByCode: Record<ErrorCode, new (s: number, c: ErrorCode, m: string, o?
   too_many_requests: RateLimitError,
   timeout: TimeoutError,
   unavailable: ServerError,
+  desktop_not_enabled: InvalidArgumentError,
+  off_screen: InvalidArgumentError,
 };
 
 /** The code a status implies when the body names none (a proxy's error page, say). */

@@ -526,6 +526,31 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/public/sandboxes/{id}/desktop": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a sandbox's desktop
+         * @description The display and screen size of a sandbox with `desktop: true` (the server's
+         *     `ZEISH_DESKTOP_SIZE`, default 1280x800x24 on `:0`), and the window manager running.
+         *     While the sandbox does not run, only `running: false`.
+         */
+        get: operations["getDesktop"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/public/sandboxes/{id}/snapshots": {
         parameters: {
             query?: never;
@@ -970,6 +995,60 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/data/v1/sandboxes/{id}/desktop/actions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Act on the sandbox's desktop
+         * @description One action on the desktop of a sandbox with `desktop: true`, shaped like the computer-use
+         *     tool APIs: `screenshot`, `cursor_position`, `mouse_move`, `left_click`, `right_click`,
+         *     `middle_click`, `double_click`, `drag`, `type`, `key`, `scroll`. `sandboxd` performs it on
+         *     the guest's X server (XTEST); the answer comes once every event has reached the server.
+         *     Coordinates are pixels from the top left corner; clicks and scrolls without x, y happen
+         *     where the cursor is. Keys are X keysym names as xdotool writes them (`Return`, `ctrl+c`,
+         *     `ctrl+shift+t`, `alt+F4`; several combos separated by spaces are pressed in turn) or one
+         *     character; `ctrl`, `alt`, `shift`, `super`, `enter`, `esc` are aliases. Bad input is
+         *     refused before any event is sent.
+         */
+        post: operations["desktopAction"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/data/v1/sandboxes/{id}/desktop/screenshot": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Screenshot the sandbox's desktop
+         * @description The whole screen as a PNG of the screen's size.
+         */
+        get: operations["desktopScreenshot"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/data/v1/sandboxes/{id}/ports/{port}/{path...}": {
         parameters: {
             query?: never;
@@ -1256,9 +1335,11 @@ export interface components {
          *     | `too_many_requests` | 429 | Too many data-plane calls in flight on this sandbox; retry when one has finished. |
          *     | `timeout` | 503 | The operation did not finish in time. |
          *     | `unavailable` | 503 | A dependency (the VM, its agent, the store) is not reachable now. |
+         *     | `desktop_not_enabled` | 400 | The sandbox has no desktop: create or fork it with desktop: true, from a template that has one. |
+         *     | `off_screen` | 400 | A desktop action's coordinates are outside the screen. |
          * @enum {string}
          */
-        ErrorCode: "internal" | "invalid_argument" | "unknown_template" | "template_lacks_feature" | "unauthenticated" | "token_expired" | "forbidden" | "not_found" | "file_not_found" | "invalid_state" | "name_taken" | "file_exists" | "node_full" | "limit_reached" | "running_slots_full" | "storage_full" | "budget_exhausted" | "rate_limited" | "daily_cap_reached" | "too_many_requests" | "timeout" | "unavailable";
+        ErrorCode: "internal" | "invalid_argument" | "unknown_template" | "template_lacks_feature" | "unauthenticated" | "token_expired" | "forbidden" | "not_found" | "file_not_found" | "invalid_state" | "name_taken" | "file_exists" | "node_full" | "limit_reached" | "running_slots_full" | "storage_full" | "budget_exhausted" | "rate_limited" | "daily_cap_reached" | "too_many_requests" | "timeout" | "unavailable" | "desktop_not_enabled" | "off_screen";
         /**
          * @description A sandbox id, `sbx_` and 20 lower-case base32 characters.
          * @example sbx_0f3k9q2m7c4x8z1b5n6p
@@ -1992,6 +2073,54 @@ export interface components {
             path: string;
             /** @description Make missing parents too, and accept an existing directory (like `mkdir -p`). */
             parents?: boolean;
+        };
+        DesktopAction: {
+            /** @enum {string} */
+            action: "screenshot" | "cursor_position" | "mouse_move" | "left_click" | "right_click" | "middle_click" | "double_click" | "drag" | "type" | "key" | "scroll";
+            /** @description Where mouse_move goes (required), a click or scroll happens (else at the cursor), a drag starts (required). With y. */
+            x?: number;
+            y?: number;
+            /** @description Where a drag ends (required for drag). With to_y. */
+            to_x?: number;
+            to_y?: number;
+            /** @description What `type` types (at most 4096 characters; a newline presses Return, a tab Tab). `key` takes its keys here too when `keys` is empty. */
+            text?: string;
+            /** @description `key`: combos such as `Return`, `ctrl+c`, `ctrl+shift+t`; several separated by spaces. */
+            keys?: string;
+            /**
+             * @description `scroll`: which way.
+             * @enum {string}
+             */
+            direction?: "up" | "down" | "left" | "right";
+            /** @description `scroll`: wheel clicks (0: 3). */
+            amount?: number;
+        };
+        DesktopActionResult: {
+            /** @description The cursor's position after the action. */
+            x: number;
+            y: number;
+            /**
+             * Format: byte
+             * @description `screenshot`: the screen as a PNG, base64.
+             */
+            image?: string;
+            /** @description `screenshot`: the image's width. */
+            width?: number;
+            /** @description `screenshot`: the image's height. */
+            height?: number;
+        };
+        DesktopStatus: {
+            /** @description The X server runs (false while the sandbox does not run). */
+            running: boolean;
+            /** @example :0 */
+            display: string;
+            width: number;
+            height: number;
+            depth: number;
+            /** @description The window manager running ("" if the template has none). */
+            window_manager: string;
+            /** @description The guest user the desktop runs as. */
+            user: string;
         };
         Process: {
             pid: number;
@@ -3161,6 +3290,45 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
+    getDesktop: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The desktop. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DesktopStatus"];
+                };
+            };
+            /**
+             * @description `invalid_argument`: a malformed id or name.
+             *     `desktop_not_enabled`: the sandbox has no desktop (create or fork it with `desktop: true`).
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
     listSnapshots: {
         parameters: {
             query?: never;
@@ -4002,6 +4170,96 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            429: components["responses"]["TooManyCalls"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    desktopAction: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DesktopAction"];
+            };
+        };
+        responses: {
+            /** @description The cursor's position after the action; for `screenshot` also the PNG. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DesktopActionResult"];
+                };
+            };
+            /**
+             * @description `invalid_argument`: an unknown action or key, a missing or extra field, text that cannot be typed.
+             *     `off_screen`: x, y (or to_x, to_y) outside the screen.
+             *     `desktop_not_enabled`: the sandbox has no desktop (create or fork it with `desktop: true`).
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "off_screen",
+                     *         "message": "x, y = 1280, 5 is off the 1280x800 screen"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            401: components["responses"]["DataUnauthorized"];
+            409: components["responses"]["NotRunning"];
+            429: components["responses"]["TooManyCalls"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    desktopScreenshot: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The screen. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "image/png": string;
+                };
+            };
+            /** @description `desktop_not_enabled`: the sandbox has no desktop (create or fork it with `desktop: true`). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            401: components["responses"]["DataUnauthorized"];
+            409: components["responses"]["NotRunning"];
             429: components["responses"]["TooManyCalls"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];

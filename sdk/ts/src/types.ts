@@ -28,6 +28,9 @@ export type ExecEvent = S["ExecEvent"];
 export type ExecResultWire = S["ExecResult"];
 export type FileInfo = S["FileInfo"];
 export type ProcessInfo = S["Process"];
+export type DesktopAction = S["DesktopAction"];
+export type DesktopActionResult = S["DesktopActionResult"];
+export type DesktopStatus = S["DesktopStatus"];
 export type SandboxEvent = S["Event"];
 export type ErrorEnvelope = S["Error"];
 /** An account (the `Account` schema). */
@@ -53,6 +56,7 @@ export const ERROR_CODES = [
   "internal",
   "invalid_argument",
   "unknown_template",
+  "template_lacks_feature",
   "unauthenticated",
   "token_expired",
   "forbidden",
@@ -71,6 +75,8 @@ export const ERROR_CODES = [
   "too_many_requests",
   "timeout",
   "unavailable",
+  "desktop_not_enabled",
+  "off_screen",
 ] as const satisfies readonly ErrorCode[];
 
 // Fails to compile if the schema gains a code the list above lacks.
