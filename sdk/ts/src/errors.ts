@@ -68,6 +68,7 @@ const classByCode: Record<ErrorCode, new (s: number, c: ErrorCode, m: string, o?
   internal: ServerError,
   invalid_argument: InvalidArgumentError,
   unknown_template: InvalidArgumentError,
+  template_lacks_feature: InvalidArgumentError,
   unauthenticated: AuthenticationError,
   token_expired: AuthenticationError,
   forbidden: AuthenticationError,

@@ -53,6 +53,7 @@ export const ERROR_CODES = [
   "internal",
   "invalid_argument",
   "unknown_template",
+  "template_lacks_feature",
   "unauthenticated",
   "token_expired",
   "forbidden",
