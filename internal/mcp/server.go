@@ -35,6 +35,7 @@ func NewServer(client *zeish.Client, version string) *sdkmcp.Server {
 	t.addExecTool(s)
 	t.addFileTools(s)
 	t.addTemplateTools(s)
+	t.addBrowserTool(s)
 	return s
 }
 
