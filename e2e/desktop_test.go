@@ -39,7 +39,7 @@ func TestDesktop(t *testing.T) {
 	ctx := ctxFor(t, 25*time.Minute)
 	c := s.client
 
-	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Name: "desk", Template: "desktop", Desktop: true, MemoryMiB: 1024}, zeish.Wait())
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Name: "desk", Template: "desktop", Desktop: true, MemoryMiB: 1024, DiskMiB: 4096}, zeish.Wait())
 	if err != nil || sb.State != sandbox.StateRunning {
 		t.Fatalf("create: %+v %v", sb, err)
 	}

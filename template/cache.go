@@ -212,7 +212,19 @@ func removeStaleTemps(log *slog.Logger, cacheDir, prefix string) {
 	}
 }
 
-// isKindTemp reports whether a temp folder belongs to a non-base build.
+// isKindTemp reports whether a temp folder belongs to a non-base build:
+// a base build's temp is tmpPrefix, 24 hex digits of its hash and "-"; any
+// other kind's starts with the kind's name (oci, debian, debian-desktop),
+// which is not hex all the way.
 func isKindTemp(name string) bool {
-	return strings.HasPrefix(name, tmpPrefix+"oci-") || strings.HasPrefix(name, tmpPrefix+"debian-")
+	rest, ok := strings.CutPrefix(name, tmpPrefix)
+	if !ok || len(rest) < 25 || rest[24] != '-' {
+		return ok
+	}
+	for _, c := range rest[:24] {
+		if !strings.ContainsRune("0123456789abcdef", c) {
+			return true
+		}
+	}
+	return false
 }

@@ -124,7 +124,14 @@ func BuildDebian(ctx context.Context, opts DebianOptions) (*Artifacts, error) {
 	}
 	hash := hex.EncodeToString(h.Sum(nil))
 	start := time.Now()
-	a, built, err := ensureKind(ctx, log, opts.Base.CacheDir, name, hash, func(ctx context.Context, dir string) (*manifest, error) {
+	// Derived templates' builds are kinds of debian ("debian-desktop"): a
+	// base build sweeping stale temps of crashed builds spares every
+	// "debian-" kind, even in a zeishd that predates the derived ones.
+	kind := name
+	if kind != "debian" {
+		kind = "debian-" + name
+	}
+	a, built, err := ensureKind(ctx, log, opts.Base.CacheDir, kind, hash, func(ctx context.Context, dir string) (*manifest, error) {
 		log.Info("template: building "+name, keyHash, hash[:12], "suite", opts.Suite, "packages", len(pkgs))
 		return buildDebian(ctx, log, dir, in, mmdebstrap, debootstrap{suite: opts.Suite, pkgs: pkgs, hooks: hooks, diskMiB: diskMiB}, hash, progress)
 	})

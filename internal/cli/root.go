@@ -100,6 +100,7 @@ func (a *app) newRoot() *cobra.Command {
 		a.sandboxesCmd(),
 		a.networkCmd(),
 		a.portsCmd(),
+		a.browserCmd(),
 		a.snapshotsCmd(),
 		a.templatesCmd(),
 		a.execCmd(),

@@ -52,6 +52,7 @@ type CreateSandboxInput struct {
 	Egress    string            `json:"egress,omitempty" jsonschema:"network egress: allow (default, every public destination except deny rules) or deny (only allow rules)"`
 	Allow     []string          `json:"allow,omitempty" jsonschema:"destinations the sandbox may reach: IPv4 addresses, CIDRs, domains or *.domains"`
 	Deny      []string          `json:"deny,omitempty" jsonschema:"destinations it may not reach (wins over allow)"`
+	Browser   bool              `json:"browser,omitempty" jsonschema:"start a headless Chromium with the DevTools protocol (template desktop); browser_url gives its URL"`
 }
 
 type ListSandboxesInput struct {
@@ -155,7 +156,7 @@ func (t *tools) createSandbox(ctx context.Context, in CreateSandboxInput) (Sandb
 	defer cancel()
 	sb, err := t.client.CreateSandbox(ctx, zeish.CreateSandboxRequest{
 		Template: in.Template, Name: in.Name, Size: in.Size, MemoryMiB: in.MemoryMiB, VCPUs: in.VCPUs, Env: in.Env,
-		Network: networkRequest(in),
+		Network: networkRequest(in), Browser: in.Browser,
 	}, zeish.Wait())
 	if err != nil {
 		return SandboxInfo{}, err

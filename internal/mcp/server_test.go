@@ -66,8 +66,8 @@ func TestTools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list.Tools) != 18 {
-		t.Errorf("%d tools, want 18", len(list.Tools))
+	if len(list.Tools) != 19 {
+		t.Errorf("%d tools, want 19", len(list.Tools))
 	}
 	for _, tool := range list.Tools {
 		if tool.Description == "" || tool.InputSchema == nil || tool.OutputSchema == nil {

@@ -143,6 +143,9 @@ func (n *Node) bootNew(ctx context.Context, r *store.SandboxRecord, what string,
 			console = n.opts.Driver.ConsoleTail(h, consoleTailBytes)
 			return err
 		}
+		if err := n.syncBrowser(ctx, r); err != nil {
+			return err
+		}
 		undo.Release()
 		return nil
 	}()

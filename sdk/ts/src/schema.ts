@@ -736,6 +736,35 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/public/sandboxes/{id}/browser": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * The DevTools (CDP) endpoint of the sandbox's browser
+         * @description For a sandbox created or forked with `browser: true`: Chromium runs headless in the guest
+         *     with the DevTools protocol, started before the sandbox reported `running` (a fork of a
+         *     sandbox whose browser runs keeps it, with its pages, cookies and DOM). The answer holds a
+         *     data-plane token and `cdp_url`, the browser's WebSocket endpoint with that token in its
+         *     query: give it to chromedp (`remote.NewAllocator`), Puppeteer (`browserWSEndpoint`) or
+         *     Playwright (`connectOverCDP`). An open connection outlives the token. The sandbox must be
+         *     `running` and have its network (`ZEISH_NET` on).
+         */
+        get: operations["getBrowser"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/public/sandboxes/{id}/events": {
         parameters: {
             query?: never;
@@ -1075,6 +1104,32 @@ export interface paths {
         head?: never;
         /** PATCH through to a guest port */
         patch: operations["portProxyPatch"];
+        trace?: never;
+    };
+    "/data/v1/sandboxes/{id}/browser/{path...}": {
+        parameters: {
+            query?: {
+                /** @description The data-plane token, for clients that cannot send `Authorization`. */
+                token?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+                /** @description The DevTools path (`json/version`, `devtools/browser/<id>`, …). */
+                "path...": string;
+            };
+            cookie?: never;
+        };
+        /** DevTools HTTP endpoints and WebSockets of the sandbox's browser */
+        get: operations["browserProxyGet"];
+        /** DevTools HTTP endpoints that want PUT (`json/new`) */
+        put: operations["browserProxyPut"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/data/v1/sandboxes/{id}/tcp/{port}": {
@@ -1801,6 +1856,36 @@ export interface components {
             /** Format: date-time */
             expires_at: string;
         };
+        Browser: {
+            /**
+             * @description The browser's DevTools WebSocket through the data plane, its token in the query.
+             * @example ws://127.0.0.1:7420/data/v1/sandboxes/sbx_0f3k9q2m7c4x8z1b5n6p/browser/devtools/browser/5b7c1f0e-3b8a-4c55-9d0e-6a1f2b3c4d5e?token=zdp_…
+             */
+            cdp_url: string;
+            /**
+             * @description Base of the DevTools HTTP endpoints (`/json/version`, `/json/list`); send the token as `Authorization: Bearer`.
+             * @example http://127.0.0.1:7420/data/v1/sandboxes/sbx_0f3k9q2m7c4x8z1b5n6p/browser
+             */
+            http_url: string;
+            /** @description The data-plane token (`zdp_…`) in `cdp_url`. */
+            token: string;
+            /**
+             * Format: date-time
+             * @description The token's end; a connection open by then stays open.
+             */
+            expires_at: string;
+            /**
+             * @description The browser, as it names itself.
+             * @example Chrome/156.0.8078.114
+             */
+            version: string;
+            /**
+             * @description The DevTools protocol version.
+             * @example 1.3
+             */
+            protocol_version: string;
+            user_agent?: string;
+        };
         /** @description Every field is optional; a field left out keeps the parent's value. */
         CloneRequest: {
             /**
@@ -1817,6 +1902,11 @@ export interface components {
             pr_number?: number;
             /** Format: int64 */
             max_cost_micros?: number;
+            /**
+             * @description `true` starts the browser in children of a sandbox without one (before they report
+             *     `running`); a sandbox whose browser runs passes it on, pages and state included. Needs
+             *     the `browser` feature of the template (else 400 `template_lacks_feature`).
+             */
             browser?: boolean;
             desktop?: boolean;
             /**
@@ -3723,6 +3813,46 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
+    getBrowser: {
+        parameters: {
+            query?: {
+                /** @description Lifetime of the token (default 900, at most 3600). */
+                ttl_seconds?: number;
+            };
+            header?: never;
+            path: {
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The browser's endpoints and the token they need. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Browser"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            /** @description `invalid_state`: the sandbox is not running, or has no network. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
     sandboxEvents: {
         parameters: {
             query?: never;
@@ -4478,6 +4608,82 @@ export interface operations {
             };
             /** @description The guest's answer, as it gave it. */
             "3XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    browserProxyGet: {
+        parameters: {
+            query?: {
+                /** @description The data-plane token, for clients that cannot send `Authorization`. */
+                token?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+                /** @description The DevTools path (`json/version`, `devtools/browser/<id>`, …). */
+                "path...": string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["DataUnauthorized"];
+            409: components["responses"]["NotRunning"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            /** @description `101`: the DevTools WebSocket. */
+            "1XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Chromium's answer; JSON ones with their WebSocket URLs rewritten. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Chromium's answer. */
+            "3XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    browserProxyPut: {
+        parameters: {
+            query?: {
+                /** @description The data-plane token, for clients that cannot send `Authorization`. */
+                token?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+                /** @description The DevTools path (`json/version`, `devtools/browser/<id>`, …). */
+                "path...": string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["DataUnauthorized"];
+            409: components["responses"]["NotRunning"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            /** @description Chromium's answer; JSON ones with their WebSocket URLs rewritten. */
+            "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -23,6 +23,7 @@ export type LineageEntry = S["LineageEntry"];
 export type SnapshotInfo = S["Snapshot"];
 export type RestoreResponse = S["RestoreResponse"];
 export type Access = S["Access"];
+export type BrowserInfo = S["Browser"];
 export type ExecRequest = S["ExecRequest"];
 export type ExecEvent = S["ExecEvent"];
 export type ExecResultWire = S["ExecResult"];
