@@ -21,7 +21,7 @@ import (
 
 // startXvfb runs a desktop on a free display of the host, as the test's own
 // user, and stops it when the test ends.
-func startXvfb(t *testing.T, width, height int) *Session {
+func startXvfb(t testing.TB, width, height int) *Session {
 	t.Helper()
 	if _, err := exec.LookPath("Xvfb"); err != nil {
 		testskip.Skip(t, "Xvfb is not installed (scripts/deps.sh installs it)")
@@ -364,4 +364,38 @@ func TestParseSize(t *testing.T) {
 			t.Errorf("%q: %+v, %v", c.in, got, err)
 		}
 	}
+}
+
+// Benchmarks on a host Xvfb at the default size: a screenshot (GetImage and
+// PNG encoding), a click and typing 32 characters, each answered after a
+// round trip to the X server.
+func BenchmarkDesktop(b *testing.B) {
+	s := startXvfb(b, DefaultWidth, DefaultHeight)
+	d := s.Display
+	b.Run("screenshot", func(b *testing.B) {
+		var size int
+		for b.Loop() {
+			var buf bytes.Buffer
+			if err := d.Screenshot(&buf); err != nil {
+				b.Fatal(err)
+			}
+			size = buf.Len()
+		}
+		b.ReportMetric(float64(size), "png-bytes")
+	})
+	b.Run("left_click", func(b *testing.B) {
+		x, y := 100, 100
+		for b.Loop() {
+			if _, err := d.Do(Action{Action: ActionLeftClick, X: &x, Y: &y}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("type_32_chars", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := d.Do(Action{Action: ActionType, Text: "echo Typed-By-Desktop > /tmp/x!"}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
