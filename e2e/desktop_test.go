@@ -39,14 +39,18 @@ func TestDesktop(t *testing.T) {
 	ctx := ctxFor(t, 25*time.Minute)
 	c := s.client
 
+	created := time.Now()
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Name: "desk", Template: "desktop", Desktop: true, MemoryMiB: 1024, DiskMiB: 4096}, zeish.Wait())
 	if err != nil || sb.State != sandbox.StateRunning {
 		t.Fatalf("create: %+v %v", sb, err)
 	}
+	t.Logf("create with a desktop → running: %d ms", time.Since(created).Milliseconds())
 	conn, err := c.Connect(ctx, sb.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// timed logs how long a call took (for the report; nothing is asserted).
+	timed := func(what string, start time.Time) { t.Logf("%s: %d ms", what, time.Since(start).Milliseconds()) }
 	// shot takes a screenshot and checks it is a PNG of the screen's size.
 	shot := func(t *testing.T) ([]byte, image.Image) {
 		t.Helper()
@@ -110,10 +114,17 @@ func TestDesktop(t *testing.T) {
 			time.Sleep(500 * time.Millisecond)
 		}
 		x, y := pt(200, 150)
+		start := time.Now()
+		shot(t)
+		timed("screenshot", start)
+		start = time.Now()
 		if res := act(t, zeish.DesktopAction{Action: zeish.ActionLeftClick, X: x, Y: y}); res.X != 200 || res.Y != 150 {
 			t.Errorf("cursor after the click at %d,%d", res.X, res.Y)
 		}
+		timed("left_click", start)
+		start = time.Now()
 		act(t, zeish.DesktopAction{Action: zeish.ActionType, Text: "echo Typed-By-Desktop > /tmp/typed.txt"})
+		timed("type (37 characters)", start)
 		act(t, zeish.DesktopAction{Action: zeish.ActionKey, Keys: "Return"})
 		// bash runs the line on its own time; the file appears when it has.
 		for {
