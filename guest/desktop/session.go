@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -56,6 +57,12 @@ func Start(ctx context.Context, cfg Config, who Identity, log io.Writer) (_ *Ses
 		return nil, err
 	}
 	num, _ := displayNumber(cfg.Display)
+	if log == nil {
+		log = io.Discard
+	}
+	// Xvfb's and the window manager's output may be copied by goroutines
+	// of their own when log is not a file.
+	log = &lockedWriter{w: log}
 	xvfb, err := findTool("Xvfb")
 	if err != nil {
 		return nil, err
@@ -108,7 +115,16 @@ func Start(ctx context.Context, cfg Config, who Identity, log io.Writer) (_ *Ses
 				fmt.Fprintf(log, "zeish: window manager %s: %v\n", name, err)
 				s.wm, s.wmName = nil, ""
 			} else {
-				go s.wm.Wait()
+				wmGone := make(chan struct{})
+				go func() {
+					s.wm.Wait()
+					close(wmGone)
+				}()
+				// The desktop is ready when its window manager is: a window
+				// opened before that may never show.
+				if err := s.Display.AwaitWindowManager(ctx, wmGone); err != nil {
+					fmt.Fprintf(log, "zeish: window manager %s did not take the screen: %v\n", name, err)
+				}
 			}
 			break
 		}
@@ -193,6 +209,18 @@ func clearStaleLock(num int) {
 	}
 	os.Remove(lock)
 	os.Remove(fmt.Sprintf("/tmp/.X11-unix/X%d", num))
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // tailWriter passes writes on and keeps the last 2 KiB for error messages.

@@ -2,6 +2,7 @@ package desktop
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"log"
 	"math/bits"
 	"sync"
+	"time"
 
 	"github.com/jezek/xgb"
 	"github.com/jezek/xgb/xproto"
@@ -376,4 +378,82 @@ func PNGSize(b []byte) (Size, error) {
 		return Size{}, err
 	}
 	return Size{cfg.Width, cfg.Height}, nil
+}
+
+// AwaitWindowManager returns once a window manager manages the screen: one
+// has taken SubstructureRedirect on the root, and a probe window it was asked
+// to map has been mapped by it. Until then a program's window may be lost: a
+// WM that is still starting can drop a client's MapRequest (openbox does),
+// leaving the window unmapped for good. A probe not mapped within half a
+// second is replaced by a fresh one, whose MapRequest a WM that has reached
+// its event loop handles.
+func (d *Display) AwaitWindowManager(ctx context.Context, gone <-chan struct{}) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	const reprobe = 5 // ticks
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	wait := func() error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-gone:
+			return errors.New("the window manager exited")
+		case <-tick.C:
+			return nil
+		}
+	}
+	for {
+		attrs, err := xproto.GetWindowAttributes(d.conn, d.root).Reply()
+		if err != nil {
+			return err
+		}
+		if attrs.AllEventMasks&xproto.EventMaskSubstructureRedirect != 0 {
+			break
+		}
+		if err := wait(); err != nil {
+			return err
+		}
+	}
+	var probe xproto.Window
+	defer func() {
+		if probe != 0 {
+			xproto.DestroyWindow(d.conn, probe)
+		}
+	}()
+	for i := 0; ; i++ {
+		if i%reprobe == 0 {
+			if probe != 0 {
+				xproto.DestroyWindow(d.conn, probe)
+			}
+			p, err := d.newWindow()
+			if err != nil {
+				return err
+			}
+			probe = p
+			if err := xproto.MapWindowChecked(d.conn, probe).Check(); err != nil {
+				return err
+			}
+		}
+		attrs, err := xproto.GetWindowAttributes(d.conn, probe).Reply()
+		if err != nil {
+			return err
+		}
+		if attrs.MapState == xproto.MapStateViewable {
+			return nil
+		}
+		if err := wait(); err != nil {
+			return err
+		}
+	}
+}
+
+// newWindow makes a 1x1 window on the root, unmapped.
+func (d *Display) newWindow() (xproto.Window, error) {
+	w, err := xproto.NewWindowId(d.conn)
+	if err != nil {
+		return 0, err
+	}
+	err = xproto.CreateWindowChecked(d.conn, 0, w, d.root, 0, 0, 1, 1, 0, xproto.WindowClassInputOutput, 0, 0, nil).Check()
+	return w, err
 }

@@ -399,3 +399,46 @@ func BenchmarkDesktop(b *testing.B) {
 		}
 	})
 }
+
+// With a window manager installed, Start returns once it manages the
+// screen: a window mapped right after is mapped by it (decorated, so
+// reparented into its frame).
+func TestWindowManagerIsReady(t *testing.T) {
+	if _, err := exec.LookPath("openbox"); err != nil {
+		testskip.Skip(t, "openbox is not installed (scripts/deps.sh installs it)")
+	}
+	s := startXvfb(t, 640, 480)
+	if s.WindowManager() != "openbox" {
+		t.Fatalf("window manager %q, want openbox", s.WindowManager())
+	}
+	conn, err := xgb.NewConnDisplay(s.Config().Display)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	scr := xproto.Setup(conn).DefaultScreen(conn)
+	win, _ := xproto.NewWindowId(conn)
+	if err := xproto.CreateWindowChecked(conn, scr.RootDepth, win, scr.Root, 0, 0, 200, 100, 0,
+		xproto.WindowClassInputOutput, scr.RootVisual, 0, nil).Check(); err != nil {
+		t.Fatal(err)
+	}
+	xproto.MapWindow(conn, win)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		attrs, err := xproto.GetWindowAttributes(conn, win).Reply()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tree, err := xproto.QueryTree(conn, win).Reply()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if attrs.MapState == xproto.MapStateViewable && tree.Parent != scr.Root {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the window manager never mapped a new window (map state %d, parent %d)", attrs.MapState, tree.Parent)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
