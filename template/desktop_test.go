@@ -25,7 +25,7 @@ func TestBuildDesktop(t *testing.T) {
 		t.Fatalf("qemu-img: %v %s", err, out)
 	}
 	for _, p := range []string{
-		"/usr/lib/chromium/chromium", "/usr/bin/Xvfb", "/usr/bin/openbox", "/usr/bin/xterm", "/usr/bin/xdotool",
+		"/usr/lib/chromium/chromium", "/usr/lib/chromium/chromium-headless-shell", "/usr/bin/Xvfb", "/usr/bin/openbox", "/usr/bin/xterm", "/usr/bin/xdotool",
 		"/usr/bin/x11vnc", "/usr/bin/scrot", "/usr/bin/xdpyinfo", "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
 		"/usr/bin/python3", "/.zeish/sandboxd", "/home/user",
 	} {

@@ -24,19 +24,20 @@ const BrowserStartTimeout = 8 * time.Minute
 // client that sends Browser.close), in a session of its own so the exec
 // that started it may end. It then waits until the endpoint answers; if
 // Chromium keeps dying it fails at once with the end of its log. $1 is the
-// port.
+// port, $2 the forwarder's source.
 //
 // The headless shell, not the full browser: it has no browser UI to draw,
-// so it starts in a fraction of the time under TCG, and it serves on the
-// address it is told. --remote-debugging-address=0.0.0.0: the data plane
-// reaches the guest over its network link, never its loopback, and only the
-// host is on that link. The profile lives in the user's home, on the
-// sandbox's disk, so forks and snapshots carry cookies and storage.
+// so it starts in a fraction of the time under TCG. Chromium serves the
+// protocol on the loopback only (it ignores --remote-debugging-address), at
+// port+1; the data plane reaches the guest over its network link, so a
+// forwarder serves port on every address (only the host is on that link).
+// The profile lives in the user's home, on the sandbox's disk, so forks and
+// snapshots carry cookies and storage.
 const browserScript = `
-port=$1
+port=$1 inner=$(($1 + 1))
 up() { curl -sf -o /dev/null --max-time 5 "http://127.0.0.1:$port/json/version"; }
 if up; then echo already running; exit 0; fi
-bin=$(command -v chromium-headless-shell || echo /usr/lib/chromium/headless_shell)
+bin=$(command -v chromium-headless-shell || echo /usr/lib/chromium/chromium-headless-shell)
 dir=$HOME/.cache/zeish-browser
 mkdir -p "$dir"
 log=$dir/chromium.log
@@ -44,27 +45,70 @@ log=$dir/chromium.log
 rm -f "$dir/loop.pid"
 setsid -f sh -c '
   echo $$ >"$HOME/.cache/zeish-browser/loop.pid"
+  while :; do python3 -c "$4" "$2" "$3"; echo "forwarder exited: $?"; sleep 1; done &
   while :; do
-    "$1" --remote-debugging-port="$2" --remote-debugging-address=0.0.0.0 \
+    "$1" --remote-debugging-port="$3" \
       --user-data-dir="$HOME/.config/zeish-browser" --no-first-run --no-default-browser-check \
       --disable-gpu --disable-dev-shm-usage --disable-background-networking --disable-component-update \
       --disable-sync --no-pings --mute-audio --window-size=1280,800 about:blank
     echo "chromium exited: $?"
     sleep 1
-  done' zeish-browser "$bin" "$port" >>"$log" 2>&1 </dev/null
+  done' zeish-browser "$bin" "$port" "$inner" "$2" >>"$log" 2>&1 </dev/null
 while ! up; do
   if [ "$(grep -c '^chromium exited' "$log")" -ge 3 ]; then echo "chromium keeps exiting:"; tail -c 2000 "$log"; exit 1; fi
-  sleep 0.5
+  sleep 1
 done
 echo started
+`
+
+// browserForwarder serves argv[1] on every address of the guest from
+// 127.0.0.1:argv[2], byte for byte (HTTP and WebSockets alike).
+const browserForwarder = `
+import asyncio, sys
+public, inner = int(sys.argv[1]), int(sys.argv[2])
+
+async def pipe(r, w):
+    try:
+        while True:
+            data = await r.read(65536)
+            if not data:
+                break
+            w.write(data)
+            await w.drain()
+    except Exception:
+        pass
+    finally:
+        w.close()
+
+async def serve(r, w):
+    try:
+        ur, uw = await asyncio.open_connection("127.0.0.1", inner)
+    except OSError:
+        w.close()
+        return
+    await asyncio.gather(pipe(r, uw), pipe(ur, w))
+
+async def main():
+    srv = await asyncio.start_server(serve, "0.0.0.0", public, reuse_address=True)
+    async with srv:
+        await srv.serve_forever()
+
+asyncio.run(main())
 `
 
 // browserStopScript ends the browser a fork inherited but was told not to
 // have: the loop and Chromium are one process group (setsid above).
 const browserStopScript = `
+port=$1
 pidfile=$HOME/.cache/zeish-browser/loop.pid
 [ -s "$pidfile" ] || { echo none; exit 0; }
-kill -TERM -- -"$(cat "$pidfile")" 2>/dev/null
+group=$(cat "$pidfile")
+kill -TERM -- -"$group" 2>/dev/null
+for i in $(seq 30); do
+  curl -sf -o /dev/null --max-time 5 "http://127.0.0.1:$port/json/version" || break
+  sleep 1
+done
+kill -KILL -- -"$group" 2>/dev/null
 rm -f "$pidfile"
 echo stopped
 `
@@ -117,7 +161,7 @@ func runBrowserScript(ctx context.Context, c *guest.Client, script string) (stri
 	defer cancel()
 	var out bytes.Buffer
 	res, err := c.Exec(ctx, guest.ExecRequest{
-		Argv: []string{"bash", "-c", script, "zeish-browser", strconv.Itoa(sandbox.BrowserPort)},
+		Argv: []string{"bash", "-c", script, "zeish-browser", strconv.Itoa(sandbox.BrowserPort), browserForwarder},
 		User: sandbox.BrowserUser, Timeout: BrowserStartTimeout,
 	}, nil, &out, &out)
 	switch {
