@@ -45,6 +45,9 @@ var schemaTypes = map[string]any{
 	"Process":               guest.Process{},
 	"ProcessList":           api.ProcessList{},
 	"KillRequest":           api.KillRequest{},
+	"DesktopAction":         api.DesktopAction{},
+	"DesktopActionResult":   api.DesktopActionResult{},
+	"DesktopStatus":         api.DesktopStatus{},
 	"Account":               api.Account{},
 	"CreateAccountRequest":  api.CreateAccountRequest{},
 	"AccountList":           api.AccountList{},
@@ -60,7 +63,8 @@ var schemaTypes = map[string]any{
 
 // requestSchemas are decoded by the server, which refuses unknown fields.
 var requestSchemas = []string{"CreateSandboxRequest", "WaitRequest", "AccessRequest", "CloneRequest",
-	"CreateSnapshotRequest", "ExecRequest", "MkdirRequest", "KillRequest", "CreateAccountRequest"}
+	"CreateSnapshotRequest", "ExecRequest", "MkdirRequest", "KillRequest", "CreateAccountRequest",
+	"DesktopAction"}
 
 func loadDoc(t *testing.T) *openapi3.T {
 	t.Helper()

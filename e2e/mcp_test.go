@@ -87,7 +87,7 @@ func TestMCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"build_template", "clone_sandbox", "create_sandbox", "create_snapshot", "delete_sandbox", "delete_template", "exec",
+	want := []string{"browser_url", "build_template", "clone_sandbox", "create_sandbox", "create_snapshot", "delete_sandbox", "delete_template", "exec",
 		"list_files", "list_sandboxes", "list_templates", "read_file", "restore_snapshot", "set_network", "write_file"}
 	var names []string
 	for _, tool := range list.Tools {

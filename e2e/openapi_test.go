@@ -113,6 +113,7 @@ var streamingTypes = map[string]bool{
 	"application/x-ndjson":     true,
 	"application/octet-stream": true,
 	"text/event-stream":        true,
+	"image/png":                true, // a desktop screenshot
 }
 
 func (v *validatingTransport) RoundTrip(req *http.Request) (*http.Response, error) {

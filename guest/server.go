@@ -32,6 +32,7 @@ type Server struct {
 	cwd   string            // Config.Cwd, the default working folder
 	execs map[int]*runningExec
 	terms map[int]*terminal
+	desk  desktopState
 	// linger overrides TerminalLinger (tests).
 	linger time.Duration
 	git    gitCreds
@@ -196,6 +197,17 @@ func (s *Server) handle(st *yamux.Stream) {
 		res, err = processes()
 	case opKill:
 		err = s.kill(req.PID, req.Signal, req.Group)
+	case opDesktop:
+		if req.Desktop == nil {
+			err = fmt.Errorf("desktop: no action: %w", errdefs.ErrInvalidArgument)
+			break
+		}
+		res, err = s.desktopAction(*req.Desktop)
+	case opDesktopStatus:
+		res, err = s.desktopStatus()
+	case opDesktopShot:
+		s.desktopShot(st, r, w)
+		return
 	default:
 		err = fmt.Errorf("unknown operation %q: %w", req.Op, errdefs.ErrInvalidArgument)
 	}

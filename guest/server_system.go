@@ -37,6 +37,13 @@ func realSystem() system {
 func (s *Server) configure(cfg Config) error {
 	s.mu.Lock()
 	s.env = maps.Clone(cfg.Env)
+	if cfg.Desktop != nil && s.env["DISPLAY"] == "" {
+		// Programs an exec starts show on the desktop.
+		if s.env == nil {
+			s.env = map[string]string{}
+		}
+		s.env["DISPLAY"] = cfg.Desktop.WithDefaults().Display
+	}
 	s.user, s.cwd = cfg.User, cfg.Cwd
 	s.mu.Unlock()
 	var errs []error
@@ -75,10 +82,19 @@ func (s *Server) configure(cfg Config) error {
 			}
 		}
 	}
+	// Last: the desktop's programs start on the machine configured above,
+	// and its error keeps its class (a template without Xvfb is the
+	// caller's mistake, not the agent's).
+	if err := s.configureDesktop(cfg.Desktop); err != nil {
+		if len(errs) == 0 {
+			return fmt.Errorf("configure: %w", err)
+		}
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("configure: %v: %w", err, errdefs.ErrInternal)
 	}
-	s.log.Info("configured", "hostname", cfg.Hostname, "env_vars", len(cfg.Env), "network", cfg.Network != nil)
+	s.log.Info("configured", "hostname", cfg.Hostname, "env_vars", len(cfg.Env), "network", cfg.Network != nil, "desktop", cfg.Desktop != nil)
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/guest/desktop"
 )
 
 // One yamux stream carries one request. The host writes a JSON header line
@@ -53,23 +54,28 @@ const (
 	opAttach    = "term_attach"
 	opTerms     = "term_list"
 	opWatch     = "watch"
+	// The desktop (guest/desktop): an action, a screenshot, the status.
+	opDesktop       = "desktop"
+	opDesktopShot   = "desktop_shot"
+	opDesktopStatus = "desktop_status"
 )
 
 // request is the header line of a stream.
 type request struct {
-	Op        string       `json:"op"`
-	Path      string       `json:"path,omitempty"`
-	Perm      uint32       `json:"perm,omitempty"`
-	Parents   bool         `json:"parents,omitempty"`
-	Recursive bool         `json:"recursive,omitempty"`
-	PID       int          `json:"pid,omitempty"`
-	Signal    string       `json:"signal,omitempty"`
-	Group     bool         `json:"group,omitempty"` // kill: the process group of a running exec
-	User      string       `json:"user,omitempty"`  // write: the file's owner (default Config.User)
-	Exec      *ExecRequest `json:"exec,omitempty"`
-	Config    *Config      `json:"config,omitempty"`
-	Term      *TermRequest `json:"term,omitempty"`
-	Size      *TermSize    `json:"size,omitempty"` // term_attach: resize on attach
+	Op        string          `json:"op"`
+	Path      string          `json:"path,omitempty"`
+	Perm      uint32          `json:"perm,omitempty"`
+	Parents   bool            `json:"parents,omitempty"`
+	Recursive bool            `json:"recursive,omitempty"`
+	PID       int             `json:"pid,omitempty"`
+	Signal    string          `json:"signal,omitempty"`
+	Group     bool            `json:"group,omitempty"` // kill: the process group of a running exec
+	User      string          `json:"user,omitempty"`  // write: the file's owner (default Config.User)
+	Exec      *ExecRequest    `json:"exec,omitempty"`
+	Config    *Config         `json:"config,omitempty"`
+	Term      *TermRequest    `json:"term,omitempty"`
+	Size      *TermSize       `json:"size,omitempty"` // term_attach: resize on attach
+	Desktop   *desktop.Action `json:"desktop,omitempty"`
 }
 
 type started struct {

@@ -5,6 +5,8 @@ package guest
 
 import (
 	"time"
+
+	"github.com/zeish/zeish/guest/desktop"
 )
 
 // ExecRequest starts a process in the guest.
@@ -63,6 +65,10 @@ type Config struct {
 	// with Env (a template's start command); output goes to
 	// /run/zeish/start.log.
 	StartCmd []string `json:"start_cmd,omitempty"`
+	// Desktop, when set, runs an X server and a window manager (started
+	// before Configure returns, kept across forks and restores, stopped
+	// when a later Configure has none) and sets DISPLAY in Env.
+	Desktop *desktop.Config `json:"desktop,omitempty"`
 	// Git, when set, is the credential sandboxd hands git's credential
 	// helper (gitcred.go), kept in the agent's memory only; nil forgets it.
 	Git *GitAuth `json:"git,omitempty"`

@@ -124,8 +124,11 @@ type Template struct {
 	// (nil: they boot cold).
 	Warm       *TemplateWarm `json:"warm,omitempty"`
 	LayerBytes int64         `json:"layer_bytes,omitempty"`
-	CreatedAt  time.Time     `json:"created_at"`
-	UpdatedAt  time.Time     `json:"updated_at"`
+	// Features is the optional software the template carries that
+	// sandboxes may switch on (FeatureBrowser, FeatureDesktop).
+	Features  []string  `json:"features,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // TemplateWarm is a warm template's saved machine: an image taken after its

@@ -5,7 +5,7 @@
 set -euo pipefail
 
 packages=(qemu-system-x86 qemu-utils linux-image-cloud-amd64 busybox-static e2fsprogs cpio gzip jq
-	mmdebstrap nftables iproute2 postgresql chromium xvfb git
+	mmdebstrap nftables iproute2 postgresql chromium xvfb openbox git
 	protobuf-compiler libprotobuf-dev umoci)
 backported=(qemu-system-x86 qemu-utils)
 # Node.js runs the TypeScript SDK's tests; machines of this kind ship one.

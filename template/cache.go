@@ -213,15 +213,13 @@ func removeStaleTemps(log *slog.Logger, cacheDir, prefix string) {
 }
 
 // isKindTemp reports whether a temp folder belongs to a non-base build:
-// base's temps are tmpPrefix, 24 hex digits of the hash and "-"; every
-// other kind's put the kind's name first (oci, debian, desktop, …).
+// a base build's temp is tmpPrefix, 24 hex digits of its hash and "-"; any
+// other kind's starts with the kind's name (oci, debian, debian-desktop),
+// which is not hex all the way.
 func isKindTemp(name string) bool {
 	rest, ok := strings.CutPrefix(name, tmpPrefix)
-	if !ok {
-		return false
-	}
-	if len(rest) < 25 || rest[24] != '-' {
-		return true
+	if !ok || len(rest) < 25 || rest[24] != '-' {
+		return ok
 	}
 	for _, c := range rest[:24] {
 		if !strings.ContainsRune("0123456789abcdef", c) {

@@ -192,18 +192,20 @@ func assertNoTemps(t *testing.T, cache string) {
 	}
 }
 
-// Base's lock covers only base's temps: a temp of any other kind (one added
-// later included) is never taken for an interrupted base build.
+// A base build sweeps its own crashed temps only: every other kind's temp
+// (built under another lock, maybe right now) is spared.
 func TestIsKindTemp(t *testing.T) {
 	cases := []struct {
 		name string
 		kind bool
 	}{
-		{tmpPrefix + "0123456789abcdef01234567-123", false},
-		{tmpPrefix + "debian-0123456789abcdef01234567-1", true},
-		{tmpPrefix + "oci-0123456789abcdef01234567-1", true},
-		{tmpPrefix + "desktop-0123456789abcdef01234567-1", true},
-		{"debian-0123456789abcdef01234567", false}, // not a temp at all
+		{tmpPrefix + "0123456789abcdef01234567-42", false},
+		{tmpPrefix + "0123456789abcdef01234567-", false},
+		{tmpPrefix + "oci-0123456789abcdef01234567-42", true},
+		{tmpPrefix + "debian-0123456789abcdef01234567-42", true},
+		{tmpPrefix + "debian-desktop-0123456789abcdef01234567-42", true},
+		{tmpPrefix + "desktop-0123456789abcdef01234567-42", true},
+		{tmpPrefix + "deadbeefdeadbeefdeadbeefx-1", true},
 	}
 	for _, c := range cases {
 		if got := isKindTemp(c.name); got != c.kind {

@@ -47,16 +47,38 @@ var debianHooks = []string{
 	`rm -rf "$1"/usr/share/doc/* "$1"/usr/share/man/* "$1"/var/cache/apt/*.bin "$1"/var/lib/apt/lists/*`,
 }
 
-// DebianOptions say how to build the debian template.
+// DebianOptions say how to build the debian template, or a template
+// derived from it (more packages, a bigger disk; see DesktopOptions).
 type DebianOptions struct {
 	Base  BaseOptions
 	Suite string // default the host's VERSION_CODENAME
+	// Name is the build's kind in the cache folder's name; default "debian".
+	Name string
 	// Extra packages, e.g. build-essential.
-	Extra    []string
+	Extra []string
+	// Hooks run after debianHooks, like them (mmdebstrap --customize-hook).
+	Hooks []string
+	// DiskMiB is the root filesystem's size; default DebianDiskMiB.
+	DiskMiB  int
 	Progress func(Progress)
 }
 
-// BuildDebian returns the cached debian template, building it with
+func (o *DebianOptions) name() string {
+	if o.Name == "" {
+		return "debian"
+	}
+	return o.Name
+}
+
+func (o *DebianOptions) diskMiB() int {
+	if o.DiskMiB == 0 {
+		return DebianDiskMiB
+	}
+	return o.DiskMiB
+}
+
+// BuildDebian returns the cached debian template (or the derived template
+// opts describe), building it with
 // mmdebstrap from the host's apt sources when its inputs changed: the
 // package list, the hooks, the base inputs (kernel, agent) and the apt
 // index the host last fetched (its InRelease files).
@@ -69,19 +91,21 @@ func BuildDebian(ctx context.Context, opts DebianOptions) (*Artifacts, error) {
 	if progress == nil {
 		progress = func(Progress) {}
 	}
+	name, diskMiB := opts.name(), opts.diskMiB()
 	mmdebstrap, err := findTool("mmdebstrap", "mmdebstrap")
 	if err != nil {
-		return nil, fmt.Errorf("template debian: %w", err)
+		return nil, fmt.Errorf("template %s: %w", name, err)
 	}
 	if opts.Suite == "" {
 		if opts.Suite, err = hostSuite(); err != nil {
-			return nil, fmt.Errorf("template debian: %w", err)
+			return nil, fmt.Errorf("template %s: %w", name, err)
 		}
 	}
 	in, err := gatherInputs(ctx, opts.Base)
 	if err != nil {
-		return nil, fmt.Errorf("template debian: %w", err)
+		return nil, fmt.Errorf("template %s: %w", name, err)
 	}
+	hooks := append(append([]string{}, debianHooks...), opts.Hooks...)
 	pkgs := append(append([]string{}, DebianPackages...), opts.Extra...)
 	sort.Strings(pkgs)
 	h := sha256.New()
@@ -89,8 +113,8 @@ func BuildDebian(ctx context.Context, opts DebianOptions) (*Artifacts, error) {
 	writeField(h, in.hash())
 	writeField(h, opts.Suite)
 	writeField(h, strings.Join(pkgs, ","))
-	writeField(h, strings.Join(debianHooks, "\n"))
-	writeField(h, strconv.Itoa(DebianDiskMiB))
+	writeField(h, strings.Join(hooks, "\n"))
+	writeField(h, strconv.Itoa(diskMiB))
 	releases, _ := filepath.Glob("/var/lib/apt/lists/*InRelease")
 	sort.Strings(releases)
 	for _, r := range releases {
@@ -100,15 +124,22 @@ func BuildDebian(ctx context.Context, opts DebianOptions) (*Artifacts, error) {
 	}
 	hash := hex.EncodeToString(h.Sum(nil))
 	start := time.Now()
-	a, built, err := ensureKind(ctx, log, opts.Base.CacheDir, "debian", hash, func(ctx context.Context, dir string) (*manifest, error) {
-		log.Info("template: building debian", keyHash, hash[:12], "suite", opts.Suite, "packages", len(pkgs))
-		return buildDebian(ctx, log, dir, in, mmdebstrap, opts.Suite, pkgs, hash, progress)
+	// Derived templates' builds are kinds of debian ("debian-desktop"): a
+	// base build sweeping stale temps of crashed builds spares every
+	// "debian-" kind, even in a zeishd that predates the derived ones.
+	kind := name
+	if kind != "debian" {
+		kind = "debian-" + name
+	}
+	a, built, err := ensureKind(ctx, log, opts.Base.CacheDir, kind, hash, func(ctx context.Context, dir string) (*manifest, error) {
+		log.Info("template: building "+name, keyHash, hash[:12], "suite", opts.Suite, "packages", len(pkgs))
+		return buildDebian(ctx, log, dir, in, mmdebstrap, debootstrap{suite: opts.Suite, pkgs: pkgs, hooks: hooks, diskMiB: diskMiB}, hash, progress)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("template debian: %w", err)
+		return nil, fmt.Errorf("template %s: %w", name, err)
 	}
 	if built {
-		log.Info("template: debian built", keyDir, a.Dir, keyTook, time.Since(start).Round(time.Millisecond))
+		log.Info("template: "+name+" built", keyDir, a.Dir, keyTook, time.Since(start).Round(time.Millisecond))
 	}
 	progress(Progress{Step: "done"})
 	return a, nil
@@ -127,10 +158,20 @@ func hostSuite() (string, error) {
 	return "", fmt.Errorf("%w: no VERSION_CODENAME in /etc/os-release (set the suite)", ErrMissingInput)
 }
 
-func buildDebian(ctx context.Context, log *slog.Logger, dir string, in *inputs, mmdebstrap, suite string, pkgs []string,
+// debootstrap is what mmdebstrap makes: the suite, its packages, the hooks
+// and the size of the disk they go on.
+type debootstrap struct {
+	suite   string
+	pkgs    []string
+	hooks   []string
+	diskMiB int
+}
+
+func buildDebian(ctx context.Context, log *slog.Logger, dir string, in *inputs, mmdebstrap string, d debootstrap,
 	hash string, progress func(Progress)) (*manifest, error) {
+	suite, pkgs, diskMiB := d.suite, d.pkgs, d.diskMiB
 	m := &manifest{Kernel: "vmlinuz", Initrd: "initrd.img", BaseDisk: "base.qcow2",
-		KernelArgs: KernelArgs, KernelRelease: in.Release, DiskMiB: DebianDiskMiB}
+		KernelArgs: KernelArgs, KernelRelease: in.Release, DiskMiB: diskMiB}
 	if err := os.WriteFile(filepath.Join(dir, m.Kernel), in.Kernel, 0o644); err != nil {
 		return nil, err
 	}
@@ -141,7 +182,7 @@ func buildDebian(ctx context.Context, log *slog.Logger, dir string, in *inputs, 
 	defer os.Remove(tarball)
 	args := []string{"--variant=minbase", "--include=" + strings.Join(pkgs, ","),
 		`--aptopt=APT::Install-Recommends "false"`, "--quiet"}
-	for _, hook := range debianHooks {
+	for _, hook := range d.hooks {
 		args = append(args, "--customize-hook="+hook)
 	}
 	args = append(args, suite, tarball)
@@ -162,7 +203,7 @@ func buildDebian(ctx context.Context, log *slog.Logger, dir string, in *inputs, 
 	if err != nil {
 		return nil, err
 	}
-	u := newUnpacker(stage, int64(DebianDiskMiB)<<20*92/100)
+	u := newUnpacker(stage, int64(diskMiB)<<20*92/100)
 	err = u.apply(f)
 	f.Close()
 	if err != nil {
@@ -173,8 +214,8 @@ func buildDebian(ctx context.Context, log *slog.Logger, dir string, in *inputs, 
 	if err := injectAgent(stage, in); err != nil {
 		return nil, fmt.Errorf("inject agent: %w", err)
 	}
-	progress(Progress{Step: "disk", Message: fmt.Sprintf("making a %d MiB ext4 disk", DebianDiskMiB)})
-	if err := makeDiskSized(ctx, stage, filepath.Join(dir, m.BaseDisk), hash, DebianDiskMiB); err != nil {
+	progress(Progress{Step: "disk", Message: fmt.Sprintf("making a %d MiB ext4 disk", diskMiB)})
+	if err := makeDiskSized(ctx, stage, filepath.Join(dir, m.BaseDisk), hash, diskMiB); err != nil {
 		return nil, fmt.Errorf("root disk: %w", err)
 	}
 	return m, nil

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/zeish/zeish/guest/desktop"
 	"github.com/zeish/zeish/internal/catalog"
 	"github.com/zeish/zeish/internal/node"
 	"github.com/zeish/zeish/internal/store"
@@ -86,13 +87,18 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 	if err != nil {
 		return nil, err
 	}
+	// The screen of sandboxes with desktop: true.
+	desk, err := desktop.ParseSize(env("ZEISH_DESKTOP_SIZE", "1280x800x24"))
+	if err != nil {
+		return nil, fmt.Errorf("ZEISH_DESKTOP_SIZE: %w", err)
+	}
 	l := &local{budget: budget}
 	if netw != nil {
 		l.closers = append(l.closers, func() { netw.Close() }) // after the node: guests' rules stay while their VMs run
 	}
 	n := node.New(node.Options{ID: nodeID, Region: os.Getenv("ZEISH_REGION"), DataDir: dataDir, Store: st, Driver: driver, Templates: cat,
 		Logger: log, BootTimeout: bootTimeout, MemoryBudgetMiB: budget, Network: netw, AccountImageRAMMiB: imageRAM,
-		StoppedPromotion: env("ZEISH_FORK_PROMOTION", "live") == "stopped"})
+		StoppedPromotion: env("ZEISH_FORK_PROMOTION", "live") == "stopped", Desktop: desk})
 	l.closers = append(l.closers, n.Close)
 	l.node, l.cat, l.driver = n, cat, driver
 	if err := n.Recover(ctx); err != nil {
@@ -110,6 +116,13 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 		}
 		cat.EnableDebian(template.DebianOptions{Extra: extra})
 		go cat.PrepareDebian(context.WithoutCancel(ctx))
+	}
+	// The desktop template (debian plus Chromium and X, about 1.2 GB
+	// unpacked) takes minutes to build: opt-in like debian. Without it,
+	// browser and desktop are refused with a message saying how to get it.
+	if env("ZEISH_DESKTOP_TEMPLATE", "off") == "on" {
+		cat.EnableDesktop(template.DesktopOptions(template.BaseOptions{}))
+		go cat.PrepareBuiltin(context.WithoutCancel(ctx), catalog.DesktopName)
 	}
 	if !builds {
 		return l, nil

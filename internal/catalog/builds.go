@@ -236,7 +236,7 @@ func copyToFile(p string, r io.Reader) error {
 
 // nameFree refuses a name the account already uses, or a built-in's.
 func (c *Catalog) nameFree(ctx context.Context, accountID, name string) error {
-	if name == BaseName || name == DebianName {
+	if slices.Contains(builtinNames, name) {
 		return fmt.Errorf("template name %q is a built-in's: %w", name, errdefs.ErrNameTaken)
 	}
 	all, err := c.store.ListTemplates(ctx)
@@ -439,9 +439,12 @@ func (c *Catalog) Resolve(ctx context.Context, accountID, ref string) (sandbox.T
 		}
 		return b, nil
 	}
-	if ref == BaseName || (ref == DebianName && c.debianEnabled()) {
+	if ref == BaseName {
 		// Not built yet: it is on its way.
 		return sandbox.Template{Name: ref, Builtin: true, State: sandbox.TemplateBuilding}, nil
+	}
+	if d := c.derivedOf(ref); d != nil {
+		return sandbox.Template{Name: ref, Builtin: true, State: sandbox.TemplateBuilding, Features: d.features}, nil
 	}
 	return sandbox.Template{}, fmt.Errorf("template %q does not exist: %w", ref, errdefs.ErrNotFound)
 }
@@ -470,8 +473,10 @@ func (c *Catalog) List(ctx context.Context, accountID string) ([]sandbox.Templat
 		// Recorded once its first build ends; until then it is on its way.
 		out = append(out, sandbox.Template{Name: BaseName, Builtin: true, State: sandbox.TemplateBuilding})
 	}
-	if c.debianEnabled() && !slices.ContainsFunc(out, func(t sandbox.Template) bool { return t.Builtin && t.Name == DebianName }) {
-		out = append(out, sandbox.Template{Name: DebianName, Builtin: true, State: sandbox.TemplateBuilding})
+	for _, d := range c.enabledDerived() {
+		if !slices.ContainsFunc(out, func(t sandbox.Template) bool { return t.Builtin && t.Name == d.name }) {
+			out = append(out, sandbox.Template{Name: d.name, Builtin: true, State: sandbox.TemplateBuilding, Features: d.features})
+		}
 	}
 	slices.SortFunc(out, func(a, b sandbox.Template) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out, nil

@@ -19,9 +19,13 @@ import (
 
 // Built-in templates' names.
 const (
-	BaseName   = "base"
-	DebianName = "debian"
+	BaseName    = "base"
+	DebianName  = "debian"
+	DesktopName = template.DesktopName
 )
+
+// builtinNames are names no account template may take.
+var builtinNames = []string{BaseName, DebianName, DesktopName}
 
 // Catalog is the node's view of templates.
 type Catalog struct {
@@ -35,9 +39,9 @@ type Catalog struct {
 	building chan struct{}
 	err      error
 
-	debian  *debianBuild // nil unless EnableDebian
-	b       *builds      // nil until StartBuilds
-	closing bool         // Close was called: cancelled builds resume later
+	derived map[string]*derivedBuild // by name: EnableDebian, EnableDesktop
+	b       *builds                  // nil until StartBuilds
+	closing bool                     // Close was called: cancelled builds resume later
 	sweepMu sync.Mutex
 }
 
@@ -53,7 +57,7 @@ func New(s store.Store, opts template.BaseOptions) *Catalog {
 // Known reports whether name is a template (without building anything), so
 // the API can refuse an unknown one at once.
 func (c *Catalog) Known(ctx context.Context, name string) error {
-	if name == BaseName {
+	if name == BaseName || c.derivedOf(name) != nil {
 		return nil
 	}
 	if _, err := c.store.GetTemplate(ctx, name); err != nil {
@@ -66,8 +70,8 @@ func (c *Catalog) Known(ctx context.Context, name string) error {
 // account template's id), building base if needed. A deleted template is
 // still found while sandboxes boot from it.
 func (c *Catalog) Get(ctx context.Context, name string) (sandbox.Template, error) {
-	if name == DebianName && c.debianEnabled() {
-		return c.PrepareDebian(ctx)
+	if c.derivedOf(name) != nil {
+		return c.PrepareBuiltin(ctx, name)
 	}
 	if name != BaseName {
 		t, err := c.store.GetTemplate(ctx, name)

@@ -73,6 +73,7 @@ func (a *app) createCmd() *cobra.Command {
 	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE (repeatable)")
 	f.StringArrayVar(&secrets, "secret", nil, "secret KEY=VALUE, write-only (repeatable)")
 	f.StringArrayVar(&metadata, "metadata", nil, "metadata KEY=VALUE (repeatable)")
+	f.BoolVar(&req.Browser, "browser", false, "start Chromium with the DevTools protocol (a template with the browser feature, e.g. desktop); see zeishctl browser")
 	f.BoolVar(&wait, "wait", false, "return once the sandbox is running (or failed)")
 	nf.add(f)
 	addGitFlags(f, &req)

@@ -57,6 +57,7 @@ type CreateSandboxInput struct {
 	GitRepo     string            `json:"git_repo,omitempty" jsonschema:"a git repository (https or git URL, no credentials in it) cloned into /home/user/workspace before the sandbox runs; needs the debian template"`
 	GitBranch   string            `json:"git_branch,omitempty" jsonschema:"the branch to check out (default the repository's)"`
 	PRNumber    int               `json:"pr_number,omitempty" jsonschema:"a pull request to check out on branch pr-N instead"`
+	Browser     bool              `json:"browser,omitempty" jsonschema:"start a headless Chromium with the DevTools protocol (template desktop); browser_url gives its URL"`
 }
 
 type ListSandboxesInput struct {
@@ -160,7 +161,7 @@ func (t *tools) createSandbox(ctx context.Context, in CreateSandboxInput) (Sandb
 	defer cancel()
 	sb, err := t.client.CreateSandbox(ctx, zeish.CreateSandboxRequest{
 		Template: in.Template, Name: in.Name, Size: in.Size, MemoryMiB: in.MemoryMiB, VCPUs: in.VCPUs, Env: in.Env,
-		Network: networkRequest(in), GitRepo: in.GitRepo, GitBranch: in.GitBranch, PRNumber: in.PRNumber,
+		Network: networkRequest(in), GitRepo: in.GitRepo, GitBranch: in.GitBranch, PRNumber: in.PRNumber, Browser: in.Browser,
 	}, zeish.Wait())
 	if err != nil {
 		return SandboxInfo{}, err

@@ -36,6 +36,8 @@ func NewServer(client *zeish.Client, version string) *sdkmcp.Server {
 	t.addFileTools(s)
 	t.addTemplateTools(s)
 	t.addGitTools(s)
+	t.addDesktopTools(s)
+	t.addBrowserTool(s)
 	return s
 }
 

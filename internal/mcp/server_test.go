@@ -66,8 +66,8 @@ func TestTools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list.Tools) != 15 {
-		t.Errorf("%d tools, want 15", len(list.Tools))
+	if len(list.Tools) != 20 {
+		t.Errorf("%d tools, want 20", len(list.Tools))
 	}
 	for _, tool := range list.Tools {
 		if tool.Description == "" || tool.InputSchema == nil || tool.OutputSchema == nil {

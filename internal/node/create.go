@@ -154,6 +154,9 @@ func (n *Node) bootNew(ctx context.Context, r *store.SandboxRecord, what string,
 				return err
 			}
 		}
+		if err := n.syncBrowser(ctx, r); err != nil {
+			return err
+		}
 		undo.Release()
 		return nil
 	}()
@@ -269,6 +272,9 @@ func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
 		n.log.Warn("the sandbox's secrets cannot be opened with this data dir's secrets key; the guest gets none", logSandbox, id)
 	}
 	n.templateDefaults(ctx, r, &cfg)
+	if r.Desktop {
+		cfg.Desktop = n.desktopFor(&cfg)
+	}
 	connected := time.Now()
 	defer func() {
 		n.log.Debug("guest configured", logSandbox, id, "configure_ms", time.Since(connected).Milliseconds())

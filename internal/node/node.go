@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/guest/desktop"
 	"github.com/zeish/zeish/internal/network"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
@@ -61,6 +62,9 @@ type Options struct {
 	// bases) may keep in ShmDir; a snapshot or fork past it gets
 	// limit_reached. 0: no cap.
 	AccountImageRAMMiB int
+	// Desktop is the screen of sandboxes with desktop: true (zero:
+	// desktop's defaults, 1280x800x24 on :0).
+	Desktop desktop.Config
 }
 
 // Node runs the sandboxes of one host.

@@ -40,6 +40,10 @@ func (s *Server) cloneFrom(w http.ResponseWriter, r *http.Request, fromSnapshot 
 	for _, c := range children {
 		sandbox.Inherit(&c.Sandbox, parent.Sandbox, overrides)
 	}
+	if err := s.forkFeatures(r, parent.Sandbox, children[0].Sandbox); err != nil {
+		writeError(w, r, err)
+		return
+	}
 	if req.Network != nil {
 		netw, err := networkOf(req.Network)
 		if err != nil {

@@ -54,6 +54,9 @@ func (s *Server) newRecord(ctx context.Context, acct store.Account, req api.Crea
 	if !tpl.Builtin && tpl.State != sandbox.TemplateReady {
 		return nil, fmt.Errorf("template %q is %s, not ready: %w", req.Template, tpl.State, errdefs.ErrInvalidState)
 	}
+	if err := s.opts.Catalog.RequireFeatures(ctx, acct.ID, tpl, sandbox.WantedFeatures(req.Browser, req.Desktop)); err != nil {
+		return nil, err
+	}
 	req.Template = tpl.Key() // the node boots from the key; names are per account
 	if req.Name != "" {
 		if err := sandbox.CheckName(req.Name); err != nil {

@@ -181,28 +181,45 @@ func (w tbWriter) Write(p []byte) (int, error) {
 
 var debianOnce struct {
 	sync.Mutex
-	a *template.Artifacts
+	byName map[string]*template.Artifacts
 }
 
 // DebianTemplate builds (or takes from the cache) the debian template with
 // the real ./cmd/sandboxd: about a minute the first time on this host.
 func DebianTemplate(t testing.TB) *template.Artifacts {
 	t.Helper()
+	return debianDerived(t, template.DebianOptions{}, 15*time.Minute)
+}
+
+// DesktopTemplate builds (or takes from the cache) the desktop template
+// (debian plus Chromium and X) with the real ./cmd/sandboxd: several
+// minutes the first time on this host.
+func DesktopTemplate(t testing.TB) *template.Artifacts {
+	t.Helper()
+	return debianDerived(t, template.DesktopOptions(template.BaseOptions{}), 30*time.Minute)
+}
+
+func debianDerived(t testing.TB, opts template.DebianOptions, timeout time.Duration) *template.Artifacts {
+	t.Helper()
 	debianOnce.Lock()
 	defer debianOnce.Unlock()
-	if debianOnce.a != nil {
-		return debianOnce.a
+	if a := debianOnce.byName[opts.Name]; a != nil {
+		return a
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	a, err := template.BuildDebian(ctx, template.DebianOptions{Base: template.BaseOptions{
+	opts.Base = template.BaseOptions{
 		CacheDir:     filepath.Join(CacheDir(), "templates"),
 		SandboxdPath: SandboxdBinary(t),
 		Logger:       slog.New(slog.NewTextHandler(tbWriter{t}, nil)),
-	}})
-	if err != nil {
-		t.Fatalf("debian template: %v", err)
 	}
-	debianOnce.a = a
+	a, err := template.BuildDebian(ctx, opts)
+	if err != nil {
+		t.Fatalf("template %s: %v", opts.Name, err)
+	}
+	if debianOnce.byName == nil {
+		debianOnce.byName = map[string]*template.Artifacts{}
+	}
+	debianOnce.byName[opts.Name] = a
 	return a
 }

@@ -3,7 +3,7 @@ export type BodyInit_ = NonNullable<RequestInit["body"]>;
 
 import { ServerError, TimeoutError, ZeishError, errorFromResponse, SandboxStateError } from "./errors.js";
 import type {
-  Access, AccountInfo, APIKeyInfo, CloneRequest, CloneResponse, CreatedAPIKey, CreateSandboxRequest, GitStatus, Health, Lineage, NetworkPolicyRequest, PortInfo, PortList, ListedPortInfo,
+  Access, AccountInfo, APIKeyInfo, BrowserInfo, CloneRequest, CloneResponse, CreatedAPIKey, CreateSandboxRequest, GitStatus, Health, Lineage, NetworkPolicyRequest, PortInfo, PortList, ListedPortInfo,
   PriceEstimate, RestoreResponse, SandboxEvent, SandboxInfo, SandboxState, SizePreset, SnapshotInfo, UsageReport,
   BuildTemplateRequest, TemplateEvent, TemplateInfo,
 } from "./types.js";
@@ -249,6 +249,16 @@ export class Zeish {
   /** A data-plane URL and token for one running sandbox. */
   access(id: string, ttlSeconds?: number): Promise<Access> {
     return this.json("POST", `/public/sandboxes/${enc(id)}/access`, { json: ttlSeconds ? { ttl_seconds: ttlSeconds } : {} });
+  }
+
+  /**
+   * GET …/browser: the DevTools (CDP) endpoint of a sandbox created or forked with `browser: true`.
+   * `cdp_url` carries a data-plane token: `puppeteer.connect({ browserWSEndpoint: b.cdp_url })` or
+   * `chromium.connectOverCDP(b.cdp_url)` (Playwright).
+   */
+  browser(id: string, ttlSeconds?: number): Promise<BrowserInfo> {
+    const q = ttlSeconds ? `?ttl_seconds=${ttlSeconds}` : "";
+    return this.json("GET", `/public/sandboxes/${enc(id)}/browser${q}`);
   }
 
   /** Follows the sandbox's state changes (server-sent events) until the signal aborts or the server ends the stream. */

@@ -74,6 +74,7 @@ const classByCode: Record<ErrorCode, new (s: number, c: ErrorCode, m: string, o?
   git_ref_conflict: InvalidArgumentError,
   no_git_repo: InvalidArgumentError,
   template_lacks_git: InvalidArgumentError,
+  template_lacks_feature: InvalidArgumentError,
   unauthenticated: AuthenticationError,
   token_expired: AuthenticationError,
   forbidden: AuthenticationError,
@@ -92,6 +93,8 @@ const classByCode: Record<ErrorCode, new (s: number, c: ErrorCode, m: string, o?
   too_many_requests: RateLimitError,
   timeout: TimeoutError,
   unavailable: ServerError,
+  desktop_not_enabled: InvalidArgumentError,
+  off_screen: InvalidArgumentError,
 };
 
 /** The code a status implies when the body names none (a proxy's error page, say). */

@@ -6,6 +6,7 @@ export {
   type SandboxCreateOptions, type ConnectionOptions, type CreateCallOptions, type LifecycleOptions,
   type CloneOptions, type CloneResult, type ExecOptions, type ExecResult, type WriteData,
 } from "./sandbox.js";
+export { Desktop, type MouseButton } from "./desktop.js";
 export {
   ZeishError, InvalidArgumentError, AuthenticationError, NotFoundError, ConflictError, RateLimitError,
   TimeoutError, ServerError, SandboxStateError, isZeishError,

@@ -6,6 +6,7 @@ import type {
 } from "./types.js";
 import { Terminal, checkSize, terminalQuery, type TerminalInfo, type TerminalOptions, type WebSocketCtor } from "./terminal.js";
 import { base64Decode, base64Encode, readLines, snakeKeys } from "./util.js";
+import { Desktop } from "./desktop.js";
 
 /** Options of Sandbox.create (camelCase; sent as the API's CreateSandboxRequest). */
 export interface SandboxCreateOptions {
@@ -117,7 +118,7 @@ const NOT_SETTLED: ReadonlySet<string> = new Set(["starting", "stopping", "delet
  * The data plane of one sandbox: a cached access token (renewed shortly
  * before it expires) and requests against the URL `/access` returned.
  */
-class DataPlane {
+export class DataPlane {
   #access: Access | undefined;
   #obtained = 0;
   #pending: Promise<Access> | undefined;
@@ -354,6 +355,8 @@ export class Sandbox {
   readonly files: Files;
   readonly processes: Processes;
   readonly snapshots: Snapshots;
+  /** The desktop (sandboxes created or forked with `desktop: true`). */
+  readonly desktop: Desktop;
   readonly #dp: DataPlane;
   readonly #ttl: number | undefined;
 
@@ -365,6 +368,7 @@ export class Sandbox {
     this.files = new Files(this.#dp);
     this.processes = new Processes(this.#dp);
     this.snapshots = new Snapshots(this);
+    this.desktop = new Desktop(this.#dp, zeish, info.id);
   }
 
   /** Creates a sandbox and (by default) waits until it runs; throws SandboxStateError if its boot fails. */

@@ -626,6 +626,31 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/public/sandboxes/{id}/desktop": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a sandbox's desktop
+         * @description The display and screen size of a sandbox with `desktop: true` (the server's
+         *     `ZEISH_DESKTOP_SIZE`, default 1280x800x24 on `:0`), and the window manager running.
+         *     While the sandbox does not run, only `running: false`.
+         */
+        get: operations["getDesktop"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/public/sandboxes/{id}/snapshots": {
         parameters: {
             query?: never;
@@ -805,6 +830,35 @@ export interface paths {
          *     with the sandbox.
          */
         post: operations["createAccess"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/public/sandboxes/{id}/browser": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * The DevTools (CDP) endpoint of the sandbox's browser
+         * @description For a sandbox created or forked with `browser: true`: Chromium runs headless in the guest
+         *     with the DevTools protocol, started before the sandbox reported `running` (a fork of a
+         *     sandbox whose browser runs keeps it, with its pages, cookies and DOM). The answer holds a
+         *     data-plane token and `cdp_url`, the browser's WebSocket endpoint with that token in its
+         *     query: give it to chromedp (`remote.NewAllocator`), Puppeteer (`browserWSEndpoint`) or
+         *     Playwright (`connectOverCDP`). An open connection outlives the token. The sandbox must be
+         *     `running` and have its network (`ZEISH_NET` on).
+         */
+        get: operations["getBrowser"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -1070,6 +1124,60 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/data/v1/sandboxes/{id}/desktop/actions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Act on the sandbox's desktop
+         * @description One action on the desktop of a sandbox with `desktop: true`, shaped like the computer-use
+         *     tool APIs: `screenshot`, `cursor_position`, `mouse_move`, `left_click`, `right_click`,
+         *     `middle_click`, `double_click`, `drag`, `type`, `key`, `scroll`. `sandboxd` performs it on
+         *     the guest's X server (XTEST); the answer comes once every event has reached the server.
+         *     Coordinates are pixels from the top left corner; clicks and scrolls without x, y happen
+         *     where the cursor is. Keys are X keysym names as xdotool writes them (`Return`, `ctrl+c`,
+         *     `ctrl+shift+t`, `alt+F4`; several combos separated by spaces are pressed in turn) or one
+         *     character; `ctrl`, `alt`, `shift`, `super`, `enter`, `esc` are aliases. Bad input is
+         *     refused before any event is sent.
+         */
+        post: operations["desktopAction"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/data/v1/sandboxes/{id}/desktop/screenshot": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Screenshot the sandbox's desktop
+         * @description The whole screen as a PNG of the screen's size.
+         */
+        get: operations["desktopScreenshot"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/data/v1/sandboxes/{id}/ports/{port}/{path...}": {
         parameters: {
             query?: never;
@@ -1096,6 +1204,32 @@ export interface paths {
         head?: never;
         /** PATCH through to a guest port */
         patch: operations["portProxyPatch"];
+        trace?: never;
+    };
+    "/data/v1/sandboxes/{id}/browser/{path...}": {
+        parameters: {
+            query?: {
+                /** @description The data-plane token, for clients that cannot send `Authorization`. */
+                token?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+                /** @description The DevTools path (`json/version`, `devtools/browser/<id>`, …). */
+                "path...": string;
+            };
+            cookie?: never;
+        };
+        /** DevTools HTTP endpoints and WebSockets of the sandbox's browser */
+        get: operations["browserProxyGet"];
+        /** DevTools HTTP endpoints that want PUT (`json/new`) */
+        put: operations["browserProxyPut"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/data/v1/sandboxes/{id}/tcp/{port}": {
@@ -1343,6 +1477,7 @@ export interface components {
          *     | `git_ref_conflict` | 400 | git_branch and pr_number name different branches (a pull request is checked out on pr-N). |
          *     | `no_git_repo` | 400 | A git field was given without git_repo, or the sandbox has no git_repo. |
          *     | `template_lacks_git` | 400 | The template has no git; use the debian template. |
+         *     | `template_lacks_feature` | 400 | The sandbox asks for browser or desktop and its template does not carry that software; the message names a template that does. |
          *     | `unauthenticated` | 401 | No API key or token, or one that is not valid. |
          *     | `token_expired` | 401 | The data-plane token has expired; request a new one with /access. |
          *     | `forbidden` | 403 | The credential is valid but may not do this. |
@@ -1361,9 +1496,11 @@ export interface components {
          *     | `too_many_requests` | 429 | Too many data-plane calls in flight on this sandbox; retry when one has finished. |
          *     | `timeout` | 503 | The operation did not finish in time. |
          *     | `unavailable` | 503 | A dependency (the VM, its agent, the store) is not reachable now. |
+         *     | `desktop_not_enabled` | 400 | The sandbox has no desktop: create or fork it with desktop: true, from a template that has one. |
+         *     | `off_screen` | 400 | A desktop action's coordinates are outside the screen. |
          * @enum {string}
          */
-        ErrorCode: "internal" | "invalid_argument" | "unknown_template" | "invalid_git_repo" | "git_credentials_in_url" | "invalid_git_ref" | "git_ref_conflict" | "no_git_repo" | "template_lacks_git" | "unauthenticated" | "token_expired" | "forbidden" | "not_found" | "file_not_found" | "invalid_state" | "name_taken" | "file_exists" | "node_full" | "limit_reached" | "running_slots_full" | "storage_full" | "budget_exhausted" | "rate_limited" | "daily_cap_reached" | "too_many_requests" | "timeout" | "unavailable";
+        ErrorCode: "internal" | "invalid_argument" | "unknown_template" | "invalid_git_repo" | "git_credentials_in_url" | "invalid_git_ref" | "git_ref_conflict" | "no_git_repo" | "template_lacks_git" | "template_lacks_feature" | "unauthenticated" | "token_expired" | "forbidden" | "not_found" | "file_not_found" | "invalid_state" | "name_taken" | "file_exists" | "node_full" | "limit_reached" | "running_slots_full" | "storage_full" | "budget_exhausted" | "rate_limited" | "daily_cap_reached" | "too_many_requests" | "timeout" | "unavailable" | "desktop_not_enabled" | "off_screen";
         /**
          * @description A sandbox id, `sbx_` and 20 lower-case base32 characters.
          * @example sbx_0f3k9q2m7c4x8z1b5n6p
@@ -1510,9 +1647,16 @@ export interface components {
              *     cannot be started again (`409 budget_exhausted`). 0 means none.
              */
             max_cost_micros?: number;
-            /** @description The sandbox runs a browser. */
+            /**
+             * @description Start Chromium, headless with the DevTools protocol, before the sandbox reports `running`
+             *     (`GET /public/sandboxes/{id}/browser` gives its WebSocket URL). Needs a template whose
+             *     `features` has `browser` (the built-in `desktop`); else 400 `template_lacks_feature`.
+             */
             browser?: boolean;
-            /** @description The sandbox runs a desktop. */
+            /**
+             * @description The sandbox runs a desktop. Needs a template whose `features` has `desktop` (the built-in
+             *     `desktop`); else 400 `template_lacks_feature`.
+             */
             desktop?: boolean;
             metadata?: components["schemas"]["Metadata"];
             network?: components["schemas"]["NetworkRequest"];
@@ -1901,6 +2045,36 @@ export interface components {
             /** Format: date-time */
             expires_at: string;
         };
+        Browser: {
+            /**
+             * @description The browser's DevTools WebSocket through the data plane, its token in the query.
+             * @example ws://127.0.0.1:7420/data/v1/sandboxes/sbx_0f3k9q2m7c4x8z1b5n6p/browser/devtools/browser/5b7c1f0e-3b8a-4c55-9d0e-6a1f2b3c4d5e?token=zdp_…
+             */
+            cdp_url: string;
+            /**
+             * @description Base of the DevTools HTTP endpoints (`/json/version`, `/json/list`); send the token as `Authorization: Bearer`.
+             * @example http://127.0.0.1:7420/data/v1/sandboxes/sbx_0f3k9q2m7c4x8z1b5n6p/browser
+             */
+            http_url: string;
+            /** @description The data-plane token (`zdp_…`) in `cdp_url`. */
+            token: string;
+            /**
+             * Format: date-time
+             * @description The token's end; a connection open by then stays open.
+             */
+            expires_at: string;
+            /**
+             * @description The browser, as it names itself.
+             * @example Chrome/156.0.8078.114
+             */
+            version: string;
+            /**
+             * @description The DevTools protocol version.
+             * @example 1.3
+             */
+            protocol_version: string;
+            user_agent?: string;
+        };
         /** @description Every field is optional; a field left out keeps the parent's value. */
         CloneRequest: {
             /**
@@ -1925,6 +2099,11 @@ export interface components {
             pr_number?: number;
             /** Format: int64 */
             max_cost_micros?: number;
+            /**
+             * @description `true` starts the browser in children of a sandbox without one (before they report
+             *     `running`); a sandbox whose browser runs passes it on, pages and state included. Needs
+             *     the `browser` feature of the template (else 400 `template_lacks_feature`).
+             */
             browser?: boolean;
             desktop?: boolean;
             /**
@@ -2057,6 +2236,11 @@ export interface components {
              * @description Compressed size of the image's layers.
              */
             layer_bytes?: number;
+            /**
+             * @description Optional software the template carries that sandboxes may switch on with `browser` and
+             *     `desktop` (the built-in `desktop` template has both). Absent: none.
+             */
+            features?: ("browser" | "desktop")[];
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -2194,6 +2378,54 @@ export interface components {
             /** @description Make missing parents too, and accept an existing directory (like `mkdir -p`). */
             parents?: boolean;
         };
+        DesktopAction: {
+            /** @enum {string} */
+            action: "screenshot" | "cursor_position" | "mouse_move" | "left_click" | "right_click" | "middle_click" | "double_click" | "drag" | "type" | "key" | "scroll";
+            /** @description Where mouse_move goes (required), a click or scroll happens (else at the cursor), a drag starts (required). With y. */
+            x?: number;
+            y?: number;
+            /** @description Where a drag ends (required for drag). With to_y. */
+            to_x?: number;
+            to_y?: number;
+            /** @description What `type` types (at most 4096 characters; a newline presses Return, a tab Tab). `key` takes its keys here too when `keys` is empty. */
+            text?: string;
+            /** @description `key`: combos such as `Return`, `ctrl+c`, `ctrl+shift+t`; several separated by spaces. */
+            keys?: string;
+            /**
+             * @description `scroll`: which way.
+             * @enum {string}
+             */
+            direction?: "up" | "down" | "left" | "right";
+            /** @description `scroll`: wheel clicks (0: 3). */
+            amount?: number;
+        };
+        DesktopActionResult: {
+            /** @description The cursor's position after the action. */
+            x: number;
+            y: number;
+            /**
+             * Format: byte
+             * @description `screenshot`: the screen as a PNG, base64.
+             */
+            image?: string;
+            /** @description `screenshot`: the image's width. */
+            width?: number;
+            /** @description `screenshot`: the image's height. */
+            height?: number;
+        };
+        DesktopStatus: {
+            /** @description The X server runs (false while the sandbox does not run). */
+            running: boolean;
+            /** @example :0 */
+            display: string;
+            width: number;
+            height: number;
+            depth: number;
+            /** @description The window manager running ("" if the template has none). */
+            window_manager: string;
+            /** @description The guest user the desktop runs as. */
+            user: string;
+        };
         Process: {
             pid: number;
             ppid: number;
@@ -2297,6 +2529,8 @@ export interface components {
          * @description `invalid_argument`: a malformed body (unknown field, bad JSON, data after the object,
          *     over 1 MiB), a bad value, a malformed id or query parameter.
          *     `unknown_template`: the named template does not exist.
+         *     `template_lacks_feature`: `browser` or `desktop` on a template without that software (the
+         *     message names one that has it).
          */
         BadRequest: {
             headers: {
@@ -3512,6 +3746,43 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["InvalidState"];
             429: components["responses"]["TooManyCalls"];
+        };
+    };
+    getDesktop: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The desktop. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DesktopStatus"];
+                };
+            };
+            /**
+             * @description `invalid_argument`: a malformed id or name.
+             *     `desktop_not_enabled`: the sandbox has no desktop (create or fork it with `desktop: true`).
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -3898,6 +4169,46 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             /** @description `invalid_state`: the sandbox is not running. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getBrowser: {
+        parameters: {
+            query?: {
+                /** @description Lifetime of the token (default 900, at most 3600). */
+                ttl_seconds?: number;
+            };
+            header?: never;
+            path: {
+                /** @description The sandbox's id, or its name (names are unique among the account's sandboxes that are not destroyed). An id always wins: a value that is a well-formed id is looked up as an id only. A value that is neither gets 400 `invalid_argument`; another account's sandbox gets 404. */
+                id: components["parameters"]["SandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The browser's endpoints and the token they need. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Browser"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            /** @description `invalid_state`: the sandbox is not running, or has no network. */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -4362,6 +4673,96 @@ export interface operations {
             503: components["responses"]["Unavailable"];
         };
     };
+    desktopAction: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DesktopAction"];
+            };
+        };
+        responses: {
+            /** @description The cursor's position after the action; for `screenshot` also the PNG. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DesktopActionResult"];
+                };
+            };
+            /**
+             * @description `invalid_argument`: an unknown action or key, a missing or extra field, text that cannot be typed.
+             *     `off_screen`: x, y (or to_x, to_y) outside the screen.
+             *     `desktop_not_enabled`: the sandbox has no desktop (create or fork it with `desktop: true`).
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "off_screen",
+                     *         "message": "x, y = 1280, 5 is off the 1280x800 screen"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            401: components["responses"]["DataUnauthorized"];
+            409: components["responses"]["NotRunning"];
+            429: components["responses"]["TooManyCalls"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    desktopScreenshot: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The screen. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "image/png": string;
+                };
+            };
+            /** @description `desktop_not_enabled`: the sandbox has no desktop (create or fork it with `desktop: true`). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            401: components["responses"]["DataUnauthorized"];
+            409: components["responses"]["NotRunning"];
+            429: components["responses"]["TooManyCalls"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
     portProxyGet: {
         parameters: {
             query?: never;
@@ -4575,6 +4976,82 @@ export interface operations {
             };
             /** @description The guest's answer, as it gave it. */
             "3XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    browserProxyGet: {
+        parameters: {
+            query?: {
+                /** @description The data-plane token, for clients that cannot send `Authorization`. */
+                token?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+                /** @description The DevTools path (`json/version`, `devtools/browser/<id>`, …). */
+                "path...": string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["DataUnauthorized"];
+            409: components["responses"]["NotRunning"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            /** @description `101`: the DevTools WebSocket. */
+            "1XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Chromium's answer; JSON ones with their WebSocket URLs rewritten. */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Chromium's answer. */
+            "3XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    browserProxyPut: {
+        parameters: {
+            query?: {
+                /** @description The data-plane token, for clients that cannot send `Authorization`. */
+                token?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The sandbox's id; the data-plane token must be for this sandbox. */
+                id: components["parameters"]["DataSandboxID"];
+                /** @description The DevTools path (`json/version`, `devtools/browser/<id>`, …). */
+                "path...": string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["DataUnauthorized"];
+            409: components["responses"]["NotRunning"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            /** @description Chromium's answer; JSON ones with their WebSocket URLs rewritten. */
+            "2XX": {
                 headers: {
                     [name: string]: unknown;
                 };

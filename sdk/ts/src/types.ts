@@ -27,11 +27,15 @@ export type LineageEntry = S["LineageEntry"];
 export type SnapshotInfo = S["Snapshot"];
 export type RestoreResponse = S["RestoreResponse"];
 export type Access = S["Access"];
+export type BrowserInfo = S["Browser"];
 export type ExecRequest = S["ExecRequest"];
 export type ExecEvent = S["ExecEvent"];
 export type ExecResultWire = S["ExecResult"];
 export type FileInfo = S["FileInfo"];
 export type ProcessInfo = S["Process"];
+export type DesktopAction = S["DesktopAction"];
+export type DesktopActionResult = S["DesktopActionResult"];
+export type DesktopStatus = S["DesktopStatus"];
 export type SandboxEvent = S["Event"];
 export type ErrorEnvelope = S["Error"];
 /** An account (the `Account` schema). */
@@ -63,6 +67,7 @@ export const ERROR_CODES = [
   "git_ref_conflict",
   "no_git_repo",
   "template_lacks_git",
+  "template_lacks_feature",
   "unauthenticated",
   "token_expired",
   "forbidden",
@@ -81,6 +86,8 @@ export const ERROR_CODES = [
   "too_many_requests",
   "timeout",
   "unavailable",
+  "desktop_not_enabled",
+  "off_screen",
 ] as const satisfies readonly ErrorCode[];
 
 // Fails to compile if the schema gains a code the list above lacks.

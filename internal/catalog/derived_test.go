@@ -19,7 +19,7 @@ func TestDefaultTemplate(t *testing.T) {
 	if got := c.Default(); got != BaseName {
 		t.Errorf("debian enabled, not built: default %q", got)
 	}
-	c.debian.t = &sandbox.Template{Name: DebianName}
+	c.derived[DebianName].t = &sandbox.Template{Name: DebianName}
 	if got := c.Default(); got != DebianName {
 		t.Errorf("debian built: default %q", got)
 	}

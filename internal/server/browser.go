@@ -1,0 +1,254 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+)
+
+// A sandbox's browser (Chromium with the DevTools protocol on guest port
+// sandbox.BrowserPort) is reached through …/sandboxes/{id}/browser/{path}
+// on the data plane rather than the generic port proxy, because Chromium
+// answers only requests whose Host is an IP address or localhost (its guard
+// against DNS rebinding), refuses WebSockets with a foreign Origin, and
+// writes its own address into the URLs it lists. This proxy sends the
+// guest's address as Host, drops Origin once the token is checked, and
+// rewrites the listed URLs to lead through itself. CDP clients cannot all
+// send headers, so the token may come in the query (?token=).
+
+// browserVersion is what /json/version answers.
+type browserVersion struct {
+	Browser         string `json:"Browser"`
+	ProtocolVersion string `json:"Protocol-Version"`
+	UserAgent       string `json:"User-Agent"`
+	WebSocketURL    string `json:"webSocketDebuggerUrl"`
+}
+
+// getBrowser is GET /public/sandboxes/{id}/browser.
+func (s *Server) getBrowser(w http.ResponseWriter, r *http.Request) {
+	ttl := defaultTokenTTL
+	if v := r.URL.Query().Get("ttl_seconds"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || time.Duration(n)*time.Second > maxTokenTTL {
+			writeError(w, r, invalid("ttl_seconds must be within 1..%d", int(maxTokenTTL.Seconds())))
+			return
+		}
+		ttl = time.Duration(n) * time.Second
+	}
+	rec, err := s.ownSandbox(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if !rec.Browser {
+		writeError(w, r, invalid("sandbox %s has no browser: create it, or fork it, with browser: true", rec.ID))
+		return
+	}
+	addr, err := s.node.PortAddr(rec, sandbox.BrowserPort)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	v, err := fetchBrowserVersion(r.Context(), addr)
+	if err != nil {
+		writeError(w, r, fmt.Errorf("the browser of sandbox %s does not answer: %v: %w", rec.ID, err, errdefs.ErrUnavailable))
+		return
+	}
+	key, err := s.requestKey(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	exp := time.Now().Add(ttl).UTC().Truncate(time.Second)
+	tok := s.tokens.issue(rec.ID, rec.AccountID, key.ID, exp)
+	base := s.browserBase(r, rec)
+	cdp, err := viaProxy(v.WebSocketURL, wsScheme(base), tok)
+	if err != nil {
+		writeError(w, r, fmt.Errorf("the browser of sandbox %s: %v: %w", rec.ID, err, errdefs.ErrUnavailable))
+		return
+	}
+	writeJSON(w, http.StatusOK, api.Browser{
+		CDPURL: cdp, HTTPURL: base, Token: tok, ExpiresAt: exp,
+		Version: v.Browser, ProtocolVersion: v.ProtocolVersion, UserAgent: v.UserAgent,
+	})
+}
+
+// browserBase is the data-plane URL the browser's endpoints hang under.
+func (s *Server) browserBase(r *http.Request, rec *store.SandboxRecord) string {
+	return s.publicURL(r) + api.DataPath + "/sandboxes/" + rec.ID + "/browser"
+}
+
+func wsScheme(u string) string {
+	if rest, ok := strings.CutPrefix(u, "https://"); ok {
+		return "wss://" + rest
+	}
+	return "ws://" + strings.TrimPrefix(u, "http://")
+}
+
+// viaProxy turns a WebSocket URL Chromium listed (ws://<guest>/devtools/…)
+// into one through the data plane under base, with tok in the query if
+// given.
+func viaProxy(chromeURL, base, tok string) (string, error) {
+	u, err := url.Parse(chromeURL)
+	if err != nil || !strings.HasPrefix(u.Path, "/devtools/") {
+		return "", fmt.Errorf("unexpected DevTools URL %q", chromeURL)
+	}
+	out := base + u.Path
+	if tok != "" {
+		out += "?token=" + url.QueryEscape(tok)
+	}
+	return out, nil
+}
+
+var browserClient = &http.Client{Timeout: 15 * time.Second}
+
+func fetchBrowserVersion(ctx context.Context, addr string) (browserVersion, error) {
+	var v browserVersion
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/json/version", nil)
+	if err != nil {
+		return v, err
+	}
+	resp, err := browserClient.Do(req)
+	if err != nil {
+		return v, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return v, fmt.Errorf("/json/version: %s", resp.Status)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&v); err != nil {
+		return v, fmt.Errorf("/json/version: %w", err)
+	}
+	return v, nil
+}
+
+// browserAccess authorises a data-plane request for the browser: the token
+// in Authorization or, for clients that cannot send headers, in ?token=.
+// It returns the sandbox and whether the token came in the query.
+func (s *Server) browserAccess(r *http.Request) (*store.SandboxRecord, bool, error) {
+	id := r.PathValue("id")
+	if err := sandbox.CheckID(sandbox.PrefixSandbox, id); err != nil {
+		return nil, false, err
+	}
+	tok, err := bearer(r)
+	inQuery := false
+	if err != nil {
+		if tok = r.URL.Query().Get("token"); tok == "" {
+			return nil, false, fmt.Errorf("missing Authorization: Bearer header or token parameter: %w", errdefs.ErrUnauthenticated)
+		}
+		inQuery = true
+	}
+	acct, err := s.checkToken(r.Context(), tok, id)
+	if err != nil {
+		return nil, false, err
+	}
+	rec, err := s.store.GetSandbox(r.Context(), id)
+	if err != nil && !errdefs.Is(err, errdefs.ClassNotFound) {
+		return nil, false, storeErr(err) // an outage is not a bad token
+	}
+	if err != nil || rec.AccountID != acct || rec.State.Deleted() {
+		return nil, false, fmt.Errorf("the sandbox of this token no longer exists: %w", errdefs.ErrUnauthenticated)
+	}
+	if !rec.Browser {
+		return nil, false, invalid("sandbox %s has no browser: create it, or fork it, with browser: true", rec.ID)
+	}
+	return rec, inQuery, nil
+}
+
+// browserProxy is …/sandboxes/{id}/browser/{path...} on the data plane.
+func (s *Server) browserProxy(w http.ResponseWriter, r *http.Request) {
+	rec, inQuery, err := s.browserAccess(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	addr, err := s.node.PortAddr(rec, sandbox.BrowserPort)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	tok := ""
+	if inQuery {
+		tok = r.URL.Query().Get("token") // the URLs it lists carry it on
+	}
+	base := wsScheme(s.browserBase(r, rec))
+	path := "/" + r.PathValue("path")
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", addr
+			pr.Out.URL.Path, pr.Out.URL.RawPath = path, ""
+			q := pr.Out.URL.Query()
+			q.Del("token")
+			pr.Out.URL.RawQuery = q.Encode()
+			pr.Out.Host = addr // an IP: Chromium refuses other Host names
+			pr.Out.Header.Del("Authorization")
+			pr.Out.Header.Del("Origin") // checked here by the token, not by Chromium's allow-list
+			pr.Out.Header.Del("Cookie")
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			if !strings.HasPrefix(path, "/json") || !strings.Contains(resp.Header.Get("Content-Type"), "json") {
+				return nil
+			}
+			return rewriteDevToolsJSON(resp, base, tok)
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeError(w, r, fmt.Errorf("the browser of sandbox %s: %v: %w", rec.ID, err, errdefs.ErrUnavailable))
+		},
+	}
+	rp.ServeHTTP(w, r)
+}
+
+// rewriteDevToolsJSON makes the WebSocket URLs of a /json answer (one
+// target, or a list) lead through the data plane, and drops the frontend
+// URLs, which name the guest's address.
+func rewriteDevToolsJSON(resp *http.Response, base, tok string) error {
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	var doc any
+	if json.Unmarshal(body, &doc) == nil {
+		fix := func(m map[string]any) {
+			if ws, ok := m["webSocketDebuggerUrl"].(string); ok {
+				if u, err := viaProxy(ws, base, tok); err == nil {
+					m["webSocketDebuggerUrl"] = u
+				} else {
+					delete(m, "webSocketDebuggerUrl")
+				}
+			}
+			delete(m, "devtoolsFrontendUrl")
+			delete(m, "devtoolsFrontendUrlCompat")
+		}
+		switch d := doc.(type) {
+		case map[string]any:
+			fix(d)
+		case []any:
+			for _, e := range d {
+				if m, ok := e.(map[string]any); ok {
+					fix(m)
+				}
+			}
+		}
+		if b, err := json.Marshal(doc); err == nil {
+			body = b
+		}
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	return nil
+}
