@@ -87,8 +87,8 @@ func TestMCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"browser_url", "build_template", "clone_sandbox", "create_sandbox", "create_snapshot", "delete_sandbox", "delete_template", "exec",
-		"list_files", "list_sandboxes", "list_templates", "read_file", "restore_snapshot", "set_network", "write_file"}
+	want := []string{"browser_url", "build_template", "click", "clone_sandbox", "create_sandbox", "create_snapshot", "delete_sandbox", "delete_template", "exec",
+		"git_status", "key", "list_files", "list_sandboxes", "list_templates", "read_file", "restore_snapshot", "screenshot", "set_network", "type", "write_file"}
 	var names []string
 	for _, tool := range list.Tools {
 		names = append(names, tool.Name)

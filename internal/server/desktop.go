@@ -97,7 +97,7 @@ func (s *Server) desktopStatus(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, notDesktop(rec))
 		return
 	}
-	if rec.State != sandbox.StateRunning {
+	if !sandbox.Allows(rec.State, sandbox.OpAccess) { // not running: no X server
 		writeJSON(w, http.StatusOK, api.DesktopStatus{Running: false})
 		return
 	}

@@ -3746,6 +3746,8 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["InvalidState"];
             429: components["responses"]["TooManyCalls"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
         };
     };
     getDesktop: {
