@@ -112,54 +112,61 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 func (n *Node) bootNew(ctx context.Context, r *store.SandboxRecord, what string, ready func(context.Context) error,
 	prepare func(context.Context, *vmm.Spec) error) {
 	start := time.Now()
-	var console string // the guest's last words, when its agent never answered
-	err := func() (err error) {
-		var undo rollback.Stack
-		defer undo.OnError(ctx, &err)
-		if err := os.MkdirAll(n.sandboxDir(r.ID), 0o700); err != nil {
-			return err
-		}
-		undo.Add(removeDir(n.sandboxDir(r.ID)))
-		spec, err := n.nextVM(ctx, r)
-		if err != nil {
-			return err
-		}
-		if err := prepare(ctx, &spec); err != nil {
-			return err
-		}
-		if err := n.attachNetwork(r); err != nil {
-			return err
-		}
-		undo.Add(func(ctx context.Context) error {
-			// The sandbox stays (in error) without an address, so that its
-			// delete never touches a link handed out again since.
-			err := n.releaseNetwork(r)
-			r.Address = ""
-			_, serr := n.opts.Store.UpdateSandbox(context.WithoutCancel(ctx), r.ID, func(cur *store.SandboxRecord) error {
-				cur.Address = ""
-				return nil
-			})
-			return errors.Join(err, serr)
-		})
-		h, err := n.startVM(ctx, &undo, r, spec)
-		if err != nil {
-			return err
-		}
-		if err := n.attach(ctx, r.ID, h); err != nil {
-			console = n.opts.Driver.ConsoleTail(h, consoleTailBytes)
-			return err
-		}
-		if ready != nil {
-			if err := ready(ctx); err != nil {
+	var (
+		console string // the guest's last words, when its agent never answered
+		spec    vmm.Spec
+		h       *vmm.Handle
+	)
+	err := rollback.Run(ctx,
+		rollback.Step{Name: "folder", Do: func(ctx context.Context, undo *rollback.Stack) error {
+			if err := os.MkdirAll(n.sandboxDir(r.ID), 0o700); err != nil {
 				return err
 			}
-		}
-		if err := n.syncBrowser(ctx, r); err != nil {
+			undo.Add(removeDir(n.sandboxDir(r.ID)))
+			return nil
+		}},
+		rollback.Step{Name: "spec", Do: func(ctx context.Context, _ *rollback.Stack) (err error) {
+			if spec, err = n.nextVM(ctx, r); err != nil {
+				return err
+			}
+			return prepare(ctx, &spec)
+		}},
+		rollback.Step{Name: "network", Do: func(ctx context.Context, undo *rollback.Stack) error {
+			if err := n.attachNetwork(r); err != nil {
+				return err
+			}
+			undo.Add(func(ctx context.Context) error {
+				// The sandbox stays (in error) without an address, so that its
+				// delete never touches a link handed out again since.
+				err := n.releaseNetwork(r)
+				r.Address = ""
+				_, serr := n.opts.Store.UpdateSandbox(context.WithoutCancel(ctx), r.ID, func(cur *store.SandboxRecord) error {
+					cur.Address = ""
+					return nil
+				})
+				return errors.Join(err, serr)
+			})
+			return nil
+		}},
+		rollback.Step{Name: "vm", Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
+			h, err = n.startVM(ctx, undo, r, spec)
 			return err
-		}
-		undo.Release()
-		return nil
-	}()
+		}},
+		rollback.Step{Name: "agent", Do: func(ctx context.Context, _ *rollback.Stack) error {
+			if err := n.attach(ctx, r.ID, h); err != nil {
+				console = n.opts.Driver.ConsoleTail(h, consoleTailBytes)
+				return err
+			}
+			return nil
+		}},
+		rollback.Step{Name: "git", Do: func(ctx context.Context, _ *rollback.Stack) error {
+			if ready == nil {
+				return nil
+			}
+			return ready(ctx)
+		}},
+		rollback.Step{Name: "browser", Do: func(ctx context.Context, _ *rollback.Stack) error { return n.syncBrowser(ctx, r) }},
+	)
 	if err != nil {
 		n.log.Error(what+" failed", logSandbox, r.ID, "err", err)
 		msg := what + " failed: " + err.Error()
