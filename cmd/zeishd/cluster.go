@@ -92,9 +92,13 @@ func lostAfter() (time.Duration, error) {
 	return d, nil
 }
 
-// serve runs h on ln until ctx ends.
+// serve runs h on ln, with the limits of every zeishd role, until ctx ends.
 func serve(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Handler) error {
-	hs, ln := server.HTTPServer(ln, h, server.DefaultLimits)
+	limits, err := httpLimits()
+	if err != nil {
+		return err
+	}
+	hs, ln := server.HTTPServer(ln, h, limits)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {

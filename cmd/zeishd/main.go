@@ -32,11 +32,9 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -176,30 +174,23 @@ func run(ctx context.Context) error {
 	defer func() { stopWatch(); <-watchDone }()
 	apiHandler := srv.Handler()
 	facade := e2b.New(e2b.Options{API: apiHandler, Backend: srv, Templates: cat, Logger: log, Domain: os.Getenv("ZEISH_E2B_DOMAIN")}) // E2B's SDKs, under /e2b
-	limits := server.DefaultLimits
-	if v := os.Getenv("ZEISH_MAX_CONNECTIONS"); v != "" {
-		if limits.MaxConns, err = strconv.Atoi(v); err != nil || limits.MaxConns < 1 {
-			return fmt.Errorf("ZEISH_MAX_CONNECTIONS=%q: want a number above 0", v)
-		}
-	}
-	hs, ln := server.HTTPServer(ln, facade.Mount(apiHandler), limits)
 	caps := driver.Capabilities()
 	log.Info("zeishd listening", "addr", "http://"+ln.Addr().String(), "data_dir", dataDir, "node", nodeID,
 		"vmm", caps.Name, "accel", caps.Accel, "accel_reason", caps.AccelReason, "accel_probe_ms", caps.AccelProbeMS, "confinement", caps.Confinement, "memory_budget_mib", budget, "plan", fmt.Sprintf("%+v", plan), "admin_key", keyPath, "version", version.Version)
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
+	return serve(ctx, log, ln, facade.Mount(apiHandler))
+}
+
+// httpLimits are the HTTP server's limits (ZEISH_MAX_CONNECTIONS).
+func httpLimits() (server.Limits, error) {
+	limits := server.DefaultLimits
+	if v := os.Getenv("ZEISH_MAX_CONNECTIONS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return limits, fmt.Errorf("ZEISH_MAX_CONNECTIONS=%q: want a number above 0", v)
+		}
+		limits.MaxConns = n
 	}
-	log.Info("shutting down; running sandboxes keep running")
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return limits, nil
 }
 
 // planFromEnv is the quota plan every account gets.
