@@ -21,7 +21,6 @@ import (
 	"github.com/zeish/zeish/guest"
 	"github.com/zeish/zeish/internal/catalog"
 	"github.com/zeish/zeish/internal/cluster"
-	"github.com/zeish/zeish/internal/datadir"
 	"github.com/zeish/zeish/internal/metering"
 	"github.com/zeish/zeish/internal/metrics"
 	"github.com/zeish/zeish/internal/node"
@@ -32,7 +31,6 @@ import (
 	"github.com/zeish/zeish/internal/server"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/internal/version"
-	zeish "github.com/zeish/zeish/sdk/go"
 	"github.com/zeish/zeish/template"
 )
 
@@ -128,11 +126,7 @@ func runControl(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dataDir := env("ZEISH_DATA_DIR", zeish.DefaultDataDir())
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return err
-	}
-	unlock, err := datadir.Lock(dataDir)
+	dataDir, unlock, err := openDataDir()
 	if err != nil {
 		return err
 	}
@@ -215,11 +209,7 @@ func runNode(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dataDir := env("ZEISH_DATA_DIR", zeish.DefaultDataDir())
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return err
-	}
-	unlock, err := datadir.Lock(dataDir)
+	dataDir, unlock, err := openDataDir()
 	if err != nil {
 		return err
 	}

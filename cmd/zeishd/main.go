@@ -99,6 +99,21 @@ func env(name, def string) string {
 	return def
 }
 
+// openDataDir makes and locks ZEISH_DATA_DIR, for every role. One zeishd
+// per data dir: a second would recover the first one's VMs as orphans and
+// kill them.
+func openDataDir() (dir string, unlock func(), err error) {
+	dir = env("ZEISH_DATA_DIR", zeish.DefaultDataDir())
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", nil, err
+	}
+	unlock, err = datadir.Lock(dir)
+	if err != nil {
+		return "", nil, err
+	}
+	return dir, unlock, nil
+}
+
 func logger() *slog.Logger {
 	var level slog.Level
 	level.UnmarshalText([]byte(env("ZEISH_LOG_LEVEL", "info")))
@@ -108,13 +123,7 @@ func logger() *slog.Logger {
 func run(ctx context.Context) error {
 	log := logger()
 	slog.SetDefault(log)
-	dataDir := env("ZEISH_DATA_DIR", zeish.DefaultDataDir())
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return err
-	}
-	// One zeishd per data dir: a second would recover the first one's VMs
-	// as orphans and kill them.
-	unlock, err := datadir.Lock(dataDir)
+	dataDir, unlock, err := openDataDir()
 	if err != nil {
 		return err
 	}
