@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"path/filepath"
@@ -186,7 +187,8 @@ func openLoop(ctx context.Context, key string, url func() string, rate int, d ti
 			resp, err := client.Do(req)
 			ok := err == nil && resp.StatusCode == http.StatusOK
 			if err == nil {
-				drain(resp)
+				io.Copy(io.Discard, resp.Body) // the whole answer counts
+				resp.Body.Close()
 			}
 			ms := float64(time.Since(t0).Microseconds()) / 1000
 			mu.Lock()
@@ -200,16 +202,6 @@ func openLoop(ctx context.Context, key string, url func() string, rate int, d ti
 	wg.Wait()
 	out.rate = float64(len(out.ms)) / time.Since(start).Seconds()
 	return out, nil
-}
-
-func drain(resp *http.Response) {
-	buf := make([]byte, 32<<10)
-	for {
-		if _, err := resp.Body.Read(buf); err != nil {
-			break
-		}
-	}
-	resp.Body.Close()
 }
 
 // percentile of xs (nearest rank), p in [0,1].

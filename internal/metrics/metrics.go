@@ -127,9 +127,14 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(budgetDesc, err)
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(budgetDesc, prometheus.GaugeValue, float64(capy.BudgetMiB), c.o.NodeID)
-	ch <- prometheus.MustNewConstMetric(committedDesc, prometheus.GaugeValue, float64(capy.CommittedMiB), c.o.NodeID)
-	ch <- prometheus.MustNewConstMetric(imageDesc, prometheus.GaugeValue, float64(capy.ImageRAMMiB), c.o.NodeID)
+	memoryMetrics(ch, c.o.NodeID, capy)
+}
+
+// memoryMetrics sends one node's memory gauges.
+func memoryMetrics(ch chan<- prometheus.Metric, node string, c Capacity) {
+	ch <- prometheus.MustNewConstMetric(budgetDesc, prometheus.GaugeValue, float64(c.BudgetMiB), node)
+	ch <- prometheus.MustNewConstMetric(committedDesc, prometheus.GaugeValue, float64(c.CommittedMiB), node)
+	ch <- prometheus.MustNewConstMetric(imageDesc, prometheus.GaugeValue, float64(c.ImageRAMMiB), node)
 }
 
 func (c *stateCollector) collectNodes(ctx context.Context, ch chan<- prometheus.Metric) {
@@ -150,9 +155,7 @@ func (c *stateCollector) collectNodes(ctx context.Context, ch chan<- prometheus.
 		ch <- prometheus.MustNewConstMetric(drainingDesc, prometheus.GaugeValue, b(n.Draining), n.ID, n.Region)
 		ch <- prometheus.MustNewConstMetric(vcpusDesc, prometheus.GaugeValue, float64(n.VCPUs), n.ID, n.Region)
 		ch <- prometheus.MustNewConstMetric(beatDesc, prometheus.GaugeValue, n.SecondsSinceBeat, n.ID, n.Region)
-		ch <- prometheus.MustNewConstMetric(budgetDesc, prometheus.GaugeValue, float64(n.Capacity.BudgetMiB), n.ID)
-		ch <- prometheus.MustNewConstMetric(committedDesc, prometheus.GaugeValue, float64(n.Capacity.CommittedMiB), n.ID)
-		ch <- prometheus.MustNewConstMetric(imageDesc, prometheus.GaugeValue, float64(n.Capacity.ImageRAMMiB), n.ID)
+		memoryMetrics(ch, n.ID, n.Capacity)
 	}
 }
 
