@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/zeish/zeish/internal/store"
@@ -37,13 +36,10 @@ type quotaTx struct {
 }
 
 func (q *quotaTx) UsedSlots(exclude string) (int, error) {
-	args := []any{q.account, exclude}
-	for _, st := range sandbox.SlotStates {
-		args = append(args, string(st))
-	}
+	clause, states := stateIn(sandbox.SlotStates)
 	var rows, held int
-	err := q.tx.QueryRowContext(q.ctx, `SELECT COUNT(*) FROM sandboxes WHERE account_id = ? AND id != ? AND state IN (?`+
-		strings.Repeat(", ?", len(sandbox.SlotStates)-1)+`)`, args...).Scan(&rows)
+	err := q.tx.QueryRowContext(q.ctx, `SELECT COUNT(*) FROM sandboxes WHERE account_id = ? AND id != ? AND `+clause,
+		append([]any{q.account, exclude}, states...)...).Scan(&rows)
 	if err != nil {
 		return 0, err
 	}

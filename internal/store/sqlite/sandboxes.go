@@ -105,12 +105,8 @@ func (s *Store) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]*st
 		args = append(args, f.AccountID)
 	}
 	if len(f.States) > 0 {
-		marks := make([]string, len(f.States))
-		for i, st := range f.States {
-			marks[i] = "?"
-			args = append(args, string(st))
-		}
-		where = append(where, "state IN ("+strings.Join(marks, ",")+")")
+		clause, stateArgs := stateIn(f.States)
+		where, args = append(where, clause), append(args, stateArgs...)
 	} else if !f.IncludeDestroyed {
 		where = append(where, "state != ?")
 		args = append(args, string(sandbox.StateDestroyed))
@@ -176,4 +172,14 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*store.San
 		return nil, err
 	}
 	return r, tx.Commit()
+}
+
+// stateIn is "state IN (?, …)" for states, with its arguments.
+func stateIn(states []sandbox.State) (string, []any) {
+	marks := make([]string, len(states))
+	args := make([]any, len(states))
+	for i, st := range states {
+		marks[i], args[i] = "?", string(st)
+	}
+	return "state IN (" + strings.Join(marks, ",") + ")", args
 }
