@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func server(t *testing.T) *testenv.Postgres {
+func server(t testing.TB) *testenv.Postgres {
 	t.Helper()
 	testenv.RequirePostgres(t)
 	pgOnce.Do(func() { pg, pgErr = testenv.StartPostgres() })
@@ -42,7 +42,7 @@ func server(t *testing.T) *testenv.Postgres {
 	return pg
 }
 
-func open(t *testing.T, url string) *postgres.Store {
+func open(t testing.TB, url string) *postgres.Store {
 	t.Helper()
 	box, err := secrets.LoadOrCreate(t.TempDir())
 	if err != nil {

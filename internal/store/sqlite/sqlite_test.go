@@ -15,18 +15,22 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store {
-		box, err := secrets.LoadOrCreate(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "zeish.db"), sqlite.WithSecrets(box))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	})
+	storetest.Run(t, func(t *testing.T) store.Store { return open(t) })
+}
+
+func BenchmarkList(b *testing.B) { storetest.BenchmarkList(b, open(b)) }
+
+func open(t testing.TB) store.Store {
+	box, err := secrets.LoadOrCreate(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "zeish.db"), sqlite.WithSecrets(box))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
 
 func TestReopenKeepsData(t *testing.T) {
