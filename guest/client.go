@@ -287,6 +287,11 @@ func (cl *call) next() (byte, []byte, error) {
 	if err != nil {
 		return 0, nil, cl.client.transportErr(cl.ctx, cl.op, err)
 	}
+	return cl.body(kind, n)
+}
+
+// body reads the payload of a chunk whose header next read.
+func (cl *call) body(kind byte, n int) (byte, []byte, error) {
 	if n > bigReply {
 		if err := replyBudget.Acquire(cl.ctx, int64(n)); err != nil {
 			return 0, nil, cl.client.transportErr(cl.ctx, cl.op, err)

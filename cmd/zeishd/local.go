@@ -79,6 +79,11 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 	if err != nil || imageRAM < 0 {
 		return nil, fmt.Errorf("ZEISH_PLAN_IMAGE_RAM_MIB: want a number of MiB, 0 for no cap")
 	}
+	// Images nothing has used for this long move from /dev/shm to disk.
+	coldAfter, err := time.ParseDuration(env("ZEISH_COLD_AFTER", "10m"))
+	if err != nil || coldAfter < 0 {
+		return nil, fmt.Errorf("ZEISH_COLD_AFTER: want a duration (10m), 0 to keep images in /dev/shm, got %q", os.Getenv("ZEISH_COLD_AFTER"))
+	}
 	parallel, err := strconv.Atoi(env("ZEISH_TEMPLATE_BUILDS", "2"))
 	if err != nil || parallel < 1 {
 		return nil, fmt.Errorf("ZEISH_TEMPLATE_BUILDS: want a positive number, got %q", os.Getenv("ZEISH_TEMPLATE_BUILDS"))
@@ -97,7 +102,7 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 		l.closers = append(l.closers, func() { netw.Close() }) // after the node: guests' rules stay while their VMs run
 	}
 	n := node.New(node.Options{ID: nodeID, Region: os.Getenv("ZEISH_REGION"), DataDir: dataDir, Store: st, Driver: driver, Templates: cat,
-		Logger: log, BootTimeout: bootTimeout, MemoryBudgetMiB: budget, Network: netw, AccountImageRAMMiB: imageRAM,
+		Logger: log, BootTimeout: bootTimeout, MemoryBudgetMiB: budget, Network: netw, AccountImageRAMMiB: imageRAM, ColdAfter: coldAfter,
 		StoppedPromotion: env("ZEISH_FORK_PROMOTION", "live") == "stopped", Desktop: desk})
 	l.closers = append(l.closers, n.Close)
 	l.node, l.cat, l.driver = n, cat, driver

@@ -22,7 +22,8 @@ import (
 type Capacity struct {
 	BudgetMiB    int // guest memory the node may promise (0: no limit)
 	CommittedMiB int // promised to sandboxes that may run
-	ImageRAMMiB  int // held in tmpfs by saved images (snapshots, stopped sandboxes)
+	ImageRAMMiB  int // held in tmpfs by saved images (snapshots, fork bases)
+	ImageDiskMiB int // images' RAM moved to disk when they went cold (this node only)
 }
 
 // Options say where the numbers come from.
@@ -81,6 +82,7 @@ var (
 	budgetDesc    = prometheus.NewDesc("zeish_node_memory_budget_mib", "Guest memory the node may promise (0: no limit).", []string{"node"}, nil)
 	committedDesc = prometheus.NewDesc("zeish_node_memory_committed_mib", "Guest memory promised to sandboxes that may run.", []string{"node"}, nil)
 	imageDesc     = prometheus.NewDesc("zeish_node_image_ram_mib", "RAM that saved images hold in tmpfs.", []string{"node"}, nil)
+	imageDiskDesc = prometheus.NewDesc("zeish_node_image_disk_mib", "RAM of cold images, moved from tmpfs to the data dir's disk.", []string{"node"}, nil)
 	upDesc        = prometheus.NewDesc("zeish_node_up", "1 when the node agent heartbeats in time and reports itself healthy.", []string{"node", "region"}, nil)
 	drainingDesc  = prometheus.NewDesc("zeish_node_draining", "1 while the node takes no new sandboxes.", []string{"node", "region"}, nil)
 	vcpusDesc     = prometheus.NewDesc("zeish_node_vcpus", "The node's host CPUs.", []string{"node", "region"}, nil)
@@ -107,6 +109,9 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- committedDesc
 		ch <- imageDesc
 	}
+	if c.o.Capacity != nil {
+		ch <- imageDiskDesc
+	}
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -128,6 +133,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	memoryMetrics(ch, c.o.NodeID, capy)
+	ch <- prometheus.MustNewConstMetric(imageDiskDesc, prometheus.GaugeValue, float64(capy.ImageDiskMiB), c.o.NodeID)
 }
 
 // memoryMetrics sends one node's memory gauges.

@@ -59,7 +59,7 @@ func (n *Node) Capacity() (metrics.Capacity, error) {
 	if err != nil {
 		return metrics.Capacity{}, err
 	}
-	return metrics.Capacity{BudgetMiB: n.opts.MemoryBudgetMiB, CommittedMiB: used, ImageRAMMiB: n.imageRAMMiB()}, nil
+	return metrics.Capacity{BudgetMiB: n.opts.MemoryBudgetMiB, CommittedMiB: used, ImageRAMMiB: n.imageRAMMiB(), ImageDiskMiB: n.imageDiskMiB()}, nil
 }
 
 // committedMiB is the guest memory promised to the sandboxes that may run.

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/zeish/zeish/internal/datadir"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
@@ -49,11 +50,8 @@ func (n *Node) writeJournal(id string, j liveJournal) error {
 	if err != nil {
 		return err
 	}
-	path := n.journalPath(id)
-	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(path+".tmp", path)
+	// Synced (Recover acts on it after a crash) and never through a link.
+	return datadir.WriteFile(n.journalPath(id), b)
 }
 
 // captureLive captures r's VM h, whose RAM is not its own, while it runs on.

@@ -230,6 +230,14 @@ func (n *Node) nextVM(ctx context.Context, r *store.SandboxRecord) (vmm.Spec, er
 // startVM starts spec for r and persists the handle (in the store and beside
 // the VM's files, so recovery finds the VM even if the store write is lost).
 func (n *Node) startVM(ctx context.Context, undo *rollback.Stack, r *store.SandboxRecord, spec vmm.Spec) (*vmm.Handle, error) {
+	if spec.From != nil && spec.From.MemFile != "" {
+		// Pinned until the VM maps it: the cold sweeper must not move the
+		// image back to disk in between.
+		defer n.pin(filepath.Base(spec.From.Dir))()
+		if err := n.thaw(spec.From); err != nil {
+			return nil, err
+		}
+	}
 	h, err := n.opts.Driver.Start(ctx, spec)
 	if err != nil {
 		return nil, err

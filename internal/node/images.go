@@ -178,6 +178,7 @@ func (n *Node) gc(ctx context.Context) {
 			if err := n.opts.Driver.DiscardImage(n.imageDir(id), m.VM); err != nil {
 				n.log.Warn("gc: discard image memory", "image", id, "err", err)
 			}
+			os.Remove(n.coldPath(id)) // its memory, moved to disk (cold.go)
 			if disk[id] && (m.VM.MemFile != "" || m.VM.StateFile != "") {
 				m.VM = nil // the layer stays for the disks backed by it
 				n.writeImage(m)

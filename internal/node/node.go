@@ -62,6 +62,11 @@ type Options struct {
 	// bases) may keep in ShmDir; a snapshot or fork past it gets
 	// limit_reached. 0: no cap.
 	AccountImageRAMMiB int
+	// ColdAfter moves an image's RAM (a snapshot's, a fork base's, a warm
+	// template's) from ShmDir to the data dir's disk once nothing has
+	// mapped or used it for this long; a VM starting from it copies it
+	// back (cold.go). 0: images stay in ShmDir.
+	ColdAfter time.Duration
 	// Desktop is the screen of sandboxes with desktop: true (zero:
 	// desktop's defaults, 1280x800x24 on :0).
 	Desktop desktop.Config
@@ -95,6 +100,8 @@ type Node struct {
 	// when none runs).
 	unpinned map[string]bool
 	gcMu     sync.Mutex
+	// coldMu serialises moves of image RAM between tmpfs and disk.
+	coldMu sync.Mutex
 }
 
 // op is one background operation on a sandbox; only one runs at a time.

@@ -63,7 +63,9 @@ func (n *Node) Recover(ctx context.Context) error {
 			h, _ := r.VMHandle()
 			return h, true
 		}})
+	n.recoverCold()
 	n.gc(ctx)
+	n.startColdSweeper()
 	return nil
 }
 

@@ -233,15 +233,11 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	files, err := agentFrom(r.Context()).List(r.Context(), p)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	if files == nil {
-		files = []guest.FileInfo{}
-	}
-	writeJSON(w, http.StatusOK, api.FileList{Files: files})
+	// Streamed (api.FileList's shape): a directory of any size costs the
+	// host one entry at a time.
+	streamList(w, r, "files", func(fn func(guest.FileInfo) error) error {
+		return agentFrom(r.Context()).ListEach(r.Context(), p, fn)
+	})
 }
 
 func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
@@ -277,15 +273,10 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) processes(w http.ResponseWriter, r *http.Request) {
-	ps, err := agentFrom(r.Context()).Processes(r.Context())
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	if ps == nil {
-		ps = []guest.Process{}
-	}
-	writeJSON(w, http.StatusOK, api.ProcessList{Processes: ps})
+	// Streamed (api.ProcessList's shape), like listFiles.
+	streamList(w, r, "processes", func(fn func(guest.Process) error) error {
+		return agentFrom(r.Context()).ProcessesEach(r.Context(), fn)
+	})
 }
 
 func (s *Server) kill(w http.ResponseWriter, r *http.Request) {

@@ -29,7 +29,8 @@ const pageSize = 4096
 // sparsify punches a hole over every all-zero page of an immutable RAM file
 // and returns how many bytes it freed. Holes already there are skipped.
 func sparsify(path string) (freed int64, err error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	// Never through a link: the file sits in a world-writable tmpfs.
+	f, err := os.OpenFile(path, os.O_RDWR|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return 0, err
 	}

@@ -53,3 +53,24 @@ func TestSparsifyPunchesOnlyZeroPages(t *testing.T) {
 		t.Errorf("freed %d bytes, want %d", freed, wantFreed)
 	}
 }
+
+// sparsify never opens its file through a symlink (the file sits in a
+// world-writable tmpfs): the link's target keeps its zero pages.
+func TestSparsifyNeverFollowsSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	target, link := dir+"/target", dir+"/link.mem"
+	if err := os.WriteFile(target, make([]byte, 4*pageSize), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sparsify(link); err == nil {
+		t.Error("sparsify opened a symlink")
+	}
+	var st syscall.Stat_t
+	syscall.Stat(target, &st)
+	if st.Blocks == 0 {
+		t.Fatal("sparsify punched holes in a symlink's target")
+	}
+}
