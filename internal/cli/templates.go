@@ -37,7 +37,9 @@ func (a *app) templateBuildCmd() *cobra.Command {
   docker-archive:PATH   a 'docker save' tar, uploaded
   oci-archive:PATH      an OCI image layout as a tar, uploaded
   oci:DIR               an OCI image layout folder, uploaded as a tar
-  registry:HOST/REPO:TAG pulled by the server (--username, --password-stdin)`,
+  registry:HOST/REPO:TAG pulled by the server (--registry-secret NAME, the name of
+                        an account secret stored with 'zeishctl secrets set NAME'
+                        holding user:password or a token; or --username, --password-stdin)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if startCmd != "" {
@@ -84,6 +86,7 @@ func (a *app) templateBuildCmd() *cobra.Command {
 	f.BoolVar(&req.Cold, "cold", false, "always cold-boot sandboxes from this template")
 	f.StringVar(&req.Username, "username", "", "registry user (basic auth)")
 	f.BoolVar(&passwordStdin, "password-stdin", false, "read the registry password from stdin")
+	f.StringVar(&req.RegistrySecret, "registry-secret", "", "account secret holding the registry's credentials (user:password or a token; see 'secrets set')")
 	f.BoolVar(&noWait, "no-wait", false, "return once the build started")
 	cmd.MarkFlagRequired("name")
 	cmd.MarkFlagRequired("from")
