@@ -22,7 +22,8 @@ import (
 // nothing; without credentials, or with a wrong secret, the build ends in
 // error with the registry's 401; with the account secret (stored by
 // zeishctl secrets set, named by templates build --registry-secret) it
-// builds and boots. The credential appears in no answer, build log or
+// builds and boots; a create asking for less disk than the template's is
+// 400 disk_too_small. The credential appears in no answer, build log or
 // server log, and not in the build's folder.
 func TestTemplateRegistrySecret(t *testing.T) {
 	s := startServer(t)
@@ -64,13 +65,17 @@ func TestTemplateRegistrySecret(t *testing.T) {
 		t.Fatalf("secrets list: exit %d: %s", code, out)
 	}
 	out, errOut, code := s.zeishctl(t, "", "templates", "build", "--name", "sec-ok", "--from", "registry:"+ref,
-		"--registry-secret", "REGISTRY", "--disk-mib", "256", "--cold", "-o", "json")
+		"--registry-secret", "REGISTRY", "--disk-mib", "2048", "--cold", "-o", "json")
 	if code != 0 {
 		t.Fatalf("templates build --registry-secret: exit %d: %s\n%s", code, errOut, out)
 	}
 	tpl, err := c.GetTemplate(ctx, "sec-ok")
 	if err != nil || tpl.State != sandbox.TemplateReady {
 		t.Fatalf("template: %+v %v", tpl, err)
+	}
+	// A disk smaller than the template's is refused at the edge.
+	if _, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "sec-ok", DiskMiB: 1024}); !errors.Is(err, errdefs.ErrDiskTooSmall) || !strings.Contains(err.Error(), "2048 MiB") {
+		t.Errorf("disk_mib 1024 from a 2048 MiB template: %v, want disk_too_small naming 2048 MiB", err)
 	}
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "sec-ok", MemoryMiB: 256}, zeish.Wait())
 	if err != nil || sb.State != sandbox.StateRunning {

@@ -1656,7 +1656,7 @@ export interface components {
             vcpus?: number;
             /** @description Memory in MiB, a multiple of 2; overrides the preset's. */
             memory_mib?: number;
-            /** @description Disk size in MiB; overrides the preset's. */
+            /** @description Disk size in MiB; overrides the preset's. Less than the template's `disk_mib` is `400 disk_too_small` (the message names the template's size). */
             disk_mib?: number;
             /** @description The node label to place the sandbox in (default `local`, the server's own). */
             region?: string;
