@@ -24,6 +24,11 @@ type BuildTemplateRequest struct {
 	// warmed; default 600.
 	ReadyTimeoutSeconds int  `json:"ready_timeout_seconds,omitempty"`
 	Cold                bool `json:"cold,omitempty"`
+	// VCPUs and MemoryMiB size the machine the warm image is taken on (0:
+	// the default size); sandboxes of exactly that size resume it, others
+	// boot cold.
+	VCPUs     int `json:"vcpus,omitempty"`
+	MemoryMiB int `json:"memory_mib,omitempty"`
 }
 
 // TemplateList is GET /public/templates.

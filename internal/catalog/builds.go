@@ -52,6 +52,8 @@ type BuildRequest struct {
 	// ReadyTimeoutSeconds bounds the warm build's wait for ReadyCmd (0: default).
 	ReadyTimeoutSeconds int
 	Cold                bool
+	// VCPUs and MemoryMiB size the warm machine (0: the default size).
+	VCPUs, MemoryMiB int
 	// RegistrySecret names the account secret Source's credentials came
 	// from (resolved by the caller): a restart reads it again, while
 	// credentials given inline are never kept.
@@ -188,7 +190,8 @@ func (c *Catalog) resumable(ctx context.Context, t sandbox.Template) (BuildReque
 		src.Username, src.Password, src.Token = template.RegistryCredentials(sec.Value)
 	}
 	return BuildRequest{AccountID: t.AccountID, Name: t.Name, Source: src, RegistrySecret: s.RegistrySecret,
-		DiskMiB: t.DiskMiB, StartCmd: t.StartCmd, ReadyCmd: t.ReadyCmd, ReadyTimeoutSeconds: t.ReadyTimeoutSeconds, Cold: t.Cold}, true
+		DiskMiB: t.DiskMiB, StartCmd: t.StartCmd, ReadyCmd: t.ReadyCmd, ReadyTimeoutSeconds: t.ReadyTimeoutSeconds, Cold: t.Cold,
+		VCPUs: t.VCPUs, MemoryMiB: t.MemoryMiB}, true
 }
 
 // Build records a template in state building and builds it in the
@@ -204,7 +207,8 @@ func (c *Catalog) Build(ctx context.Context, req BuildRequest) (sandbox.Template
 	now := time.Now().UTC()
 	t := sandbox.Template{ID: sandbox.NewID(sandbox.PrefixTemplate), Name: req.Name, AccountID: req.AccountID,
 		State: sandbox.TemplateBuilding, Source: req.Source.String(), DiskMiB: req.DiskMiB,
-		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, ReadyTimeoutSeconds: req.ReadyTimeoutSeconds, Cold: req.Cold, CreatedAt: now, UpdatedAt: now}
+		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, ReadyTimeoutSeconds: req.ReadyTimeoutSeconds, Cold: req.Cold,
+		VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, CreatedAt: now, UpdatedAt: now}
 	dir := filepath.Join(c.b.dir, t.ID)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return t, err

@@ -115,6 +115,14 @@ func (s *Server) buildRequest(ctx context.Context, accountID string, admin bool,
 	if req.ReadyTimeoutSeconds < 0 || req.ReadyTimeoutSeconds > maxReadyTimeoutSeconds {
 		return catalog.BuildRequest{}, invalid("ready_timeout_seconds %d is outside 0..%d", req.ReadyTimeoutSeconds, maxReadyTimeoutSeconds)
 	}
+	if req.VCPUs != 0 || req.MemoryMiB != 0 {
+		if req.Cold {
+			return catalog.BuildRequest{}, invalid("vcpus and memory_mib size the warm machine; a cold template has none")
+		}
+		if _, err := sandbox.ResolveSize("", req.VCPUs, req.MemoryMiB, 0); err != nil {
+			return catalog.BuildRequest{}, err
+		}
+	}
 	for _, c := range [][]string{req.StartCmd, req.ReadyCmd} {
 		if len(c) > maxCmdArgs {
 			return catalog.BuildRequest{}, invalid("start_cmd and ready_cmd take at most %d arguments", maxCmdArgs)
@@ -130,7 +138,8 @@ func (s *Server) buildRequest(ctx context.Context, accountID string, admin bool,
 		src.Username, src.Password, src.Token = template.RegistryCredentials(value)
 	}
 	return catalog.BuildRequest{AccountID: accountID, Name: req.Name, Source: src, DiskMiB: req.DiskMiB, RegistrySecret: req.RegistrySecret,
-		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, ReadyTimeoutSeconds: req.ReadyTimeoutSeconds, Cold: req.Cold}, nil
+		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, ReadyTimeoutSeconds: req.ReadyTimeoutSeconds, Cold: req.Cold,
+		VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB}, nil
 }
 
 func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {

@@ -2272,6 +2272,10 @@ export interface components {
             ready_timeout_seconds?: number;
             /** @description Sandboxes always boot cold: no machine is saved at build. */
             cold?: boolean;
+            /** @description vCPUs the warm machine is taken with, as the build asked (absent: the default size's). */
+            vcpus?: number;
+            /** @description Memory the warm machine is taken with, as the build asked (absent: the default size's). */
+            memory_mib?: number;
             /** @description The saved machine sandboxes of this template start from (warm templates): a create of exactly this size is a resume of it, with the start command's processes already running; any other size, or `network.enabled: false`, boots cold. Absent on a cold template. */
             warm?: {
                 image: string;
@@ -2332,6 +2336,10 @@ export interface components {
             ready_timeout_seconds?: number;
             /** @description Save no machine: every sandbox of this template boots cold. */
             cold?: boolean;
+            /** @description vCPUs of the machine the warm image is taken on (default the default size's, 1). Sandboxes of exactly the warm size resume it; others boot cold. Not with `cold`. */
+            vcpus?: number;
+            /** @description Memory of the machine the warm image is taken on (default the default size's, 512): e.g. 1024 for a 1 GiB warm template. Sandboxes created with this memory_mib (and the warm vcpus and disk) resume it; others boot cold. Not with `cold`. */
+            memory_mib?: number;
         };
         PutSecretRequest: {
             /** @description The secret; for registry credentials `user:password` or a bearer token. */
