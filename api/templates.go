@@ -9,17 +9,26 @@ import "github.com/zeish/zeish/sandbox"
 // this object (From "docker-archive" or "oci-archive") followed by an
 // "image" part holding the archive; it is streamed, never held whole.
 type BuildTemplateRequest struct {
-	Name     string   `json:"name"`
-	From     string   `json:"from"`
-	Username string   `json:"username,omitempty"` // registry basic auth
-	Password string   `json:"password,omitempty"`
-	DiskMiB  int      `json:"disk_mib,omitempty"`  // root filesystem size; default 1024
-	StartCmd []string `json:"start_cmd,omitempty"` // default the image's Entrypoint + Cmd
-	ReadyCmd []string `json:"ready_cmd,omitempty"`
+	Name     string `json:"name"`
+	From     string `json:"from"`
+	Username string `json:"username,omitempty"` // registry basic auth
+	Password string `json:"password,omitempty"`
+	// RegistrySecret names an account secret (PUT /public/secrets/{name})
+	// holding the registry's credentials: "user:password" for basic auth,
+	// anything without a colon for a bearer token. Not with Username/Password.
+	RegistrySecret string   `json:"registry_secret,omitempty"`
+	DiskMiB        int      `json:"disk_mib,omitempty"`  // root filesystem size; default 1024
+	StartCmd       []string `json:"start_cmd,omitempty"` // default the image's Entrypoint + Cmd
+	ReadyCmd       []string `json:"ready_cmd,omitempty"`
 	// ReadyTimeoutSeconds bounds the wait for ReadyCmd while the template is
 	// warmed; default 600.
 	ReadyTimeoutSeconds int  `json:"ready_timeout_seconds,omitempty"`
 	Cold                bool `json:"cold,omitempty"`
+	// VCPUs and MemoryMiB size the machine the warm image is taken on (0:
+	// the default size); sandboxes of exactly that size resume it, others
+	// boot cold.
+	VCPUs     int `json:"vcpus,omitempty"`
+	MemoryMiB int `json:"memory_mib,omitempty"`
 }
 
 // TemplateList is GET /public/templates.

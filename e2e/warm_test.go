@@ -21,7 +21,8 @@ import (
 // sandbox created from the template resumes it, with the counter already
 // running (the token it drew at start is the build's), while each sandbox
 // is its own machine (hostname, entropy, files, its counter running on).
-// A create of another size boots cold; a cold template saves nothing; a
+// The template is warm at the size its build asked for (1 GiB); a
+// create of another size boots cold; a cold template saves nothing; a
 // ready command that never succeeds fails the build with the reason.
 func TestWarmTemplate(t *testing.T) {
 	s := startServer(t)
@@ -44,7 +45,8 @@ func TestWarmTemplate(t *testing.T) {
 		}
 		return tpl
 	}
-	tpl := build(zeish.BuildTemplateRequest{Name: "warm", DiskMiB: 256,
+	// Warm at 1 GiB, not the default size: its sandboxes of 1 GiB resume.
+	tpl := build(zeish.BuildTemplateRequest{Name: "warm", DiskMiB: 256, MemoryMiB: 1024,
 		StartCmd: []string{"/bin/sh", "-c", counter},
 		ReadyCmd: []string{"/bin/sh", "-c", `test -s /tmp/count && [ "$(cat /tmp/count)" -ge 3 ]`}})
 	if tpl.State != sandbox.TemplateReady || tpl.Warm == nil {
@@ -60,6 +62,9 @@ func TestWarmTemplate(t *testing.T) {
 
 	// Two sandboxes of the warm size: both resume the saved machine.
 	size := tpl.Warm
+	if size.MemoryMiB != 1024 || tpl.MemoryMiB != 1024 {
+		t.Errorf("warm machine %+v of a template built with memory_mib 1024 (template: %d)", size, tpl.MemoryMiB)
+	}
 	var conns []*zeish.SandboxConn
 	var ids []string
 	for _, name := range []string{"warm-a", "warm-b"} {

@@ -120,6 +120,10 @@ type Template struct {
 	// warmed (0: the default).
 	ReadyTimeoutSeconds int  `json:"ready_timeout_seconds,omitempty"`
 	Cold                bool `json:"cold,omitempty"`
+	// VCPUs and MemoryMiB, when set, size the machine the warm image is
+	// taken on (0: the default size): sandboxes of that size start warm.
+	VCPUs     int `json:"vcpus,omitempty"`
+	MemoryMiB int `json:"memory_mib,omitempty"`
 	// Warm is the saved machine sandboxes of this template start from
 	// (nil: they boot cold).
 	Warm       *TemplateWarm `json:"warm,omitempty"`

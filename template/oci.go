@@ -56,7 +56,23 @@ type Source struct {
 	Ref       string // a path, or a registry reference
 	Username  string // registry basic auth, optional
 	Password  string
+	// Token, when set, is sent to the registry as a bearer token instead
+	// of basic auth (see RegistryCredentials).
+	Token string
 }
+
+// RegistryCredentials reads a stored secret as registry credentials:
+// "user:password" is basic auth (split at the first colon, so a password
+// may hold colons), anything else is a bearer token.
+func RegistryCredentials(secret string) (username, password, token string) {
+	if u, p, ok := strings.Cut(secret, ":"); ok {
+		return u, p, ""
+	}
+	return "", "", secret
+}
+
+// HasAuth reports whether the source carries registry credentials.
+func (s Source) HasAuth() bool { return s.Username != "" || s.Password != "" || s.Token != "" }
 
 // ParseSource reads "transport:ref".
 func ParseSource(s string) (Source, error) {
@@ -216,7 +232,10 @@ func openImage(ctx context.Context, src Source, work string, rt http.RoundTrippe
 			return nil, fmt.Errorf("%v: %w", err, ErrBadSource)
 		}
 		auth := authn.Anonymous
-		if src.Username != "" || src.Password != "" {
+		switch {
+		case src.Token != "":
+			auth = authn.FromConfig(authn.AuthConfig{RegistryToken: src.Token})
+		case src.Username != "" || src.Password != "":
 			auth = &authn.Basic{Username: src.Username, Password: src.Password}
 		}
 		ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuth(auth),

@@ -52,6 +52,12 @@ type BuildRequest struct {
 	// ReadyTimeoutSeconds bounds the warm build's wait for ReadyCmd (0: default).
 	ReadyTimeoutSeconds int
 	Cold                bool
+	// VCPUs and MemoryMiB size the warm machine (0: the default size).
+	VCPUs, MemoryMiB int
+	// RegistrySecret names the account secret Source's credentials came
+	// from (resolved by the caller): a restart reads it again, while
+	// credentials given inline are never kept.
+	RegistrySecret string
 }
 
 // BuildOptions configure template builds.
@@ -109,9 +115,9 @@ func (c *Catalog) StartBuilds(ctx context.Context, opts BuildOptions) error {
 		if t.State != sandbox.TemplateBuilding {
 			continue
 		}
-		req, ok := c.resumable(t)
+		req, ok := c.resumable(ctx, t)
 		if !ok {
-			c.finish(t, nil, nil, errors.New("interrupted by a zeishd restart; registry credentials are not kept, build it again"))
+			c.finish(t, nil, nil, errors.New("interrupted by a zeishd restart; registry credentials are not kept (or its registry_secret is gone), build it again"))
 			continue
 		}
 		c.log.Info("template build resumed after restart", "template", t.ID, "name", t.Name)
@@ -161,9 +167,12 @@ type buildSpec struct {
 	Transport string `json:"transport"`
 	Ref       string `json:"ref"`
 	HasAuth   bool   `json:"has_auth"`
+	// RegistrySecret is the name (never the value) of the account secret
+	// holding the registry's credentials.
+	RegistrySecret string `json:"registry_secret,omitempty"`
 }
 
-func (c *Catalog) resumable(t sandbox.Template) (BuildRequest, bool) {
+func (c *Catalog) resumable(ctx context.Context, t sandbox.Template) (BuildRequest, bool) {
 	b, err := os.ReadFile(filepath.Join(c.b.dir, t.ID, "spec.json"))
 	if err != nil {
 		return BuildRequest{}, false
@@ -172,8 +181,17 @@ func (c *Catalog) resumable(t sandbox.Template) (BuildRequest, bool) {
 	if json.Unmarshal(b, &s) != nil || s.HasAuth {
 		return BuildRequest{}, false
 	}
-	return BuildRequest{AccountID: t.AccountID, Name: t.Name, Source: template.Source{Transport: s.Transport, Ref: s.Ref},
-		DiskMiB: t.DiskMiB, StartCmd: t.StartCmd, ReadyCmd: t.ReadyCmd, ReadyTimeoutSeconds: t.ReadyTimeoutSeconds, Cold: t.Cold}, true
+	src := template.Source{Transport: s.Transport, Ref: s.Ref}
+	if s.RegistrySecret != "" {
+		sec, err := c.store.GetAccountSecret(ctx, t.AccountID, s.RegistrySecret)
+		if err != nil {
+			return BuildRequest{}, false
+		}
+		src.Username, src.Password, src.Token = template.RegistryCredentials(sec.Value)
+	}
+	return BuildRequest{AccountID: t.AccountID, Name: t.Name, Source: src, RegistrySecret: s.RegistrySecret,
+		DiskMiB: t.DiskMiB, StartCmd: t.StartCmd, ReadyCmd: t.ReadyCmd, ReadyTimeoutSeconds: t.ReadyTimeoutSeconds, Cold: t.Cold,
+		VCPUs: t.VCPUs, MemoryMiB: t.MemoryMiB}, true
 }
 
 // Build records a template in state building and builds it in the
@@ -189,7 +207,8 @@ func (c *Catalog) Build(ctx context.Context, req BuildRequest) (sandbox.Template
 	now := time.Now().UTC()
 	t := sandbox.Template{ID: sandbox.NewID(sandbox.PrefixTemplate), Name: req.Name, AccountID: req.AccountID,
 		State: sandbox.TemplateBuilding, Source: req.Source.String(), DiskMiB: req.DiskMiB,
-		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, ReadyTimeoutSeconds: req.ReadyTimeoutSeconds, Cold: req.Cold, CreatedAt: now, UpdatedAt: now}
+		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, ReadyTimeoutSeconds: req.ReadyTimeoutSeconds, Cold: req.Cold,
+		VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, CreatedAt: now, UpdatedAt: now}
 	dir := filepath.Join(c.b.dir, t.ID)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return t, err
@@ -209,7 +228,7 @@ func (c *Catalog) Build(ctx context.Context, req BuildRequest) (sandbox.Template
 		t.Source = req.Source.Transport + ":upload"
 	}
 	spec, _ := json.Marshal(buildSpec{Transport: req.Source.Transport, Ref: req.Source.Ref,
-		HasAuth: req.Source.Username != "" || req.Source.Password != ""})
+		HasAuth: req.Source.HasAuth() && req.RegistrySecret == "", RegistrySecret: req.RegistrySecret})
 	if err := os.WriteFile(filepath.Join(dir, "spec.json"), spec, 0o600); err != nil {
 		return t, err
 	}

@@ -103,6 +103,7 @@ func (a *app) newRoot() *cobra.Command {
 		a.browserCmd(),
 		a.snapshotsCmd(),
 		a.templatesCmd(),
+		a.secretsCmd(),
 		a.execCmd(),
 		a.shellCmd(),
 		a.filesCmd(),

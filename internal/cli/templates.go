@@ -37,7 +37,9 @@ func (a *app) templateBuildCmd() *cobra.Command {
   docker-archive:PATH   a 'docker save' tar, uploaded
   oci-archive:PATH      an OCI image layout as a tar, uploaded
   oci:DIR               an OCI image layout folder, uploaded as a tar
-  registry:HOST/REPO:TAG pulled by the server (--username, --password-stdin)`,
+  registry:HOST/REPO:TAG pulled by the server (--registry-secret NAME, the name of
+                        an account secret stored with 'zeishctl secrets set NAME'
+                        holding user:password or a token; or --username, --password-stdin)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if startCmd != "" {
@@ -82,8 +84,11 @@ func (a *app) templateBuildCmd() *cobra.Command {
 	f.IntVar(&req.DiskMiB, "disk-mib", 0, "root filesystem size in MiB (default 1024)")
 	f.IntVar(&req.ReadyTimeoutSeconds, "ready-timeout", 0, "seconds to wait for --ready-cmd to succeed while warming (default 600)")
 	f.BoolVar(&req.Cold, "cold", false, "always cold-boot sandboxes from this template")
+	f.IntVar(&req.MemoryMiB, "memory-mib", 0, "memory of the warm machine: sandboxes of this size start warm, others boot cold (default the default size's)")
+	f.IntVar(&req.VCPUs, "vcpus", 0, "vCPUs of the warm machine (default the default size's)")
 	f.StringVar(&req.Username, "username", "", "registry user (basic auth)")
 	f.BoolVar(&passwordStdin, "password-stdin", false, "read the registry password from stdin")
+	f.StringVar(&req.RegistrySecret, "registry-secret", "", "account secret holding the registry's credentials (user:password or a token; see 'secrets set')")
 	f.BoolVar(&noWait, "no-wait", false, "return once the build started")
 	cmd.MarkFlagRequired("name")
 	cmd.MarkFlagRequired("from")

@@ -34,6 +34,9 @@ type BuildTemplateInput struct {
 	From     string `json:"from" jsonschema:"image: registry:HOST/REPO:TAG, or a file on this machine as docker-archive:PATH, oci-archive:PATH or oci:DIR"`
 	DiskMiB  int    `json:"disk_mib,omitempty" jsonschema:"root filesystem size in MiB (default 1024); the image must fit"`
 	StartCmd string `json:"start_cmd,omitempty" jsonschema:"shell command started at every boot (default the image's entrypoint and command)"`
+	// RegistrySecret names a stored secret; the agent never sees or passes the credential itself.
+	MemoryMiB      int    `json:"memory_mib,omitempty" jsonschema:"memory of the warm machine in MiB (default 512): sandboxes created with this memory_mib start warm, others boot cold"`
+	RegistrySecret string `json:"registry_secret,omitempty" jsonschema:"name of the account secret holding the registry's credentials (user:password or a token), stored beforehand with zeishctl secrets set"`
 }
 
 type TemplateRefInput struct {
@@ -72,7 +75,7 @@ func (t *tools) addTemplateTools(s *sdkmcp.Server) {
 }
 
 func (t *tools) buildTemplate(ctx context.Context, in BuildTemplateInput) (TemplateInfo, error) {
-	req := zeish.BuildTemplateRequest{Name: in.Name, DiskMiB: in.DiskMiB}
+	req := zeish.BuildTemplateRequest{Name: in.Name, DiskMiB: in.DiskMiB, MemoryMiB: in.MemoryMiB, RegistrySecret: in.RegistrySecret}
 	if in.StartCmd != "" {
 		req.StartCmd = []string{"/bin/sh", "-c", in.StartCmd}
 	}

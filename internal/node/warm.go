@@ -25,7 +25,9 @@ import (
 // running, with the start command's processes already running.
 //
 // The image only fits a machine like the one it was taken from: the same
-// vCPUs, memory and disk size, and a network card. A create that asks for
+// vCPUs, memory and disk size, and a network card. The build takes it at
+// the size the template asks for (vcpus, memory_mib; default the default
+// size), so each template is warm at one size; a create that asks for
 // anything else boots cold, as a template without a warm image does.
 
 // DefaultReadyTimeout bounds the wait for a warm template's ready command
@@ -35,10 +37,14 @@ const DefaultReadyTimeout = 10 * time.Minute
 // warmPoll is how often the ready command is run until it succeeds.
 const warmPoll = 250 * time.Millisecond
 
-// WarmSize is the machine a warm image is taken on: the default size, with
-// a disk no smaller than the template's file system.
+// WarmSize is the machine a warm image is taken on: the template's vCPUs
+// and memory (the default size's where it sets none), with a disk no
+// smaller than the template's file system.
 func WarmSize(tpl sandbox.Template) sandbox.Size {
-	size, _ := sandbox.ResolveSize("", 0, 0, 0)
+	size, err := sandbox.ResolveSize("", tpl.VCPUs, tpl.MemoryMiB, 0)
+	if err != nil { // checked at the build request; a bad row gets the default
+		size, _ = sandbox.ResolveSize("", 0, 0, 0)
+	}
 	size.DiskMiB = max(size.DiskMiB, tpl.DiskMiB)
 	return size
 }

@@ -67,8 +67,8 @@ func (s *Server) newRecord(ctx context.Context, acct store.Account, req api.Crea
 	if err != nil {
 		return nil, err
 	}
-	if size.DiskMiB < tpl.DiskMiB {
-		return nil, invalid("disk_mib %d is smaller than template %s's root filesystem (%d MiB)", size.DiskMiB, tpl.Name, tpl.DiskMiB)
+	if err := checkTemplateDisk(size.DiskMiB, tpl); err != nil {
+		return nil, err
 	}
 	if err := s.checkRegion(ctx, req.Region); err != nil {
 		return nil, err

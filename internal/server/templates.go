@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,7 +58,7 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	breq, err := s.buildRequest(acct.ID, acct.Admin, req, upload != nil)
+	breq, err := s.buildRequest(r.Context(), acct.ID, acct.Admin, req, upload != nil)
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -75,7 +76,7 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) {
 }
 
 // buildRequest validates a build request at the edge.
-func (s *Server) buildRequest(accountID string, admin bool, req api.BuildTemplateRequest, upload bool) (catalog.BuildRequest, error) {
+func (s *Server) buildRequest(ctx context.Context, accountID string, admin bool, req api.BuildTemplateRequest, upload bool) (catalog.BuildRequest, error) {
 	if err := sandbox.CheckName(req.Name); err != nil {
 		return catalog.BuildRequest{}, err
 	}
@@ -97,6 +98,14 @@ func (s *Server) buildRequest(accountID string, admin bool, req api.BuildTemplat
 		}
 		src.Username, src.Password = req.Username, req.Password
 	}
+	if req.RegistrySecret != "" {
+		if src.Transport != template.TransportRegistry {
+			return catalog.BuildRequest{}, invalid("registry_secret goes with from registry:HOST/REPO:TAG, not %q", req.From)
+		}
+		if req.Username != "" || req.Password != "" {
+			return catalog.BuildRequest{}, invalid("registry_secret and username/password are exclusive")
+		}
+	}
 	switch {
 	case req.DiskMiB == 0:
 		req.DiskMiB = template.DiskMiB
@@ -106,13 +115,31 @@ func (s *Server) buildRequest(accountID string, admin bool, req api.BuildTemplat
 	if req.ReadyTimeoutSeconds < 0 || req.ReadyTimeoutSeconds > maxReadyTimeoutSeconds {
 		return catalog.BuildRequest{}, invalid("ready_timeout_seconds %d is outside 0..%d", req.ReadyTimeoutSeconds, maxReadyTimeoutSeconds)
 	}
+	if req.VCPUs != 0 || req.MemoryMiB != 0 {
+		if req.Cold {
+			return catalog.BuildRequest{}, invalid("vcpus and memory_mib size the warm machine; a cold template has none")
+		}
+		if _, err := sandbox.ResolveSize("", req.VCPUs, req.MemoryMiB, 0); err != nil {
+			return catalog.BuildRequest{}, err
+		}
+	}
 	for _, c := range [][]string{req.StartCmd, req.ReadyCmd} {
 		if len(c) > maxCmdArgs {
 			return catalog.BuildRequest{}, invalid("start_cmd and ready_cmd take at most %d arguments", maxCmdArgs)
 		}
 	}
-	return catalog.BuildRequest{AccountID: accountID, Name: req.Name, Source: src, DiskMiB: req.DiskMiB,
-		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, ReadyTimeoutSeconds: req.ReadyTimeoutSeconds, Cold: req.Cold}, nil
+	if req.RegistrySecret != "" {
+		// Read last, once the request is otherwise valid; the value lives
+		// in this build's memory only (the build keeps the secret's name).
+		value, err := s.accountSecret(ctx, accountID, "registry_secret", req.RegistrySecret)
+		if err != nil {
+			return catalog.BuildRequest{}, err
+		}
+		src.Username, src.Password, src.Token = template.RegistryCredentials(value)
+	}
+	return catalog.BuildRequest{AccountID: accountID, Name: req.Name, Source: src, DiskMiB: req.DiskMiB, RegistrySecret: req.RegistrySecret,
+		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, ReadyTimeoutSeconds: req.ReadyTimeoutSeconds, Cold: req.Cold,
+		VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB}, nil
 }
 
 func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) {

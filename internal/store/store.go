@@ -169,6 +169,7 @@ type Store interface {
 	DeleteSnapshot(ctx context.Context, id string) error
 
 	Quotas
+	AccountSecrets
 
 	Close() error
 }

@@ -58,6 +58,9 @@ var migrations = []string{
 	CREATE TABLE rate_buckets (account_id TEXT PRIMARY KEY, tokens DOUBLE PRECISION NOT NULL, at TIMESTAMPTZ NOT NULL);
 	CREATE TABLE leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at TIMESTAMPTZ NOT NULL);`,
 	`CREATE TABLE nodes (id TEXT PRIMARY KEY, data TEXT NOT NULL);`,
+	`CREATE TABLE account_secrets (
+		account_id TEXT NOT NULL, name TEXT NOT NULL, sealed TEXT NOT NULL, updated_at TIMESTAMPTZ NOT NULL,
+		PRIMARY KEY (account_id, name));`,
 }
 
 // migrateLock is the advisory lock key that serialises migrations.

@@ -55,6 +55,9 @@ var migrations = []string{
 	CREATE TABLE rate_buckets (account_id TEXT PRIMARY KEY, tokens REAL NOT NULL, at TEXT NOT NULL);
 	CREATE TABLE leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at TEXT NOT NULL);`,
 	`CREATE TABLE nodes (id TEXT PRIMARY KEY, data TEXT NOT NULL);`,
+	`CREATE TABLE account_secrets (
+		account_id TEXT NOT NULL, name TEXT NOT NULL, sealed TEXT NOT NULL, updated_at TEXT NOT NULL,
+		PRIMARY KEY (account_id, name));`,
 }
 
 // Open opens (creating if needed) the database at path and migrates it.

@@ -23,6 +23,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("quotas", func(t *testing.T) { testQuotas(t, open(t)) })
 	t.Run("leases", func(t *testing.T) { testLeases(t, open(t)) })
 	t.Run("nodes", func(t *testing.T) { testNodes(t, open(t)) })
+	t.Run("account secrets", func(t *testing.T) { testAccountSecrets(t, open(t)) })
 }
 
 func testKeys(t *testing.T, s store.Store) {

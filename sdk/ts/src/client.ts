@@ -5,7 +5,7 @@ import { ServerError, TimeoutError, ZeishError, errorFromResponse, SandboxStateE
 import type {
   Access, AccountInfo, APIKeyInfo, BrowserInfo, CloneRequest, CloneResponse, CreatedAPIKey, CreateSandboxRequest, GitStatus, Health, Lineage, NetworkPolicyRequest, PortInfo, PortList, ListedPortInfo,
   PriceEstimate, RestoreResponse, SandboxEvent, SandboxInfo, SandboxState, SizePreset, SnapshotInfo, UsageReport,
-  BuildTemplateRequest, TemplateEvent, TemplateInfo,
+  BuildTemplateRequest, SecretInfo, TemplateEvent, TemplateInfo,
 } from "./types.js";
 import { envVar, readLines } from "./util.js";
 
@@ -337,6 +337,25 @@ export class Zeish {
   /** Deletes a template; sandboxes created from it keep working. */
   deleteTemplate(ref: string): Promise<TemplateInfo> {
     return this.json("DELETE", `/public/templates/${enc(ref)}`);
+  }
+
+  /**
+   * Stores (or replaces) an account secret; requests name it, e.g. buildTemplate's
+   * `registry_secret` ("user:password" or a bearer token). The value is never returned.
+   */
+  putSecret(name: string, value: string): Promise<SecretInfo> {
+    return this.json("PUT", `/public/secrets/${enc(name)}`, { json: { value } });
+  }
+
+  /** The account's secrets, by name. */
+  async listSecrets(): Promise<SecretInfo[]> {
+    const r = await this.json<{ secrets: SecretInfo[] }>("GET", "/public/secrets");
+    return r.secrets;
+  }
+
+  /** Deletes an account secret. */
+  async deleteSecret(name: string): Promise<void> {
+    await this.request("DELETE", `/public/secrets/${enc(name)}`);
   }
 
   /** Replays a template's build log and follows it until the build ends. */

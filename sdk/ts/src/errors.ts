@@ -95,6 +95,8 @@ const classByCode: Record<ErrorCode, new (s: number, c: ErrorCode, m: string, o?
   unavailable: ServerError,
   desktop_not_enabled: InvalidArgumentError,
   off_screen: InvalidArgumentError,
+  unknown_secret: InvalidArgumentError,
+  disk_too_small: InvalidArgumentError,
 };
 
 /** The code a status implies when the body names none (a proxy's error page, say). */

@@ -920,11 +920,15 @@ export interface paths {
          *     the exec defaults of its sandboxes and `Entrypoint` + `Cmd` the default `start_cmd`, run
          *     once at each sandbox's boot. Builds are cached by image digest and disk size, run a few
          *     at a time (`ZEISH_TEMPLATE_BUILDS`, default 2) and are resumed after a zeishd restart
-         *     (one with registry credentials fails instead: they are not kept). Follow a build with
+         *     (one with inline registry credentials fails instead: they are not kept; one with
+         *     `registry_secret` reads the secret again). Follow a build with
          *     `GET /api/v1/public/templates/{id}/events`.
          *
-         *     Send JSON with `from: registry:host/repo:tag` (optional `username`/`password` for basic
-         *     auth); the admin account may also name archives on the server
+         *     Send JSON with `from: registry:host/repo:tag` (optional credentials: `registry_secret`,
+         *     the name of an account secret (`PUT /api/v1/public/secrets/{name}`), or inline
+         *     `username`/`password` for basic auth; a secret the account lacks is `400 unknown_secret`
+         *     and nothing is built; a registry that refuses them ends the build in `error` with its
+         *     401/403 reason); the admin account may also name archives on the server
          *     (`docker-archive:/p.tar`, `oci:/layout-dir`, `oci-archive:/p.tar`). To upload an archive
          *     send `multipart/form-data` with a `spec` part (this JSON, `from` = `docker-archive` or
          *     `oci-archive`) followed by an `image` part (the archive): it is streamed to disk.
@@ -984,6 +988,53 @@ export interface paths {
         put?: never;
         post?: never;
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/public/secrets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List the account's secrets (names only) */
+        get: operations["listSecrets"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/public/secrets/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Store (or replace) an account secret
+         * @description Stores `value` under `name` for the account, sealed at rest (AES-256-GCM under
+         *     `<data dir>/secrets.key`, bound to the account and the name). It is never returned or
+         *     logged; requests name it instead. A template build's `registry_secret` reads it as the
+         *     registry's credentials: `user:password` (split at the first colon) for basic auth,
+         *     anything without a colon for a bearer token.
+         */
+        put: operations["putSecret"];
+        post?: never;
+        /**
+         * Delete an account secret
+         * @description Builds that already read it keep what they read.
+         */
+        delete: operations["deleteSecret"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1498,9 +1549,11 @@ export interface components {
          *     | `unavailable` | 503 | A dependency (the VM, its agent, the store) is not reachable now. |
          *     | `desktop_not_enabled` | 400 | The sandbox has no desktop: create or fork it with desktop: true, from a template that has one. |
          *     | `off_screen` | 400 | A desktop action's coordinates are outside the screen. |
+         *     | `unknown_secret` | 400 | The secret named in the request (registry_secret) is not one of the account's secrets (PUT /public/secrets/{name}). |
+         *     | `disk_too_small` | 400 | disk_mib is smaller than the template's disk; the message names the template's size. |
          * @enum {string}
          */
-        ErrorCode: "internal" | "invalid_argument" | "unknown_template" | "invalid_git_repo" | "git_credentials_in_url" | "invalid_git_ref" | "git_ref_conflict" | "no_git_repo" | "template_lacks_git" | "template_lacks_feature" | "unauthenticated" | "token_expired" | "forbidden" | "not_found" | "file_not_found" | "invalid_state" | "name_taken" | "file_exists" | "node_full" | "limit_reached" | "running_slots_full" | "storage_full" | "budget_exhausted" | "rate_limited" | "daily_cap_reached" | "too_many_requests" | "timeout" | "unavailable" | "desktop_not_enabled" | "off_screen";
+        ErrorCode: "internal" | "invalid_argument" | "unknown_template" | "invalid_git_repo" | "git_credentials_in_url" | "invalid_git_ref" | "git_ref_conflict" | "no_git_repo" | "template_lacks_git" | "template_lacks_feature" | "unauthenticated" | "token_expired" | "forbidden" | "not_found" | "file_not_found" | "invalid_state" | "name_taken" | "file_exists" | "node_full" | "limit_reached" | "running_slots_full" | "storage_full" | "budget_exhausted" | "rate_limited" | "daily_cap_reached" | "too_many_requests" | "timeout" | "unavailable" | "desktop_not_enabled" | "off_screen" | "unknown_secret" | "disk_too_small";
         /**
          * @description A sandbox id, `sbx_` and 20 lower-case base32 characters.
          * @example sbx_0f3k9q2m7c4x8z1b5n6p
@@ -1603,7 +1656,7 @@ export interface components {
             vcpus?: number;
             /** @description Memory in MiB, a multiple of 2; overrides the preset's. */
             memory_mib?: number;
-            /** @description Disk size in MiB; overrides the preset's. */
+            /** @description Disk size in MiB; overrides the preset's. Less than the template's `disk_mib` is `400 disk_too_small` (the message names the template's size). */
             disk_mib?: number;
             /** @description The node label to place the sandbox in (default `local`, the server's own). */
             region?: string;
@@ -2219,6 +2272,10 @@ export interface components {
             ready_timeout_seconds?: number;
             /** @description Sandboxes always boot cold: no machine is saved at build. */
             cold?: boolean;
+            /** @description vCPUs the warm machine is taken with, as the build asked (absent: the default size's). */
+            vcpus?: number;
+            /** @description Memory the warm machine is taken with, as the build asked (absent: the default size's). */
+            memory_mib?: number;
             /** @description The saved machine sandboxes of this template start from (warm templates): a create of exactly this size is a resume of it, with the start command's processes already running; any other size, or `network.enabled: false`, boots cold. Absent on a cold template. */
             warm?: {
                 image: string;
@@ -2261,6 +2318,8 @@ export interface components {
             username?: string;
             /** @description Registry basic-auth password (never stored: a build with credentials fails if zeishd restarts during it). */
             password?: string;
+            /** @description The name of an account secret (`PUT /api/v1/public/secrets/{name}`) holding the registry's credentials: `user:password` for basic auth (split at the first colon), a value without a colon for a bearer token. Only with `registry:`, not with `username`/`password`; unknown: `400 unknown_secret`. The credential is never logged or stored with the build (its name is, so a restart resumes the build). */
+            registry_secret?: string;
             /**
              * @description Root filesystem size; the image must fit in it.
              * @default 1024
@@ -2277,6 +2336,22 @@ export interface components {
             ready_timeout_seconds?: number;
             /** @description Save no machine: every sandbox of this template boots cold. */
             cold?: boolean;
+            /** @description vCPUs of the machine the warm image is taken on (default the default size's, 1). Sandboxes of exactly the warm size resume it; others boot cold. Not with `cold`. */
+            vcpus?: number;
+            /** @description Memory of the machine the warm image is taken on (default the default size's, 512): e.g. 1024 for a 1 GiB warm template. Sandboxes created with this memory_mib (and the warm vcpus and disk) resume it; others boot cold. Not with `cold`. */
+            memory_mib?: number;
+        };
+        PutSecretRequest: {
+            /** @description The secret; for registry credentials `user:password` or a bearer token. */
+            value: string;
+        };
+        Secret: {
+            name: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        SecretList: {
+            secrets: components["schemas"]["Secret"][];
         };
         /** @description One server-sent event's `data` of a template build. */
         TemplateEvent: {
@@ -4388,6 +4463,84 @@ export interface operations {
                 content: {
                     "text/event-stream": string;
                 };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listSecrets: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The secrets by name; values are never returned. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SecretList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    putSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PutSecretRequest"];
+            };
+        };
+        responses: {
+            /** @description The secret, without its value. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Secret"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    deleteSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];

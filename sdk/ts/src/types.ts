@@ -55,6 +55,8 @@ export type TemplateInfo = S["Template"];
 export type BuildTemplateRequest = S["BuildTemplateRequest"];
 /** One event of a template build's log (the `TemplateEvent` schema). */
 export type TemplateEvent = S["TemplateEvent"];
+/** An account secret as the server shows it: its name, never its value. */
+export type SecretInfo = S["Secret"];
 
 /** Every error code, for runtime checks. Kept equal to ErrorCode by the compiler. */
 export const ERROR_CODES = [
@@ -88,6 +90,8 @@ export const ERROR_CODES = [
   "unavailable",
   "desktop_not_enabled",
   "off_screen",
+  "unknown_secret",
+  "disk_too_small",
 ] as const satisfies readonly ErrorCode[];
 
 // Fails to compile if the schema gains a code the list above lacks.
