@@ -265,6 +265,8 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("node agent /metrics:\n%s", m)
 	}
 
+	// The control plane refuses bad requests as a single zeishd does.
+	checkBadRequests(t, &server{t: t, addr: l.control.Addr, key: l.key})
 	l.burst(ctx)
 
 	// Placement spreads creates by free memory: a (1280 free) then b (1152 > 1024).
@@ -327,6 +329,7 @@ func TestCluster(t *testing.T) {
 	if _, err := l.client.GitStatus(ctx, one.ID); !errors.Is(err, errdefs.ErrNoGitRepo) {
 		t.Fatalf("git status of a sandbox without git_repo through the control plane: %v", err)
 	}
+	l.consoleUploadOnCluster(ctx, one.ID, one.Host)
 	l.e2bOnCluster(ctx)
 	// File bytes go to the node too; the control plane serves no data
 	// plane for a node's sandbox, even with a good token.

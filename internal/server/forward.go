@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
@@ -140,3 +142,24 @@ func (s *Server) ForwardedHandler(trusted func(*http.Request) error) http.Handle
 // WriteError answers err with its status and stable code, as every
 // handler of this package does (for handlers outside it, e.g. a forward).
 func WriteError(w http.ResponseWriter, r *http.Request, err error) { writeError(w, r, err) }
+
+// proxyData sends a data-plane request (its token set) to target, the
+// sandbox's data plane on its node, and streams the answer back.
+func proxyData(w http.ResponseWriter, r *http.Request, target string) {
+	u, err := url.Parse(target)
+	if err != nil {
+		writeError(w, r, fmt.Errorf("data plane url %q: %w", target, errdefs.ErrUnavailable))
+		return
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host = u.Scheme, u.Host
+			pr.Out.URL.Path, pr.Out.URL.RawPath = u.Path, ""
+			pr.Out.Host = u.Host
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeError(w, r, fmt.Errorf("data plane at %s: %v: %w", u.Host, err, errdefs.ErrUnavailable))
+		},
+	}
+	rp.ServeHTTP(w, r)
+}
