@@ -75,6 +75,12 @@ type CreateSandboxRequest struct {
 	GitPath        string `json:"git_path,omitempty"`
 	GitPRRef       string `json:"git_pr_ref,omitempty"`
 	GitTokenSecret string `json:"git_token_secret,omitempty"`
+
+	// Accel (kvm or tcg) and NodeLabels restrict the nodes the sandbox may
+	// be placed on: the node's CPU virtualisation, and labels it must carry
+	// with these values (ZEISH_NODE_LABELS). No such node: 409 node_full.
+	Accel      string            `json:"accel,omitempty"`
+	NodeLabels map[string]string `json:"node_labels,omitempty"`
 }
 
 // SandboxList is GET /public/sandboxes.

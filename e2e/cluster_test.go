@@ -24,6 +24,9 @@ import (
 // clusterToken is the node token of the test's cluster.
 const clusterToken = "e2e-cluster-node-token-0123456789"
 
+// clusterSlots is every account's running-slot quota in the cluster test.
+const clusterSlots = 6
+
 // lab is one control plane and its node agents on one PostgreSQL database.
 type lab struct {
 	t       *testing.T
@@ -58,7 +61,8 @@ func startCluster(t *testing.T, lostAfter time.Duration, replicas int) *lab {
 	for i := range replicas {
 		z := &testenv.Zeishd{Bin: filepath.Join(bin, "zeishd"), DataDir: tempDir(t, "zeish-e2e-control-"),
 			Env: []string{"ZEISH_ROLE=control", "ZEISH_DATABASE_URL=" + l.db, "ZEISH_NODE_TOKEN=" + clusterToken,
-				"ZEISH_NODE_LOST_AFTER=" + lostAfter.String(), "ZEISH_LOG_LEVEL=debug"}}
+				"ZEISH_NODE_LOST_AFTER=" + lostAfter.String(), "ZEISH_LOG_LEVEL=debug",
+				fmt.Sprintf("ZEISH_PLAN_RUNNING_SLOTS=%d", clusterSlots)}}
 		if i > 0 {
 			// Replicas share the keys that seal secrets and sign tokens.
 			for _, f := range []string{"secrets.key", "token.key"} {
@@ -261,6 +265,10 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("node agent /metrics:\n%s", m)
 	}
 
+	// The control plane refuses bad requests as a single zeishd does.
+	checkBadRequests(t, &server{t: t, addr: l.control.Addr, key: l.key})
+	l.burst(ctx)
+
 	// Placement spreads creates by free memory: a (1280 free) then b (1152 > 1024).
 	var made []zeish.Sandbox
 	for _, name := range []string{"one", "two"} {
@@ -281,12 +289,48 @@ func TestCluster(t *testing.T) {
 	if _, err := l.client.CreateSandbox(ctx, zeish.CreateSandboxRequest{MemoryMiB: 256, Region: "mars"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("create in a region no node serves: %v", err)
 	}
+	// Placement honours the accel and node labels asked for.
+	for _, c := range []struct {
+		req  zeish.CreateSandboxRequest
+		want *errdefs.Error
+	}{
+		{zeish.CreateSandboxRequest{Accel: "gpu"}, errdefs.ErrInvalidAccel},
+		{zeish.CreateSandboxRequest{Accel: "kvm"}, errdefs.ErrNodeFull}, // both nodes run tcg
+		{zeish.CreateSandboxRequest{NodeLabels: map[string]string{"rack": "nowhere"}}, errdefs.ErrNodeFull},
+		{zeish.CreateSandboxRequest{NodeLabels: map[string]string{"disk": "ssd", "rack": "node-a", "gpu": "a"}}, errdefs.ErrNodeFull},
+	} {
+		if _, err := l.client.CreateSandbox(ctx, c.req); !errors.Is(err, c.want) {
+			t.Fatalf("create %+v: %v, want %s", c.req, err, c.want.Code)
+		}
+	}
 
 	// The data plane is the node's own.
 	if out := l.execOn(ctx, one.ID, one.Host, "echo one > /root/f; uname -n"); out != "one" {
 		t.Fatalf("exec on %s: %q", one.ID, out)
 	}
 	l.execOn(ctx, two.ID, two.Host, "echo two > /root/f")
+	// The public endpoints that read the guest are served by its node,
+	// through the control plane: the ports it listens on (reached on the
+	// node's data plane), and errors with their codes.
+	l.execOn(ctx, one.ID, one.Host, "busybox httpd -p 8000 -h /root")
+	ports, err := l.client.Ports(ctx, one.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listening := false
+	for _, p := range ports {
+		if p.Port.Port == 8000 && p.Listening {
+			listening = strings.HasPrefix(p.URL, "http://"+l.nodes[one.Host].Addr+api.DataPath+"/sandboxes/"+one.ID+"/ports/8000")
+		}
+	}
+	if !listening {
+		t.Fatalf("ports of %s through the control plane: %+v", one.ID, ports)
+	}
+	if _, err := l.client.GitStatus(ctx, one.ID); !errors.Is(err, errdefs.ErrNoGitRepo) {
+		t.Fatalf("git status of a sandbox without git_repo through the control plane: %v", err)
+	}
+	l.consoleUploadOnCluster(ctx, one.ID, one.Host)
+	l.e2bOnCluster(ctx)
 	// File bytes go to the node too; the control plane serves no data
 	// plane for a node's sandbox, even with a good token.
 	conn, err := l.client.Connect(ctx, one.ID)
@@ -481,11 +525,84 @@ func TestCluster(t *testing.T) {
 	if out := l.execOn(ctx, kid.ID, kid.Host, "cat /root/f"); out != "two" {
 		t.Fatalf("through the other replica: %q", out)
 	}
-	six, err := l.client.CreateSandbox(ctx, zeish.CreateSandboxRequest{Name: "six", MemoryMiB: 128}, zeish.Wait())
+	// Labels pin it to kid's node.
+	six, err := l.client.CreateSandbox(ctx, zeish.CreateSandboxRequest{Name: "six", MemoryMiB: 128, Accel: "tcg",
+		NodeLabels: map[string]string{"disk": "ssd", "rack": kid.Host}}, zeish.Wait())
 	if err != nil {
 		t.Fatalf("create through the other replica: %v", err)
+	}
+	if six.Host != kid.Host || six.NodeLabels["rack"] != kid.Host {
+		t.Fatalf("create with node_labels rack=%s placed on %s (%v)", kid.Host, six.Host, six.NodeLabels)
 	}
 	if out := l.execOn(ctx, six.ID, six.Host, "uname -n"); out != "six" {
 		t.Fatalf("the other replica's create: %q", out)
 	}
+
+	// A template built through the control plane runs on the node holding it.
+	l.templateOnCluster(ctx)
+}
+
+// burst fires 20 creates at once for a new account, alternating between the
+// two replicas: the running-slot quota is counted in the database, so
+// exactly clusterSlots of them are admitted and the rest get
+// running_slots_full. It deletes what it made.
+func (l *lab) burst(ctx context.Context) {
+	t := l.t
+	t.Helper()
+	acct, err := l.client.CreateAccount(ctx, "burst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := l.client.CreateAPIKey(ctx, acct.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var clients []*zeish.Client
+	for _, z := range l.controls {
+		clients = append(clients, zeish.NewClient("http://"+z.Addr+api.BasePath, key.Key))
+	}
+	const n = 20
+	type result struct {
+		sb  zeish.Sandbox
+		err error
+	}
+	results := make(chan result, n)
+	for i := range n {
+		go func() {
+			sb, err := clients[i%len(clients)].CreateSandbox(ctx, zeish.CreateSandboxRequest{MemoryMiB: 128})
+			results <- result{sb, err}
+		}()
+	}
+	var made []zeish.Sandbox
+	refused := 0
+	var other []error
+	for range n {
+		r := <-results
+		switch {
+		case r.err == nil:
+			made = append(made, r.sb)
+		case errors.Is(r.err, errdefs.ErrRunningSlots):
+			refused++
+		default:
+			other = append(other, r.err)
+		}
+	}
+	defer func() {
+		for _, sb := range made {
+			if _, err := clients[0].DeleteSandbox(ctx, sb.ID, zeish.Wait()); err != nil {
+				t.Errorf("delete %s: %v", sb.ID, err)
+			}
+		}
+	}()
+	if len(made) != clusterSlots || refused != n-clusterSlots || len(other) > 0 {
+		t.Fatalf("%d concurrent creates through %d replicas with %d running slots: %d made, %d running_slots_full, others: %v",
+			n, len(clients), clusterSlots, len(made), refused, other)
+	}
+	// (Admission is the point: they are deleted while they boot, which
+	// spares the shared CPU six TCG boots at once.)
+	list, err := clients[1].ListSandboxes(ctx, zeish.ListOptions{})
+	if err != nil || len(list) != clusterSlots {
+		t.Fatalf("the account lists %d sandboxes (%v), want %d", len(list), err, clusterSlots)
+	}
+	t.Logf("%d concurrent creates through %d replicas: %d admitted (running slots %d), %d running_slots_full", n, len(clients), len(made), clusterSlots, refused)
 }

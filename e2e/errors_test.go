@@ -15,6 +15,42 @@ import (
 func TestBadInput(t *testing.T) {
 	s := startServer(t)
 	const sbx = api.BasePath + "/public/sandboxes"
+	checkBadRequests(t, s)
+
+	// Wrong state: a sandbox that is still starting gives no data-plane access.
+	var sb sandbox.Sandbox
+	if st := s.do(t, "POST", sbx, s.key, `{"memory_mib":256}`, &sb); st != http.StatusAccepted || sb.State != sandbox.StateStarting {
+		t.Fatalf("create: %d %+v", st, sb)
+	}
+	var e api.ErrorBody
+	if st := s.do(t, "POST", sbx+"/"+sb.ID+"/access", s.key, `{}`, &e); st != 409 || e.Error.Code != "invalid_state" {
+		t.Fatalf("access while starting: %d %+v, want 409 invalid_state", st, e)
+	}
+	// A duplicate live name is refused.
+	var sb2 sandbox.Sandbox
+	s.do(t, "POST", sbx, s.key, `{"name":"dup","memory_mib":256}`, &sb2)
+	if st := s.do(t, "POST", sbx, s.key, `{"name":"dup","memory_mib":256}`, &e); st != 409 || e.Error.Code != "name_taken" {
+		t.Fatalf("duplicate name: %d %+v, want 409 name_taken", st, e)
+	}
+	// Deleting while starting cancels the boot and leaves nothing.
+	for _, id := range []string{sb.ID, sb2.ID} {
+		var got sandbox.Sandbox
+		if st := s.do(t, "DELETE", sbx+"/"+id+"?wait=true", s.key, nil, &got); st != 200 || got.State != sandbox.StateDestroyed {
+			t.Fatalf("delete while starting: %d %+v", st, got)
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	if p := procscan.Under(s.dataDir); len(p) != 0 {
+		t.Fatalf("VM processes left after deleting starting sandboxes: %v", p)
+	}
+}
+
+// checkBadRequests sends requests that must be refused with their status
+// and code, and checks they created nothing: the same table for a single
+// zeishd (TestBadInput) and a cluster's control plane (TestCluster).
+func checkBadRequests(t *testing.T, s *server) {
+	t.Helper()
+	const sbx = api.BasePath + "/public/sandboxes"
 	cases := []struct {
 		name, method, path, body string
 		noAuth                   bool
@@ -43,6 +79,9 @@ func TestBadInput(t *testing.T) {
 		{"unknown route", "GET", api.BasePath + "/public/nothing", "", false, 404, "not_found"},
 		{"data plane without token", "POST", api.DataPath + "/sandboxes/sbx_00000000000000000000/exec", `{"argv":["true"]}`, true, 401, "unauthenticated"},
 		{"data plane forged token", "POST", api.DataPath + "/sandboxes/sbx_00000000000000000000/exec", `{"argv":["true"]}`, false, 401, "unauthenticated"},
+		{"unknown accel", "POST", sbx, `{"accel":"gpu"}`, false, 400, "invalid_accel"},
+		{"node labels no node has", "POST", sbx, `{"node_labels":{"gpu":"h100"}}`, false, 409, "node_full"},
+		{"bad node label", "POST", sbx, `{"node_labels":{"a b":"c"}}`, false, 400, "invalid_argument"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -60,33 +99,6 @@ func TestBadInput(t *testing.T) {
 	var list api.SandboxList
 	if s.do(t, "GET", sbx+"?include_destroyed=true", s.key, nil, &list); len(list.Sandboxes) != 0 {
 		t.Fatalf("bad requests created sandboxes: %+v", list.Sandboxes)
-	}
-
-	// Wrong state: a sandbox that is still starting gives no data-plane access.
-	var sb sandbox.Sandbox
-	if st := s.do(t, "POST", sbx, s.key, `{"memory_mib":256}`, &sb); st != http.StatusAccepted || sb.State != sandbox.StateStarting {
-		t.Fatalf("create: %d %+v", st, sb)
-	}
-	var e api.ErrorBody
-	if st := s.do(t, "POST", sbx+"/"+sb.ID+"/access", s.key, `{}`, &e); st != 409 || e.Error.Code != "invalid_state" {
-		t.Fatalf("access while starting: %d %+v, want 409 invalid_state", st, e)
-	}
-	// A duplicate live name is refused.
-	var sb2 sandbox.Sandbox
-	s.do(t, "POST", sbx, s.key, `{"name":"dup","memory_mib":256}`, &sb2)
-	if st := s.do(t, "POST", sbx, s.key, `{"name":"dup","memory_mib":256}`, &e); st != 409 || e.Error.Code != "name_taken" {
-		t.Fatalf("duplicate name: %d %+v, want 409 name_taken", st, e)
-	}
-	// Deleting while starting cancels the boot and leaves nothing.
-	for _, id := range []string{sb.ID, sb2.ID} {
-		var got sandbox.Sandbox
-		if st := s.do(t, "DELETE", sbx+"/"+id+"?wait=true", s.key, nil, &got); st != 200 || got.State != sandbox.StateDestroyed {
-			t.Fatalf("delete while starting: %d %+v", st, got)
-		}
-	}
-	time.Sleep(500 * time.Millisecond)
-	if p := procscan.Under(s.dataDir); len(p) != 0 {
-		t.Fatalf("VM processes left after deleting starting sandboxes: %v", p)
 	}
 }
 

@@ -52,6 +52,7 @@ var (
 	ErrNoGitRepo       = def("no_git_repo", ClassInvalid, "A git field was given without git_repo, or the sandbox has no git_repo.")
 	ErrTemplateNoGit   = def("template_lacks_git", ClassInvalid, "The template has no git; use the debian template.")
 	ErrLacksFeature    = def("template_lacks_feature", ClassInvalid, "The sandbox asks for browser or desktop and its template does not carry that software; the message names a template that does.")
+	ErrInvalidAccel    = def("invalid_accel", ClassInvalid, "accel is not kvm or tcg.")
 	ErrUnauthenticated = def("unauthenticated", ClassUnauthenticated, "No API key or token, or one that is not valid.")
 	ErrTokenExpired    = def("token_expired", ClassUnauthenticated, "The data-plane token has expired; request a new one with /access.")
 	ErrForbidden       = def("forbidden", ClassPermissionDenied, "The credential is valid but may not do this.")

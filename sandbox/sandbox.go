@@ -40,19 +40,21 @@ type Sandbox struct {
 	// ErrorCode and ErrorMessage say why a sandbox is in state error: a
 	// stable code (see ErrorCodes) and words for humans (for a failed boot,
 	// the last lines of the guest's console). Empty in any other state.
-	ErrorCode     string            `json:"error_code,omitempty"`
-	ErrorMessage  string            `json:"error_message,omitempty"`
-	Template      string            `json:"template"`
-	VCPUs         int               `json:"vcpus"`
-	MemoryMiB     int               `json:"memory_mib"`
-	DiskMiB       int               `json:"disk_mib"`
-	Region        string            `json:"region"`
-	Host          string            `json:"host"`
-	Hostname      string            `json:"hostname"`
-	Address       string            `json:"address"`
-	Network       *Network          `json:"network,omitempty"`      // nil: the node runs without networking
-	PublicPorts   []int             `json:"public_ports,omitempty"` // guest ports served through the data plane without a token
-	Accel         string            `json:"accel,omitempty"`
+	ErrorCode    string   `json:"error_code,omitempty"`
+	ErrorMessage string   `json:"error_message,omitempty"`
+	Template     string   `json:"template"`
+	VCPUs        int      `json:"vcpus"`
+	MemoryMiB    int      `json:"memory_mib"`
+	DiskMiB      int      `json:"disk_mib"`
+	Region       string   `json:"region"`
+	Host         string   `json:"host"`
+	Hostname     string   `json:"hostname"`
+	Address      string   `json:"address"`
+	Network      *Network `json:"network,omitempty"`      // nil: the node runs without networking
+	PublicPorts  []int    `json:"public_ports,omitempty"` // guest ports served through the data plane without a token
+	Accel        string   `json:"accel,omitempty"`
+	// NodeLabels are the labels its create asked its node to carry.
+	NodeLabels    map[string]string `json:"node_labels,omitempty"`
 	ParentID      string            `json:"parent_id,omitempty"`
 	Env           map[string]string `json:"env"`
 	GitRepo       string            `json:"git_repo,omitempty"`
@@ -107,8 +109,12 @@ type Template struct {
 	BaseDisk    string        `json:"-"`
 	KernelArgs  string        `json:"-"`
 	Dir         string        `json:"-"` // the build folder holding the files above
-	Hash        string        `json:"hash"`
-	DiskMiB     int           `json:"disk_mib"` // size of the root filesystem in the base image
+	// Host is the node agent that built the template and holds its files
+	// (a cluster; empty on a single zeishd and for built-ins): its
+	// sandboxes are placed there.
+	Host    string `json:"host,omitempty"`
+	Hash    string `json:"hash"`
+	DiskMiB int    `json:"disk_mib"` // size of the root filesystem in the base image
 	// Exec defaults and start command, from the image config unless the
 	// build request set them.
 	Env        []string `json:"env,omitempty"` // KEY=VALUE

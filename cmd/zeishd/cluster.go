@@ -21,6 +21,7 @@ import (
 	"github.com/zeish/zeish/guest"
 	"github.com/zeish/zeish/internal/catalog"
 	"github.com/zeish/zeish/internal/cluster"
+	"github.com/zeish/zeish/internal/e2b"
 	"github.com/zeish/zeish/internal/metering"
 	"github.com/zeish/zeish/internal/metrics"
 	"github.com/zeish/zeish/internal/node"
@@ -174,7 +175,12 @@ func runControl(ctx context.Context) error {
 	reg := &cluster.Registry{Nodes: nodes, TokenKey: tokenKey, SecretsKey: secretsKey, Every: lost / 3, Logger: log}
 	mux := http.NewServeMux()
 	mux.Handle(reg.Handler(token))
-	mux.Handle("/", srv.Handler())
+	apiHandler := srv.Handler()
+	mux.Handle("/", apiHandler)
+	// E2B's API: its control calls here, its envd calls on the sandbox's
+	// node (forwarded when the SDK's E2B_SANDBOX_URL names this replica).
+	facade := e2b.New(e2b.Options{API: apiHandler, Backend: srv, Templates: cat, Logger: log,
+		Domain: os.Getenv("ZEISH_E2B_DOMAIN"), Envd: router.EnvdHandler()})
 
 	wctx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
@@ -187,7 +193,7 @@ func runControl(ctx context.Context) error {
 	}
 	log.Info("zeishd control plane listening", "addr", "http://"+ln.Addr().String(), "data_dir", dataDir,
 		"node_lost_after", lost, "admin_key", keyPath, "version", version.Version)
-	return serve(ctx, log, ln, mux)
+	return serve(ctx, log, ln, facade.Mount(mux))
 }
 
 // runNode is a node agent: it registers with the control plane
@@ -244,7 +250,7 @@ func runNode(ctx context.Context) error {
 		return err
 	}
 	defer st.Close()
-	loc, err := openLocal(ctx, log, dataDir, st, id, false)
+	loc, err := openLocal(ctx, log, dataDir, st, id, true)
 	if err != nil {
 		return err
 	}
@@ -262,6 +268,10 @@ func runNode(ctx context.Context) error {
 	// signed: exec and file bytes never pass through the control plane.
 	h := srv.Handler()
 	mux.Handle(api.DataPath+"/", h)
+	// The guest-backed public routes the control plane forwards here.
+	mux.Handle(nodeapi.ForwardPrefix+"/", http.StripPrefix(nodeapi.ForwardPrefix, srv.ForwardedHandler(token.Check)))
+	// E2B's envd for this node's sandboxes, on tokens the control plane signed.
+	mux.Handle(e2b.Prefix+"/envd/", e2b.New(e2b.Options{Backend: srv, Templates: loc.cat, Logger: log}).EnvdHandler())
 	mux.Handle("GET /healthz", h)
 	mux.Handle("GET /metrics", h)
 

@@ -37,10 +37,11 @@ func (l *local) Close() {
 }
 
 // openLocal opens the driver, the templates and the node on dataDir, and
-// recovers the node's sandboxes. builds runs template builds from images
-// here (the single binary); a node agent runs none: a build's files would
-// live on one host while the database shares the template with all.
-func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.Store, nodeID string, builds bool) (*local, error) {
+// recovers the node's sandboxes, and runs template builds from images.
+// shared says the database is a cluster's: templates built here are
+// recorded as held by nodeID (their files live on this host only), and
+// only those are resumed and swept here.
+func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.Store, nodeID string, shared bool) (*local, error) {
 	// As root, VMMs run confined (unprivileged user, chroot, cgroup), like
 	// Firecracker's jailer; ZEISH_CONFINE=off runs them as zeishd's user.
 	confine := os.Geteuid() == 0 && env("ZEISH_CONFINE", "on") != "off"
@@ -129,10 +130,11 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 		cat.EnableDesktop(template.DesktopOptions(template.BaseOptions{}))
 		go cat.PrepareBuiltin(context.WithoutCancel(ctx), catalog.DesktopName)
 	}
-	if !builds {
-		return l, nil
+	host := ""
+	if shared {
+		host = nodeID
 	}
-	if err := cat.StartBuilds(ctx, catalog.BuildOptions{Dir: filepath.Join(dataDir, "template-builds"), Parallel: parallel, Warmer: n}); err != nil {
+	if err := cat.StartBuilds(ctx, catalog.BuildOptions{Dir: filepath.Join(dataDir, "template-builds"), Parallel: parallel, Warmer: n, Host: host}); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("template builds: %w", err)
 	}

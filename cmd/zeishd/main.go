@@ -145,7 +145,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	loc, err := openLocal(ctx, log, dataDir, st, nodeID, true)
+	loc, err := openLocal(ctx, log, dataDir, st, nodeID, false)
 	if err != nil {
 		return err
 	}

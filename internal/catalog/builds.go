@@ -64,6 +64,10 @@ type BuildRequest struct {
 type BuildOptions struct {
 	Dir      string // <data dir>/template-builds
 	Parallel int    // builds running at once; default 2
+	// Host, on a cluster's node agent, is its node id: templates it builds
+	// are recorded as held there, and it resumes and sweeps only its own
+	// (the database is shared with the other nodes).
+	Host string
 	// Warmer saves a built template's booted machine, so that its sandboxes
 	// start from it (warm templates); nil: every template boots cold.
 	Warmer Warmer
@@ -81,6 +85,7 @@ type Warmer interface {
 
 type builds struct {
 	dir    string
+	host   string
 	sem    chan struct{}
 	warmer Warmer
 
@@ -105,14 +110,14 @@ func (c *Catalog) StartBuilds(ctx context.Context, opts BuildOptions) error {
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return err
 	}
-	c.b = &builds{dir: opts.Dir, sem: make(chan struct{}, opts.Parallel), warmer: opts.Warmer,
+	c.b = &builds{dir: opts.Dir, host: opts.Host, sem: make(chan struct{}, opts.Parallel), warmer: opts.Warmer,
 		cancels: map[string]context.CancelFunc{}, changed: map[string]chan struct{}{}}
 	all, err := c.store.ListTemplates(ctx)
 	if err != nil {
 		return err
 	}
 	for _, t := range all {
-		if t.State != sandbox.TemplateBuilding {
+		if t.State != sandbox.TemplateBuilding || !c.holds(t) {
 			continue
 		}
 		req, ok := c.resumable(ctx, t)
@@ -126,6 +131,12 @@ func (c *Catalog) StartBuilds(ctx context.Context, opts BuildOptions) error {
 	}
 	go c.sweepLoop(ctx)
 	return nil
+}
+
+// holds reports whether t's files are this process's to build and remove:
+// always on a single zeishd, only its own on a cluster's node agent.
+func (c *Catalog) holds(t sandbox.Template) bool {
+	return c.b == nil || c.b.host == "" || t.Host == c.b.host
 }
 
 // sweepLoop removes deleted templates' files once their last sandbox is
@@ -208,7 +219,7 @@ func (c *Catalog) Build(ctx context.Context, req BuildRequest) (sandbox.Template
 	t := sandbox.Template{ID: sandbox.NewID(sandbox.PrefixTemplate), Name: req.Name, AccountID: req.AccountID,
 		State: sandbox.TemplateBuilding, Source: req.Source.String(), DiskMiB: req.DiskMiB,
 		StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, ReadyTimeoutSeconds: req.ReadyTimeoutSeconds, Cold: req.Cold,
-		VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, CreatedAt: now, UpdatedAt: now}
+		VCPUs: req.VCPUs, MemoryMiB: req.MemoryMiB, CreatedAt: now, UpdatedAt: now, Host: c.b.host}
 	dir := filepath.Join(c.b.dir, t.ID)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return t, err
@@ -555,7 +566,7 @@ func (c *Catalog) Sweep(ctx context.Context) {
 		}
 	}
 	for _, t := range all {
-		if t.State != sandbox.TemplateDeleted || inUse[t.Key()] {
+		if t.State != sandbox.TemplateDeleted || inUse[t.Key()] || !c.holds(t) {
 			continue
 		}
 		running := false

@@ -136,3 +136,42 @@ func TestBuildNamesAndDelete(t *testing.T) {
 		t.Errorf("name after delete: %v", err)
 	}
 }
+
+// On a cluster's node agent the database is shared: a node resumes, fails
+// and sweeps only the templates it holds, and records its own builds as
+// held there.
+func TestBuildsOfOtherNodes(t *testing.T) {
+	c, dir := newTestCatalog(t)
+	ctx := context.Background()
+	rows := []sandbox.Template{
+		{ID: "tpl_othernodebuildingaaaa", Name: "building", AccountID: "acc_x", State: sandbox.TemplateBuilding, Host: "node-b"},
+		{ID: "tpl_othernodedeletedaaaaa", Name: "deleted", AccountID: "acc_x", State: sandbox.TemplateDeleted, Host: "node-b"},
+		{ID: "tpl_thisnodebuildingaaaaa", Name: "mine", AccountID: "acc_x", State: sandbox.TemplateBuilding, Host: "node-a"},
+	}
+	for _, r := range rows {
+		if err := c.store.PutTemplate(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := c.StartBuilds(sctx, BuildOptions{Dir: filepath.Join(dir, "builds"), Host: "node-a"}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Sweep(ctx)
+	for _, want := range []struct {
+		id    string
+		state sandbox.TemplateState
+	}{{rows[0].ID, sandbox.TemplateBuilding}, {rows[1].ID, sandbox.TemplateDeleted}, {rows[2].ID, sandbox.TemplateError}} {
+		got, err := c.store.GetTemplate(ctx, want.id)
+		if err != nil || got.State != want.state {
+			t.Errorf("%s: %+v %v, want %s", want.id, got.State, err, want.state)
+		}
+	}
+	tpl, err := c.Build(ctx, BuildRequest{AccountID: "acc_x", Name: "new", Source: template.Source{Transport: "registry", Ref: "127.0.0.1:1/a:b"}})
+	if err != nil || tpl.Host != "node-a" {
+		t.Fatalf("build on node-a: %+v %v", tpl, err)
+	}
+	waitSettled(t, c, tpl.ID)
+}

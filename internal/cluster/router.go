@@ -155,7 +155,12 @@ func (r *Router) Create(ctx context.Context, rec *store.SandboxRecord) (*store.S
 	if err != nil {
 		return nil, fmt.Errorf("store: %w: %w", errdefs.ErrUnavailable, err)
 	}
-	order, err := Place(nodes, Want{Region: rec.Region, MemoryMiB: rec.MemoryMiB}, time.Now(), r.o.LostAfter)
+	want := Want{Region: rec.Region, Accel: rec.Accel, Labels: rec.NodeLabels, MemoryMiB: rec.MemoryMiB}
+	// A template built in the cluster is on the node that built it only.
+	if t, err := r.o.Store.GetTemplate(ctx, rec.Template); err == nil {
+		want.Node = t.Host
+	}
+	order, err := Place(nodes, want, time.Now(), r.o.LostAfter)
 	if err != nil {
 		return nil, err
 	}

@@ -22,8 +22,9 @@ import (
 
 // The Router is a node to the control plane and a cluster to the admin API.
 var (
-	_ control.Node   = (*Router)(nil)
-	_ server.Cluster = (*Router)(nil)
+	_ control.Node         = (*Router)(nil)
+	_ server.Cluster       = (*Router)(nil)
+	_ server.NodeForwarder = (*Router)(nil)
 )
 
 // fakeNode records the sandboxes it makes in the store as a node would,

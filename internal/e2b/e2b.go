@@ -68,6 +68,11 @@ type Options struct {
 	// Domain, when set, also routes by host name as E2B's cloud does:
 	// api.<Domain> is the control plane, 49983-<sandbox>.<Domain> envd.
 	Domain string
+	// Envd, when set, serves the envd routes (paths under Prefix+"/envd/",
+	// the sandbox in the E2b-Sandbox-Id header) instead of the facade: a
+	// control plane forwards them to the sandbox's node, whose own facade
+	// serves them (EnvdHandler).
+	Envd http.Handler
 }
 
 // Facade serves the E2B API.
@@ -77,6 +82,7 @@ type Facade struct {
 	tpls     Templates
 	log      *slog.Logger
 	domain   string
+	envd     http.Handler
 	procs    *processTable
 	watchers *watcherTable
 	defaults defaultUsers
@@ -88,7 +94,7 @@ func New(opts Options) *Facade {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Facade{api: opts.API, backend: opts.Backend, tpls: opts.Templates, log: opts.Logger, domain: strings.ToLower(opts.Domain),
+	return &Facade{api: opts.API, backend: opts.Backend, tpls: opts.Templates, log: opts.Logger, domain: strings.ToLower(opts.Domain), envd: opts.Envd,
 		procs: newProcessTable(), watchers: newWatcherTable()}
 }
 
@@ -135,17 +141,28 @@ func (f *Facade) Handler() http.Handler {
 	for _, r := range f.routes() {
 		mux.HandleFunc(r.pattern, r.handler)
 	}
+	if f.envd != nil {
+		mux.Handle(Prefix+"/envd/", f.envd)
+	} else {
+		mux.Handle(Prefix+"/envd/", f.EnvdHandler())
+	}
+	mux.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such route: "+r.Method+" "+strings.TrimPrefix(r.URL.Path, Prefix))
+	})
+	return mux
+}
+
+// EnvdHandler serves envd for the sandboxes this process runs: paths
+// under Prefix+"/envd/", the sandbox in the E2b-Sandbox-Id header, checked
+// with its X-Access-Token. A node agent serves it alone.
+func (f *Facade) EnvdHandler() http.Handler {
 	envd := http.NewServeMux()
 	envd.HandleFunc("GET /health", f.health)
 	envd.HandleFunc("GET /files", f.readFile)
 	envd.HandleFunc("POST /files", f.writeFile)
 	envd.Handle(processconnect.NewProcessHandler(&processService{f: f}))
 	envd.Handle(filesystemconnect.NewFilesystemHandler(&filesystemService{f: f}))
-	mux.Handle(Prefix+"/envd/", http.StripPrefix(Prefix+"/envd", f.withSandbox(envd)))
-	mux.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no such route: "+r.Method+" "+strings.TrimPrefix(r.URL.Path, Prefix))
-	})
-	return mux
+	return http.StripPrefix(Prefix+"/envd", f.withSandbox(envd))
 }
 
 // Mount serves the facade under Prefix, and by host name when a domain is

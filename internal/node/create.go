@@ -30,6 +30,9 @@ func (n *Node) Create(ctx context.Context, r *store.SandboxRecord) (*store.Sandb
 	r.Hostname = r.Name
 	r.Host = n.opts.ID
 	r.Region = n.opts.Region
+	if has := string(n.opts.Driver.Capabilities().Accel); r.Accel != "" && r.Accel != has {
+		return nil, fmt.Errorf("accel %s asked for, this node runs %s: %w", r.Accel, has, errdefs.ErrNodeFull)
+	}
 	r.Accel = string(n.opts.Driver.Capabilities().Accel)
 	r.State = sandbox.StateStarting
 	r.CreatedAt, r.UpdatedAt = now, now

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"net/http"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -38,3 +39,18 @@ func (t Token) ClientAuth() connect.Interceptor {
 
 // ProtocolVersion is the version of proto/zeish/node/v1 this build speaks.
 const ProtocolVersion = 1
+
+// ForwardPrefix is where a node agent serves the public API's guest
+// routes the control plane forwards to it (server.ForwardedHandler), on
+// the node token.
+const ForwardPrefix = "/node/v1/forward"
+
+// Check reports whether an HTTP request carries the token as its bearer
+// credential (the forwarded routes, which are not Connect calls).
+func (t Token) Check(r *http.Request) error {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || t == "" || subtle.ConstantTimeCompare([]byte(got), []byte(t)) != 1 {
+		return errors.New("node token missing or wrong")
+	}
+	return nil
+}

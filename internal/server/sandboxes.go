@@ -82,6 +82,15 @@ func (s *Server) newRecord(ctx context.Context, acct store.Account, req api.Crea
 	if err := checkVars("metadata", req.Metadata, maxMetadata, metadataKey); err != nil {
 		return nil, err
 	}
+	if req.Accel != "" && req.Accel != "kvm" && req.Accel != "tcg" {
+		return nil, fmt.Errorf("accel %q: want kvm or tcg: %w", req.Accel, errdefs.ErrInvalidAccel)
+	}
+	if err := checkVars("node_labels", req.NodeLabels, maxMetadata, metadataKey); err != nil {
+		return nil, err
+	}
+	if err := s.checkLabels(req.NodeLabels); err != nil {
+		return nil, err
+	}
 	if req.MaxCostMicros < 0 {
 		return nil, invalid("max_cost_micros must not be negative")
 	}
@@ -114,6 +123,8 @@ func (s *Server) newRecord(ctx context.Context, acct store.Account, req api.Crea
 			GitPath: git.GitPath, GitPRRef: git.GitPRRef, GitTokenSecret: git.GitTokenSecret,
 			MaxCostMicros: req.MaxCostMicros, Browser: req.Browser, Desktop: req.Desktop, Metadata: req.Metadata,
 			TimeoutAt: timeoutAt, OnTimeout: onTimeout,
+			// What the node must have; the node then sets the accel it has.
+			Accel: req.Accel, NodeLabels: req.NodeLabels,
 		},
 		SecretEnv: req.Secrets,
 	}, nil
@@ -385,6 +396,14 @@ type dataPlaneLocator interface {
 // regionChecker is a control.Node of many regions (the cluster's Router).
 type regionChecker interface {
 	HasRegion(ctx context.Context, region string) (bool, error)
+}
+
+// checkLabels refuses node labels on a single zeishd: its one node has none.
+func (s *Server) checkLabels(labels map[string]string) error {
+	if _, cluster := s.node.(regionChecker); cluster || len(labels) == 0 {
+		return nil
+	}
+	return fmt.Errorf("node_labels %v: this zeishd is one node without labels (labels are ZEISH_NODE_LABELS of a cluster's node agents): %w", labels, errdefs.ErrNodeFull)
 }
 
 // checkRegion refuses a region no node serves.

@@ -114,7 +114,7 @@ func (s *Server) routes() []route {
 	const p = api.BasePath + "/public"
 	const d = api.DataPath + "/sandboxes/{id}"
 	const a = api.BasePath + "/admin"
-	return []route{
+	rs := []route{
 		{"GET /healthz", s.health},
 		{"GET /metrics", s.metrics},
 		{"POST " + a + "/accounts", s.withAdmin(s.createAccount)},
@@ -140,20 +140,17 @@ func (s *Server) routes() []route {
 		{"POST " + p + "/sandboxes/{id}/start", s.withAccount(s.lifecycle(sandbox.OpStart))},
 		{"PATCH " + p + "/sandboxes/{id}/network", s.withAccount(s.setNetwork)},
 		{"POST " + p + "/sandboxes/{id}/ports", s.withAccount(s.setPort)},
-		{"GET " + p + "/sandboxes/{id}/ports", s.withAccount(s.listPorts)},
 		{"GET " + d + "/tcp/{port}", s.tcpPort},
 		{"GET " + d + "/ports/{port}/{path...}", s.portProxy},
 		{"POST " + d + "/ports/{port}/{path...}", s.portProxy},
 		{"PUT " + d + "/ports/{port}/{path...}", s.portProxy},
 		{"PATCH " + d + "/ports/{port}/{path...}", s.portProxy},
 		{"DELETE " + d + "/ports/{port}/{path...}", s.portProxy},
-		{"GET " + p + "/sandboxes/{id}/browser", s.withAccount(s.getBrowser)},
 		{"GET " + d + "/browser/{path...}", s.browserProxy},
 		{"PUT " + d + "/browser/{path...}", s.browserProxy},
 		{"POST " + p + "/sandboxes/{id}/clone", s.withAccount(s.clone)},
 		{"POST " + p + "/sandboxes/{id}/fork", s.withAccount(s.clone)},
 		{"GET " + p + "/sandboxes/{id}/lineage", s.withAccount(s.lineage)},
-		{"GET " + p + "/sandboxes/{id}/git", s.withAccount(s.gitStatus)},
 		{"GET " + p + "/sandboxes/{id}/events", s.withAccount(s.events)},
 		{"POST " + p + "/sandboxes/{id}/snapshots", s.withAccount(s.createSnapshot)},
 		{"GET " + p + "/sandboxes/{id}/snapshots", s.withAccount(s.listSnapshots)},
@@ -164,11 +161,8 @@ func (s *Server) routes() []route {
 		{"GET " + p + "/snapshots/{id}", s.withAccount(s.getSnapshot)},
 		{"DELETE " + p + "/snapshots/{id}", s.withAccount(s.deleteSnapshot)},
 		{"POST " + p + "/snapshots/{id}/restore", s.withAccount(s.restoreSnapshot)},
-		{"POST " + p + "/templates", s.withAccount(s.createTemplate)},
 		{"GET " + p + "/templates", s.withAccount(s.listTemplates)},
 		{"GET " + p + "/templates/{id}", s.withAccount(s.getTemplate)},
-		{"DELETE " + p + "/templates/{id}", s.withAccount(s.deleteTemplate)},
-		{"GET " + p + "/templates/{id}/events", s.withAccount(s.templateEvents)},
 		{"PUT " + p + "/secrets/{name}", s.withAccount(s.putSecret)},
 		{"GET " + p + "/secrets", s.withAccount(s.listSecrets)},
 		{"DELETE " + p + "/secrets/{name}", s.withAccount(s.deleteSecret)},
@@ -183,7 +177,6 @@ func (s *Server) routes() []route {
 		{"POST " + d + "/processes/{pid}/kill", s.withToken(s.kill)},
 		{"POST " + d + "/desktop/actions", s.withToken(s.desktopAction)},
 		{"GET " + d + "/desktop/screenshot", s.withToken(s.desktopScreenshot)},
-		{"GET " + p + "/sandboxes/{id}/desktop", s.withAccount(s.desktopStatus)},
 		{"POST /console/api/session", s.signIn},
 		{"GET /console/api/session", s.withSession(s.getSession)},
 		{"DELETE /console/api/session", s.withSession(s.signOut)},
@@ -192,6 +185,10 @@ func (s *Server) routes() []route {
 		{"GET " + d + "/terminals/connect", queryToken(s.withToken(s.newTerminal))},
 		{"GET " + d + "/terminals/{pid}/connect", queryToken(s.withToken(s.attachTerminal))},
 	}
+	for _, n := range s.nodeRoutes() {
+		rs = append(rs, route{n.pattern, s.withAccount(s.onNode(n))})
+	}
+	return rs
 }
 
 // Handler returns the HTTP handler with every route.

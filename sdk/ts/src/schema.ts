@@ -932,6 +932,9 @@ export interface paths {
          *     (`docker-archive:/p.tar`, `oci:/layout-dir`, `oci-archive:/p.tar`). To upload an archive
          *     send `multipart/form-data` with a `spec` part (this JSON, `from` = `docker-archive` or
          *     `oci-archive`) followed by an `image` part (the archive): it is streamed to disk.
+         *
+         *     In a cluster the build runs on the live node with the most free disk (the upload is
+         *     streamed through to it), which keeps the template (`host`); its sandboxes run there.
          */
         post: operations["buildTemplate"];
         delete?: never;
@@ -1529,6 +1532,7 @@ export interface components {
          *     | `no_git_repo` | 400 | A git field was given without git_repo, or the sandbox has no git_repo. |
          *     | `template_lacks_git` | 400 | The template has no git; use the debian template. |
          *     | `template_lacks_feature` | 400 | The sandbox asks for browser or desktop and its template does not carry that software; the message names a template that does. |
+         *     | `invalid_accel` | 400 | accel is not kvm or tcg. |
          *     | `unauthenticated` | 401 | No API key or token, or one that is not valid. |
          *     | `token_expired` | 401 | The data-plane token has expired; request a new one with /access. |
          *     | `forbidden` | 403 | The credential is valid but may not do this. |
@@ -1553,7 +1557,7 @@ export interface components {
          *     | `disk_too_small` | 400 | disk_mib is smaller than the template's disk; the message names the template's size. |
          * @enum {string}
          */
-        ErrorCode: "internal" | "invalid_argument" | "unknown_template" | "invalid_git_repo" | "git_credentials_in_url" | "invalid_git_ref" | "git_ref_conflict" | "no_git_repo" | "template_lacks_git" | "template_lacks_feature" | "unauthenticated" | "token_expired" | "forbidden" | "not_found" | "file_not_found" | "invalid_state" | "name_taken" | "file_exists" | "node_full" | "limit_reached" | "running_slots_full" | "storage_full" | "budget_exhausted" | "rate_limited" | "daily_cap_reached" | "too_many_requests" | "timeout" | "unavailable" | "desktop_not_enabled" | "off_screen" | "unknown_secret" | "disk_too_small";
+        ErrorCode: "internal" | "invalid_argument" | "unknown_template" | "invalid_git_repo" | "git_credentials_in_url" | "invalid_git_ref" | "git_ref_conflict" | "no_git_repo" | "template_lacks_git" | "template_lacks_feature" | "invalid_accel" | "unauthenticated" | "token_expired" | "forbidden" | "not_found" | "file_not_found" | "invalid_state" | "name_taken" | "file_exists" | "node_full" | "limit_reached" | "running_slots_full" | "storage_full" | "budget_exhausted" | "rate_limited" | "daily_cap_reached" | "too_many_requests" | "timeout" | "unavailable" | "desktop_not_enabled" | "off_screen" | "unknown_secret" | "disk_too_small";
         /**
          * @description A sandbox id, `sbx_` and 20 lower-case base32 characters.
          * @example sbx_0f3k9q2m7c4x8z1b5n6p
@@ -1694,6 +1698,20 @@ export interface components {
              */
             git_token_secret?: string;
             /**
+             * @description Place the sandbox only on a node with this CPU virtualisation (another value: 400
+             *     `invalid_accel`; no such node: 409 `node_full`). Default: any.
+             * @enum {string}
+             */
+            accel?: "kvm" | "tcg";
+            /**
+             * @description Place the sandbox only on a node agent carrying every one of these labels with these
+             *     values (`ZEISH_NODE_LABELS` of `zeishd node`, e.g. `{"gpu": "a"}`); no such node: 409
+             *     `node_full`. A single zeishd has no labels: any label is 409 `node_full` there.
+             */
+            node_labels?: {
+                [key: string]: string;
+            };
+            /**
              * Format: int64
              * @description A budget in micro-dollars; once `cost_micros` reaches it (checked every 2 s) the
              *     sandbox is stopped (suspended, nothing lost) with reason `budget_exhausted` and
@@ -1783,6 +1801,10 @@ export interface components {
              * @enum {string}
              */
             accel?: "kvm" | "tcg";
+            /** @description The node labels its create asked for (`node_labels`), if any. */
+            node_labels?: {
+                [key: string]: string;
+            };
             /** @description The sandbox this one was forked from. */
             parent_id?: components["schemas"]["SandboxID"];
             env: components["schemas"]["EnvMap"];
@@ -2257,6 +2279,12 @@ export interface components {
             digest?: string;
             /** @description Content hash of everything the build used. */
             hash: string;
+            /**
+             * @description In a cluster, the node agent that built the template and holds its files: its sandboxes are
+             *     placed there only (409 `node_full` when it has no room). Absent on a single zeishd and for
+             *     built-ins.
+             */
+            host?: string;
             /** @description Size of the root filesystem; sandboxes' disks are at least this big and grow it. */
             disk_mib: number;
             /** @description `KEY=VALUE` exec defaults from the image config; a sandbox's env wins. */

@@ -70,6 +70,7 @@ export const ERROR_CODES = [
   "no_git_repo",
   "template_lacks_git",
   "template_lacks_feature",
+  "invalid_accel",
   "unauthenticated",
   "token_expired",
   "forbidden",

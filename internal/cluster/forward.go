@@ -1,0 +1,111 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/nodeapi"
+	"github.com/zeish/zeish/internal/server"
+)
+
+// ForwardToNode sends a public-API request that needs a node (a sandbox's
+// guest: its ports, git clone, browser, desktop; a template build) to node
+// nodeID, which
+// serves it for the account the control plane authenticated
+// (server.ForwardedHandler), and streams the node's answer back as it is:
+// status, error code and body.
+func (r *Router) ForwardToNode(w http.ResponseWriter, req *http.Request, nodeID string, f server.Forwarded) {
+	n, _, err := r.node(req.Context(), nodeID)
+	if err != nil {
+		server.WriteError(w, req, err)
+		return
+	}
+	base, err := url.Parse(strings.TrimSuffix(n.URL, "/") + nodeapi.ForwardPrefix)
+	if err != nil {
+		server.WriteError(w, req, fmt.Errorf("node %s has a bad url %q: %w", n.ID, n.URL, errdefs.ErrUnavailable))
+		return
+	}
+	rp := &httputil.ReverseProxy{
+		Transport:     r.o.HTTP.Transport,
+		FlushInterval: -1, // a build log streams
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host = base.Scheme, base.Host
+			pr.Out.URL.Path, pr.Out.URL.RawPath = base.Path+pr.In.URL.Path, ""
+			pr.Out.Host = base.Host
+			for _, h := range []string{"Cookie", server.ForwardAccountHeader, server.ForwardKeyHeader} {
+				pr.Out.Header.Del(h)
+			}
+			pr.Out.Header.Set("Authorization", "Bearer "+string(r.o.Token))
+			pr.Out.Header.Set(server.ForwardAccountHeader, f.AccountID)
+			if f.KeyID != "" {
+				pr.Out.Header.Set(server.ForwardKeyHeader, f.KeyID)
+			}
+			pr.SetXForwarded()
+		},
+		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
+			server.WriteError(w, req, fmt.Errorf("node %s: %v: %w", n.ID, err, errdefs.ErrUnavailable))
+		},
+	}
+	rp.ServeHTTP(w, req)
+}
+
+// EnvdHandler forwards E2B's envd calls (internal/e2b: the sandbox in the
+// E2b-Sandbox-Id header) to the node of that sandbox, which checks their
+// access token itself and serves them from its own facade. Streams are
+// flushed as they come (a command's output, a watch).
+func (r *Router) EnvdHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		envdErr := func(status int, msg string) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			json.NewEncoder(w).Encode(map[string]any{"code": status, "message": msg})
+		}
+		id := req.Header.Get("E2b-Sandbox-Id")
+		rec, err := r.o.Store.GetSandbox(req.Context(), id)
+		if id == "" || err != nil {
+			// As the node's facade answers a sandbox that is gone.
+			envdErr(http.StatusBadGateway, fmt.Sprintf("sandbox %q not found", id))
+			return
+		}
+		n, _, err := r.node(req.Context(), rec.Host)
+		if err != nil {
+			envdErr(http.StatusBadGateway, err.Error())
+			return
+		}
+		base, err := url.Parse(strings.TrimSuffix(n.URL, "/"))
+		if err != nil {
+			envdErr(http.StatusBadGateway, "node "+n.ID+" has a bad url")
+			return
+		}
+		rp := &httputil.ReverseProxy{
+			Transport:     r.o.HTTP.Transport,
+			FlushInterval: -1,
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				pr.SetURL(base)
+				pr.Out.URL.Path, pr.Out.URL.RawPath = pr.In.URL.Path, ""
+				pr.SetXForwarded()
+			},
+			ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
+				envdErr(http.StatusBadGateway, fmt.Sprintf("node %s of sandbox %s: %v", n.ID, id, err))
+			},
+		}
+		rp.ServeHTTP(w, req)
+	})
+}
+
+// BuildNode is the node a new template is built on (BuildOn).
+func (r *Router) BuildNode(ctx context.Context) (string, error) {
+	nodes, err := r.Nodes(ctx)
+	if err != nil {
+		return "", fmt.Errorf("store: %w: %w", errdefs.ErrUnavailable, err)
+	}
+	n, err := BuildOn(nodes, time.Now(), r.o.LostAfter)
+	return n.ID, err
+}
