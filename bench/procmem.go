@@ -18,9 +18,15 @@ import (
 // vmMemory is how much of the host's memory one VM's QEMU process holds.
 type vmMemory struct {
 	GuestPrivateDirty int64 // Private_Dirty of the guest-RAM mapping: what this VM alone added
-	GuestRss          int64 // resident pages of the guest-RAM mapping, shared ones included
-	TotalRss          int64 // the whole process
-	QEMUOwn           int64 // TotalRss − GuestRss: QEMU's own heap, TCG cache, libraries
+	// GuestAnon is Anonymous of the guest-RAM mapping: the pages this VM
+	// copied on write from an image's RAM file it maps privately. Unlike
+	// Private_Dirty it leaves out the image's own pages (dirty in tmpfs)
+	// that this VM happens to be the only one to map, which the image holds
+	// whether or not any VM maps them.
+	GuestAnon int64
+	GuestRss  int64 // resident pages of the guest-RAM mapping, shared ones included
+	TotalRss  int64 // the whole process
+	QEMUOwn   int64 // TotalRss − GuestRss: QEMU's own heap, TCG cache, libraries
 }
 
 // memPath returns the mem-path= of the guest-RAM memory-backend-file on a
@@ -75,6 +81,10 @@ func parseSmaps(r io.Reader, file string) (vmMemory, error) {
 		case "Private_Dirty:":
 			if inFile {
 				m.GuestPrivateDirty += kb << 10
+			}
+		case "Anonymous:":
+			if inFile {
+				m.GuestAnon += kb << 10
 			}
 		}
 	}

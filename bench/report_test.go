@@ -40,10 +40,12 @@ Private_Dirty:         0 kB
 Size:             262144 kB
 Rss:               20480 kB
 Private_Dirty:      4096 kB
+Anonymous:           512 kB
 7f0020000000-7f0020100000 rw-p 00000000 00:00 0
 Size:               1024 kB
 Rss:                1000 kB
 Private_Dirty:      1000 kB
+Anonymous:          1000 kB
 VmFlags: rd wr mr mw me ac
 `
 
@@ -52,7 +54,7 @@ func TestParseSmaps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := vmMemory{GuestPrivateDirty: 4096 << 10, GuestRss: 20480 << 10, TotalRss: 22280 << 10, QEMUOwn: 1800 << 10}
+	want := vmMemory{GuestPrivateDirty: 4096 << 10, GuestAnon: 512 << 10, GuestRss: 20480 << 10, TotalRss: 22280 << 10, QEMUOwn: 1800 << 10}
 	if m != want {
 		t.Errorf("got %+v, want %+v", m, want)
 	}
