@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zeish/zeish/internal/secrets"
 	"github.com/zeish/zeish/internal/store"
-	"github.com/zeish/zeish/internal/store/sqlite"
+	"github.com/zeish/zeish/internal/testenv"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/template"
 )
@@ -21,15 +20,7 @@ import (
 func TestResumableRegistrySecret(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	box, err := secrets.LoadOrCreate(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"), sqlite.WithSecrets(box))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := testenv.SQLite(t)
 	if err := st.PutAccountSecret(ctx, store.AccountSecret{AccountID: "acc_x", Name: "REG", Value: "bob:pw", UpdatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}

@@ -2,27 +2,17 @@ package cluster
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/zeish/zeish/internal/secrets"
 	"github.com/zeish/zeish/internal/store"
-	"github.com/zeish/zeish/internal/store/sqlite"
+	"github.com/zeish/zeish/internal/testenv"
 	"github.com/zeish/zeish/sandbox"
 )
 
 func TestMarkLost(t *testing.T) {
 	ctx := context.Background()
-	box, err := secrets.LoadOrCreate(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "zeish.db"), sqlite.WithSecrets(box))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := testenv.SQLite(t)
 	now := time.Now().UTC()
 	beat := func(at time.Time) func(*store.NodeRecord) error {
 		return func(n *store.NodeRecord) error { n.HeartbeatAt, n.Healthy = at, true; return nil }

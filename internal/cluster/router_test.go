@@ -6,17 +6,15 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/control"
 	"github.com/zeish/zeish/internal/nodeapi"
-	"github.com/zeish/zeish/internal/secrets"
 	"github.com/zeish/zeish/internal/server"
 	"github.com/zeish/zeish/internal/store"
-	"github.com/zeish/zeish/internal/store/sqlite"
+	"github.com/zeish/zeish/internal/testenv"
 	"github.com/zeish/zeish/sandbox"
 )
 
@@ -53,12 +51,7 @@ func (f *fakeNode) Clone(_ context.Context, parent string, kids []*store.Sandbox
 
 func TestRouter(t *testing.T) {
 	ctx := context.Background()
-	box, _ := secrets.LoadOrCreate(t.TempDir())
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "zeish.db"), sqlite.WithSecrets(box))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := testenv.SQLite(t)
 	nodes := map[string]*fakeNode{}
 	for _, c := range []struct {
 		id     string

@@ -6,15 +6,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/zeish/zeish/api"
-	"github.com/zeish/zeish/internal/secrets"
 	"github.com/zeish/zeish/internal/store"
-	"github.com/zeish/zeish/internal/store/sqlite"
+	"github.com/zeish/zeish/internal/testenv"
 	"github.com/zeish/zeish/sandbox"
 )
 
@@ -23,15 +21,7 @@ import (
 func TestAccountSecrets(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	box, err := secrets.LoadOrCreate(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"), sqlite.WithSecrets(box))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := testenv.SQLite(t)
 	keys := map[string]string{}
 	for _, name := range []string{"one", "two"} {
 		acct := sandbox.NewID(sandbox.PrefixAccount)

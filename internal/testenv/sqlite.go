@@ -1,0 +1,27 @@
+package testenv
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/zeish/zeish/internal/secrets"
+	"github.com/zeish/zeish/internal/store/sqlite"
+)
+
+// SQLite opens a fresh SQLite store in t's temp dir, sealing secrets with a
+// key of its own, and closes it when t ends.
+func SQLite(t testing.TB) *sqlite.Store {
+	t.Helper()
+	dir := t.TempDir()
+	box, err := secrets.LoadOrCreate(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "zeish.db"), sqlite.WithSecrets(box))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
