@@ -71,7 +71,7 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c, stop, err := e.labServer(ctx, lab)
+	c, z, stop, err := e.labServer(ctx, lab)
 	if err != nil {
 		return nil, err
 	}
@@ -109,13 +109,19 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 		}
 		return sb.ID, wait, time.Since(start), err
 	}
-	type samples struct{ wait, total []float64 }
+	type samples struct {
+		wait, total []float64
+		ids         []string // the measured sandboxes, for their steps in zeishd's log
+	}
 	creates := map[bool]*samples{true: {}, false: {}}
 	for i := -e.opts.warmup; i < e.opts.runs; i++ {
 		for _, withNet := range []bool{i%2 == 0, i%2 != 0} {
 			id, wait, total, err := create(withNet)
 			if id != "" {
 				err = errors.Join(err, del(id))
+				if i >= 0 {
+					creates[withNet].ids = append(creates[withNet].ids, id)
+				}
 			}
 			if err != nil {
 				return nil, fmt.Errorf("create (network %v): %w", withNet, err)
@@ -165,6 +171,9 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 			}
 			for _, k := range res.Sandboxes {
 				err = errors.Join(err, del(k.ID))
+				if i >= 0 {
+					forks[withNet].ids = append(forks[withNet].ids, k.ID)
+				}
 			}
 			if err != nil {
 				return nil, fmt.Errorf("fork (network %v): %w", withNet, err)
@@ -204,6 +213,29 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 		statRow("clone → child's first exec: paired differences", sDF),
 	}
 	r.Tables = append(r.Tables, t, sum)
+
+	// Steps zeishd times itself (its log), per kind of sandbox: what of
+	// the difference happens in QEMU's start and in the guest's
+	// configuration (address, MAC, route: sandboxd's reconfiguration on a
+	// fork's resume).
+	log := z.Log.String()
+	st := statTable("Steps inside zeishd (its log), same sandboxes", "ms")
+	for _, step := range []struct{ label, msg, key string }{
+		{"QEMU start → first QMP answer", "vm started", "qmp_ready_ms"},
+		{"guest configuration (hostname, clock, RNG, network), agent call", "guest configured", "configure_ms"},
+	} {
+		for _, k := range []struct {
+			kind    string
+			withNet bool
+			s       *samples
+		}{{"create, network", true, creates[true]}, {"create, enabled: false", false, creates[false]},
+			{"fork, network", true, forks[true]}, {"fork, enabled: false", false, forks[false]}} {
+			name := strings.ReplaceAll(strings.ReplaceAll(k.kind, ", ", "_"), ": ", "_")
+			sv := r.add(newSeries(step.key+"_"+strings.ReplaceAll(name, " ", "_"), "ms", stepMS(log, step.msg, step.key, k.s.ids)))
+			st.Rows = append(st.Rows, statRow(step.label+": "+k.kind, sv))
+		}
+	}
+	r.Tables = append(r.Tables, st)
 	r.addGoal(goal{Name: "networking's added cost to create → first exec (difference of medians)", Target: fmt.Sprintf("≤ %d ms", netGoalMS),
 		Value: sC.Median - sCn.Median, Unit: "ms", Met: sC.Median-sCn.Median <= netGoalMS})
 	r.addGoal(goal{Name: "networking's added cost to clone → child's first exec (difference of medians)", Target: fmt.Sprintf("≤ %d ms", netGoalMS),
@@ -286,6 +318,39 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 	return r, nil
 }
 
+// stepMS finds, in zeishd's text log, the lines with msg whose sandbox is
+// one of ids and returns their key (an integer of ms).
+func stepMS(log, msg, key string, ids []string) []float64 {
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	var out []float64
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, "msg=\""+msg+"\"") {
+			continue
+		}
+		var id, v string
+		for _, f := range strings.Fields(line) {
+			if k, val, ok := strings.Cut(f, "="); ok {
+				switch k {
+				case "sandbox":
+					id = val
+				case key:
+					v = val
+				}
+			}
+		}
+		var n float64
+		if want[id] && v != "" {
+			if _, err := fmt.Sscan(v, &n); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
 // pairs is a[i] − b[i] for each run both have.
 func pairs(a, b []float64) []float64 {
 	var d []float64
@@ -297,11 +362,11 @@ func pairs(a, b []float64) []float64 {
 
 // labServer starts a networked zeishd in the lab's node namespace, with no
 // default caps (a sandbox that asks for none is uncapped).
-func (e *benchEnv) labServer(ctx context.Context, lab *testenv.NetLab) (*zeish.Client, func() error, error) {
+func (e *benchEnv) labServer(ctx context.Context, lab *testenv.NetLab) (*zeish.Client, *testenv.Zeishd, func() error, error) {
 	const listen = "127.0.0.1:7421"
 	relay, err := lab.Relay(lab.Node, listen)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	z := &testenv.Zeishd{
 		Bin:     e.zeishdBin,
@@ -310,7 +375,7 @@ func (e *benchEnv) labServer(ctx context.Context, lab *testenv.NetLab) (*zeish.C
 		Env: []string{
 			"ZEISH_SANDBOXD=" + e.sandboxd,
 			"ZEISH_TEMPLATE_CACHE=" + e.cacheDir,
-			"ZEISH_LOG_LEVEL=info",
+			"ZEISH_LOG_LEVEL=debug", // for the steps' times (stepMS)
 			"ZEISH_PLAN_RUNNING_SLOTS=100", "ZEISH_PLAN_CREATES_PER_MINUTE=1000", "ZEISH_PLAN_DAILY_CREATES=100000",
 			"ZEISH_UPLINK=" + lab.Uplink, "ZEISH_DNS_UPSTREAM=" + lab.DNS, "ZEISH_NET_CIDR=10.213.0.0/24",
 			"ZEISH_NET_RATE_BYTES=0", "ZEISH_NET_RATE_PACKETS=0",
@@ -318,12 +383,12 @@ func (e *benchEnv) labServer(ctx context.Context, lab *testenv.NetLab) (*zeish.C
 		OwnProcessGroup: true,
 	}
 	if err := z.Start(ctx); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	key, err := z.AdminKey()
 	if err != nil {
 		z.Stop()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	c := zeish.NewClient("http://"+relay+api.BasePath, key)
 	stop := func() error {
@@ -339,7 +404,7 @@ func (e *benchEnv) labServer(ctx context.Context, lab *testenv.NetLab) (*zeish.C
 		}
 		return errors.Join(append(errs, z.Stop())...)
 	}
-	return c, stop, nil
+	return c, z, stop, nil
 }
 
 // guestExec runs argv in a guest; a non-zero exit is an error.
