@@ -5,13 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/guest"
@@ -136,11 +140,15 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 	// Fork: one running parent of each kind, a child at a time (clone
 	// wait=true, then the child's first exec), deleted after.
 	parents := map[bool]string{}
-	defer func() {
-		for _, id := range parents {
-			err = errors.Join(err, del(id))
+	dropParents := func() error {
+		var errs []error
+		for withNet, id := range parents {
+			errs = append(errs, del(id))
+			delete(parents, withNet)
 		}
-	}()
+		return errors.Join(errs...)
+	}
+	defer func() { err = errors.Join(err, dropParents()) }()
 	for _, withNet := range []bool{false, true} {
 		id, _, _, err := create(withNet)
 		if id != "" {
@@ -184,6 +192,10 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 				forks[withNet].total = append(forks[withNet].total, ms(total))
 			}
 		}
+	}
+	// Idle parents would take CPU from the throughput runs below.
+	if err := dropParents(); err != nil {
+		return nil, err
 	}
 	sC, sCn := r.add(newSeries("create_first_exec_network", "ms", creates[true].total)), r.add(newSeries("create_first_exec_no_network", "ms", creates[false].total))
 	sCW, sCWn := r.add(newSeries("create_wait_network", "ms", creates[true].wait)), r.add(newSeries("create_wait_no_network", "ms", creates[false].wait))
@@ -314,6 +326,8 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 		fmt.Sprintf("networked creates and fork parents ask for the default caps (%d bytes/s, %d packets/s), so their firewall carries the policers; the throughput sandbox is uncapped", benchRateBytes, benchRatePackets),
 		"iperf3 is the host's Debian binary with its libraries, copied into each guest through the files API and started through the copied ld.so (no template change); the server runs in the lab's internet namespace",
 		"zeish path: TAP, nftables forward chains (isolation, policy), masquerade out of the uplink; plain path: the same template booted by bare QEMU on a TAP routed to the lab, no firewall, no NAT",
+		"the plain QEMU runs in a CPU cgroup beside zeishd's VMs (under \"zeish\", the same quota), so both compete for CPU alike on a busy host",
+		"the fork parents are deleted before the throughput runs; the zeish sandbox and the plain QEMU are both up during them",
 	)
 	return r, nil
 }
@@ -563,6 +577,56 @@ func (e *benchEnv) zeishGuest(ctx context.Context, c *zeish.Client, files []gues
 	}), done, nil
 }
 
+// cpuCgroupLikeZeish puts a plain QEMU into a CPU cgroup of its own next
+// to those zeishd makes for its VMs (vmm/qemu/confine.go: under "zeish",
+// quota of vcpus+1 cores), so that on a busy host the scheduler weighs it
+// as it weighs a sandbox. Outside that group, the plain QEMU's threads
+// would each count as much as the whole "zeish" group, every sandbox of
+// every zeishd on the host together, and the comparison would measure CPU
+// shares, not the network path. Without a "zeish" CPU cgroup (zeishd not
+// confining) nothing is done. undo removes the cgroup once QEMU is gone.
+func cpuCgroupLikeZeish(pid, vcpus int) (undo func(), err error) {
+	quota := strconv.Itoa((vcpus + 1) * 100000)
+	var dir string
+	var files map[string]string
+	switch {
+	case fileExists("/sys/fs/cgroup/zeish/cgroup.procs"): // v2
+		dir = fmt.Sprintf("/sys/fs/cgroup/zeish/bench-raw-%d", pid)
+		files = map[string]string{"cpu.max": quota + " 100000"}
+	case fileExists("/sys/fs/cgroup/cpu/zeish/cgroup.procs"): // v1
+		dir = fmt.Sprintf("/sys/fs/cgroup/cpu/zeish/bench-raw-%d", pid)
+		files = map[string]string{"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": quota}
+	default:
+		return func() {}, nil
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, err
+	}
+	undo = func() {
+		// QEMU is gone: the group is empty, rmdir removes it.
+		if err := unix.Rmdir(dir); err != nil {
+			slog.Warn("bench: remove cgroup", "dir", dir, "err", err)
+		}
+	}
+	for name, v := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(v), 0o644); err != nil {
+			undo()
+			return nil, fmt.Errorf("cgroup %s: %w", name, err)
+		}
+	}
+	// cgroup.procs moves every thread of the process.
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+		undo()
+		return nil, fmt.Errorf("cgroup procs: %w", err)
+	}
+	return undo, nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
 // copyFiles opens each file and hands it to put.
 func copyFiles(files []guestFile, put func(name string, f *os.File) error) error {
 	for _, gf := range files {
@@ -596,7 +660,8 @@ func (e *benchEnv) rawGuest(ctx context.Context, lab *testenv.NetLab, files []gu
 	}
 	defer func() { err = errors.Join(err, ipIn("-n", lab.Node, "link", "del", rawTAP)) }()
 	opts := rawOpts{memMiB: mem, vcpus: smallVCPUs, diskMiB: smallDiskMiB, netns: lab.Node,
-		netdev: "tap,id=net0,ifname=" + rawTAP + ",script=no,downscript=no"}
+		netdev:  "tap,id=net0,ifname=" + rawTAP + ",script=no,downscript=no",
+		started: func(pid int) (func(), error) { return cpuCgroupLikeZeish(pid, smallVCPUs) }}
 	_, err = e.bootRawWith(ctx, opts, func(dir string) error {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
