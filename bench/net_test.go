@@ -30,3 +30,19 @@ time=2026-12-02T03:44:35Z level=DEBUG msg="guest configured" sandbox=sbx-a confi
 		})
 	}
 }
+
+func TestMAD(t *testing.T) {
+	for _, tc := range []struct {
+		xs   []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{5}, 0},
+		{[]float64{1, 2, 3, 4, 100}, 1}, // the outlier does not count
+		{[]float64{-10, 0, 10}, 10},
+	} {
+		if got := mad(tc.xs); got != tc.want {
+			t.Errorf("mad(%v) = %v, want %v", tc.xs, got, tc.want)
+		}
+	}
+}
