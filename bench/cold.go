@@ -63,7 +63,12 @@ func (e *benchEnv) createAndExec(ctx context.Context, memMiB int) (string, coldS
 
 // firstExec connects to a sandbox and runs `true`, as a user's first command.
 func (e *benchEnv) firstExec(ctx context.Context, id string) error {
-	conn, err := e.client.Connect(ctx, id)
+	return firstExecOn(ctx, e.client, id)
+}
+
+// firstExecOn is firstExec through the zeishd behind c.
+func firstExecOn(ctx context.Context, c *zeish.Client, id string) error {
+	conn, err := c.Connect(ctx, id)
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", id, err)
 	}

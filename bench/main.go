@@ -15,8 +15,9 @@
 //	        QEMU's own memory per VM
 //	api     control-plane latency of get and list with many sandboxes in the database
 //	cluster what a control plane in front of a node agent adds to create and fork
-//	net     what networking adds to create and fork (a zeishd in a NetLab
-//	        vs ZEISH_NET=off), guest↔uplink throughput vs plain QEMU on a TAP
+//	net     what networking adds to create → first exec and fork → first
+//	        exec (network vs enabled: false on one zeishd in a NetLab),
+//	        iperf3 guest↔uplink vs plain QEMU on a TAP
 //
 // Usage:
 //

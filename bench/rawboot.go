@@ -51,6 +51,9 @@ type rawOpts struct {
 	memMiB, vcpus, diskMiB int
 	netdev                 string
 	netns                  string
+	// started, when not nil, runs with QEMU's pid as soon as it started;
+	// its undo runs after QEMU is gone.
+	started func(pid int) (undo func(), err error)
 }
 
 // bootRawWith is bootRaw with options; then, when not nil, runs once init's
@@ -133,6 +136,12 @@ func (e *benchEnv) bootRawWith(ctx context.Context, o rawOpts, then func(dir str
 		text        string
 	}
 	result := make(chan seen, 1)
+	var undoStarted func()
+	defer func() { // after QEMU is gone (deferred calls run last first)
+		if undoStarted != nil {
+			undoStarted()
+		}
+	}()
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		consoleW.Close()
@@ -145,6 +154,11 @@ func (e *benchEnv) bootRawWith(ctx context.Context, o rawOpts, then func(dir str
 		cmd.Process.Kill()
 		<-exited
 	}()
+	if o.started != nil {
+		if undoStarted, err = o.started(cmd.Process.Pid); err != nil {
+			return rawBoot{}, err
+		}
+	}
 
 	go func() {
 		var s seen

@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(qemu-system-x86 qemu-utils linux-image-cloud-amd64 busybox-static e2fsprogs cpio gzip jq
 	mmdebstrap nftables iproute2 postgresql chromium xvfb openbox git
-	protobuf-compiler libprotobuf-dev umoci)
+	protobuf-compiler libprotobuf-dev umoci iperf3)
 backported=(qemu-system-x86 qemu-utils)
 # Node.js runs the TypeScript SDK's tests; machines of this kind ship one.
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)

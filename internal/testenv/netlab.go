@@ -39,6 +39,7 @@ type NetLab struct {
 	NodeAddr   string // its address
 	DNS        string // "198.18.0.1:53"
 	Names      map[string]string
+	peer       string // the veth end in Inet
 
 	mu      sync.Mutex
 	closers []func() error
@@ -96,6 +97,7 @@ func OpenNetLab() (*NetLab, error) {
 		},
 	}
 	peer := "zlv" + id + "i"
+	l.peer = peer
 	steps := [][]string{
 		{"netns", "add", l.Node},
 		{"netns", "add", l.Inet},
@@ -290,6 +292,39 @@ func (l *NetLab) Relay(ns, addr string) (string, error) {
 		}
 	}()
 	return ln.Addr().String(), nil
+}
+
+// Sealed checks that the lab leads nowhere but into itself: Node and Inet
+// have no link but lo and their ends of the lab's veth, Node's way to any
+// address outside the lab is the lab's gateway, and Inet has no route to
+// one at all. What runs in Node (zeishd, its guests, a bench's QEMU) then
+// cannot reach the machine's real network, however it is configured.
+func (l *NetLab) Sealed() error {
+	for ns, want := range map[string]string{l.Node: l.Uplink, l.Inet: l.peer} {
+		out, err := Exec(ns, "ip", "-o", "link", "show")
+		if err != nil {
+			return fmt.Errorf("links of %s: %v: %s", ns, err, out)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 2 {
+				continue
+			}
+			name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
+			if name != "lo" && name != want {
+				return fmt.Errorf("lab namespace %s has a link %q besides lo and %s", ns, name, want)
+			}
+		}
+	}
+	const outside = "192.0.2.1" // TEST-NET-1: not the lab's, never contacted
+	out, err := Exec(l.Node, "ip", "-4", "route", "get", outside)
+	if err != nil || !strings.Contains(out, "via "+LabGateway+" dev "+l.Uplink) {
+		return fmt.Errorf("lab namespace %s routes %s other than into the lab: %v: %s", l.Node, outside, err, out)
+	}
+	if out, err := Exec(l.Inet, "ip", "-4", "route", "get", outside); err == nil {
+		return fmt.Errorf("lab internet %s has a route out: %s", l.Inet, out)
+	}
+	return nil
 }
 
 // Exec runs a command inside namespace ns (for tests that inspect it: ip, nft).
