@@ -55,7 +55,8 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 	driver, err := qemu.New(qemu.Options{Accel: vmm.Accel(env("ZEISH_ACCEL", "")), TCGTBSizeMiB: tbMiB,
 		ProbeKernel: kernel, AccelCache: filepath.Join(dataDir, accelCacheName),
 		Confine: confine, VMUser: os.Getenv("ZEISH_VM_USER"), NoSeccomp: env("ZEISH_SECCOMP", "on") == "off",
-		CgroupsOptional: env("ZEISH_CGROUPS", "required") == "optional", Logger: log})
+		CgroupsOptional: env("ZEISH_CGROUPS", "required") == "optional", Logger: log,
+		NoInflate: env("ZEISH_FORK_INFLATE", "on") == "off"})
 	if err != nil {
 		return nil, err
 	}

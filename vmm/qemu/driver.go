@@ -50,6 +50,10 @@ type Options struct {
 	// NoSeccomp runs QEMU without its seccomp filter (-sandbox), for a QEMU
 	// built without libseccomp. The default filters.
 	NoSeccomp bool
+	// NoInflate makes a live capture punch the holes its source's reads
+	// allocated in the source's image right after the capture, as before
+	// inflate.go (for the bench's comparison): every capture then pays them.
+	NoInflate bool
 	Logger    *slog.Logger
 }
 
@@ -65,6 +69,9 @@ type Driver struct {
 	qmpLocks    sync.Map       // QMP socket path → chan struct{} (one session at a time)
 	confine     *confinement   // nil: VMMs run unconfined
 	background  sync.WaitGroup // sparsifyLater work; tests wait on it
+	noInflate   bool           // punch a live capture's source image at once (inflate.go)
+	inflateMu   sync.Mutex
+	inflated    inflations
 
 	seccomp bool
 
@@ -87,6 +94,8 @@ func New(opts Options) (*Driver, error) {
 		shmDir:      opts.ShmDir,
 		tbSizeMiB:   opts.TCGTBSizeMiB,
 		seccomp:     !opts.NoSeccomp,
+		noInflate:   opts.NoInflate,
+		inflated:    inflations{users: map[string]map[string]bool{}},
 		log:         opts.Logger,
 	}
 	if d.qemuPath == "" {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
@@ -103,6 +104,17 @@ func (d *Driver) CaptureLive(ctx context.Context, h *vmm.Handle, dir string, swa
 		err = fmt.Errorf("capture vm %q live: %w", h.Spec.ID, err)
 	}()
 	oldDisk := h.Disk
+	// The source's image is inflated while the disk and the receiver are
+	// prepared (two cores: the receiver's QEMU start overlaps it).
+	inflated := make(chan error, 1)
+	go func() { inflated <- d.inflateSource(h) }()
+	waitInflated := sync.OnceFunc(func() {
+		// Not fatal: the source's own reads allocate what is missing.
+		if err := <-inflated; err != nil {
+			d.log.Warn("live capture without inflated source", logKeySandbox, h.Spec.ID, "err", err)
+		}
+	})
+	defer waitInflated()
 	tmpNext, err := d.prepareSwap(ctx, &undo, h, swap)
 	if err != nil {
 		return nil, 0, err
@@ -111,6 +123,9 @@ func (d *Driver) CaptureLive(ctx context.Context, h *vmm.Handle, dir string, swa
 	if err != nil {
 		return nil, 0, err
 	}
+	prepared := time.Now()
+	waitInflated()
+	inflatedAt := time.Now()
 	relaySock := filepath.Join(h.Spec.Dir, relaySockName)
 	relay, err := newRelay(relaySock, migrateSocket(rh))
 	if err != nil {
@@ -134,7 +149,7 @@ func (d *Driver) CaptureLive(ctx context.Context, h *vmm.Handle, dir string, swa
 	}
 	undo.Release()
 	os.RemoveAll(rh.Spec.Dir)
-	if !h.MemShared && h.MemFile != "" {
+	if d.noInflate && !h.MemShared && h.MemFile != "" {
 		d.sparsifyLater(h.MemFile) // the source read, and so allocated, every page of its image
 	}
 	if !d.liveMultifd() {
@@ -143,7 +158,8 @@ func (d *Driver) CaptureLive(ctx context.Context, h *vmm.Handle, dir string, swa
 	d.log.Info("vm captured live", logKeySandbox, h.Spec.ID, "image", dir, "pause_ms", sw.pause.Milliseconds(),
 		"stop_to_seen_ms", sw.seen.Sub(sw.stopped).Milliseconds(), "swap_ms", sw.swappedAt.Sub(sw.seen).Milliseconds(),
 		"last_pass_ms", sw.completed.Sub(sw.swappedAt).Milliseconds(),
-		"copy_ms", copied.Sub(began).Milliseconds(), "save_ms", time.Since(copied).Milliseconds(),
+		"copy_ms", copied.Sub(began).Milliseconds(), "inflate_wait_ms", inflatedAt.Sub(prepared).Milliseconds(),
+		"save_ms", time.Since(copied).Milliseconds(),
 		"multifd", d.liveMultifd(), "old_disk", oldDisk, "disk", h.Disk)
 	return img, sw.pause, nil
 }
