@@ -15,6 +15,8 @@
 //	        QEMU's own memory per VM
 //	api     control-plane latency of get and list with many sandboxes in the database
 //	cluster what a control plane in front of a node agent adds to create and fork
+//	density (only with -only density) 100 live children of one 1 GiB
+//	        sandbox: each child's unique cost (PSS), by tb-size
 //	net     what networking adds to create and fork (a zeishd in a NetLab
 //	        vs ZEISH_NET=off), guest↔uplink throughput vs plain QEMU on a TAP
 //
@@ -43,6 +45,9 @@ type section struct {
 	name  string
 	about string
 	run   func(ctx context.Context, e *benchEnv) (*report, error)
+	// optIn sections run only when -only names them (long, or heavy on
+	// the host).
+	optIn bool
 }
 
 var sections []section
@@ -89,7 +94,7 @@ func main() {
 
 func pick(only string) ([]section, error) {
 	if only == "" {
-		return sections, nil
+		return slices.DeleteFunc(slices.Clone(sections), func(s section) bool { return s.optIn }), nil
 	}
 	var out []section
 	for _, name := range strings.Split(only, ",") {
