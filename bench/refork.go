@@ -56,7 +56,8 @@ type reforkRun struct {
 	restored, restExec []float64 // a sandbox started from a snapshot, forked
 	fanout, fanoutAll  []float64 // a child forked into fanoutN at once: pause, call → all exec'ed
 	fanoutN            int
-	privateMiB, ownMiB float64 // an idle grandchild (from a re-fork): guest Private_Dirty, QEMU's own
+	parts              map[string][]float64 // live captures' log figures (liveParts), all of this size
+	privateMiB, ownMiB float64              // an idle grandchild (from a re-fork): guest Private_Dirty, QEMU's own
 	depth              int
 	imageRAMMiB        float64 // image RAM held once the re-forks are done
 }
@@ -72,6 +73,31 @@ func (e *benchEnv) restartWith(ctx context.Context, settings ...string) error {
 		e.zeishd.Env = append(e.zeishd.Env, s)
 	}
 	return e.zeishd.Start(ctx)
+}
+
+// liveParts are the figures of the driver's "vm captured live" log line:
+// the pause and its parts (stop → pre-switchover seen, disk swap, last
+// pass), the copy until the image exists, the wait for the source's
+// image to be inflated, and the receiver's state save.
+var liveParts = []string{"pause_ms", "stop_to_seen_ms", "swap_ms", "last_pass_ms", "copy_ms", "inflate_wait_ms", "save_ms"}
+
+var liveCaptureRE = regexp.MustCompile(`msg="vm captured live"[^\n]*`)
+
+// liveCaptureParts collects liveParts from every live capture line in log.
+func liveCaptureParts(log string) map[string][]float64 {
+	out := map[string][]float64{}
+	for _, line := range liveCaptureRE.FindAllString(log, -1) {
+		for _, f := range strings.Fields(line) {
+			k, v, ok := strings.Cut(f, "=")
+			if !ok || !slices.Contains(liveParts, k) {
+				continue
+			}
+			if n, err := strconv.ParseFloat(v, 64); err == nil {
+				out[k] = append(out[k], n)
+			}
+		}
+	}
+	return out
 }
 
 var captureDoneRE = regexp.MustCompile(`msg="capture done"[^\n]* sandbox=(\S+) [^\n]*pause_ms=(\d+)`)
@@ -138,7 +164,7 @@ func runRefork(ctx context.Context, e *benchEnv) (*report, error) {
 		results[mode] = map[int]*reforkRun{}
 		for i, mem := range sizes {
 			depth := 0
-			if i == 0 {
+			if i == 0 && mode == modes[0] { // the chain and the fan-out: once
 				depth = reforkDepthFlag
 			}
 			res, err := e.reforkAt(ctx, mode, mem, depth)
@@ -213,6 +239,26 @@ func runRefork(ctx context.Context, e *benchEnv) (*report, error) {
 	}
 	r.Tables = append(r.Tables, mem)
 
+	parts := &table{Title: "where live captures' time goes (every live capture at that size, from zeishd's log): medians (max), ms",
+		Header: append([]string{"mode", "size", "captures"}, liveParts...)}
+	for _, mode := range modes {
+		for _, size := range sizes {
+			x := results[mode][size]
+			n := len(x.parts["pause_ms"])
+			if n == 0 {
+				continue
+			}
+			line := []string{mode, fmt.Sprintf("%d MiB", size), strconv.Itoa(n)}
+			for _, k := range liveParts {
+				line = append(line, fmt.Sprintf("%s (%s)", fmtNum(median(x.parts[k])), fmtNum(slices.Max(x.parts[k]))))
+			}
+			parts.Rows = append(parts.Rows, line)
+		}
+	}
+	if len(parts.Rows) > 0 {
+		r.Tables = append(r.Tables, parts)
+	}
+
 	// Goals, for the live mode (the one zeishd uses).
 	if live := results["live"]; live != nil {
 		small, large := sizes[0], sizes[len(sizes)-1]
@@ -262,6 +308,8 @@ func runRefork(ctx context.Context, e *benchEnv) (*report, error) {
 // re-forks and snapshots of one child, and (depth > 0) a chain that deep.
 func (e *benchEnv) reforkAt(ctx context.Context, mode string, memMiB, depth int) (_ *reforkRun, err error) {
 	x := &reforkRun{depth: depth}
+	mark := len(e.zeishd.Log.String())
+	defer func() { x.parts = liveCaptureParts(e.zeishd.Log.String()[mark:]) }()
 	var made []string
 	defer func() {
 		if derr := e.deleteAll(ctx, made); derr != nil && err == nil {
