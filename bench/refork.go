@@ -32,11 +32,32 @@ var (
 	reforkFanoutFlag int
 )
 
-// reforkModeEnv is the zeishd settings of a -refork-modes entry.
+// reforkEnv is the zeishd settings of a -refork-modes entry: a mode of
+// reforkModeEnv, optionally followed by +NAME=VALUE settings of its own
+// (live+ZEISH_LIVE_DOWNTIME_MS=10).
+func reforkEnv(mode string) ([]string, error) {
+	base, extra, _ := strings.Cut(mode, "+")
+	env, ok := reforkModeEnv[base]
+	if !ok {
+		return nil, fmt.Errorf("-refork-modes: %q is not live, live-punch or stopped", base)
+	}
+	env = slices.Clone(env)
+	if extra != "" {
+		for _, kv := range strings.Split(extra, "+") {
+			if name, _, ok := strings.Cut(kv, "="); !ok || !strings.HasPrefix(name, "ZEISH_") {
+				return nil, fmt.Errorf("-refork-modes %q: %q is not a ZEISH_NAME=VALUE setting", mode, kv)
+			}
+			env = append(env, kv)
+		}
+	}
+	return env, nil
+}
+
+// reforkModeEnv is the zeishd settings of each -refork-modes base mode.
 var reforkModeEnv = map[string][]string{
-	"live":       {"ZEISH_FORK_PROMOTION=live", "ZEISH_FORK_INFLATE=on"},
-	"live-punch": {"ZEISH_FORK_PROMOTION=live", "ZEISH_FORK_INFLATE=off"},
-	"stopped":    {"ZEISH_FORK_PROMOTION=stopped", "ZEISH_FORK_INFLATE=on"},
+	"live":       {"ZEISH_FORK_PROMOTION=live", "ZEISH_FORK_INFLATE=on", "ZEISH_LIVE_DOWNTIME_MS=50"},
+	"live-punch": {"ZEISH_FORK_PROMOTION=live", "ZEISH_FORK_INFLATE=off", "ZEISH_LIVE_DOWNTIME_MS=50"},
+	"stopped":    {"ZEISH_FORK_PROMOTION=stopped", "ZEISH_FORK_INFLATE=on", "ZEISH_LIVE_DOWNTIME_MS=50"},
 }
 
 // The targets for re-forks.
@@ -154,9 +175,9 @@ func runRefork(ctx context.Context, e *benchEnv) (*report, error) {
 	modes := strings.Split(reforkModesFlag, ",")
 	results := map[string]map[int]*reforkRun{}
 	for _, mode := range modes {
-		env, ok := reforkModeEnv[mode]
-		if !ok {
-			return nil, fmt.Errorf("-refork-modes: %q is not live, live-punch or stopped", mode)
+		env, err := reforkEnv(mode)
+		if err != nil {
+			return nil, err
 		}
 		if err := e.restartWith(ctx, env...); err != nil {
 			return nil, err
@@ -259,8 +280,8 @@ func runRefork(ctx context.Context, e *benchEnv) (*report, error) {
 		r.Tables = append(r.Tables, parts)
 	}
 
-	// Goals, for the live mode (the one zeishd uses).
-	if live := results["live"]; live != nil {
+	// Goals, for the first mode (live, the one zeishd uses, unless told).
+	if live := results[modes[0]]; strings.HasPrefix(modes[0], "live") {
 		small, large := sizes[0], sizes[len(sizes)-1]
 		for _, k := range []struct {
 			name string

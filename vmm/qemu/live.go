@@ -48,7 +48,9 @@ const (
 	// while the VM runs: QEMU reopens a frozen overlay read-only by name, and
 	// a name reused by the next capture would hand it another file.
 	nextDiskPrefix  = "next-"
-	liveDowntimeMS  = 50 // the last pass may stop the guest this long
+	// defaultLiveDowntimeMS is how long QEMU may expect the last pass to
+	// stop the guest (Options.LiveDowntimeMS overrides it).
+	defaultLiveDowntimeMS = 50
 	multifdChannels = 2
 	// contRetry is how often cont is repeated while QEMU refuses it as
 	// "Migration is not finalized yet" right after completion.
@@ -368,7 +370,7 @@ func (s *switchover) run(ctx context.Context) func(m *monitor) error {
 		}
 		// Settings first: every round trip after the stop is pause.
 		caps := []capability{{"x-ignore-shared", false}, {"pause-before-switchover", true}, {"events", true}}
-		params := map[string]any{"max-bandwidth": localBandwidth, "downtime-limit": liveDowntimeMS}
+		params := map[string]any{"max-bandwidth": localBandwidth, "downtime-limit": s.d.liveDowntimeMS}
 		if s.d.liveMultifd() {
 			caps = append(caps, capability{"multifd", true})
 			params["multifd-channels"], params["zero-page-detection"] = multifdChannels, "multifd"
