@@ -47,11 +47,11 @@ const (
 	// second name of swap.Next that the VMM can open from its chroot. It stays
 	// while the VM runs: QEMU reopens a frozen overlay read-only by name, and
 	// a name reused by the next capture would hand it another file.
-	nextDiskPrefix  = "next-"
+	nextDiskPrefix = "next-"
 	// defaultLiveDowntimeMS is how long QEMU may expect the last pass to
 	// stop the guest (Options.LiveDowntimeMS overrides it).
 	defaultLiveDowntimeMS = 50
-	multifdChannels = 2
+	multifdChannels       = 2
 	// contRetry is how often cont is repeated while QEMU refuses it as
 	// "Migration is not finalized yet" right after completion.
 	contRetry   = 500 * time.Microsecond
