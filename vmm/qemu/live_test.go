@@ -135,6 +135,23 @@ func TestLiveCaptureOfAClone(t *testing.T) {
 	_, _ = captureLive("clone again", src, sc)
 	captureLive("child of the clone", child, cc)
 
+	// The clone's image stayed inflated for its captures while it runs, and
+	// is made sparse again once the clone is gone.
+	st, err := os.Stat(img.MemFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := allocated(t, img.MemFile); got != st.Size() {
+		t.Errorf("image under a captured clone: %d of %d bytes allocated, want all", got, st.Size())
+	}
+	if err := d.Destroy(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	d.background.Wait()
+	if got := allocated(t, img.MemFile); got >= st.Size() {
+		t.Errorf("image after its captured clone is gone: %d of %d bytes allocated, want it sparse again", got, st.Size())
+	}
+
 	// The receivers' RAM files are the images': nothing else is left in shm.
 	d.background.Wait()
 }
