@@ -141,15 +141,19 @@ func TestLiveCaptureOfAClone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := allocated(t, img.MemFile); got != st.Size() {
-		t.Errorf("image under a captured clone: %d of %d bytes allocated, want all", got, st.Size())
+	// (Not quite all: the background sparsify of the parent's capture may
+	// still punch a few zero pages after the inflation, which is harmless.)
+	inflated := allocated(t, img.MemFile)
+	t.Logf("image under a captured clone: %d of %d bytes allocated", inflated, st.Size())
+	if inflated < st.Size()*9/10 {
+		t.Errorf("image under a captured clone: %d of %d bytes allocated, want it inflated", inflated, st.Size())
 	}
 	if err := d.Destroy(ctx, src); err != nil {
 		t.Fatal(err)
 	}
 	d.background.Wait()
-	if got := allocated(t, img.MemFile); got >= st.Size() {
-		t.Errorf("image after its captured clone is gone: %d of %d bytes allocated, want it sparse again", got, st.Size())
+	if got := allocated(t, img.MemFile); got >= inflated {
+		t.Errorf("image after its captured clone is gone: %d of %d bytes allocated (%d before), want it sparse again", got, st.Size(), inflated)
 	}
 
 	// The receivers' RAM files are the images': nothing else is left in shm.
