@@ -15,6 +15,8 @@
 //	        QEMU's own memory per VM
 //	api     control-plane latency of get and list with many sandboxes in the database
 //	cluster what a control plane in front of a node agent adds to create and fork
+//	density (only with -only density) 100 live children of one 1 GiB
+//	        sandbox: each child's unique cost (PSS), by tb-size
 //	net     what networking adds to create → first exec and fork → first
 //	        exec (network vs enabled: false on one zeishd in a NetLab),
 //	        iperf3 guest↔uplink vs plain QEMU on a TAP
@@ -44,6 +46,9 @@ type section struct {
 	name  string
 	about string
 	run   func(ctx context.Context, e *benchEnv) (*report, error)
+	// optIn sections run only when -only names them (long, or heavy on
+	// the host).
+	optIn bool
 }
 
 var sections []section
@@ -90,7 +95,7 @@ func main() {
 
 func pick(only string) ([]section, error) {
 	if only == "" {
-		return sections, nil
+		return slices.DeleteFunc(slices.Clone(sections), func(s section) bool { return s.optIn }), nil
 	}
 	var out []section
 	for _, name := range strings.Split(only, ",") {

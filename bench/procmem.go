@@ -26,6 +26,7 @@ type vmMemory struct {
 	GuestAnon int64
 	GuestRss  int64 // resident pages of the guest-RAM mapping, shared ones included
 	TotalRss  int64 // the whole process
+	TotalPss  int64 // the whole process, each shared page divided among its mappers
 	QEMUOwn   int64 // TotalRss − GuestRss: QEMU's own heap, TCG cache, libraries
 }
 
@@ -78,6 +79,8 @@ func parseSmaps(r io.Reader, file string) (vmMemory, error) {
 			if inFile {
 				m.GuestRss += kb << 10
 			}
+		case "Pss:":
+			m.TotalPss += kb << 10
 		case "Private_Dirty:":
 			if inFile {
 				m.GuestPrivateDirty += kb << 10

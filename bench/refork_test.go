@@ -10,3 +10,19 @@ func TestCaptureDoneRE(t *testing.T) {
 		t.Fatalf("matches: %q", m)
 	}
 }
+
+func TestLiveCaptureParts(t *testing.T) {
+	log := `time=x level=INFO msg="vm captured live" sandbox=sbx_1 image=/d pause_ms=41 stop_to_seen_ms=2 swap_ms=3 last_pass_ms=30 copy_ms=900 inflate_wait_ms=0 save_ms=80 multifd=true` + "\n" +
+		`time=x level=INFO msg="vm captured" sandbox=sbx_2 ms=5` + "\n" +
+		`time=x level=INFO msg="vm captured live" sandbox=sbx_3 pause_ms=20 copy_ms=700` + "\n"
+	got := liveCaptureParts(log)
+	if p := got["pause_ms"]; len(p) != 2 || p[0] != 41 || p[1] != 20 {
+		t.Errorf("pause_ms %v, want [41 20]", p)
+	}
+	if c := got["copy_ms"]; len(c) != 2 || c[1] != 700 {
+		t.Errorf("copy_ms %v, want [900 700]", c)
+	}
+	if s := got["save_ms"]; len(s) != 1 {
+		t.Errorf("save_ms %v, want one figure", s)
+	}
+}

@@ -115,6 +115,7 @@ func (d *Driver) Destroy(ctx context.Context, h *vmm.Handle) error {
 		errs = append(errs, err)
 	}
 	d.forgetQMP(h.QMPSocket)
+	d.releaseSource(h)
 	if h.Confined && d.confine != nil {
 		d.confine.leave(cgroupID(h))
 	}

@@ -9,6 +9,7 @@ package qemu
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -50,7 +51,15 @@ type Options struct {
 	// NoSeccomp runs QEMU without its seccomp filter (-sandbox), for a QEMU
 	// built without libseccomp. The default filters.
 	NoSeccomp bool
-	Logger    *slog.Logger
+	// NoInflate makes a live capture punch the holes its source's reads
+	// allocated in the source's image right after the capture, as before
+	// inflate.go (for the bench's comparison): every capture then pays them.
+	NoInflate bool
+	// LiveDowntimeMS is the downtime-limit of a live capture's migration
+	// (default 50): lower means more pre-copy passes and less left for the
+	// pass that runs with the guest stopped.
+	LiveDowntimeMS int
+	Logger         *slog.Logger
 }
 
 // Driver runs VMs as QEMU processes on this host.
@@ -65,6 +74,12 @@ type Driver struct {
 	qmpLocks    sync.Map       // QMP socket path → chan struct{} (one session at a time)
 	confine     *confinement   // nil: VMMs run unconfined
 	background  sync.WaitGroup // sparsifyLater work; tests wait on it
+	noInflate   bool           // punch a live capture's source image at once (inflate.go)
+	// liveDowntimeMS is the downtime-limit of live captures: QEMU switches
+	// over once it expects to send what is left in that long.
+	liveDowntimeMS int
+	inflateMu      sync.Mutex
+	inflated       inflations
 
 	seccomp bool
 
@@ -82,12 +97,15 @@ const (
 // New checks that QEMU is installed and chooses the accelerator.
 func New(opts Options) (*Driver, error) {
 	d := &Driver{
-		qemuPath:    opts.QEMUPath,
-		qemuImgPath: opts.QEMUImgPath,
-		shmDir:      opts.ShmDir,
-		tbSizeMiB:   opts.TCGTBSizeMiB,
-		seccomp:     !opts.NoSeccomp,
-		log:         opts.Logger,
+		qemuPath:       opts.QEMUPath,
+		qemuImgPath:    opts.QEMUImgPath,
+		shmDir:         opts.ShmDir,
+		tbSizeMiB:      opts.TCGTBSizeMiB,
+		seccomp:        !opts.NoSeccomp,
+		noInflate:      opts.NoInflate,
+		liveDowntimeMS: cmp.Or(opts.LiveDowntimeMS, defaultLiveDowntimeMS),
+		inflated:       inflations{users: map[string]map[string]bool{}},
+		log:            opts.Logger,
 	}
 	if d.qemuPath == "" {
 		d.qemuPath = "qemu-system-x86_64"

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
@@ -46,9 +47,11 @@ const (
 	// second name of swap.Next that the VMM can open from its chroot. It stays
 	// while the VM runs: QEMU reopens a frozen overlay read-only by name, and
 	// a name reused by the next capture would hand it another file.
-	nextDiskPrefix  = "next-"
-	liveDowntimeMS  = 50 // the last pass may stop the guest this long
-	multifdChannels = 2
+	nextDiskPrefix = "next-"
+	// defaultLiveDowntimeMS is how long QEMU may expect the last pass to
+	// stop the guest (Options.LiveDowntimeMS overrides it).
+	defaultLiveDowntimeMS = 50
+	multifdChannels       = 2
 	// contRetry is how often cont is repeated while QEMU refuses it as
 	// "Migration is not finalized yet" right after completion.
 	contRetry   = 500 * time.Microsecond
@@ -103,6 +106,17 @@ func (d *Driver) CaptureLive(ctx context.Context, h *vmm.Handle, dir string, swa
 		err = fmt.Errorf("capture vm %q live: %w", h.Spec.ID, err)
 	}()
 	oldDisk := h.Disk
+	// The source's image is inflated while the disk and the receiver are
+	// prepared (two cores: the receiver's QEMU start overlaps it).
+	inflated := make(chan error, 1)
+	go func() { inflated <- d.inflateSource(h) }()
+	waitInflated := sync.OnceFunc(func() {
+		// Not fatal: the source's own reads allocate what is missing.
+		if err := <-inflated; err != nil {
+			d.log.Warn("live capture without inflated source", logKeySandbox, h.Spec.ID, "err", err)
+		}
+	})
+	defer waitInflated()
 	tmpNext, err := d.prepareSwap(ctx, &undo, h, swap)
 	if err != nil {
 		return nil, 0, err
@@ -111,6 +125,9 @@ func (d *Driver) CaptureLive(ctx context.Context, h *vmm.Handle, dir string, swa
 	if err != nil {
 		return nil, 0, err
 	}
+	prepared := time.Now()
+	waitInflated()
+	inflatedAt := time.Now()
 	relaySock := filepath.Join(h.Spec.Dir, relaySockName)
 	relay, err := newRelay(relaySock, migrateSocket(rh))
 	if err != nil {
@@ -134,7 +151,7 @@ func (d *Driver) CaptureLive(ctx context.Context, h *vmm.Handle, dir string, swa
 	}
 	undo.Release()
 	os.RemoveAll(rh.Spec.Dir)
-	if !h.MemShared && h.MemFile != "" {
+	if d.noInflate && !h.MemShared && h.MemFile != "" {
 		d.sparsifyLater(h.MemFile) // the source read, and so allocated, every page of its image
 	}
 	if !d.liveMultifd() {
@@ -143,7 +160,8 @@ func (d *Driver) CaptureLive(ctx context.Context, h *vmm.Handle, dir string, swa
 	d.log.Info("vm captured live", logKeySandbox, h.Spec.ID, "image", dir, "pause_ms", sw.pause.Milliseconds(),
 		"stop_to_seen_ms", sw.seen.Sub(sw.stopped).Milliseconds(), "swap_ms", sw.swappedAt.Sub(sw.seen).Milliseconds(),
 		"last_pass_ms", sw.completed.Sub(sw.swappedAt).Milliseconds(),
-		"copy_ms", copied.Sub(began).Milliseconds(), "save_ms", time.Since(copied).Milliseconds(),
+		"copy_ms", copied.Sub(began).Milliseconds(), "inflate_wait_ms", inflatedAt.Sub(prepared).Milliseconds(),
+		"save_ms", time.Since(copied).Milliseconds(),
 		"multifd", d.liveMultifd(), "old_disk", oldDisk, "disk", h.Disk)
 	return img, sw.pause, nil
 }
@@ -352,7 +370,7 @@ func (s *switchover) run(ctx context.Context) func(m *monitor) error {
 		}
 		// Settings first: every round trip after the stop is pause.
 		caps := []capability{{"x-ignore-shared", false}, {"pause-before-switchover", true}, {"events", true}}
-		params := map[string]any{"max-bandwidth": localBandwidth, "downtime-limit": liveDowntimeMS}
+		params := map[string]any{"max-bandwidth": localBandwidth, "downtime-limit": s.d.liveDowntimeMS}
 		if s.d.liveMultifd() {
 			caps = append(caps, capability{"multifd", true})
 			params["multifd-channels"], params["zero-page-detection"] = multifdChannels, "multifd"

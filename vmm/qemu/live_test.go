@@ -135,6 +135,27 @@ func TestLiveCaptureOfAClone(t *testing.T) {
 	_, _ = captureLive("clone again", src, sc)
 	captureLive("child of the clone", child, cc)
 
+	// The clone's image stayed inflated for its captures while it runs, and
+	// is made sparse again once the clone is gone.
+	st, err := os.Stat(img.MemFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// (Not quite all: the background sparsify of the parent's capture may
+	// still punch a few zero pages after the inflation, which is harmless.)
+	inflated := allocated(t, img.MemFile)
+	t.Logf("image under a captured clone: %d of %d bytes allocated", inflated, st.Size())
+	if inflated < st.Size()*9/10 {
+		t.Errorf("image under a captured clone: %d of %d bytes allocated, want it inflated", inflated, st.Size())
+	}
+	if err := d.Destroy(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	d.background.Wait()
+	if got := allocated(t, img.MemFile); got >= inflated {
+		t.Errorf("image after its captured clone is gone: %d of %d bytes allocated (%d before), want it sparse again", got, st.Size(), inflated)
+	}
+
 	// The receivers' RAM files are the images': nothing else is left in shm.
 	d.background.Wait()
 }

@@ -287,6 +287,7 @@ func (d *Driver) reap(h *vmm.Handle) {
 	}
 	removeFiles(h.QMPSocket, h.AgentSocket, pidFile(h), d.ConsoleLog(h), migrateSocket(h),
 		filepath.Join(h.Spec.Dir, saveSockName), filepath.Join(h.Spec.Dir, relaySockName))
+	d.releaseSource(h)
 }
 
 // Promote migrates h's guest, stopped, into a new VM in dir that owns its
