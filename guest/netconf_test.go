@@ -3,9 +3,128 @@
 package guest
 
 import (
+	"net"
+	"os"
+	"runtime"
 	"testing"
 	"unsafe"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/zeish/zeish/internal/testskip"
 )
+
+// A fork child's card gets its new MAC without the link going down: the
+// routes through it survive (a down/up flushes them, and costs a fork
+// ~100 ms under TCG), and the address, gateway and MAC are the new ones.
+func TestSetNetworkKeepsTheLinkUp(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testskip.Skip(t, "needs root for a network namespace")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// This thread alone enters a new network namespace; it is never
+		// unlocked, so Go discards it when the goroutine ends.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			t.Errorf("unshare: %v", err)
+			return
+		}
+		link := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0", HardwareAddr: mustMAC(t, "02:00:00:00:00:01")}, PeerName: "peer0"}
+		if err := netlink.LinkAdd(link); err != nil {
+			t.Errorf("add veth: %v", err)
+			return
+		}
+		for _, name := range []string{"peer0", "eth0"} {
+			if err := netlink.LinkSetUp(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: name}}); err != nil {
+				t.Errorf("up %s: %v", name, err)
+				return
+			}
+		}
+		extra, _ := netlink.ParseIPNet("198.19.99.0/24")
+		if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: mustNet(t, "198.18.0.2/30")}); err != nil {
+			t.Errorf("address: %v", err)
+			return
+		}
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Dst: extra}); err != nil {
+			t.Errorf("route: %v", err)
+			return
+		}
+		// The MAC alone first: a route through the link survives only if the
+		// link never went down. (Replacing the address flushes routes anyway.)
+		for _, mac := range []string{"02:00:00:00:00:02", "02:00:00:00:00:02"} { // a change, then the same again
+			if err := setNetwork(Network{Interface: "eth0", MAC: mac}); err != nil {
+				t.Errorf("setNetwork: %v", err)
+				return
+			}
+		}
+		if !hasRoute(t, extra.String()) {
+			t.Errorf("the route to %s is gone: the link went down", extra)
+		}
+		if err := setNetwork(Network{Interface: "eth0", MAC: "02:00:00:00:00:02", Address: "198.18.0.6/30", Gateway: "198.18.0.5"}); err != nil {
+			t.Errorf("setNetwork: %v", err)
+			return
+		}
+		got, err := netlink.LinkByName("eth0")
+		if err != nil {
+			t.Errorf("link: %v", err)
+			return
+		}
+		if got.Attrs().HardwareAddr.String() != "02:00:00:00:00:02" || got.Attrs().Flags&net.FlagUp == 0 {
+			t.Errorf("link %s up=%v, want the new MAC and up", got.Attrs().HardwareAddr, got.Attrs().Flags&net.FlagUp != 0)
+		}
+		if !hasRoute(t, "0.0.0.0/0 via 198.18.0.5") {
+			t.Error("no default route via the gateway")
+		}
+		addrs, _ := netlink.AddrList(got, netlink.FAMILY_V4)
+		if len(addrs) != 1 || addrs[0].IPNet.String() != "198.18.0.6/30" {
+			t.Errorf("addresses %v, want 198.18.0.6/30 alone", addrs)
+		}
+	}()
+	<-done
+}
+
+// hasRoute reports whether eth0 has a route to want ("DST" or "DST via GW").
+func hasRoute(t *testing.T, want string) bool {
+	link, err := netlink.LinkByName("eth0")
+	if err != nil {
+		t.Errorf("link: %v", err)
+		return false
+	}
+	routes, err := netlink.RouteList(link, netlink.FAMILY_V4)
+	if err != nil {
+		t.Errorf("routes: %v", err)
+		return false
+	}
+	for _, r := range routes {
+		dst := "0.0.0.0/0"
+		if r.Dst != nil {
+			dst = r.Dst.String()
+		}
+		if dst == want || (r.Gw != nil && dst+" via "+r.Gw.String() == want) {
+			return true
+		}
+	}
+	return false
+}
+
+func mustMAC(t *testing.T, s string) net.HardwareAddr {
+	mac, err := net.ParseMAC(s)
+	if err != nil {
+		t.Error(err)
+	}
+	return mac
+}
+
+func mustNet(t *testing.T, s string) *net.IPNet {
+	n, err := netlink.ParseIPNet(s)
+	if err != nil {
+		t.Error(err)
+	}
+	return n
+}
 
 // The kernel reads struct rtentry by its C layout: 120 bytes on 64-bit
 // Linux, the device name pointer at offset 88.

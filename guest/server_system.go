@@ -172,10 +172,7 @@ func setNetwork(n Network) error {
 	}
 	defer unix.Close(fd)
 	if n.MAC != "" {
-		if err := setLinkUp(fd, dev, false); err != nil {
-			return err
-		}
-		if err := setMAC(fd, dev, n.MAC); err != nil {
+		if err := changeMAC(fd, dev, n.MAC); err != nil {
 			return err
 		}
 	}
