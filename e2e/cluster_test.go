@@ -273,7 +273,8 @@ func TestCluster(t *testing.T) {
 	var made []zeish.Sandbox
 	for _, name := range []string{"one", "two"} {
 		want := l.mostFree()
-		sb, err := l.client.CreateSandbox(ctx, zeish.CreateSandboxRequest{Name: name, MemoryMiB: 256, Region: "lab"}, zeish.Wait())
+		sb, err := l.client.CreateSandbox(ctx, zeish.CreateSandboxRequest{Name: name, MemoryMiB: 256, Region: "lab",
+			Env: map[string]string{"GREETING": "hello"}}, zeish.Wait())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -309,6 +310,12 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("exec on %s: %q", one.ID, out)
 	}
 	l.execOn(ctx, two.ID, two.Host, "echo two > /root/f")
+	// The SDK's data-plane checks of a single zeishd pass against a node.
+	conn, err := l.client.Connect(ctx, two.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dataPlaneSuite(ctx, t, conn, "two")
 	// The public endpoints that read the guest are served by its node,
 	// through the control plane: the ports it listens on (reached on the
 	// node's data plane), and errors with their codes.
@@ -333,7 +340,7 @@ func TestCluster(t *testing.T) {
 	l.e2bOnCluster(ctx)
 	// File bytes go to the node too; the control plane serves no data
 	// plane for a node's sandbox, even with a good token.
-	conn, err := l.client.Connect(ctx, one.ID)
+	conn, err = l.client.Connect(ctx, one.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

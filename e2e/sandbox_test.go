@@ -69,6 +69,68 @@ func TestSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	dataPlaneSuite(ctx, t, conn, "e2e-main")
+
+	// A background process started now must survive the zeishd restart.
+	if _, _, res := run(t, conn, "sh", "-c", "sh -c 'while true; do date +%s > /root/tick; sleep 1; done' </dev/null >/dev/null 2>&1 &"); res.ExitCode != 0 {
+		t.Fatalf("start ticker: %+v", res)
+	}
+
+	t.Run("zeishd restart keeps the sandbox", func(t *testing.T) {
+		pids := procscan.Under(s.dataDir)
+		s.stop()
+		if len(pids) == 0 || len(procscan.Under(s.dataDir)) != len(pids) {
+			t.Fatalf("VM processes before %v, after SIGTERM %v: want unchanged", pids, procscan.Under(s.dataDir))
+		}
+		s.start()
+		got, err := c.WaitSandbox(ctx, sb.ID, api.WaitRequest{State: sandbox.StateRunning, TimeoutSeconds: 120})
+		if err != nil || got.State != sandbox.StateRunning {
+			t.Fatalf("after restart: %+v, %v", got, err)
+		}
+		conn, err = c.Connect(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before, _, _ := run(t, conn, "cat", "/root/tick")
+		time.Sleep(2500 * time.Millisecond)
+		after, _, _ := run(t, conn, "cat", "/root/tick")
+		if before == after {
+			t.Fatalf("the background ticker stopped across the restart (%q)", before)
+		}
+		if _, _, res := run(t, conn, "test", "-f", "/root/blob.bin"); res.ExitCode != 0 {
+			t.Fatal("a file written before the restart is gone")
+		}
+	})
+
+	t.Run("delete leaves nothing", func(t *testing.T) {
+		got, err := c.DeleteSandbox(ctx, sb.ID, zeish.Wait())
+		if err != nil || got.State != sandbox.StateDestroyed || got.DestroyedAt == nil {
+			t.Fatalf("delete: %+v, %v", got, err)
+		}
+		if p := procscan.Under(s.dataDir); len(p) != 0 {
+			t.Fatalf("VM processes left: %v", p)
+		}
+		if s.remember(); len(s.shmFiles()) != 0 {
+			t.Fatalf("RAM files left: %v", s.shmFiles())
+		}
+		if _, err := os.Stat(filepath.Join(s.dataDir, "sandboxes", sb.ID)); !os.IsNotExist(err) {
+			t.Fatalf("sandbox folder left: %v", err)
+		}
+		got, err = c.GetSandbox(ctx, sb.ID)
+		if err != nil || got.State != sandbox.StateDestroyed {
+			t.Fatalf("destroyed sandbox should stay readable: %+v, %v", got, err)
+		}
+		if _, err := conn.Stat(ctx, "/"); !errors.Is(err, errdefs.ErrUnauthenticated) {
+			t.Fatalf("data plane after delete: %v, want unauthenticated", err)
+		}
+	})
+}
+
+// dataPlaneSuite runs the SDK's data-plane calls against a running sandbox
+// named hostname whose env holds GREETING=hello: the same checks for a
+// single zeishd (TestSandbox) and for a cluster, where the data plane is the
+// sandbox's node agent (TestCluster).
+func dataPlaneSuite(ctx context.Context, t *testing.T, conn *zeish.SandboxConn, hostname string) {
 	t.Run("guest kernel", func(t *testing.T) {
 		out, _, _ := run(t, conn, "uname", "-r")
 		want := testenv.BaseTemplate(t).KernelRelease
@@ -80,7 +142,7 @@ func TestSandbox(t *testing.T) {
 			t.Logf("note: host and guest run the same kernel release %s", want)
 		}
 		out, _, _ = run(t, conn, "hostname")
-		if strings.TrimSpace(out) != "e2e-main" {
+		if strings.TrimSpace(out) != hostname {
 			t.Fatalf("hostname = %q", out)
 		}
 	})
@@ -195,60 +257,6 @@ func TestSandbox(t *testing.T) {
 		}
 		if _, err := conn.Stat(ctx, "/root/d"); !errors.Is(err, errdefs.ErrFileNotFound) {
 			t.Fatalf("after remove: %v", err)
-		}
-	})
-
-	// A background process started now must survive the zeishd restart.
-	if _, _, res := run(t, conn, "sh", "-c", "sh -c 'while true; do date +%s > /root/tick; sleep 1; done' </dev/null >/dev/null 2>&1 &"); res.ExitCode != 0 {
-		t.Fatalf("start ticker: %+v", res)
-	}
-
-	t.Run("zeishd restart keeps the sandbox", func(t *testing.T) {
-		pids := procscan.Under(s.dataDir)
-		s.stop()
-		if len(pids) == 0 || len(procscan.Under(s.dataDir)) != len(pids) {
-			t.Fatalf("VM processes before %v, after SIGTERM %v: want unchanged", pids, procscan.Under(s.dataDir))
-		}
-		s.start()
-		got, err := c.WaitSandbox(ctx, sb.ID, api.WaitRequest{State: sandbox.StateRunning, TimeoutSeconds: 120})
-		if err != nil || got.State != sandbox.StateRunning {
-			t.Fatalf("after restart: %+v, %v", got, err)
-		}
-		conn, err = c.Connect(ctx, sb.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		before, _, _ := run(t, conn, "cat", "/root/tick")
-		time.Sleep(2500 * time.Millisecond)
-		after, _, _ := run(t, conn, "cat", "/root/tick")
-		if before == after {
-			t.Fatalf("the background ticker stopped across the restart (%q)", before)
-		}
-		if _, _, res := run(t, conn, "test", "-f", "/root/blob.bin"); res.ExitCode != 0 {
-			t.Fatal("a file written before the restart is gone")
-		}
-	})
-
-	t.Run("delete leaves nothing", func(t *testing.T) {
-		got, err := c.DeleteSandbox(ctx, sb.ID, zeish.Wait())
-		if err != nil || got.State != sandbox.StateDestroyed || got.DestroyedAt == nil {
-			t.Fatalf("delete: %+v, %v", got, err)
-		}
-		if p := procscan.Under(s.dataDir); len(p) != 0 {
-			t.Fatalf("VM processes left: %v", p)
-		}
-		if s.remember(); len(s.shmFiles()) != 0 {
-			t.Fatalf("RAM files left: %v", s.shmFiles())
-		}
-		if _, err := os.Stat(filepath.Join(s.dataDir, "sandboxes", sb.ID)); !os.IsNotExist(err) {
-			t.Fatalf("sandbox folder left: %v", err)
-		}
-		got, err = c.GetSandbox(ctx, sb.ID)
-		if err != nil || got.State != sandbox.StateDestroyed {
-			t.Fatalf("destroyed sandbox should stay readable: %+v, %v", got, err)
-		}
-		if _, err := conn.Stat(ctx, "/"); !errors.Is(err, errdefs.ErrUnauthenticated) {
-			t.Fatalf("data plane after delete: %v, want unauthenticated", err)
 		}
 	})
 }
