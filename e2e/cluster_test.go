@@ -62,6 +62,7 @@ func startCluster(t *testing.T, lostAfter time.Duration, replicas int) *lab {
 		z := &testenv.Zeishd{Bin: filepath.Join(bin, "zeishd"), DataDir: tempDir(t, "zeish-e2e-control-"),
 			Env: []string{"ZEISH_ROLE=control", "ZEISH_DATABASE_URL=" + l.db, "ZEISH_NODE_TOKEN=" + clusterToken,
 				"ZEISH_NODE_LOST_AFTER=" + lostAfter.String(), "ZEISH_LOG_LEVEL=debug",
+				"ZEISH_PUBLIC_DOMAIN=" + clusterDomain, "ZEISH_E2B_DOMAIN=" + clusterE2BDomain,
 				fmt.Sprintf("ZEISH_PLAN_RUNNING_SLOTS=%d", clusterSlots)}}
 		if i > 0 {
 			// Replicas share the keys that seal secrets and sign tokens.
@@ -102,7 +103,7 @@ func (l *lab) addNode(id string, budgetMiB int) *testenv.Zeishd {
 	tpl := testenv.BaseTemplate(t)
 	z := &testenv.Zeishd{Bin: filepath.Join(bin, "zeishd"), DataDir: tempDir(t, "zeish-e2e-"+id+"-"),
 		Env: []string{"ZEISH_ROLE=node", "ZEISH_NODE_ID=" + id, "ZEISH_CONTROL_URL=" + l.controlURLs(),
-			"ZEISH_NODE_TOKEN=" + clusterToken, "ZEISH_DATABASE_URL=" + l.db, "ZEISH_REGION=lab",
+			"ZEISH_NODE_TOKEN=" + clusterToken, "ZEISH_DATABASE_URL=" + l.db, "ZEISH_REGION=lab", "ZEISH_PUBLIC_DOMAIN=" + clusterDomain,
 			"ZEISH_NODE_LABELS=disk=ssd,rack=" + id, fmt.Sprintf("ZEISH_MEMORY_BUDGET_MIB=%d", budgetMiB),
 			"ZEISH_SANDBOXD=" + testenv.SandboxdBinary(t), "ZEISH_TEMPLATE_CACHE=" + filepath.Dir(tpl.Dir), "ZEISH_LOG_LEVEL=debug"}}
 	l.nodes[id] = z
@@ -333,6 +334,7 @@ func TestCluster(t *testing.T) {
 	if !listening {
 		t.Fatalf("ports of %s through the control plane: %+v", one.ID, ports)
 	}
+	l.portsThroughReplica(ctx, one.ID)
 	if _, err := l.client.GitStatus(ctx, one.ID); !errors.Is(err, errdefs.ErrNoGitRepo) {
 		t.Fatalf("git status of a sandbox without git_repo through the control plane: %v", err)
 	}
@@ -612,4 +614,59 @@ func (l *lab) burst(ctx context.Context) {
 		t.Fatalf("the account lists %d sandboxes (%v), want %d", len(list), err, clusterSlots)
 	}
 	t.Logf("%d concurrent creates through %d replicas: %d admitted (running slots %d), %d running_slots_full", n, len(clients), len(made), clusterSlots, refused)
+}
+
+// The host names a cluster's sandboxes' ports are reached by (zeish's
+// P-<id>.<domain>, E2B's <port>-<id>.<domain>) name the control plane.
+const (
+	clusterDomain    = "zeish.test"
+	clusterE2BDomain = "e2b.test"
+)
+
+// portsThroughReplica reaches port 8000 of sandbox id (a server answering
+// /f) through a control-plane replica, which hands guest-port traffic to the
+// sandbox's node: by path, by zeish's host name and by E2B's, once the port
+// is public; by path with the sandbox's token before; never without one.
+func (l *lab) portsThroughReplica(ctx context.Context, id string) {
+	t := l.t
+	get := func(host, path, token string) (int, string) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+l.control.Addr+path, nil)
+		if host != "" {
+			req.Host = host
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s %s: %v", host, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(b))
+	}
+	byPath := api.DataPath + "/sandboxes/" + id + "/ports/8000/f"
+	if st, _ := get("", byPath, ""); st != http.StatusUnauthorized {
+		t.Fatalf("a private port through the replica without a token: %d, want 401", st)
+	}
+	acc, err := l.client.Access(ctx, id, 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, body := get("", byPath, acc.Token); st != http.StatusOK || body != "one" {
+		t.Fatalf("a private port through the replica with the token: %d %q", st, body)
+	}
+	if _, err := l.client.SetPort(ctx, id, 8000, true); err != nil {
+		t.Fatal(err)
+	}
+	dns := strings.Replace(id, "_", "-", 1)
+	for _, c := range []struct{ host, path string }{
+		{"", byPath},
+		{"8000-" + dns + "." + clusterDomain, "/f"},
+		{"8000-" + dns + "." + clusterE2BDomain, "/f"},
+	} {
+		if st, body := get(c.host, c.path, ""); st != http.StatusOK || body != "one" {
+			t.Fatalf("public port 8000 through the replica, host %q path %s: %d %q", c.host, c.path, st, body)
+		}
+	}
 }

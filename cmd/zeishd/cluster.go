@@ -168,7 +168,8 @@ func runControl(ctx context.Context) error {
 	cat := catalog.New(st, template.BaseOptions{Logger: log})
 	mtr := metrics.New(metrics.Options{Store: st, Nodes: nodeStates(nodes, lost), Logger: log})
 	srv, err := server.New(server.Options{Store: st, Node: router, Cluster: router, Catalog: cat, DataDir: dataDir,
-		Version: version.Version, PublicURL: os.Getenv("ZEISH_PUBLIC_URL"), Logger: log, Plan: &plan, Prices: &prices, Metrics: mtr})
+		Version: version.Version, PublicURL: os.Getenv("ZEISH_PUBLIC_URL"), PublicDomain: os.Getenv("ZEISH_PUBLIC_DOMAIN"),
+		Logger: log, Plan: &plan, Prices: &prices, Metrics: mtr})
 	if err != nil {
 		return err
 	}
@@ -258,7 +259,7 @@ func runNode(ctx context.Context) error {
 	// The node's own capacity; sandbox counts are the control plane's.
 	mtr := metrics.New(metrics.Options{NodeID: id, Capacity: loc.node.Capacity, Logger: log})
 	srv, err := server.New(server.Options{Store: st, Node: ownSandboxes{loc.node, id}, Catalog: loc.cat, DataDir: dataDir, TokenKey: keys.TokenKey,
-		Version: version.Version, PublicURL: self, Logger: log, Metrics: mtr})
+		Version: version.Version, PublicURL: self, PublicDomain: os.Getenv("ZEISH_PUBLIC_DOMAIN"), Logger: log, Metrics: mtr})
 	if err != nil {
 		return err
 	}

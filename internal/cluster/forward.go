@@ -56,6 +56,39 @@ func (r *Router) ForwardToNode(w http.ResponseWriter, req *http.Request, nodeID 
 	rp.ServeHTTP(w, req)
 }
 
+// ProxyToNode sends a data-plane request (a guest port's HTTP, WebSocket or
+// raw TCP) to the data plane of node nodeID at path. The caller's token
+// goes along: the node verifies it offline, as for any data-plane call.
+func (r *Router) ProxyToNode(w http.ResponseWriter, req *http.Request, nodeID, path string) {
+	n, _, err := r.node(req.Context(), nodeID)
+	if err != nil {
+		server.WriteError(w, req, err)
+		return
+	}
+	base, err := url.Parse(n.URL)
+	if err != nil {
+		server.WriteError(w, req, fmt.Errorf("node %s has a bad url %q: %w", n.ID, n.URL, errdefs.ErrUnavailable))
+		return
+	}
+	rp := &httputil.ReverseProxy{
+		Transport:     r.o.HTTP.Transport,
+		FlushInterval: -1, // a guest's server may stream
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host = base.Scheme, base.Host
+			pr.Out.URL.Path, pr.Out.URL.RawPath = path, ""
+			pr.Out.Host = pr.In.Host // the guest's server sees the name it was called by
+			for _, h := range []string{server.ForwardAccountHeader, server.ForwardKeyHeader} {
+				pr.Out.Header.Del(h)
+			}
+			pr.SetXForwarded()
+		},
+		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
+			server.WriteError(w, req, fmt.Errorf("node %s: %v: %w", n.ID, err, errdefs.ErrUnavailable))
+		},
+	}
+	rp.ServeHTTP(w, req)
+}
+
 // EnvdHandler forwards E2B's envd calls (internal/e2b: the sandbox in the
 // E2b-Sandbox-Id header) to the node of that sandbox, which checks their
 // access token itself and serves them from its own facade. Streams are

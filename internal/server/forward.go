@@ -24,6 +24,10 @@ import (
 // and API key named, and copies the answer back (streamed both ways).
 type NodeForwarder interface {
 	ForwardToNode(w http.ResponseWriter, r *http.Request, nodeID string, f Forwarded)
+	// ProxyToNode sends a data-plane request to node nodeID's data plane
+	// at path, headers (the caller's token) and upgrades kept: the node
+	// checks the token itself.
+	ProxyToNode(w http.ResponseWriter, r *http.Request, nodeID, path string)
 	// BuildNode is the node a new template is built on.
 	BuildNode(ctx context.Context) (string, error)
 }

@@ -96,6 +96,9 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 		writeError(w, r, err)
 		return
 	}
+	if s.onOtherNode(w, r, rec, fmt.Sprintf("%s/sandboxes/%s/ports/%d%s", api.DataPath, rec.ID, port, path)) {
+		return
+	}
 	addr, err := s.node.PortAddr(rec, port)
 	if err != nil {
 		writeError(w, r, err)
@@ -116,6 +119,19 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 		},
 	}
 	rp.ServeHTTP(w, r)
+}
+
+// onOtherNode hands a request for a guest port to the data plane of the
+// sandbox's node when this server is a control plane (the guest is only
+// reachable from there): path-form and host-form port URLs, E2B's port
+// hosts and raw TCP all work through a replica. It reports whether it did.
+func (s *Server) onOtherNode(w http.ResponseWriter, r *http.Request, rec *store.SandboxRecord, path string) bool {
+	fw, ok := s.node.(NodeForwarder)
+	if !ok {
+		return false
+	}
+	fw.ProxyToNode(w, r, rec.Host, path)
+	return true
 }
 
 // byHost serves P-<id>.<PublicDomain> from the guest's port P, everything
@@ -171,6 +187,9 @@ func (s *Server) tcpPort(w http.ResponseWriter, r *http.Request) {
 	rec, _, err := s.portAccess(r, r.PathValue("id"), port)
 	if err != nil {
 		writeError(w, r, err)
+		return
+	}
+	if s.onOtherNode(w, r, rec, r.URL.Path) {
 		return
 	}
 	addr, err := s.node.PortAddr(rec, port)
