@@ -6,6 +6,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -242,4 +243,16 @@ func (s *server) raw(t *testing.T, method, path, token, body string) (int, http.
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, resp.Header, b
+}
+
+// procStatus is zeishd's /proc/PID/status line for field ("VmRSS: 1234
+// kB"), or "field ?" when it cannot be read.
+func (s *server) procStatus(field string) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.zeishd.PID()))
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, field+":") {
+			return strings.Join(strings.Fields(l), " ")
+		}
+	}
+	return field + " ?"
 }

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,15 +28,7 @@ func TestLargeListing(t *testing.T) {
 	conn := connect(t, c, sb.ID)
 	const files = 80_000
 	shell(t, conn, fmt.Sprintf("mkdir -p /root/big && cd /root/big && seq 100000 %d | sed 's/.*/file-&.txt/' | xargs touch", 100000+files-1))
-	status := func(field string) string {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.zeishd.PID()))
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, field+":") {
-				return strings.Join(strings.Fields(l), " ")
-			}
-		}
-		return field + " ?"
-	}
+	status := s.procStatus
 	kB := func(field string) int {
 		n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(status(field), field+": "), " kB"))
 		return n

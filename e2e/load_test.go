@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -31,15 +30,7 @@ func TestLoad(t *testing.T) {
 		t.Fatalf("create: %+v %v", sb, err)
 	}
 	conn := connect(t, c, sb.ID)
-	status := func(field string) string {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.zeishd.PID()))
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, field+":") {
-				return strings.Join(strings.Fields(l), " ")
-			}
-		}
-		return field + " ?"
-	}
+	status := s.procStatus
 	rss := func() string { return status("VmRSS") }
 	hwm := func() string { return status("VmHWM") }
 	t.Logf("zeishd before load: %s, %s", rss(), hwm())
