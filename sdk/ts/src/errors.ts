@@ -97,6 +97,7 @@ const classByCode: Record<ErrorCode, new (s: number, c: ErrorCode, m: string, o?
   off_screen: InvalidArgumentError,
   unknown_secret: InvalidArgumentError,
   disk_too_small: InvalidArgumentError,
+  invalid_accel: InvalidArgumentError,
 };
 
 /** The code a status implies when the body names none (a proxy's error page, say). */
