@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -149,15 +148,7 @@ func (n *Node) coldCandidates(ctx context.Context) ([]coldCandidate, map[string]
 	}
 	// Whatever the records say, a live process naming the file maps it (a
 	// VM launched whose handle is not recorded yet, another VMM).
-	inUse := map[string]bool{}
-	for _, p := range procscan.All() {
-		for _, a := range p.Args {
-			if i := strings.Index(a, "mem-path="); i >= 0 {
-				path, _, _ := strings.Cut(a[i+len("mem-path="):], ",")
-				inUse[path] = true
-			}
-		}
-	}
+	inUse := procscan.OptionValues("mem-path")
 	entries, _ := os.ReadDir(n.imagesDir())
 	var cands []coldCandidate
 	metas := map[string]*imageMeta{}

@@ -62,3 +62,21 @@ func Mentioning(s string) []int {
 // Under lists the live processes (not this one) one of whose arguments names
 // a path inside dir.
 func Under(dir string) []int { return Mentioning(filepath.Clean(dir) + "/") }
+
+// OptionValues collects the values of a comma-separated option key=… (as
+// in QEMU's -object …,mem-path=/dev/shm/x,…) on the command lines of every
+// live process but this one: which RAM files some VMM maps, whatever the
+// records say.
+func OptionValues(key string) map[string]bool {
+	out := map[string]bool{}
+	prefix := key + "="
+	for _, p := range All() {
+		for _, a := range p.Args {
+			if i := strings.Index(a, prefix); i >= 0 {
+				v, _, _ := strings.Cut(a[i+len(prefix):], ",")
+				out[v] = true
+			}
+		}
+	}
+	return out
+}

@@ -35,3 +35,16 @@ func TestFindsAChildByItsArguments(t *testing.T) {
 		t.Error("Args of a gone or invalid pid must be nil")
 	}
 }
+
+// OptionValues finds an option's value inside a comma-separated argument of
+// another process, and only the value (up to the next comma).
+func TestOptionValues(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "sleep 30", "memory-backend-file,id=mem,mem-path=/dev/shm/procscan-test.mem,share=on")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	if got := OptionValues("mem-path"); !got["/dev/shm/procscan-test.mem"] {
+		t.Fatalf("mem-path values %v lack the child's", got)
+	}
+}

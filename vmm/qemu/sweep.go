@@ -126,15 +126,7 @@ func (d *Driver) sweepRAM(ctx context.Context, s vmm.SweepScope) {
 	if err != nil {
 		return
 	}
-	inUse := map[string]bool{}
-	for _, p := range procscan.All() {
-		for _, a := range p.Args {
-			if i := strings.Index(a, "mem-path="); i >= 0 {
-				path, _, _ := strings.Cut(a[i+len("mem-path="):], ",")
-				inUse[path] = true
-			}
-		}
-	}
+	inUse := procscan.OptionValues("mem-path")
 	for _, e := range entries {
 		name := e.Name()
 		rest, ok := strings.CutPrefix(name, tagOf(sandbox.PrefixSandbox))
