@@ -72,13 +72,7 @@ func (c *Client) CreateSandbox(ctx context.Context, req CreateSandboxRequest, op
 // ListSandboxes lists the account's sandboxes.
 func (c *Client) ListSandboxes(ctx context.Context, opts ListOptions) ([]Sandbox, error) {
 	r := c.control(http.MethodGet, "/public/sandboxes", nil)
-	r.query = url.Values{}
-	if opts.State != "" {
-		r.query.Set("state", string(opts.State))
-	}
-	if opts.IncludeDestroyed {
-		r.query.Set("include_destroyed", "true")
-	}
+	r.query = opts.query()
 	var list api.SandboxList
 	if err := c.call(ctx, r, &list); err != nil {
 		return nil, err
@@ -86,20 +80,26 @@ func (c *Client) ListSandboxes(ctx context.Context, opts ListOptions) ([]Sandbox
 	return list.Sandboxes, nil
 }
 
+func (opts ListOptions) query() url.Values {
+	q := url.Values{}
+	if opts.State != "" {
+		q.Set("state", string(opts.State))
+	}
+	if opts.IncludeDestroyed {
+		q.Set("include_destroyed", "true")
+	}
+	return q
+}
+
 // ListSandboxesPage lists at most limit sandboxes after the sandbox id after
 // ("" = from the first); next is the after of the next page, "" when this
 // one was the last.
 func (c *Client) ListSandboxesPage(ctx context.Context, opts ListOptions, limit int, after string) (page []Sandbox, next string, err error) {
 	r := c.control(http.MethodGet, "/public/sandboxes", nil)
-	r.query = url.Values{"limit": {strconv.Itoa(limit)}}
+	r.query = opts.query()
+	r.query.Set("limit", strconv.Itoa(limit))
 	if after != "" {
 		r.query.Set("after", after)
-	}
-	if opts.State != "" {
-		r.query.Set("state", string(opts.State))
-	}
-	if opts.IncludeDestroyed {
-		r.query.Set("include_destroyed", "true")
 	}
 	var list api.SandboxList
 	if err := c.call(ctx, r, &list); err != nil {
