@@ -452,19 +452,7 @@ func TestCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The lost sandboxes bill nothing while lost.
-	running := func() float64 {
-		rep, err := l.client.Usage(ctx, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, u := range rep.Sandboxes {
-			if u.SandboxID == two.ID {
-				return u.Usage.RunningSeconds
-			}
-		}
-		t.Fatalf("no usage of %s", two.ID)
-		return 0
-	}
+	running := func() float64 { return runningSeconds(ctx, t, l.client, two.ID) }
 	before := running()
 	time.Sleep(1500 * time.Millisecond)
 	if after := running(); after != before {

@@ -130,19 +130,7 @@ func TestCrashRecovery(t *testing.T) {
 		if err != nil || got.State != sandbox.StateError || !strings.HasPrefix(got.StateReason, "vm_exited") {
 			t.Fatalf("victim after kill -9 of its QEMU: %s %q %v; want error vm_exited", got.State, got.StateReason, err)
 		}
-		running := func() float64 {
-			rep, err := c.Usage(ctx, time.Time{}, time.Time{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, u := range rep.Sandboxes {
-				if u.SandboxID == a.ID {
-					return u.Usage.RunningSeconds
-				}
-			}
-			t.Fatalf("no usage for %s", a.ID)
-			return 0
-		}
+		running := func() float64 { return runningSeconds(ctx, t, c, a.ID) }
 		before := running()
 		time.Sleep(2 * time.Second)
 		if after := running(); after != before {

@@ -256,3 +256,20 @@ func (s *server) procStatus(field string) string {
 	}
 	return field + " ?"
 }
+
+// runningSeconds is the running time the account's usage report bills
+// sandbox id, so far.
+func runningSeconds(ctx context.Context, t *testing.T, c *zeish.Client, id string) float64 {
+	t.Helper()
+	rep, err := c.Usage(ctx, time.Time{}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range rep.Sandboxes {
+		if u.SandboxID == id {
+			return u.Usage.RunningSeconds
+		}
+	}
+	t.Fatalf("no usage of %s", id)
+	return 0
+}
