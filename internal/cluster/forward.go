@@ -13,80 +13,54 @@ import (
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/nodeapi"
 	"github.com/zeish/zeish/internal/server"
+	"github.com/zeish/zeish/internal/store"
 )
 
 // ForwardToNode sends a public-API request that needs a node (a sandbox's
 // guest: its ports, git clone, browser, desktop; a template build) to node
-// nodeID, which
-// serves it for the account the control plane authenticated
+// nodeID, which serves it for the account the control plane authenticated
 // (server.ForwardedHandler), and streams the node's answer back as it is:
 // status, error code and body.
 func (r *Router) ForwardToNode(w http.ResponseWriter, req *http.Request, nodeID string, f server.Forwarded) {
-	n, _, err := r.node(req.Context(), nodeID)
+	n, base, err := r.nodeAt(req.Context(), nodeID, nodeapi.ForwardPrefix)
 	if err != nil {
 		server.WriteError(w, req, err)
 		return
 	}
-	base, err := url.Parse(strings.TrimSuffix(n.URL, "/") + nodeapi.ForwardPrefix)
-	if err != nil {
-		server.WriteError(w, req, fmt.Errorf("node %s has a bad url %q: %w", n.ID, n.URL, errdefs.ErrUnavailable))
-		return
-	}
-	rp := &httputil.ReverseProxy{
-		Transport:     r.o.HTTP.Transport,
-		FlushInterval: -1, // a build log streams
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme, pr.Out.URL.Host = base.Scheme, base.Host
-			pr.Out.URL.Path, pr.Out.URL.RawPath = base.Path+pr.In.URL.Path, ""
-			pr.Out.Host = base.Host
-			for _, h := range []string{"Cookie", server.ForwardAccountHeader, server.ForwardKeyHeader} {
-				pr.Out.Header.Del(h)
-			}
-			pr.Out.Header.Set("Authorization", "Bearer "+string(r.o.Token))
-			pr.Out.Header.Set(server.ForwardAccountHeader, f.AccountID)
-			if f.KeyID != "" {
-				pr.Out.Header.Set(server.ForwardKeyHeader, f.KeyID)
-			}
-			pr.SetXForwarded()
-		},
-		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
-			server.WriteError(w, req, fmt.Errorf("node %s: %v: %w", n.ID, err, errdefs.ErrUnavailable))
-		},
-	}
-	rp.ServeHTTP(w, req)
+	r.proxy(unavailable(n), func(pr *httputil.ProxyRequest) {
+		pr.Out.URL.Scheme, pr.Out.URL.Host = base.Scheme, base.Host
+		pr.Out.URL.Path, pr.Out.URL.RawPath = base.Path+pr.In.URL.Path, ""
+		pr.Out.Host = base.Host
+		for _, h := range []string{"Cookie", server.ForwardAccountHeader, server.ForwardKeyHeader} {
+			pr.Out.Header.Del(h)
+		}
+		pr.Out.Header.Set("Authorization", "Bearer "+string(r.o.Token))
+		pr.Out.Header.Set(server.ForwardAccountHeader, f.AccountID)
+		if f.KeyID != "" {
+			pr.Out.Header.Set(server.ForwardKeyHeader, f.KeyID)
+		}
+		pr.SetXForwarded()
+	}).ServeHTTP(w, req)
 }
 
 // ProxyToNode sends a data-plane request (a guest port's HTTP, WebSocket or
 // raw TCP) to the data plane of node nodeID at path. The caller's token
 // goes along: the node verifies it offline, as for any data-plane call.
 func (r *Router) ProxyToNode(w http.ResponseWriter, req *http.Request, nodeID, path string) {
-	n, _, err := r.node(req.Context(), nodeID)
+	n, base, err := r.nodeAt(req.Context(), nodeID, "")
 	if err != nil {
 		server.WriteError(w, req, err)
 		return
 	}
-	base, err := url.Parse(n.URL)
-	if err != nil {
-		server.WriteError(w, req, fmt.Errorf("node %s has a bad url %q: %w", n.ID, n.URL, errdefs.ErrUnavailable))
-		return
-	}
-	rp := &httputil.ReverseProxy{
-		Transport:     r.o.HTTP.Transport,
-		FlushInterval: -1, // a guest's server may stream
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme, pr.Out.URL.Host = base.Scheme, base.Host
-			pr.Out.URL.Path, pr.Out.URL.RawPath = path, ""
-			pr.Out.Host = pr.In.Host // the guest's server sees the name it was called by
-			for _, h := range []string{server.ForwardAccountHeader, server.ForwardKeyHeader} {
-				pr.Out.Header.Del(h)
-			}
-			pr.SetXForwarded()
-		},
-		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
-			server.WriteError(w, req, fmt.Errorf("node %s: %v: %w", n.ID, err, errdefs.ErrUnavailable))
-		},
-	}
-	rp.ServeHTTP(w, req)
+	r.proxy(unavailable(n), func(pr *httputil.ProxyRequest) {
+		pr.Out.URL.Scheme, pr.Out.URL.Host = base.Scheme, base.Host
+		pr.Out.URL.Path, pr.Out.URL.RawPath = path, ""
+		pr.Out.Host = pr.In.Host // the guest's server sees the name it was called by
+		for _, h := range []string{server.ForwardAccountHeader, server.ForwardKeyHeader} {
+			pr.Out.Header.Del(h)
+		}
+		pr.SetXForwarded()
+	}).ServeHTTP(w, req)
 }
 
 // EnvdHandler forwards E2B's envd calls (internal/e2b: the sandbox in the
@@ -117,20 +91,43 @@ func (r *Router) EnvdHandler() http.Handler {
 			envdErr(http.StatusBadGateway, "node "+n.ID+" has a bad url")
 			return
 		}
-		rp := &httputil.ReverseProxy{
-			Transport:     r.o.HTTP.Transport,
-			FlushInterval: -1,
-			Rewrite: func(pr *httputil.ProxyRequest) {
-				pr.SetURL(base)
-				pr.Out.URL.Path, pr.Out.URL.RawPath = pr.In.URL.Path, ""
-				pr.SetXForwarded()
-			},
-			ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
-				envdErr(http.StatusBadGateway, fmt.Sprintf("node %s of sandbox %s: %v", n.ID, id, err))
-			},
+		fail := func(w http.ResponseWriter, req *http.Request, err error) {
+			envdErr(http.StatusBadGateway, fmt.Sprintf("node %s of sandbox %s: %v", n.ID, id, err))
 		}
-		rp.ServeHTTP(w, req)
+		r.proxy(fail, func(pr *httputil.ProxyRequest) {
+			pr.SetURL(base)
+			pr.Out.URL.Path, pr.Out.URL.RawPath = pr.In.URL.Path, ""
+			pr.SetXForwarded()
+		}).ServeHTTP(w, req)
 	})
+}
+
+// nodeAt is registered node id and its URL with suffix appended.
+func (r *Router) nodeAt(ctx context.Context, id, suffix string) (store.NodeRecord, *url.URL, error) {
+	n, _, err := r.node(ctx, id)
+	if err != nil {
+		return n, nil, err
+	}
+	base, err := url.Parse(strings.TrimSuffix(n.URL, "/") + suffix)
+	if err != nil {
+		return n, nil, fmt.Errorf("node %s has a bad url %q: %w", n.ID, n.URL, errdefs.ErrUnavailable)
+	}
+	return n, base, nil
+}
+
+// proxy is how a replica passes a request to a node: over the cluster's
+// transport, streamed both ways as it comes (a build log, a command's
+// output, a guest's server), rewritten by rewrite; fail answers when the
+// node does not.
+func (r *Router) proxy(fail func(http.ResponseWriter, *http.Request, error), rewrite func(*httputil.ProxyRequest)) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{Transport: r.o.HTTP.Transport, FlushInterval: -1, Rewrite: rewrite, ErrorHandler: fail}
+}
+
+// unavailable answers a request node n did not: 503 unavailable.
+func unavailable(n store.NodeRecord) func(http.ResponseWriter, *http.Request, error) {
+	return func(w http.ResponseWriter, req *http.Request, err error) {
+		server.WriteError(w, req, fmt.Errorf("node %s: %v: %w", n.ID, err, errdefs.ErrUnavailable))
+	}
 }
 
 // BuildNode is the node a new template is built on (BuildOn).
