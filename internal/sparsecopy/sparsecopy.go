@@ -1,7 +1,8 @@
 // Package sparsecopy copies a file keeping its holes: only the extents that
-// hold data are read (SEEK_DATA/SEEK_HOLE), and all-zero pages inside them
-// are not written either, so a 1 GiB guest RAM file with 100 MiB written
-// costs about 100 MiB wherever it is copied to.
+// hold data are read (SEEK_DATA/SEEK_HOLE, EachData, which the driver's
+// punching of zero pages walks too), and all-zero pages inside them are not
+// written either, so a 1 GiB guest RAM file with 100 MiB written costs about
+// 100 MiB wherever it is copied to.
 package sparsecopy
 
 import (
@@ -25,38 +26,50 @@ func Copy(dst, src *os.File) (written int64, err error) {
 	if err != nil {
 		return 0, err
 	}
-	size := st.Size()
-	fd := int(src.Fd())
-	buf := make([]byte, 1<<20)
-	for off := int64(0); off < size; {
+	err = EachData(src, make([]byte, 1<<20), func(chunk []byte, off int64) error {
+		w, err := writeNonZero(dst, chunk, off)
+		written += w
+		return err
+	})
+	if err != nil {
+		return written, err
+	}
+	return written, dst.Truncate(st.Size())
+}
+
+// EachData calls fn with the content of f's data extents, holes skipped:
+// in chunks of at most len(buf) bytes, read into buf, each with the offset
+// it was read at. It stops at the first error, fn's included.
+func EachData(f *os.File, buf []byte, fn func(chunk []byte, off int64) error) error {
+	fd := int(f.Fd())
+	for off := int64(0); ; {
 		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
 		if errors.Is(err, unix.ENXIO) {
-			break // only holes from off on
+			return nil // only holes from off on
 		}
 		if err != nil {
-			return written, err
+			return err
 		}
 		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
 		if err != nil {
-			return written, err
+			return err
 		}
 		for off = data; off < hole; {
-			n, rerr := src.ReadAt(buf[:min(int64(len(buf)), hole-off)], off)
-			w, werr := writeNonZero(dst, buf[:n], off)
-			written += w
-			if werr != nil {
-				return written, werr
+			n, rerr := f.ReadAt(buf[:min(int64(len(buf)), hole-off)], off)
+			if n > 0 {
+				if err := fn(buf[:n], off); err != nil {
+					return err
+				}
+				off += int64(n)
 			}
-			off += int64(n)
 			if rerr == io.EOF {
-				break
+				return nil
 			}
 			if rerr != nil {
-				return written, rerr
+				return rerr
 			}
 		}
 	}
-	return written, dst.Truncate(size)
 }
 
 // writeNonZero writes the pages of buf (read at off) that are not all zero.

@@ -3,13 +3,13 @@ package qemu
 import (
 	"bytes"
 	"errors"
-	"io"
 	"os"
 	"runtime"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/zeish/zeish/internal/sparsecopy"
 	"github.com/zeish/zeish/vmm"
 )
 
@@ -36,38 +36,12 @@ func sparsify(path string) (freed int64, err error) {
 	}
 	defer f.Close()
 	fd := int(f.Fd())
-	buf := make([]byte, 2<<20)
-	var off int64
-	for {
-		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
-			return freed, nil // only holes from off on
-		}
-		if err != nil {
-			return freed, err
-		}
-		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
-		if err != nil {
-			return freed, err
-		}
-		for off = data; off < hole; {
-			n, err := f.ReadAt(buf[:min(int64(len(buf)), hole-off)], off)
-			if n > 0 {
-				got, perr := punchZeroPages(fd, buf[:n], off)
-				freed += got
-				if perr != nil {
-					return freed, perr
-				}
-				off += int64(n)
-			}
-			if err == io.EOF {
-				return freed, nil
-			}
-			if err != nil {
-				return freed, err
-			}
-		}
-	}
+	err = sparsecopy.EachData(f, make([]byte, 2<<20), func(chunk []byte, off int64) error {
+		got, err := punchZeroPages(fd, chunk, off)
+		freed += got
+		return err
+	})
+	return freed, err
 }
 
 // punchZeroPages frees the runs of all-zero pages of buf, read at off.
