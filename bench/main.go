@@ -62,6 +62,7 @@ type options struct {
 	only   string
 	output string
 	binDir string
+	zlog   string // where zeishd's debug log goes at the end ("": nowhere)
 }
 
 func main() {
@@ -72,6 +73,7 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "comma-separated sections to run (default: all)")
 	flag.StringVar(&o.output, "o", "markdown", "output: markdown or json")
 	flag.StringVar(&o.binDir, "bin", "", "`dir` with prebuilt zeishd and sandboxd (as make build leaves in bin/); default: build them")
+	flag.StringVar(&o.zlog, "zeishd-log", "", "`file` to write zeishd's log to (at debug level, with every step's time) when the bench ends")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./bench [flags]\n\nsections:\n")
 		for _, s := range sections {

@@ -102,7 +102,7 @@ func (e *benchEnv) startServer(ctx context.Context, zeishdBin, cacheDir string) 
 		Env: []string{
 			"ZEISH_SANDBOXD=" + e.sandboxd,
 			"ZEISH_TEMPLATE_CACHE=" + cacheDir,
-			"ZEISH_LOG_LEVEL=info",
+			"ZEISH_LOG_LEVEL=" + e.logLevel(),
 			// The bench creates and forks faster than the default plan allows.
 			"ZEISH_PLAN_RUNNING_SLOTS=100", "ZEISH_PLAN_CREATES_PER_MINUTE=1000", "ZEISH_PLAN_DAILY_CREATES=100000",
 		},
@@ -125,6 +125,15 @@ func (e *benchEnv) startServer(ctx context.Context, zeishdBin, cacheDir string) 
 	e.accel = h.Accel
 	e.log.Info("zeishd ready", "addr", e.zeishd.Addr, "data", e.dataDir, "vmm", h.VMM, "accel", h.Accel, "version", h.Version)
 	return nil
+}
+
+// logLevel is zeishd's: debug when its log is kept (-zeishd-log), for
+// every step's time.
+func (e *benchEnv) logLevel() string {
+	if e.opts.zlog != "" {
+		return "debug"
+	}
+	return "info"
 }
 
 // track remembers a sandbox for the final sweep.
@@ -167,6 +176,11 @@ func (e *benchEnv) close() error {
 	if e.zeishd != nil {
 		if err := e.zeishd.Stop(); err != nil {
 			errs = append(errs, err)
+		}
+		if e.opts.zlog != "" {
+			if err := os.WriteFile(e.opts.zlog, []byte(e.zeishd.Log.String()), 0o644); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if e.tmp != "" {
