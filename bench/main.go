@@ -63,6 +63,7 @@ type options struct {
 	output string
 	binDir string
 	zlog   string // where zeishd's debug log goes at the end ("": nowhere)
+	ready  int    // zeishd's ZEISH_READY_VMS
 }
 
 func main() {
@@ -74,6 +75,7 @@ func main() {
 	flag.StringVar(&o.output, "o", "markdown", "output: markdown or json")
 	flag.StringVar(&o.binDir, "bin", "", "`dir` with prebuilt zeishd and sandboxd (as make build leaves in bin/); default: build them")
 	flag.StringVar(&o.zlog, "zeishd-log", "", "`file` to write zeishd's log to (at debug level, with every step's time) when the bench ends")
+	flag.IntVar(&o.ready, "ready-vms", 1, "zeishd's ZEISH_READY_VMS: VMs kept launched and loaded per warm template in use (0: none, every warm create starts a VMM)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./bench [flags]\n\nsections:\n")
 		for _, s := range sections {

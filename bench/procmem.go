@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -131,8 +132,12 @@ func (e *benchEnv) sandboxPID(id string) (int, error) {
 	var h struct {
 		PID int `json:"pid"`
 	}
-	if b, err := os.ReadFile(filepath.Join(e.dataDir, "sandboxes", id, "handle.json")); err == nil {
-		if json.Unmarshal(b, &h) == nil && h.PID > 0 {
+	// The handle beside its newest VM (vm-<gen>) names the process, even one
+	// launched for another id (a ready VM it adopted).
+	files, _ := filepath.Glob(filepath.Join(e.dataDir, "sandboxes", id, "vm-*", "handle.json"))
+	slices.SortFunc(files, func(a, b string) int { return vmGen(b) - vmGen(a) })
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil && json.Unmarshal(b, &h) == nil && h.PID > 0 && syscall.Kill(h.PID, 0) == nil {
 			return h.PID, nil
 		}
 	}
@@ -187,4 +192,10 @@ func imageRAMMiB(dataDir string) float64 {
 		}
 	}
 	return float64(total) / (1 << 20)
+}
+
+// vmGen is the generation in a path of <sandbox>/vm-<gen>/….
+func vmGen(path string) int {
+	g, _ := strconv.Atoi(strings.TrimPrefix(filepath.Base(filepath.Dir(path)), "vm-"))
+	return g
 }

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -103,6 +107,7 @@ func (e *benchEnv) startServer(ctx context.Context, zeishdBin, cacheDir string) 
 			"ZEISH_SANDBOXD=" + e.sandboxd,
 			"ZEISH_TEMPLATE_CACHE=" + cacheDir,
 			"ZEISH_LOG_LEVEL=" + e.logLevel(),
+			"ZEISH_READY_VMS=" + strconv.Itoa(e.opts.ready),
 			// The bench creates and forks faster than the default plan allows.
 			"ZEISH_PLAN_RUNNING_SLOTS=100", "ZEISH_PLAN_CREATES_PER_MINUTE=1000", "ZEISH_PLAN_DAILY_CREATES=100000",
 		},
@@ -219,4 +224,46 @@ func (e *benchEnv) close() error {
 		e.log.Warn("cleanup problems; zeishd log tail follows\n" + e.zeishd.Log.Tail(4000))
 	}
 	return errors.Join(errs...)
+}
+
+// metric reads one sample of zeishd's /metrics: the first of metric name
+// whose labels contain label ("" for any).
+func (e *benchEnv) metric(ctx context.Context, name, label string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.zeishd.Addr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		series, value, ok := strings.Cut(sc.Text(), " ")
+		labels, _ := strings.CutPrefix(series, name)
+		if !ok || !strings.HasPrefix(series, name) || (labels != "" && labels[0] != '{') || !strings.Contains(labels, label) {
+			continue
+		}
+		return strconv.ParseFloat(value, 64)
+	}
+	return 0, fmt.Errorf("metric %s{%s}: not served", name, label)
+}
+
+// waitReadyVMs waits (up to a minute) until zeishd keeps at least n ready
+// VMs: a warm create measured then finds one, as a create that is not the
+// first of a burst does.
+func (e *benchEnv) waitReadyVMs(ctx context.Context, n int) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		v, err := e.metric(ctx, "zeish_node_ready_vms", "")
+		if err == nil && int(v) >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no %d ready VMs after a minute (last: %v, %v)", n, v, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

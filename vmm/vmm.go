@@ -118,6 +118,17 @@ type Handle struct {
 	// Confined: the VMM runs as an unprivileged user, chrooted into
 	// Spec.Dir, in a cgroup of its own.
 	Confined bool `json:"confined,omitempty"`
+	// Origin is what the VMM was launched as when that is no longer Spec: a
+	// ready VM started for a placeholder and adopted by a sandbox (Adopt)
+	// keeps the name and QMP path on its command line, and its cgroup.
+	Origin *Origin `json:"origin,omitempty"`
+}
+
+// Origin names the placeholder a VM was launched for (Handle.Origin).
+type Origin struct {
+	ID        string `json:"id"`
+	Dir       string `json:"dir"`
+	QMPSocket string `json:"qmp_socket"`
 }
 
 // DiskSwap says where CaptureLive leaves a VM's disk. The overlay the VM
@@ -154,6 +165,13 @@ type Driver interface {
 	// Destroy stops the VM (politely, then by force) and removes every file
 	// the driver made for it. Destroying a VM that is already gone is not an error.
 	Destroy(ctx context.Context, h *Handle) error
+
+	// Adopt gives a VM started From an image (a ready VM, launched before
+	// anyone asked for it) to spec, which must ask for the same machine from
+	// the same image: the VM's folder becomes spec.Dir (renamed; spec.Dir,
+	// if it exists, must be empty), its disk spec.Disk, and its ID spec.ID.
+	// h is spent; the guest runs (or not) as it did.
+	Adopt(ctx context.Context, h *Handle, spec Spec) (*Handle, error)
 
 	// Load completes a VM started Deferred: it loads img (which replaces
 	// h.Spec.From and sets h.MemFile) and, if run, lets the guest go on.

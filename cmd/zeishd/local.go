@@ -90,6 +90,11 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 	if err != nil || coldAfter < 0 {
 		return nil, fmt.Errorf("ZEISH_COLD_AFTER: want a duration (10m), 0 to keep images in /dev/shm, got %q", os.Getenv("ZEISH_COLD_AFTER"))
 	}
+	// VMs kept launched and loaded per warm template in use (node/ready.go).
+	readyVMs, err := strconv.Atoi(env("ZEISH_READY_VMS", "1"))
+	if err != nil || readyVMs < 0 {
+		return nil, fmt.Errorf("ZEISH_READY_VMS: want a number of VMs per warm template, 0 for none, got %q", os.Getenv("ZEISH_READY_VMS"))
+	}
 	parallel, err := strconv.Atoi(env("ZEISH_TEMPLATE_BUILDS", "2"))
 	if err != nil || parallel < 1 {
 		return nil, fmt.Errorf("ZEISH_TEMPLATE_BUILDS: want a positive number, got %q", os.Getenv("ZEISH_TEMPLATE_BUILDS"))
@@ -109,7 +114,7 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 	}
 	n := node.New(node.Options{ID: nodeID, Region: os.Getenv("ZEISH_REGION"), DataDir: dataDir, Store: st, Driver: driver, Templates: cat,
 		Logger: log, BootTimeout: bootTimeout, MemoryBudgetMiB: budget, Network: netw, AccountImageRAMMiB: imageRAM, ColdAfter: coldAfter,
-		StoppedPromotion: env("ZEISH_FORK_PROMOTION", "live") == "stopped", Desktop: desk})
+		StoppedPromotion: env("ZEISH_FORK_PROMOTION", "live") == "stopped", Desktop: desk, ReadyVMs: readyVMs})
 	l.closers = append(l.closers, n.Close)
 	l.node, l.cat, l.driver = n, cat, driver
 	if err := n.Recover(ctx); err != nil {

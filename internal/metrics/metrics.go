@@ -24,6 +24,10 @@ type Capacity struct {
 	CommittedMiB int // promised to sandboxes that may run
 	ImageRAMMiB  int // held in tmpfs by saved images (snapshots, fork bases)
 	ImageDiskMiB int // images' RAM moved to disk when they went cold (this node only)
+	// Ready VMs of warm templates (this node only), and the warm creates
+	// that took one (hits) or found none (misses) since the node started.
+	ReadyVMs               int
+	ReadyHits, ReadyMisses int64
 }
 
 // Options say where the numbers come from.
@@ -83,6 +87,8 @@ var (
 	committedDesc = prometheus.NewDesc("zeish_node_memory_committed_mib", "Guest memory promised to sandboxes that may run.", []string{"node"}, nil)
 	imageDesc     = prometheus.NewDesc("zeish_node_image_ram_mib", "RAM that saved images hold in tmpfs.", []string{"node"}, nil)
 	imageDiskDesc = prometheus.NewDesc("zeish_node_image_disk_mib", "RAM of cold images, moved from tmpfs to the data dir's disk.", []string{"node"}, nil)
+	readyDesc     = prometheus.NewDesc("zeish_node_ready_vms", "VMs of warm templates launched, loaded and paused for the next create.", []string{"node"}, nil)
+	claimsDesc    = prometheus.NewDesc("zeish_node_warm_creates_total", "Creates from a warm image, by whether a ready VM was there (hit) or not (miss).", []string{"node", "ready"}, nil)
 	upDesc        = prometheus.NewDesc("zeish_node_up", "1 when the node agent heartbeats in time and reports itself healthy.", []string{"node", "region"}, nil)
 	drainingDesc  = prometheus.NewDesc("zeish_node_draining", "1 while the node takes no new sandboxes.", []string{"node", "region"}, nil)
 	vcpusDesc     = prometheus.NewDesc("zeish_node_vcpus", "The node's host CPUs.", []string{"node", "region"}, nil)
@@ -111,6 +117,8 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	if c.o.Capacity != nil {
 		ch <- imageDiskDesc
+		ch <- readyDesc
+		ch <- claimsDesc
 	}
 }
 
@@ -134,6 +142,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	memoryMetrics(ch, c.o.NodeID, capy)
 	ch <- prometheus.MustNewConstMetric(imageDiskDesc, prometheus.GaugeValue, float64(capy.ImageDiskMiB), c.o.NodeID)
+	ch <- prometheus.MustNewConstMetric(readyDesc, prometheus.GaugeValue, float64(capy.ReadyVMs), c.o.NodeID)
+	ch <- prometheus.MustNewConstMetric(claimsDesc, prometheus.CounterValue, float64(capy.ReadyHits), c.o.NodeID, "hit")
+	ch <- prometheus.MustNewConstMetric(claimsDesc, prometheus.CounterValue, float64(capy.ReadyMisses), c.o.NodeID, "miss")
 }
 
 // memoryMetrics sends one node's memory gauges.

@@ -59,7 +59,9 @@ func (n *Node) Capacity() (metrics.Capacity, error) {
 	if err != nil {
 		return metrics.Capacity{}, err
 	}
-	return metrics.Capacity{BudgetMiB: n.opts.MemoryBudgetMiB, CommittedMiB: used, ImageRAMMiB: n.imageRAMMiB(), ImageDiskMiB: n.imageDiskMiB()}, nil
+	ready, hits, misses := n.ready.count()
+	return metrics.Capacity{BudgetMiB: n.opts.MemoryBudgetMiB, CommittedMiB: used, ImageRAMMiB: n.imageRAMMiB(), ImageDiskMiB: n.imageDiskMiB(),
+		ReadyVMs: ready, ReadyHits: hits, ReadyMisses: misses}, nil
 }
 
 // committedMiB is the guest memory promised to the sandboxes that may run.

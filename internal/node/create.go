@@ -37,7 +37,19 @@ func (n *Node) Create(ctx context.Context, r *store.SandboxRecord) (*store.Sandb
 	r.State = sandbox.StateStarting
 	r.CreatedAt, r.UpdatedAt = now, now
 	r.MAC = sandbox.NewMAC()
-	if err := n.assignNetwork(r); err != nil {
+	ready := n.ready.take(r)
+	undo := func() {
+		if ready != nil {
+			n.ready.claimedBy(r.ID)
+			n.ready.destroy(ready, false)
+		}
+		n.releaseNetwork(r)
+	}
+	if err := n.assignNetwork(r, ready); err != nil {
+		if ready != nil {
+			n.ready.claimedBy(r.ID)
+			n.ready.destroy(ready, true)
+		}
 		return nil, err
 	}
 	if r.Env == nil {
@@ -48,12 +60,12 @@ func (n *Node) Create(ctx context.Context, r *store.SandboxRecord) (*store.Sandb
 	}
 	release, err := n.reserve(r, 1)
 	if err != nil {
-		n.releaseNetwork(r)
+		undo()
 		return nil, err
 	}
 	defer release()
 	if err := n.opts.Store.CreateSandboxes(ctx, r); err != nil {
-		n.releaseNetwork(r)
+		undo()
 		return nil, err
 	}
 	n.log.Info("create", logSandbox, r.ID, "name", r.Name, "template", r.Template, "memory_mib", r.MemoryMiB)
@@ -85,6 +97,16 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 	if r.GitRepo != "" {
 		clone = func(ctx context.Context) error { return n.gitClone(ctx, r) }
 	}
+	defer func() {
+		// What a boot that failed early left of a ready VM it took.
+		if v := n.ready.claimedBy(r.ID); v != nil {
+			n.ready.destroy(v, false)
+		}
+		if c := n.ready.handedOver(r.ID); c != nil {
+			c.Close()
+		}
+		n.ready.wake() // a ready VM it took is replaced now that it runs
+	}()
 	n.bootNew(ctx, r, "boot", clone, func(ctx context.Context, spec *vmm.Spec) error {
 		tpl, err := n.opts.Templates.Get(ctx, r.Template)
 		if err != nil {
@@ -101,6 +123,7 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 		}
 		// A fork of the template's saved machine (warm.go).
 		unpin = n.pin(meta.ID)
+		n.ready.note(r.Template)
 		r.Layers = append(append([]string(nil), meta.Layers...), meta.ID)
 		spec.BaseDisk, spec.From = meta.Disk, meta.VM
 		n.log.Info("boot warm", logSandbox, r.ID, "template", tpl.Name, "image", meta.ID)
@@ -241,9 +264,14 @@ func (n *Node) startVM(ctx context.Context, undo *rollback.Stack, r *store.Sandb
 			return nil, err
 		}
 	}
-	h, err := n.opts.Driver.Start(ctx, spec)
+	h, err := n.adoptReady(ctx, r, spec)
 	if err != nil {
 		return nil, err
+	}
+	if h == nil {
+		if h, err = n.opts.Driver.Start(ctx, spec); err != nil {
+			return nil, err
+		}
 	}
 	undo.Add(func(ctx context.Context) error { return n.opts.Driver.Destroy(ctx, h) })
 	if err := writeHandleFile(spec.Dir, h); err != nil {
@@ -280,9 +308,11 @@ func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
 	}
 	defer n.lockAgent(id)()
 	n.dropAgent(id)
-	c, err := n.connectAgent(ctx, h)
-	if err != nil {
-		return err
+	c := n.ready.handedOver(id) // an adopted ready VM's, connected already
+	if c == nil {
+		if c, err = n.connectAgent(ctx, h); err != nil {
+			return err
+		}
 	}
 	cfg := freshConfig(r.Hostname)
 	cfg.Env, cfg.Network, cfg.Git = guestEnv(r), n.guestNetwork(r), gitAuth(r)

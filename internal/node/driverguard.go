@@ -71,6 +71,11 @@ func (g guarded) Destroy(ctx context.Context, h *vmm.Handle) error {
 	return driverErr("destroy", g.Driver.Destroy(ctx, h))
 }
 
+func (g guarded) Adopt(ctx context.Context, h *vmm.Handle, spec vmm.Spec) (*vmm.Handle, error) {
+	nh, err := g.Driver.Adopt(ctx, h, spec)
+	return nh, driverErr("adopt", err)
+}
+
 func (g guarded) Load(ctx context.Context, h *vmm.Handle, img *vmm.Image, run bool) error {
 	return driverErr("load", g.Driver.Load(ctx, h, img, run))
 }

@@ -25,8 +25,9 @@ func (n *Node) managedNet(r *store.SandboxRecord) bool {
 	return n.opts.Network != nil && r.Network != nil && r.Network.Enabled && r.Address != ""
 }
 
-// assignNetwork gives a new sandbox (created or forked) its address.
-func (n *Node) assignNetwork(r *store.SandboxRecord) error {
+// assignNetwork gives a new sandbox (created or forked) its address: the
+// link of the ready VM it took (nil: none), else a new one.
+func (n *Node) assignNetwork(r *store.SandboxRecord, ready *readyVM) error {
 	if n.opts.Network == nil {
 		if r.Network != nil && r.Network.Enabled {
 			return fmt.Errorf("networking is off on this node (ZEISH_NET=off): %w", errdefs.ErrInvalidArgument)
@@ -45,6 +46,10 @@ func (n *Node) assignNetwork(r *store.SandboxRecord) error {
 	}
 	if err := n.fillRates(r.Network); err != nil {
 		return err
+	}
+	if ready != nil && ready.address != "" {
+		r.Address = ready.address
+		return nil
 	}
 	l, err := n.opts.Network.Allocate()
 	if err != nil {
@@ -172,7 +177,7 @@ func (n *Node) childNetwork(parent, c *store.SandboxRecord) error {
 			return fmt.Errorf("network.enabled: a fork has a network card exactly when its parent has (%v): %w", enabled, errdefs.ErrInvalidArgument)
 		}
 	}
-	return n.assignNetwork(c)
+	return n.assignNetwork(c, nil)
 }
 
 // SetNetwork replaces a sandbox's egress policy, live. p comes normalized.

@@ -70,6 +70,10 @@ type Options struct {
 	// Desktop is the screen of sandboxes with desktop: true (zero:
 	// desktop's defaults, 1280x800x24 on :0).
 	Desktop desktop.Config
+	// ReadyVMs is how many VMs the node keeps launched and loaded, paused,
+	// for each warm template used lately, so that a create takes one
+	// instead of starting a VMM (ready.go). 0: none.
+	ReadyVMs int
 }
 
 // Node runs the sandboxes of one host.
@@ -102,6 +106,7 @@ type Node struct {
 	gcMu     sync.Mutex
 	// coldMu serialises moves of image RAM between tmpfs and disk.
 	coldMu sync.Mutex
+	ready  *readyPool
 }
 
 // op is one background operation on a sandbox; only one runs at a time.
@@ -126,7 +131,7 @@ func New(opts Options) *Node {
 	}
 	opts.Driver = guardDriver(opts.Driver)
 	life, stop := context.WithCancel(context.Background())
-	return &Node{
+	n := &Node{
 		opts:       opts,
 		log:        opts.Logger.With(logNode, opts.ID),
 		watch:      newWatcher(),
@@ -137,6 +142,8 @@ func New(opts Options) *Node {
 		connecting: map[string]*sync.Mutex{},
 		pinned:     map[string]int{},
 	}
+	n.ready = newReadyPool(n)
+	return n
 }
 
 // Capabilities reports what the node's driver can do.

@@ -45,6 +45,11 @@ func (n *Node) Recover(ctx context.Context) error {
 		if alive {
 			live[r.ID] = true
 			vmDirs[r.ID] = h.Spec.Dir
+			if o := h.Origin; o != nil {
+				// A VM adopted from the ready pool: its command line still
+				// names the placeholder it was launched for.
+				vmDirs[o.ID] = o.Dir
+			}
 		}
 		n.recoverOne(ctx, r, h, alive)
 	}
@@ -66,6 +71,7 @@ func (n *Node) Recover(ctx context.Context) error {
 	n.recoverCold()
 	n.gc(ctx)
 	n.startColdSweeper()
+	n.ready.start()
 	return nil
 }
 

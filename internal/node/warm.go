@@ -73,7 +73,9 @@ func (n *Node) Warm(ctx context.Context, tpl sandbox.Template, progress func(str
 	out := &sandbox.TemplateWarm{Image: w.meta.ID, VCPUs: w.size.VCPUs, MemoryMiB: w.size.MemoryMiB, DiskMiB: w.size.DiskMiB,
 		BuildMS: time.Since(w.started).Milliseconds()}
 	n.log.Info("template warmed", "template", tpl.ID, "image", w.meta.ID, "ms", out.BuildMS)
-	return out, w.unpin, nil
+	n.ready.note(tpl.Key()) // its first creates find a VM ready once the record names the image
+	// Once the record names the image, the ready pool can use it.
+	return out, func() { w.unpin(); n.ready.wake() }, nil
 }
 
 // warmRun is one warm build: what its steps share.
@@ -201,7 +203,10 @@ func (w *warmRun) record(_ context.Context, _ *rollback.Stack) error {
 
 // CollectImages removes the images nothing needs any more: a deleted warm
 // template's, once no sandbox started from it is left.
-func (n *Node) CollectImages(ctx context.Context) { n.gc(ctx) }
+func (n *Node) CollectImages(ctx context.Context) {
+	n.ready.trim(ctx, n.ready.templates()) // VMs of a deleted template go first: they pin its image
+	n.gc(ctx)
+}
 
 // bootWork names the processes the guest's init starts at boot and that
 // end on their own (cmd/sandboxd: growRootFS).

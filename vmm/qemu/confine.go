@@ -95,7 +95,12 @@ func (c *confinement) describe() string {
 
 // cgroupID names a VM's cgroup: one per VMM process, since a sandbox briefly
 // has two while it is promoted.
-func cgroupID(h *vmm.Handle) string { return h.Spec.ID + "." + filepath.Base(h.Spec.Dir) }
+func cgroupID(h *vmm.Handle) string {
+	if o := h.Origin; o != nil {
+		return o.ID + "." + filepath.Base(o.Dir)
+	}
+	return h.Spec.ID + "." + filepath.Base(h.Spec.Dir)
+}
 
 // own hands a socket zeishd made in a VM folder to the VM user.
 func (c *confinement) own(path string) error {

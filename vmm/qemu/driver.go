@@ -205,7 +205,14 @@ func pidFile(h *vmm.Handle) string { return filepath.Join(h.Spec.Dir, pidName) }
 
 func tagOf(id string) string { return "zeish-" + id }
 
-func idOf(h *vmm.Handle) identity { return identityOf(tagOf(h.Spec.ID), h.QMPSocket) }
+// idOf is how h's VMM process is recognised: by the name and QMP path on
+// its command line, which an adopted VM keeps from its launch (Origin).
+func idOf(h *vmm.Handle) identity {
+	if o := h.Origin; o != nil {
+		return identityOf(tagOf(o.ID), o.QMPSocket)
+	}
+	return identityOf(tagOf(h.Spec.ID), h.QMPSocket)
+}
 
 func randomHex(n int) string {
 	b := make([]byte, n)

@@ -38,6 +38,7 @@ type Op string
 const (
 	OpStart       Op = "start"
 	OpLoad        Op = "load"
+	OpAdopt       Op = "adopt"
 	OpCapture     Op = "capture"
 	OpCaptureLive Op = "capture_live"
 	OpPromote     Op = "promote"
@@ -91,6 +92,9 @@ type vm struct {
 	stop     context.CancelFunc
 	hostname string
 	configs  int
+	// origin is what the stand-in was launched as, if it was adopted: as
+	// QEMU's command line, it names the placeholder still (Sweep).
+	origin *vmm.Origin
 }
 
 var _ vmm.Driver = (*Driver)(nil)
@@ -475,6 +479,44 @@ func writeState(path string, s imageState) error {
 	return os.WriteFile(path, b, 0o600)
 }
 
+// Adopt hands a VM started paused from an image to spec: its folder is
+// renamed to spec.Dir and its disk linked to spec.Disk, as QEMU's driver does.
+func (d *Driver) Adopt(_ context.Context, h *vmm.Handle, spec vmm.Spec) (*vmm.Handle, error) {
+	v, err := d.live(OpAdopt, h)
+	if err != nil {
+		return nil, err
+	}
+	if h.Spec.From == nil || h.Spec.Deferred {
+		return nil, fmt.Errorf("adopt vm %q: %w: not started from an image", h.Spec.ID, errdefs.ErrInvalidState)
+	}
+	if spec.From == nil || spec.From.Dir != h.Spec.From.Dir || spec.MemoryMiB != h.Spec.MemoryMiB || spec.VCPUs != h.Spec.VCPUs {
+		return nil, fmt.Errorf("adopt vm %q: %w: another machine", h.Spec.ID, errdefs.ErrInvalidArgument)
+	}
+	if spec.Disk == "" {
+		spec.Disk = filepath.Join(spec.Dir, diskName)
+	}
+	os.Remove(spec.Dir) // empty, or the rename fails
+	if err := os.Rename(h.Spec.Dir, spec.Dir); err != nil {
+		return nil, fmt.Errorf("adopt vm %q: %w", h.Spec.ID, err)
+	}
+	if h.Disk != spec.Disk {
+		if err := os.Link(h.Disk, spec.Disk); err != nil {
+			return nil, errors.Join(err, os.Rename(spec.Dir, h.Spec.Dir))
+		}
+		os.Remove(h.Disk)
+	}
+	nh := *h
+	if nh.Origin == nil {
+		nh.Origin = &vmm.Origin{ID: h.Spec.ID, Dir: h.Spec.Dir, QMPSocket: h.QMPSocket}
+	}
+	spec.From = h.Spec.From
+	nh.Spec, nh.Disk = spec, spec.Disk
+	d.mu.Lock()
+	v.id, v.h.Spec, v.h.Disk, v.origin = spec.ID, spec, spec.Disk, nh.Origin
+	d.mu.Unlock()
+	return &nh, nil
+}
+
 // Load loads img into a VM started Deferred.
 func (d *Driver) Load(_ context.Context, h *vmm.Handle, img *vmm.Image, run bool) error {
 	v, err := d.live(OpLoad, h)
@@ -658,12 +700,15 @@ func (d *Driver) Sweep(ctx context.Context, s vmm.SweepScope) {
 	var strays []*vm
 	inUse := map[string]bool{}
 	for _, v := range d.vms {
-		dir := v.h.Spec.Dir
+		id, dir := v.id, v.h.Spec.Dir
+		if v.origin != nil {
+			id, dir = v.origin.ID, v.origin.Dir
+		}
 		if !strings.HasPrefix(dir, root) {
 			inUse[v.h.MemFile] = true
 			continue
 		}
-		if live, ok := s.Live[v.id]; !ok || filepath.Clean(live) != filepath.Clean(dir) {
+		if live, ok := s.Live[id]; !ok || filepath.Clean(live) != filepath.Clean(dir) {
 			strays = append(strays, v)
 			continue
 		}

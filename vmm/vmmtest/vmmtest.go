@@ -63,6 +63,7 @@ func Run(t *testing.T, d vmm.Driver, newSpec func(t *testing.T) vmm.Spec, opts .
 	t.Run("CancelledStart", func(t *testing.T) { testCancelledStart(t, d, newSpec) })
 	t.Run("CaptureAndClones", func(t *testing.T) { testCaptureAndClones(t, d, newSpec) })
 	t.Run("CaptureLive", func(t *testing.T) { testCaptureLive(t, d, newSpec) })
+	t.Run("Adopt", func(t *testing.T) { testAdopt(t, d, newSpec) })
 	t.Run("Confined", func(t *testing.T) { testConfined(t, d, newSpec(t), o.unconfined) })
 }
 

@@ -1,0 +1,405 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+	"github.com/zeish/zeish/vmm"
+)
+
+// Ready VMs. A create from a warm template is a fork child's start, and
+// most of what it waits for under TCG does not depend on the sandbox at
+// all: launching QEMU (~250 ms: linking, machine setup, reading the
+// kernel), loading the image's device state, connecting to the agent, and
+// the guest's first run through the code of a configure and an exec, which
+// a new VMM must translate before it runs (~300 ms, every VMM anew). So
+// the node keeps, for each warm template used lately, VMs that have done
+// all that: started from the warm image for a placeholder sandbox id,
+// agent connected, configured with a placeholder identity and one `true`
+// run. A create of the template's warm size takes one: the driver renames
+// its folder to the sandbox's and links its disk (vmm.Driver.Adopt), the
+// node takes over its agent connection, and the guest is re-identified as
+// any warm create is (hostname, clock, entropy, env, secrets, network),
+// so nothing of the placeholder remains. A create that finds none starts
+// from the image as before (a miss).
+//
+// Until a create takes it, a ready VM is nobody's: on a node with
+// networking its link (whose address the sandbox that takes it gets) has
+// no firewall chain yet, so nothing it sends is forwarded and the DNS
+// forwarder does not answer it. It costs QEMU's own memory, the few MiB
+// its guest writes while idle, and pins its image in tmpfs; so VMs are
+// kept only for templates used (built, or a warm create) within the idle
+// time (ZEISH_COLD_AFTER, 10 min without one), and are destroyed with
+// their template, at node close, and after a crash by the recovery's
+// sweep (their placeholder ids are no sandbox's).
+
+// readyTick is how often the keeper checks its templates when nothing
+// kicks it (a build that just finished, an idle template).
+const readyTick = 5 * time.Second
+
+// readyVM is one VM launched ahead for a template.
+type readyVM struct {
+	template string // the template's key (a record's Template)
+	image    string // its warm image
+	h        *vmm.Handle
+	c        *guest.Client // its agent, connected
+	address  string        // its link's guest address on a node with networking
+	unpin    func()        // the image, while the VM maps it
+}
+
+// readyPool keeps ready VMs per template (Options.ReadyVMs of each).
+type readyPool struct {
+	n    *Node
+	per  int
+	idle time.Duration
+	kick chan struct{}
+
+	mu      sync.Mutex
+	vms     map[string][]*readyVM    // ready, by template
+	claimed map[string]*readyVM      // taken by a create whose boot has not adopted it yet, by sandbox
+	handed  map[string]*guest.Client // agents of adopted VMs, until the sandbox's attach takes them
+	used    map[string]time.Time     // templates to keep VMs for, by when last used
+
+	hits, misses atomic.Int64
+}
+
+func newReadyPool(n *Node) *readyPool {
+	idle := n.opts.ColdAfter
+	if idle <= 0 {
+		idle = 10 * time.Minute
+	}
+	return &readyPool{n: n, per: n.opts.ReadyVMs, idle: idle, kick: make(chan struct{}, 1),
+		vms: map[string][]*readyVM{}, claimed: map[string]*readyVM{}, handed: map[string]*guest.Client{}, used: map[string]time.Time{}}
+}
+
+// start runs the keeper until the node closes. Call it after recovery, so
+// that no ready VM is mistaken for an orphan by the sweep.
+func (p *readyPool) start() {
+	if p.per <= 0 {
+		return
+	}
+	p.n.wg.Add(1)
+	go func() {
+		defer p.n.wg.Done()
+		p.keep(p.n.life)
+	}()
+}
+
+// wake makes the keeper look at once.
+func (p *readyPool) wake() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// note says a template was used (a warm create, a build that finished):
+// from now on VMs are kept ready for it.
+func (p *readyPool) note(template string) {
+	if p.per <= 0 || template == "" {
+		return
+	}
+	p.mu.Lock()
+	p.used[template] = time.Now()
+	p.mu.Unlock()
+}
+
+// take gives a new sandbox r a ready VM of its template and size, if one
+// waits; the sandbox's boot adopts it (adopt). On a node with networking
+// the VM's link is the sandbox's: r takes its address.
+func (p *readyPool) take(r *store.SandboxRecord) *readyVM {
+	if p.per <= 0 || (r.Network != nil && !r.Network.Enabled) {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	list := p.vms[r.Template]
+	i := slices.IndexFunc(list, func(v *readyVM) bool {
+		s := v.h.Spec
+		return s.VCPUs == r.VCPUs && s.MemoryMiB == r.MemoryMiB && s.DiskMiB == r.DiskMiB
+	})
+	if i < 0 {
+		return nil
+	}
+	v := list[i]
+	p.vms[r.Template] = slices.Delete(list, i, i+1)
+	p.claimed[r.ID] = v
+	return v
+}
+
+// claimedBy is the ready VM sandbox id took at its create, and forgets it:
+// from here on the caller owns it (adopts or destroys it).
+func (p *readyPool) claimedBy(id string) *readyVM {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v := p.claimed[id]
+	delete(p.claimed, id)
+	return v
+}
+
+// count reports the ready VMs and the creates that found one or not.
+func (p *readyPool) count() (ready int, hits, misses int64) {
+	p.mu.Lock()
+	for _, l := range p.vms {
+		ready += len(l)
+	}
+	p.mu.Unlock()
+	return ready, p.hits.Load(), p.misses.Load()
+}
+
+// keep fills and trims the pool until ctx ends, then destroys what it holds.
+func (p *readyPool) keep(ctx context.Context) {
+	tick := time.NewTicker(readyTick)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			p.closeAll()
+			return
+		case <-p.kick:
+		case <-tick.C:
+		}
+		p.round(ctx)
+	}
+}
+
+// round trims templates idle too long or gone, then fills the others, one
+// VM at a time (a launch takes a core for a while; a create waiting for
+// one should not wait for all).
+func (p *readyPool) round(ctx context.Context) {
+	p.mu.Lock()
+	var want []string
+	for tpl, at := range p.used {
+		if time.Since(at) > p.idle {
+			delete(p.used, tpl)
+			continue
+		}
+		want = append(want, tpl)
+	}
+	p.mu.Unlock()
+	p.trim(ctx, want)
+	for _, key := range want {
+		for ctx.Err() == nil {
+			p.mu.Lock()
+			short := len(p.vms[key]) < p.per && p.used[key] != (time.Time{})
+			p.mu.Unlock()
+			if !short {
+				break
+			}
+			tpl, err := p.n.opts.Templates.Get(ctx, key)
+			if err != nil || tpl.Warm == nil || tpl.Cold || tpl.State == sandbox.TemplateDeleted {
+				break // not (yet, or any more) warm: trim drops its VMs next round
+			}
+			v, err := p.launch(ctx, key, tpl)
+			if err != nil {
+				p.n.log.Warn("ready vm", "template", key, "err", err)
+				break
+			}
+			p.mu.Lock()
+			p.vms[key] = append(p.vms[key], v)
+			p.mu.Unlock()
+		}
+	}
+}
+
+// trim destroys the ready VMs of templates not in keep, or whose template
+// is no longer warm with the same image.
+func (p *readyPool) trim(ctx context.Context, keep []string) {
+	p.mu.Lock()
+	var drop []*readyVM
+	for key, list := range p.vms {
+		if !slices.Contains(keep, key) {
+			drop = append(drop, list...)
+			delete(p.vms, key)
+		}
+	}
+	p.mu.Unlock()
+	for _, key := range keep {
+		p.mu.Lock()
+		list := p.vms[key]
+		p.mu.Unlock()
+		if len(list) == 0 {
+			continue
+		}
+		tpl, err := p.n.opts.Templates.Get(ctx, key)
+		if err == nil && tpl.Warm != nil && !tpl.Cold && tpl.State != sandbox.TemplateDeleted && tpl.Warm.Image == list[0].image {
+			continue
+		}
+		p.mu.Lock()
+		drop = append(drop, p.vms[key]...)
+		delete(p.vms, key)
+		delete(p.used, key)
+		p.mu.Unlock()
+	}
+	for _, v := range drop {
+		p.destroy(v, true)
+	}
+}
+
+// templates are the ones VMs are kept for.
+func (p *readyPool) templates() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for k := range p.used {
+		out = append(out, k)
+	}
+	return out
+}
+
+// launch starts one ready VM of tpl: from its warm image, left paused,
+// for a placeholder sandbox id, in the folder such a sandbox's first VM
+// would have (so that a crash leaves nothing the recovery's sweep misses).
+func (p *readyPool) launch(ctx context.Context, key string, tpl sandbox.Template) (_ *readyVM, err error) {
+	n := p.n
+	meta, err := n.readImage(tpl.Warm.Image)
+	if err != nil || meta.VM == nil || meta.Disk == "" {
+		return nil, err
+	}
+	id := sandbox.NewID(sandbox.PrefixSandbox)
+	dir := filepath.Join(n.sandboxDir(id), "vm-1")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	v := &readyVM{template: key, image: meta.ID, unpin: n.pin(meta.ID)}
+	defer func() {
+		if err != nil {
+			p.destroy(v, true)
+		}
+	}()
+	spec := vmm.Spec{ID: id, Dir: dir,
+		Kernel: tpl.Kernel, Initrd: tpl.Initrd, KernelArgs: tpl.KernelArgs, BaseDisk: meta.Disk,
+		Disk:    n.diskPath(id, 1),
+		DiskMiB: tpl.Warm.DiskMiB, MemoryMiB: tpl.Warm.MemoryMiB, VCPUs: tpl.Warm.VCPUs, MAC: sandbox.NewMAC(),
+		From: meta.VM}
+	// The placeholder's record: what its guest is configured with.
+	r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: id, Template: key}, MAC: spec.MAC}
+	if n.opts.Network != nil {
+		l, err := n.opts.Network.Allocate()
+		if err != nil {
+			return nil, err
+		}
+		v.address = l.Guest.String()
+		spec.NIC = &vmm.NIC{TAP: l.TAP, MAC: spec.MAC}
+		r.Network, r.Address = &sandbox.Network{Enabled: true}, v.address
+	} else {
+		r.Address = newAddress()
+	}
+	if err := n.thaw(meta.VM); err != nil {
+		return nil, err
+	}
+	began := time.Now()
+	if v.h, err = n.opts.Driver.Start(ctx, spec); err != nil {
+		return nil, err
+	}
+	started := time.Now()
+	if v.c, err = n.connectAgent(ctx, v.h); err != nil {
+		return nil, err
+	}
+	cfg := freshConfig("ready")
+	cfg.Network = n.guestNetwork(r)
+	applyTemplate(&tpl, &cfg)
+	if err := v.c.Configure(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("configure: %w", err)
+	}
+	configured := time.Now()
+	if res, err := v.c.Exec(ctx, guest.ExecRequest{Argv: []string{"true"}}, nil, io.Discard, io.Discard); err != nil || res.ExitCode != 0 {
+		return nil, fmt.Errorf("exec true: exit %d, %v", res.ExitCode, err)
+	}
+	n.log.Info("ready vm", "template", key, "as", id, "start_ms", started.Sub(began).Milliseconds(),
+		"configure_ms", configured.Sub(started).Milliseconds(), "exec_ms", time.Since(configured).Milliseconds())
+	return v, nil
+}
+
+// destroy ends a ready VM nobody adopted; withLink also gives its link
+// back (false when a sandbox took its address).
+func (p *readyPool) destroy(v *readyVM, withLink bool) {
+	ctx := context.WithoutCancel(p.n.life)
+	if v.c != nil {
+		v.c.Close()
+	}
+	if v.h != nil {
+		if err := p.n.opts.Driver.Destroy(ctx, v.h); err != nil {
+			p.n.log.Warn("ready vm: destroy", "as", v.h.Spec.ID, "err", err)
+		}
+		os.RemoveAll(filepath.Dir(v.h.Spec.Dir))
+	}
+	if withLink && v.address != "" {
+		if err := p.n.opts.Network.Detach(v.address); err != nil {
+			p.n.log.Warn("ready vm: release link", "address", v.address, "err", err)
+		}
+	}
+	if v.unpin != nil {
+		v.unpin()
+	}
+}
+
+// closeAll destroys every ready VM: they are no sandbox's, and a
+// restarted zeishd would only sweep them.
+func (p *readyPool) closeAll() {
+	p.mu.Lock()
+	var all []*readyVM
+	for _, l := range p.vms {
+		all = append(all, l...)
+	}
+	p.vms = map[string][]*readyVM{}
+	p.mu.Unlock()
+	for _, v := range all {
+		p.destroy(v, true)
+	}
+}
+
+// adoptReady gives sandbox r the ready VM its create took, if it took one
+// for this very image: spec is the VM r's boot asks for. The VM runs on;
+// its agent connection waits for r's attach (handedOver). It returns nil,
+// nil when there is none to adopt (the caller starts a VM).
+func (n *Node) adoptReady(ctx context.Context, r *store.SandboxRecord, spec vmm.Spec) (*vmm.Handle, error) {
+	v := n.ready.claimedBy(r.ID)
+	if spec.From == nil || spec.From.MemFile == "" || spec.Deferred {
+		if v != nil {
+			n.ready.destroy(v, false)
+		}
+		return nil, nil
+	}
+	if v == nil || v.image != filepath.Base(spec.From.Dir) {
+		if v != nil {
+			n.ready.destroy(v, false)
+		}
+		n.ready.misses.Add(1)
+		return nil, nil
+	}
+	defer v.unpin() // the boot holds its own pin on the image
+	v.unpin = nil
+	placeholder := filepath.Dir(v.h.Spec.Dir)
+	h, err := n.opts.Driver.Adopt(ctx, v.h, spec)
+	if err != nil {
+		n.ready.destroy(v, false)
+		return nil, err
+	}
+	os.Remove(placeholder) // empty now: its VM folder and disk moved
+	n.ready.mu.Lock()
+	n.ready.handed[r.ID] = v.c
+	n.ready.mu.Unlock()
+	n.ready.hits.Add(1)
+	return h, nil
+}
+
+// handedOver is the agent connection of the ready VM sandbox id adopted
+// (nil: none), for its attach; from then on it is the caller's.
+func (p *readyPool) handedOver(id string) *guest.Client {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.handed[id]
+	delete(p.handed, id)
+	return c
+}

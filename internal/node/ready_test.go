@@ -1,0 +1,154 @@
+package node
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+)
+
+// Ready VMs: a warm build makes one; a create of the warm size adopts it
+// (and its agent connection) and another is made; another size does not
+// take it; an adopted sandbox survives a restart (the sweep knows its VM by
+// the placeholder it was launched for); a restart or a deleted template
+// ends the ready VMs and leaves nothing.
+func TestReadyVMs(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.ReadyVMs = 1 })
+	if err := h.n.Recover(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	tpl := h.tpl.tpl
+	tpl.ID, tpl.Name, tpl.AccountID, tpl.State = "tpl_ready", "ready", "acc", sandbox.TemplateReady
+	w, unpin, err := h.n.Warm(h.ctx, tpl, func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl.Warm = w
+	if err := h.st.PutTemplate(h.ctx, tpl); err != nil {
+		t.Fatal(err)
+	}
+	h.tpl.tpl = tpl
+	unpin() // the record names the image: the pool may use it
+	waitReady := func(want int) { t.Helper(); h.waitReady(want) }
+	waitReady(1)
+	if vms := h.drv.VMs(); len(vms) != 1 || vms[0].Configs != 1 {
+		t.Fatalf("the ready VM: %+v (want one, configured once)", vms)
+	}
+
+	create := func(memMiB int) *store.SandboxRecord {
+		r, err := h.n.Create(h.ctx, &store.SandboxRecord{Sandbox: sandbox.Sandbox{AccountID: "acc", Template: tpl.ID,
+			VCPUs: w.VCPUs, MemoryMiB: memMiB, DiskMiB: w.DiskMiB}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h.settle(r.ID, sandbox.StateRunning)
+	}
+	warm := create(w.MemoryMiB)
+	vm := h.vmOf(warm.ID)
+	if vm.Origin == nil || vm.Spec.ID != warm.ID || vm.Spec.Dir != filepath.Join(h.n.sandboxDir(warm.ID), "vm-1") || vm.Disk != h.n.diskPath(warm.ID, 1) {
+		t.Fatalf("the warm create did not adopt the ready VM as its own: %+v", vm)
+	}
+	if _, err := os.Stat(h.n.sandboxDir(vm.Origin.ID)); !os.IsNotExist(err) {
+		t.Errorf("the placeholder's folder is left: %v", err)
+	}
+	if _, hits, misses := h.n.ready.count(); hits != 1 || misses != 0 {
+		t.Errorf("hits %d, misses %d; want 1, 0", hits, misses)
+	}
+	h.requireAgent(warm.ID)
+	for _, v := range h.drv.VMs() {
+		if v.Handle.Spec.ID == warm.ID && (v.Configs != 2 || v.Hostname != warm.Hostname) {
+			t.Errorf("the adopted VM was configured %d times, hostname %q: want its placeholder's and the sandbox's (%q)", v.Configs, v.Hostname, warm.Hostname)
+		}
+	}
+	waitReady(1) // made again once the create ran
+
+	other := create(w.MemoryMiB / 2)
+	if h.vmOf(other.ID).Origin != nil {
+		t.Error("a create of another size took the warm-size ready VM")
+	}
+	if _, _, misses := h.n.ready.count(); misses != 0 {
+		t.Errorf("a cold boot counted as a miss: %d", misses)
+	}
+
+	// A restart ends the ready VMs (they are no sandbox's) and keeps the
+	// adopted one's: its VMM still names the placeholder.
+	h.restart()
+	h.settle(warm.ID, sandbox.StateRunning)
+	h.requireAgent(warm.ID)
+	if got := h.vmOf(warm.ID); h.drv.VMs() == nil || !h.drv.Alive(got) {
+		t.Fatal("the adopted sandbox's VM was swept at the restart")
+	}
+	h.n.ready.note(tpl.ID) // as a create after the restart would
+	h.n.ready.wake()
+	waitReady(1)
+
+	// A deleted template takes its ready VMs along at once.
+	tpl.State = sandbox.TemplateDeleted
+	if err := h.st.PutTemplate(h.ctx, tpl); err != nil {
+		t.Fatal(err)
+	}
+	h.tpl.tpl = tpl
+	h.n.CollectImages(h.ctx)
+	if n, _, _ := h.n.ready.count(); n != 0 {
+		t.Errorf("%d ready VMs of a deleted template", n)
+	}
+	if got := len(h.drv.VMs()); got != 2 {
+		t.Errorf("%d VMs run, want the 2 sandboxes'", got)
+	}
+	h.deleteAll()
+}
+
+// A create that took a ready VM and then fails (no memory left) destroys
+// it and leaves nothing; the next create still finds one.
+func TestReadyVMCreateFails(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.ReadyVMs = 1 })
+	if err := h.n.Recover(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	tpl := h.tpl.tpl
+	tpl.ID, tpl.Name, tpl.AccountID, tpl.State = "tpl_ready", "ready", "acc", sandbox.TemplateReady
+	w, unpin, err := h.n.Warm(h.ctx, tpl, func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl.Warm = w
+	if err := h.st.PutTemplate(h.ctx, tpl); err != nil {
+		t.Fatal(err)
+	}
+	h.tpl.tpl = tpl
+	unpin()
+	h.waitReady(1)
+	readyID := h.drv.VMs()[0].Handle.Spec.ID
+	h.st.failNth("CreateSandboxes", 1)
+	if _, err := h.n.Create(h.ctx, &store.SandboxRecord{Sandbox: sandbox.Sandbox{AccountID: "acc", Template: tpl.ID,
+		VCPUs: w.VCPUs, MemoryMiB: w.MemoryMiB, DiskMiB: w.DiskMiB}}); err == nil {
+		t.Fatal("create succeeded with the store failing")
+	}
+	// (The pool may have made another meanwhile; the one taken is gone.)
+	for _, v := range h.drv.VMs() {
+		if v.Handle.Spec.ID == readyID {
+			t.Errorf("the ready VM the failed create took still runs")
+		}
+	}
+	if _, err := os.Stat(h.n.sandboxDir(readyID)); !os.IsNotExist(err) {
+		t.Errorf("its folder is left: %v", err)
+	}
+	if rows, _ := h.st.ListSandboxes(h.ctx, store.SandboxFilter{}); len(rows) != 0 {
+		t.Errorf("%d sandbox rows after a failed create", len(rows))
+	}
+}
+
+// waitReady waits until the node keeps want ready VMs.
+func (h *harness) waitReady(want int) {
+	h.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if n, _, _ := h.n.ready.count(); n == want {
+			return
+		} else if time.Now().After(deadline) {
+			h.t.Fatalf("%d ready VMs, want %d", n, want)
+		}
+	}
+}
