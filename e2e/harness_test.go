@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -272,4 +273,29 @@ func runningSeconds(ctx context.Context, t *testing.T, c *zeish.Client, id strin
 	}
 	t.Fatalf("no usage of %s", id)
 	return 0
+}
+
+// metric reads one sample of the server's /metrics: the first of metric
+// name whose labels contain label ("" for any); -1 when there is none.
+func (s *server) metric(t *testing.T, name, label string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + s.addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		series, value, ok := strings.Cut(line, " ")
+		labels, found := strings.CutPrefix(series, name)
+		if !ok || !found || (labels != "" && labels[0] != '{') || !strings.Contains(labels, label) {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			t.Fatalf("metric %s: %q", name, line)
+		}
+		return v
+	}
+	return -1
 }

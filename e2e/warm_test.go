@@ -11,6 +11,7 @@ import (
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/procscan"
 	"github.com/zeish/zeish/internal/testenv/ociimg"
 	"github.com/zeish/zeish/sandbox"
 	zeish "github.com/zeish/zeish/sdk/go"
@@ -65,6 +66,18 @@ func TestWarmTemplate(t *testing.T) {
 	if size.MemoryMiB != 1024 || tpl.MemoryMiB != 1024 {
 		t.Errorf("warm machine %+v of a template built with memory_mib 1024 (template: %d)", size, tpl.MemoryMiB)
 	}
+	// A ready VM (launched from the warm image, agent connected, warmed
+	// with an exec) waits for the first create; the second, right after,
+	// finds none and starts from the image itself.
+	if !waitFor(2*time.Minute, func() bool { return s.metric(t, "zeish_node_ready_vms", "") >= 1 }) {
+		var lines []string
+		for _, l := range strings.Split(s.logText(), "\n") {
+			if strings.Contains(l, "ready") || strings.Contains(l, "warm") || strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+				lines = append(lines, l)
+			}
+		}
+		t.Fatalf("no ready VM for the warm template; zeishd's log says:\n%s", strings.Join(lines, "\n"))
+	}
 	var conns []*zeish.SandboxConn
 	var ids []string
 	for _, name := range []string{"warm-a", "warm-b"} {
@@ -80,6 +93,9 @@ func TestWarmTemplate(t *testing.T) {
 		shell(t, conn, "true")
 		t.Logf("warm create → first exec: %v", time.Since(began).Round(time.Millisecond))
 		conns, ids = append(conns, conn), append(ids, sb.ID)
+	}
+	if hits := s.metric(t, "zeish_node_warm_creates_total", `ready="hit"`); hits < 1 {
+		t.Errorf("warm creates that adopted a ready VM: %v, want at least 1", hits)
 	}
 	token := shell(t, conns[0], "cat /tmp/token")
 	if got := shell(t, conns[1], "cat /tmp/token"); got != token || token == "" {
@@ -107,6 +123,31 @@ func TestWarmTemplate(t *testing.T) {
 	shell(t, conns[0], "echo mine > /tmp/mark")
 	if out, _, res := run(t, conns[1], "cat", "/tmp/mark"); res.ExitCode == 0 {
 		t.Errorf("a file written in one sandbox shows in the other: %q", out)
+	}
+
+	// kill -9 of zeishd: the sandbox that adopted a ready VM runs on (its
+	// VMM still names the placeholder it was launched for, and recovery
+	// must not take it for an orphan); the dead zeishd's ready VM is swept.
+	s.remember()
+	s.zeishd.Kill()
+	s.start()
+	for i, id := range ids {
+		sb, err := c.WaitSandbox(ctx, id, zeish.WaitRequest{State: sandbox.StateRunning, TimeoutSeconds: 60})
+		if err != nil || sb.State != sandbox.StateRunning {
+			t.Fatalf("sandbox %d after kill -9 and restart: %+v %v", i, sb, err)
+		}
+		conn, err := c.Connect(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = conn
+		before := atoi(t, shell(t, conn, "cat /tmp/count"))
+		if !waitFor(30*time.Second, func() bool { return atoi(t, shell(t, conn, "cat /tmp/count")) > before }) {
+			t.Errorf("sandbox %d: counter stuck at %d after the restart", i, before)
+		}
+	}
+	if got := len(procscan.Under(s.dataDir)); got != len(ids) {
+		t.Errorf("%d VMMs run after the restart, want the %d sandboxes' (the dead zeishd's ready VM swept)", got, len(ids))
 	}
 
 	// Another size boots cold: the start command runs at its own boot.

@@ -43,9 +43,19 @@ import (
 // their template, at node close, and after a crash by the recovery's
 // sweep (their placeholder ids are no sandbox's).
 
+// DefaultReadyWarmup is the exec a ready VM runs once, as the template's
+// exec user, to take the guest through sandboxd's and the kernel's exec
+// paths: the running agent's own binary (every image has it; any user
+// may run /proc/self/exe) printing its version.
+var DefaultReadyWarmup = []string{"/proc/self/exe", "-version"}
+
 // readyTick is how often the keeper checks its templates when nothing
 // kicks it (a build that just finished, an idle template).
 const readyTick = 5 * time.Second
+
+// readyRetry is how long the keeper leaves a template alone after a ready
+// VM of it failed to start, rather than start VMs in a loop.
+const readyRetry = time.Minute
 
 // readyVM is one VM launched ahead for a template.
 type readyVM struct {
@@ -59,16 +69,18 @@ type readyVM struct {
 
 // readyPool keeps ready VMs per template (Options.ReadyVMs of each).
 type readyPool struct {
-	n    *Node
-	per  int
-	idle time.Duration
-	kick chan struct{}
+	n      *Node
+	per    int
+	idle   time.Duration
+	warmup []string // the exec a ready VM runs once
+	kick   chan struct{}
 
 	mu      sync.Mutex
 	vms     map[string][]*readyVM    // ready, by template
 	claimed map[string]*readyVM      // taken by a create whose boot has not adopted it yet, by sandbox
 	handed  map[string]*guest.Client // agents of adopted VMs, until the sandbox's attach takes them
 	used    map[string]time.Time     // templates to keep VMs for, by when last used
+	failed  map[string]time.Time     // templates whose last ready VM failed to start, by when
 
 	hits, misses atomic.Int64
 }
@@ -78,8 +90,12 @@ func newReadyPool(n *Node) *readyPool {
 	if idle <= 0 {
 		idle = 10 * time.Minute
 	}
-	return &readyPool{n: n, per: n.opts.ReadyVMs, idle: idle, kick: make(chan struct{}, 1),
-		vms: map[string][]*readyVM{}, claimed: map[string]*readyVM{}, handed: map[string]*guest.Client{}, used: map[string]time.Time{}}
+	warmup := n.opts.ReadyWarmup
+	if len(warmup) == 0 {
+		warmup = DefaultReadyWarmup
+	}
+	return &readyPool{n: n, per: n.opts.ReadyVMs, idle: idle, warmup: warmup, kick: make(chan struct{}, 1),
+		vms: map[string][]*readyVM{}, claimed: map[string]*readyVM{}, handed: map[string]*guest.Client{}, used: map[string]time.Time{}, failed: map[string]time.Time{}}
 }
 
 // start runs the keeper until the node closes. Call it after recovery, so
@@ -191,7 +207,7 @@ func (p *readyPool) round(ctx context.Context) {
 	for _, key := range want {
 		for ctx.Err() == nil {
 			p.mu.Lock()
-			short := len(p.vms[key]) < p.per && p.used[key] != (time.Time{})
+			short := len(p.vms[key]) < p.per && p.used[key] != (time.Time{}) && time.Since(p.failed[key]) > readyRetry
 			p.mu.Unlock()
 			if !short {
 				break
@@ -202,7 +218,12 @@ func (p *readyPool) round(ctx context.Context) {
 			}
 			v, err := p.launch(ctx, key, tpl)
 			if err != nil {
-				p.n.log.Warn("ready vm", "template", key, "err", err)
+				if ctx.Err() == nil {
+					p.n.log.Warn("ready vm", "template", key, "err", err, "retry_in", readyRetry)
+					p.mu.Lock()
+					p.failed[key] = time.Now()
+					p.mu.Unlock()
+				}
 				break
 			}
 			p.mu.Lock()
@@ -313,8 +334,8 @@ func (p *readyPool) launch(ctx context.Context, key string, tpl sandbox.Template
 		return nil, fmt.Errorf("configure: %w", err)
 	}
 	configured := time.Now()
-	if res, err := v.c.Exec(ctx, guest.ExecRequest{Argv: []string{"true"}}, nil, io.Discard, io.Discard); err != nil || res.ExitCode != 0 {
-		return nil, fmt.Errorf("exec true: exit %d, %v", res.ExitCode, err)
+	if _, err := v.c.Exec(ctx, guest.ExecRequest{Argv: p.warmup}, nil, io.Discard, io.Discard); err != nil {
+		return nil, fmt.Errorf("warm-up exec: %w", err)
 	}
 	n.log.Info("ready vm", "template", key, "as", id, "start_ms", started.Sub(began).Milliseconds(),
 		"configure_ms", configured.Sub(started).Milliseconds(), "exec_ms", time.Since(configured).Milliseconds())

@@ -16,7 +16,7 @@ import (
 // the placeholder it was launched for); a restart or a deleted template
 // ends the ready VMs and leaves nothing.
 func TestReadyVMs(t *testing.T) {
-	h := newHarness(t, func(o *Options) { o.ReadyVMs = 1 })
+	h := newHarness(t, func(o *Options) { o.ReadyVMs, o.ReadyWarmup = 1, []string{"true"} })
 	if err := h.n.Recover(h.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestReadyVMs(t *testing.T) {
 // A create that took a ready VM and then fails (no memory left) destroys
 // it and leaves nothing; the next create still finds one.
 func TestReadyVMCreateFails(t *testing.T) {
-	h := newHarness(t, func(o *Options) { o.ReadyVMs = 1 })
+	h := newHarness(t, func(o *Options) { o.ReadyVMs, o.ReadyWarmup = 1, []string{"true"} })
 	if err := h.n.Recover(h.ctx); err != nil {
 		t.Fatal(err)
 	}
