@@ -15,10 +15,12 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/testenv"
+	"github.com/zeish/zeish/internal/testenv/ociimg"
 	"github.com/zeish/zeish/sandbox"
 	zeish "github.com/zeish/zeish/sdk/go"
 )
@@ -243,6 +245,10 @@ func TestNetwork(t *testing.T) {
 		b.mustFail(t, "a denied name after restore", "get", "http://denied.test/")
 	})
 
+	t.Run("a warm create takes a ready VM's link and its own policy", func(t *testing.T) {
+		readyVMNetwork(t, s)
+	})
+
 	t.Run("kill -9 and restart keep isolation and policy", func(t *testing.T) {
 		s.remember()
 		s.zeishd.Kill()
@@ -448,5 +454,71 @@ func portsThroughDataPlane(t *testing.T, s *server, a, b *netGuest) {
 	}
 	if st != 200 || !strings.Contains(body, "hello from the guest /cli") {
 		t.Fatalf("ports forward: %d %q; zeishctl said %q", st, body, cliOut.String())
+	}
+}
+
+// readyVMNetwork builds a warm template in a networked zeishd, waits for
+// its ready VM (launched with a link of its own, no firewall chain yet)
+// and creates a sandbox on it with egress deny: the sandbox reaches the
+// name it allows and nothing else, so its address and policy are the
+// link's. Deleting the template ends the ready VM and frees its link.
+func readyVMNetwork(t *testing.T, s *server) {
+	c, ctx := s.client, ctxFor(t, 10*time.Minute)
+	l, _ := ociimg.Standard(t).Layers()
+	img := ociimg.Image(t, v1.Config{Env: []string{"PATH=/bin"}}, append(l, ociimg.Layer(t, ociimg.Entry{Name: "salt", Body: sandbox.NewID("run_")}))...)
+	tpl, err := c.BuildTemplateFrom(ctx, zeish.BuildTemplateRequest{Name: "net-warm", DiskMiB: 256,
+		StartCmd: []string{"/bin/sh", "-c", "while true; do sleep 1; done"}}, "docker-archive:"+ociimg.WriteDockerArchive(t, img, t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tpl, err = c.WaitTemplate(ctx, tpl.ID, nil); err != nil || tpl.Warm == nil {
+		t.Fatalf("warm template: %+v %v", tpl, err)
+	}
+	s.waitReadyVM(t)
+	hits := s.metric(t, "zeish_node_warm_creates_total", `ready="hit"`)
+	w := tpl.Warm
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Name: "net-ready", Template: "net-warm", VCPUs: w.VCPUs, MemoryMiB: w.MemoryMiB, DiskMiB: w.DiskMiB,
+		Network: &api.NetworkRequest{Egress: sandbox.EgressDeny, Allow: []string{"allowed.test"}}}, zeish.Wait())
+	if err != nil || sb.State != sandbox.StateRunning || sb.Address == "" {
+		t.Fatalf("create on a ready VM: %+v %v", sb, err)
+	}
+	if got := s.metric(t, "zeish_node_warm_creates_total", `ready="hit"`); got != hits+1 {
+		t.Fatalf("the create did not adopt the ready VM (hits %v → %v)", hits, got)
+	}
+	conn := connect(t, c, sb.ID)
+	f, err := os.Open(testenv.GoBuildStatic(t, "./e2e/nettool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := conn.WriteFile(ctx, "/tmp/nettool", f, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	g := &netGuest{sb: sb, conn: conn}
+	get := func(url string) (bool, string) {
+		out, errOut, res := run(t, conn, "/tmp/nettool", "get", url)
+		return res.ExitCode == 0, out + errOut
+	}
+	var ok bool
+	var out string
+	for range 3 {
+		if ok, out = get("http://allowed.test/"); ok && strings.Contains(out, "hello from "+testenv.LabHostA) {
+			break
+		}
+	}
+	if !ok {
+		t.Fatalf("%s on a ready VM's link: get allowed.test: %q", g.sb.Name, out)
+	}
+	if ok, out := get("http://" + testenv.LabHostC + "/"); ok {
+		t.Fatalf("an address its policy does not allow answered: %q", out)
+	}
+	if _, err := c.DeleteSandbox(ctx, sb.ID, zeish.Wait()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.DeleteTemplate(ctx, tpl.ID); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(time.Minute, func() bool { return s.metric(t, "zeish_node_ready_vms", "") == 0 }) {
+		t.Fatal("the deleted template's ready VM still runs")
 	}
 }

@@ -69,15 +69,7 @@ func TestWarmTemplate(t *testing.T) {
 	// A ready VM (launched from the warm image, agent connected, warmed
 	// with an exec) waits for the first create; the second, right after,
 	// finds none and starts from the image itself.
-	if !waitFor(2*time.Minute, func() bool { return s.metric(t, "zeish_node_ready_vms", "") >= 1 }) {
-		var lines []string
-		for _, l := range strings.Split(s.logText(), "\n") {
-			if strings.Contains(l, "ready") || strings.Contains(l, "warm") || strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
-				lines = append(lines, l)
-			}
-		}
-		t.Fatalf("no ready VM for the warm template; zeishd's log says:\n%s", strings.Join(lines, "\n"))
-	}
+	s.waitReadyVM(t)
 	var conns []*zeish.SandboxConn
 	var ids []string
 	for _, name := range []string{"warm-a", "warm-b"} {
@@ -213,4 +205,20 @@ func waitFor(d time.Duration, cond func() bool) bool {
 			return false
 		}
 	}
+}
+
+// waitReadyVM waits until zeishd keeps a ready VM (of a warm template
+// built just before); else it fails with what zeishd's log says of them.
+func (s *server) waitReadyVM(t *testing.T) {
+	t.Helper()
+	if waitFor(2*time.Minute, func() bool { return s.metric(t, "zeish_node_ready_vms", "") >= 1 }) {
+		return
+	}
+	var lines []string
+	for _, l := range strings.Split(s.logText(), "\n") {
+		if strings.Contains(l, "ready") || strings.Contains(l, "warm") || strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+			lines = append(lines, l)
+		}
+	}
+	t.Fatalf("no ready VM for the warm template; zeishd's log says:\n%s", strings.Join(lines, "\n"))
 }

@@ -92,6 +92,7 @@ type warmRun struct {
 	c        *guest.Client
 	meta     *imageMeta
 	unpin    func()
+	address  string // the build VM's link on a node with networking
 }
 
 // cleanup runs after the steps (and their undo, if one failed): the agent
@@ -103,6 +104,11 @@ func (w *warmRun) cleanup() {
 	}
 	if w.release != nil {
 		w.release()
+	}
+	if w.address != "" {
+		if err := w.n.opts.Network.Detach(w.address); err != nil {
+			w.n.log.Warn("warm build: release its link", "address", w.address, "err", err)
+		}
 	}
 	os.RemoveAll(w.dir)
 }
@@ -120,6 +126,18 @@ func (w *warmRun) prepare(_ context.Context, _ *rollback.Stack) error {
 		Kernel: tpl.Kernel, Initrd: tpl.Initrd, KernelArgs: tpl.KernelArgs, BaseDisk: tpl.BaseDisk,
 		Disk:    filepath.Join(w.dir, n.opts.Driver.DiskFile("disk")),
 		DiskMiB: size.DiskMiB, MemoryMiB: size.MemoryMiB, VCPUs: size.VCPUs, MAC: sandbox.NewMAC(),
+	}
+	if n.opts.Network != nil {
+		// The image's card must be the kind its sandboxes get: a guest that
+		// negotiated a user-mode card's features does not load on a TAP
+		// (QEMU refuses the state). The link has no firewall chain: the
+		// build reaches nothing, as on a node without networking.
+		l, err := n.opts.Network.Allocate()
+		if err != nil {
+			return fmt.Errorf("%v: %w", err, errdefs.ErrNodeFull)
+		}
+		w.address = l.Guest.String()
+		w.spec.NIC = &vmm.NIC{TAP: l.TAP, MAC: w.spec.MAC}
 	}
 	return os.MkdirAll(w.spec.Dir, 0o700)
 }
@@ -141,6 +159,9 @@ func (w *warmRun) boot(ctx context.Context, undo *rollback.Stack) (err error) {
 
 func (w *warmRun) configure(ctx context.Context, _ *rollback.Stack) error {
 	cfg := freshConfig("warm")
+	if w.address != "" {
+		cfg.Network = w.n.guestNetwork(&store.SandboxRecord{Sandbox: sandbox.Sandbox{Network: &sandbox.Network{Enabled: true}, Address: w.address}, MAC: w.spec.MAC})
+	}
 	applyTemplate(&w.tpl, &cfg)
 	if len(cfg.StartCmd) > 0 {
 		w.progress(fmt.Sprintf("starting %q", cfg.StartCmd))
