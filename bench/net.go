@@ -116,14 +116,16 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 	}
 	type samples struct {
 		wait, total []float64
-		ids         []string // the measured sandboxes, for their steps in zeishd's log
+		cpu         []float64 // the sandbox's QEMU's CPU time when its first exec returned
+		ids         []string  // the measured sandboxes, for their steps in zeishd's log
 	}
 	creates := map[bool]*samples{true: {}, false: {}}
 	for i := -e.opts.warmup; i < e.opts.runs; i++ {
 		for _, withNet := range []bool{i%2 == 0, i%2 != 0} {
 			id, wait, total, err := create(withNet)
+			cpu, cerr := qemuCPU(z.Log.String(), id)
 			if id != "" {
-				err = errors.Join(err, del(id))
+				err = errors.Join(err, cerr, del(id))
 				if i >= 0 {
 					creates[withNet].ids = append(creates[withNet].ids, id)
 				}
@@ -135,6 +137,7 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 			if i >= 0 {
 				creates[withNet].wait = append(creates[withNet].wait, ms(wait))
 				creates[withNet].total = append(creates[withNet].total, ms(total))
+				creates[withNet].cpu = append(creates[withNet].cpu, ms(cpu))
 			}
 		}
 	}
@@ -175,6 +178,12 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 				}
 			}
 			total := time.Since(start)
+			var cpu time.Duration
+			for _, k := range res.Sandboxes {
+				var cerr error
+				cpu, cerr = qemuCPU(z.Log.String(), k.ID)
+				err = errors.Join(err, cerr)
+			}
 			if err == nil && len(res.Sandboxes) != 1 {
 				err = fmt.Errorf("clone made %d children", len(res.Sandboxes))
 			}
@@ -191,6 +200,7 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 			if i >= 0 {
 				forks[withNet].wait = append(forks[withNet].wait, ms(wait))
 				forks[withNet].total = append(forks[withNet].total, ms(total))
+				forks[withNet].cpu = append(forks[withNet].cpu, ms(cpu))
 			}
 		}
 	}
@@ -226,6 +236,21 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 		statRow("clone → child's first exec: paired differences", sDF),
 	}
 	r.Tables = append(r.Tables, t, sum)
+
+	// What the guest and its QEMU worked, in CPU time, from QEMU's start
+	// to the first exec's answer: on a loaded host wall time mostly
+	// measures waiting for a CPU, CPU time far less so (TCG translation,
+	// the guest's kernel and sandboxd, QEMU's device emulation).
+	sCC, sCCn := r.add(newSeries("create_qemu_cpu_network", "ms", creates[true].cpu)), r.add(newSeries("create_qemu_cpu_no_network", "ms", creates[false].cpu))
+	sFC, sFCn := r.add(newSeries("fork_qemu_cpu_network", "ms", forks[true].cpu)), r.add(newSeries("fork_qemu_cpu_no_network", "ms", forks[false].cpu))
+	ct := statTable("QEMU's CPU time (user + system), its start → the first exec answered", "ms")
+	ct.Rows = append(ct.Rows,
+		statRow("create, network", sCC), statRow("create, enabled: false", sCCn),
+		statRow("create: paired differences", r.add(newSeries("create_qemu_cpu_network_minus_none_paired", "ms", pairs(creates[true].cpu, creates[false].cpu)))),
+		statRow("fork, network", sFC), statRow("fork, enabled: false", sFCn),
+		statRow("fork: paired differences", r.add(newSeries("fork_qemu_cpu_network_minus_none_paired", "ms", pairs(forks[true].cpu, forks[false].cpu)))),
+	)
+	r.Tables = append(r.Tables, ct)
 
 	// Steps zeishd times itself (its log), per kind of sandbox: what of
 	// the difference happens in QEMU's start and in the guest's
@@ -373,6 +398,56 @@ func stepMS(log, msg, key string, ids []string) []float64 {
 	return out
 }
 
+// qemuCPU is the CPU time (user + system) so far of sandbox id's QEMU,
+// found by the pid of its last "vm started" line in zeishd's log.
+func qemuCPU(log, id string) (time.Duration, error) {
+	pid := ""
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, `msg="vm started"`) && strings.Contains(line, " sandbox="+id+" ") {
+			for _, f := range strings.Fields(line) {
+				if v, ok := strings.CutPrefix(f, "pid="); ok {
+					pid = v
+				}
+			}
+		}
+	}
+	if pid == "" {
+		return 0, fmt.Errorf("no \"vm started\" line for %s in zeishd's log", id)
+	}
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("qemu of %s: %w", id, err)
+	}
+	return statCPU(string(b))
+}
+
+// statCPU is utime + stime of a /proc/PID/stat line.
+func statCPU(stat string) (time.Duration, error) {
+	// The command may hold spaces and parentheses: fields count from the
+	// last ')'. utime and stime are fields 14 and 15, in clock ticks.
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("stat %q: no command", stat)
+	}
+	f := strings.Fields(stat[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("stat %q: too short", stat)
+	}
+	var ticks int64
+	for _, v := range f[11:13] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("stat %q: %w", stat, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's times: 100 on every
+// Linux architecture Go runs on.
+const clockTicks = 100
+
 // mad is the median absolute deviation from the median: how far a typical
 // sample lies from the middle, robust to the odd outlier.
 func mad(xs []float64) float64 {
@@ -435,7 +510,12 @@ func (e *benchEnv) labServer(ctx context.Context, lab *testenv.NetLab) (*zeish.C
 				}
 			}
 		}
-		return errors.Join(append(errs, z.Stop())...)
+		errs = append(errs, z.Stop())
+		if e.opts.zlog != "" {
+			// The section's own zeishd, beside the main one's log.
+			errs = append(errs, os.WriteFile(e.opts.zlog+".net", []byte(z.Log.String()), 0o644))
+		}
+		return errors.Join(errs...)
 	}
 	return c, z, stop, nil
 }

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"os"
 	"slices"
+	"strconv"
 	"testing"
+	"time"
 )
 
 func TestStepMS(t *testing.T) {
@@ -44,5 +47,41 @@ func TestMAD(t *testing.T) {
 		if got := mad(tc.xs); got != tc.want {
 			t.Errorf("mad(%v) = %v, want %v", tc.xs, got, tc.want)
 		}
+	}
+}
+
+func TestStatCPU(t *testing.T) {
+	for _, tc := range []struct {
+		stat string
+		want time.Duration
+		bad  bool
+	}{
+		// A command with a space and a parenthesis: fields count from the last ')'.
+		{stat: "4242 (qemu (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 37 0 0 20 0 3 0 12345 1000 200", want: 2870 * time.Millisecond},
+		{stat: "1 (init) S 0 1 1 0 -1 0 0 0 0 0 0 0 0 0", want: 0},
+		{stat: "garbage", bad: true},
+		{stat: "1 (x) S 0 1", bad: true},
+		{stat: "1 (x) S 0 1 1 0 -1 0 0 0 0 0 a 0 0 0", bad: true},
+	} {
+		got, err := statCPU(tc.stat)
+		if (err != nil) != tc.bad || got != tc.want {
+			t.Errorf("statCPU(%q) = %v, %v; want %v (error %v)", tc.stat, got, err, tc.want, tc.bad)
+		}
+	}
+}
+
+func TestQemuCPUFindsTheSandboxsLastVM(t *testing.T) {
+	log := `time=x level=INFO msg="vm started" sandbox=sbx_a pid=999999991 accel=tcg
+time=x level=INFO msg="vm started" sandbox=sbx_ab pid=999999992 accel=tcg
+time=x level=INFO msg="vm started" sandbox=sbx_a pid=` + strconv.Itoa(os.Getpid()) + ` accel=tcg
+`
+	if _, err := qemuCPU(log, "sbx_a"); err != nil {
+		t.Errorf("sbx_a (this process): %v", err)
+	}
+	if _, err := qemuCPU(log, "sbx_ab"); err == nil {
+		t.Error("sbx_ab: a pid that does not run gave no error")
+	}
+	if _, err := qemuCPU(log, "sbx_b"); err == nil {
+		t.Error("sbx_b: no line gave no error")
 	}
 }

@@ -3,18 +3,20 @@
 package guest
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"runtime"
+	"os"
 	"unsafe"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
-// Interface configuration by ioctl, not by running ip: under TCG every
-// process the agent starts costs tens of milliseconds, and this runs in the
-// critical path of every boot, fork and restore.
+// Interface configuration by ioctl and netlink, not by running ip: under TCG
+// every process the agent starts costs tens of milliseconds, and this runs
+// in the critical path of every boot, fork and restore.
 
 // ifreqHW is struct ifreq holding a hardware address (struct sockaddr).
 type ifreqHW struct {
@@ -90,77 +92,72 @@ func hwaddrIoctl(fd int, req uint, r *ifreqHW) error {
 	return nil
 }
 
-// setIPv4 replaces dev's IPv4 address and netmask with cidr's.
-func setIPv4(fd int, dev, cidr string) error {
-	ip, ipnet, err := net.ParseCIDR(cidr)
-	if err != nil || ip.To4() == nil {
+// replaceIPv4 makes cidr dev's one IPv4 address. The new address goes on
+// before the old ones come off, by netlink: the link never loses its last
+// address, which makes the kernel flush every route and neighbour of the
+// link (SIOCSIFADDR and SIOCSIFNETMASK each did that, through a classful
+// mask in between). Under TCG every kernel path a fork child's
+// reconfiguration takes runs for the first time in its QEMU and is
+// translated first, so the fewer the better.
+func replaceIPv4(h *netlink.Handle, link netlink.Link, cidr string) error {
+	want, err := netlink.ParseIPNet(cidr)
+	if err != nil || want.IP.To4() == nil {
 		return fmt.Errorf("address %q: want an IPv4 CIDR", cidr)
 	}
-	for _, step := range []struct {
-		req  uint
-		addr []byte
-		what string
-	}{{unix.SIOCSIFADDR, ip.To4(), "address"}, {unix.SIOCSIFNETMASK, net.IP(ipnet.Mask).To4(), "netmask"}} {
-		ifr, err := unix.NewIfreq(dev)
-		if err != nil {
-			return err
+	have, err := h.AddrList(link, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("%s addresses: %w", link.Attrs().Name, err)
+	}
+	found := false
+	for _, a := range have {
+		if a.IPNet.String() == want.String() {
+			found = true
 		}
-		if err := ifr.SetInet4Addr(step.addr); err != nil {
-			return err
+	}
+	if !found {
+		if err := h.AddrAdd(link, &netlink.Addr{IPNet: want}); err != nil {
+			return fmt.Errorf("%s address %s: %w", link.Attrs().Name, cidr, err)
 		}
-		if err := unix.IoctlIfreq(fd, step.req, ifr); err != nil {
-			return fmt.Errorf("%s %s %s: %w", dev, step.what, cidr, err)
+	}
+	for _, a := range have {
+		if a.IPNet.String() == want.String() {
+			continue
+		}
+		if err := h.AddrDel(link, &a); err != nil {
+			return fmt.Errorf("%s remove address %s: %w", link.Attrs().Name, a.IPNet, err)
 		}
 	}
 	return nil
 }
 
-// rtentry is struct rtentry (linux/route.h) on 64-bit Linux, for SIOCADDRT
-// and SIOCDELRT: a default route costs two ioctls instead of an ip process.
-type rtentry struct {
-	_       uint64
-	dst     unix.RawSockaddrInet4
-	gateway unix.RawSockaddrInet4
-	genmask unix.RawSockaddrInet4
-	flags   uint16
-	_       int16
-	_       [4]byte
-	_       uint64
-	_       uintptr
-	metric  int16
-	_       [6]byte
-	dev     *byte
-	_       uint64
-	_       uint64
-	_       uint16
-	_       [6]byte
-}
-
-// setDefaultRoute replaces the IPv4 default route with one via gw on dev
-// (a fork child still has its parent's, via the parent's gateway).
-func setDefaultRoute(fd int, dev, gw string) error {
+// replaceDefaultRoute makes the IPv4 default route go via gw on link: one
+// replace, which also does for a fork child's route via its parent's
+// gateway.
+func replaceDefaultRoute(h *netlink.Handle, link netlink.Link, gw string) error {
 	ip, err := netip.ParseAddr(gw)
 	if err != nil || !ip.Is4() {
 		return fmt.Errorf("gateway %q: want an IPv4 address", gw)
 	}
-	name, err := unix.BytePtrFromString(dev)
+	r := &netlink.Route{LinkIndex: link.Attrs().Index, Gw: net.IP(ip.AsSlice()), Family: netlink.FAMILY_V4}
+	if err := h.RouteReplace(r); err != nil {
+		return fmt.Errorf("default route via %s dev %s: %w", gw, link.Attrs().Name, err)
+	}
+	return nil
+}
+
+// disableIPv6 turns IPv6 off on dev before it comes up: the node routes
+// IPv4 only (its TAP has no IPv6, and the firewall drops IPv6 from
+// guests), so a link-local address, its duplicate detection, router
+// solicitations and multicast-listener reports are guest work for nothing,
+// on every boot, and every fork's announcement repeats some of it.
+// IPv6 sockets (and ::1 on lo) keep working.
+func disableIPv6(dev string) error {
+	err := os.WriteFile("/proc/sys/net/ipv6/conf/"+dev+"/disable_ipv6", []byte("1"), 0o644)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // a kernel without IPv6
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: disable ipv6: %w", dev, err)
 	}
-	rt := rtentry{flags: unix.RTF_UP | unix.RTF_GATEWAY, dev: name}
-	rt.dst.Family, rt.genmask.Family, rt.gateway.Family = unix.AF_INET, unix.AF_INET, unix.AF_INET
-	rt.gateway.Addr = ip.As4()
-	// Remove every default route there is (ESRCH: none left).
-	for i := 0; i < 8; i++ {
-		del := rtentry{dev: nil}
-		del.dst.Family, del.genmask.Family = unix.AF_INET, unix.AF_INET
-		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCDELRT, uintptr(unsafe.Pointer(&del))); errno != 0 {
-			break
-		}
-	}
-	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCADDRT, uintptr(unsafe.Pointer(&rt))); errno != 0 {
-		return fmt.Errorf("default route via %s dev %s: %w", gw, dev, errno)
-	}
-	runtime.KeepAlive(name)
 	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"runtime"
 	"testing"
-	"unsafe"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -86,6 +85,81 @@ func TestSetNetworkKeepsTheLinkUp(t *testing.T) {
 	<-done
 }
 
+// A fork child's new address goes on before its parent's comes off, so
+// the link is never without an address: the kernel then keeps the link's
+// other routes (SIOCSIFADDR flushed them, twice), and the default route is
+// replaced in one step. IPv6 is off on the card: the node routes none.
+func TestSetNetworkReaddressesInPlace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testskip.Skip(t, "needs root for a network namespace")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread goes with its namespace
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			t.Errorf("unshare: %v", err)
+			return
+		}
+		link := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0", HardwareAddr: mustMAC(t, "02:00:00:00:00:01")}, PeerName: "peer0"}
+		if err := netlink.LinkAdd(link); err != nil {
+			t.Errorf("add veth: %v", err)
+			return
+		}
+		if err := netlink.LinkSetUp(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: "peer0"}}); err != nil {
+			t.Errorf("up peer0: %v", err)
+			return
+		}
+		// The parent's configuration, as the child resumes with it.
+		parent := Network{Interface: "eth0", MAC: "02:00:00:00:00:01", Address: "198.18.0.2/30", Gateway: "198.18.0.1"}
+		if err := setNetwork(parent); err != nil {
+			t.Errorf("setNetwork parent: %v", err)
+			return
+		}
+		extra := mustNet(t, "198.19.99.0/24")
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Dst: extra}); err != nil {
+			t.Errorf("route: %v", err)
+			return
+		}
+		child := Network{Interface: "eth0", MAC: "02:00:00:00:00:02", Address: "198.18.0.6/30", Gateway: "198.18.0.5"}
+		for range 2 { // a change, then the same again
+			if err := setNetwork(child); err != nil {
+				t.Errorf("setNetwork child: %v", err)
+				return
+			}
+		}
+		if !hasRoute(t, extra.String()) {
+			t.Errorf("the route to %s is gone: the link lost its last address", extra)
+		}
+		got, err := netlink.LinkByName("eth0")
+		if err != nil {
+			t.Errorf("link: %v", err)
+			return
+		}
+		addrs, _ := netlink.AddrList(got, netlink.FAMILY_V4)
+		if len(addrs) != 1 || addrs[0].IPNet.String() != "198.18.0.6/30" {
+			t.Errorf("addresses %v, want 198.18.0.6/30 alone", addrs)
+		}
+		routes, _ := netlink.RouteList(got, netlink.FAMILY_V4)
+		var defaults []string
+		for _, r := range routes {
+			if r.Dst == nil || r.Dst.String() == "0.0.0.0/0" {
+				defaults = append(defaults, r.Gw.String())
+			}
+		}
+		if len(defaults) != 1 || defaults[0] != "198.18.0.5" {
+			t.Errorf("default routes via %v, want via 198.18.0.5 alone", defaults)
+		}
+		if v6, _ := netlink.AddrList(got, netlink.FAMILY_V6); len(v6) != 0 {
+			t.Errorf("eth0 has IPv6 addresses %v, want none", v6)
+		}
+		if b, err := os.ReadFile("/proc/sys/net/ipv6/conf/eth0/disable_ipv6"); err != nil || string(b) != "1\n" {
+			t.Errorf("disable_ipv6 = %q (%v), want 1", b, err)
+		}
+	}()
+	<-done
+}
+
 // hasRoute reports whether eth0 has a route to want ("DST" or "DST via GW").
 func hasRoute(t *testing.T, want string) bool {
 	link, err := netlink.LinkByName("eth0")
@@ -124,22 +198,4 @@ func mustNet(t *testing.T, s string) *net.IPNet {
 		t.Error(err)
 	}
 	return n
-}
-
-// The kernel reads struct rtentry by its C layout: 120 bytes on 64-bit
-// Linux, the device name pointer at offset 88.
-func TestRtentryLayout(t *testing.T) {
-	var rt rtentry
-	if got := unsafe.Sizeof(rt); got != 120 {
-		t.Fatalf("sizeof rtentry = %d, want 120", got)
-	}
-	if got := unsafe.Offsetof(rt.flags); got != 56 {
-		t.Fatalf("offsetof flags = %d, want 56", got)
-	}
-	if got := unsafe.Offsetof(rt.metric); got != 80 {
-		t.Fatalf("offsetof metric = %d, want 80", got)
-	}
-	if got := unsafe.Offsetof(rt.dev); got != 88 {
-		t.Fatalf("offsetof dev = %d, want 88", got)
-	}
 }

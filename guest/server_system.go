@@ -16,6 +16,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/vishvananda/netlink"
 	"github.com/zeish/zeish/errdefs"
 	"golang.org/x/sys/unix"
 )
@@ -159,8 +160,9 @@ func setHostname(name string) error {
 	return os.WriteFile("/etc/hosts", []byte(strings.Join(out, "\n")+"\n"), 0o644)
 }
 
-// setNetwork gives the interface its MAC, address and default route by
-// ioctl (netconf.go), and writes resolv.conf.
+// setNetwork gives the interface its MAC and turns its IPv6 off (ioctl and
+// sysctl), brings it up, sets its address and default route (netlink,
+// netconf.go), and writes resolv.conf.
 func setNetwork(n Network) error {
 	dev := n.Interface
 	if dev == "" {
@@ -176,17 +178,31 @@ func setNetwork(n Network) error {
 			return err
 		}
 	}
+	if err := disableIPv6(dev); err != nil {
+		return err
+	}
 	if err := setLinkUp(fd, dev, true); err != nil {
 		return err
 	}
-	if n.Address != "" {
-		if err := setIPv4(fd, dev, n.Address); err != nil {
-			return err
+	if n.Address != "" || n.Gateway != "" {
+		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+		if err != nil {
+			return fmt.Errorf("netlink: %w", err)
 		}
-	}
-	if n.Gateway != "" {
-		if err := setDefaultRoute(fd, dev, n.Gateway); err != nil {
-			return err
+		defer h.Close()
+		link, err := h.LinkByName(dev)
+		if err != nil {
+			return fmt.Errorf("%s: %w", dev, err)
+		}
+		if n.Address != "" {
+			if err := replaceIPv4(h, link, n.Address); err != nil {
+				return err
+			}
+		}
+		if n.Gateway != "" {
+			if err := replaceDefaultRoute(h, link, n.Gateway); err != nil {
+				return err
+			}
 		}
 	}
 	if len(n.DNS) > 0 {

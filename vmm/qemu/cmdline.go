@@ -145,7 +145,15 @@ func buildArgs(c launchConfig) []string {
 		"-serial", "chardev:"+consoleChardev,
 	)
 	if c.IncomingDefer {
-		args = append(args, "-incoming", "defer")
+		// No self-announcement after the load: QEMU would otherwise make
+		// virtio-net ask the guest five times over ~0.5 s to announce itself
+		// (gratuitous ARP, unsolicited neighbour advertisements, multicast
+		// reports), each a config interrupt and kernel work that competes
+		// with a fork's reconfiguration and first exec under TCG, and the
+		// first ones announce the parent's address and MAC on the child's
+		// TAP. Nobody listens: each TAP is a routed point-to-point link of
+		// its own, and the host resolves a guest afresh on a new TAP.
+		args = append(args, "-incoming", "defer", "-global", "migration.announce-rounds=0")
 	}
 	if c.Seccomp {
 		args = append(args, "-sandbox", sandboxArg)

@@ -82,7 +82,7 @@ func TestBuildArgs(t *testing.T) {
 				"-display": {"none"},
 				"-vga":     {"none"},
 			},
-			absent: []string{"-cpu", "-incoming", "-sandbox", "-S"},
+			absent: []string{"-cpu", "-incoming", "-global", "-sandbox", "-S"},
 			flags:  []string{"-nodefaults", "-no-user-config", "-no-reboot", "-daemonize"},
 		},
 		{
@@ -125,6 +125,9 @@ func TestBuildArgs(t *testing.T) {
 			want: map[string][]string{
 				"-object":   {"memory-backend-file,id=mem,size=512M,mem-path=/dev/shm/zeish-sbx1-ab.mem,share=off"},
 				"-incoming": {"defer"},
+				// A loaded guest is not asked to announce itself (on its
+				// own routed TAP nobody listens).
+				"-global": {"migration.announce-rounds=0"},
 			},
 		},
 		{
