@@ -38,6 +38,11 @@ func (n *Node) Create(ctx context.Context, r *store.SandboxRecord) (*store.Sandb
 	r.CreatedAt, r.UpdatedAt = now, now
 	r.MAC = sandbox.NewMAC()
 	ready := n.ready.take(r)
+	if ready != nil {
+		// The card and link the ready VM's guest was configured with: its
+		// reconfiguration then changes neither.
+		r.MAC = ready.h.Spec.MAC
+	}
 	undo := func() {
 		if ready != nil {
 			n.ready.claimedBy(r.ID)
