@@ -287,6 +287,14 @@ func (p *readyPool) launch(ctx context.Context, key string, tpl sandbox.Template
 	if err != nil || meta.VM == nil || meta.Disk == "" {
 		return nil, err
 	}
+	// A ready VM holds no promise of memory (it writes a few MiB), but is
+	// kept only while a sandbox of its size would fit: it never crowds out
+	// a create on a full node.
+	release, err := n.reserve(&store.SandboxRecord{Sandbox: sandbox.Sandbox{MemoryMiB: tpl.Warm.MemoryMiB}}, 1)
+	if err != nil {
+		return nil, err
+	}
+	release()
 	id := sandbox.NewID(sandbox.PrefixSandbox)
 	dir := filepath.Join(n.sandboxDir(id), "vm-1")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
