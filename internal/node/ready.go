@@ -265,6 +265,9 @@ func (p *readyPool) trim(ctx context.Context, keep []string) {
 	for _, v := range drop {
 		p.destroy(v, true)
 	}
+	if len(drop) > 0 {
+		p.n.gc(ctx) // their images may have waited only for them (a template deleted meanwhile)
+	}
 }
 
 // templates are the ones VMs are kept for.
