@@ -16,7 +16,8 @@
 //	api     control-plane latency of get and list with many sandboxes in the database
 //	cluster what a control plane in front of a node agent adds to create and fork
 //	density (only with -only density) 100 live children of one 1 GiB
-//	        sandbox: each child's unique cost (PSS), by tb-size
+//	        sandbox, all answering exec: each child's unique cost (PSS)
+//	        and idle CPU, by the children's tb-size
 //	net     what networking adds to create → first exec and fork → first
 //	        exec (network vs enabled: false on one zeishd in a NetLab),
 //	        iperf3 guest↔uplink vs plain QEMU on a TAP

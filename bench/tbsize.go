@@ -39,7 +39,8 @@ func runTBSize(ctx context.Context, e *benchEnv) (*report, error) {
 		if err != nil || tb < 0 {
 			return nil, fmt.Errorf("-tb-sizes %q", tbSizesFlag)
 		}
-		if err := e.restartWith(ctx, "ZEISH_TCG_TB_MIB="+strconv.Itoa(tb)); err != nil {
+		// Its children get the same size: this section compares one size for all.
+		if err := e.restartWith(ctx, "ZEISH_TCG_TB_MIB="+strconv.Itoa(tb), "ZEISH_TCG_CLONE_TB_MIB="+strconv.Itoa(tb)); err != nil {
 			return nil, err
 		}
 		var colds, cpu []float64

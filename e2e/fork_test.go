@@ -125,6 +125,8 @@ func TestFork(t *testing.T) {
 		}
 	})
 
+	t.Run("idle children stay cheap", func(t *testing.T) { requireIdleFriendly(t, s, k1, accelOf(t, s)) })
+
 	t.Run("new identity, clock and RNG", func(t *testing.T) {
 		if got := shell(t, k1, "hostname"); got != "kid-1" {
 			t.Fatalf("hostname %q", got)

@@ -53,11 +53,15 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 	if err != nil || tbMiB < 0 {
 		return nil, fmt.Errorf("ZEISH_TCG_TB_MIB: want a size in MiB (0: QEMU's default), got %q", os.Getenv("ZEISH_TCG_TB_MIB"))
 	}
+	cloneTBMiB, err := strconv.Atoi(env("ZEISH_TCG_CLONE_TB_MIB", "16"))
+	if err != nil || cloneTBMiB < 0 {
+		return nil, fmt.Errorf("ZEISH_TCG_CLONE_TB_MIB: want a size in MiB (0: as ZEISH_TCG_TB_MIB), got %q", os.Getenv("ZEISH_TCG_CLONE_TB_MIB"))
+	}
 	downtimeMS, err := strconv.Atoi(env("ZEISH_LIVE_DOWNTIME_MS", "50"))
 	if err != nil || downtimeMS < 1 {
 		return nil, fmt.Errorf("ZEISH_LIVE_DOWNTIME_MS: want milliseconds ≥ 1, got %q", os.Getenv("ZEISH_LIVE_DOWNTIME_MS"))
 	}
-	driver, err := qemu.New(qemu.Options{Accel: vmm.Accel(env("ZEISH_ACCEL", "")), TCGTBSizeMiB: tbMiB,
+	driver, err := qemu.New(qemu.Options{Accel: vmm.Accel(env("ZEISH_ACCEL", "")), TCGTBSizeMiB: tbMiB, CloneTCGTBSizeMiB: cloneTBMiB,
 		ProbeKernel: kernel, AccelCache: filepath.Join(dataDir, accelCacheName),
 		Confine: confine, VMUser: os.Getenv("ZEISH_VM_USER"), NoSeccomp: env("ZEISH_SECCOMP", "on") == "off",
 		CgroupsOptional: env("ZEISH_CGROUPS", "required") == "optional", Logger: log,

@@ -186,3 +186,27 @@ func TestIdentityRejectsOtherVMs(t *testing.T) {
 		t.Error("identity matches an empty command line (zombie)")
 	}
 }
+
+// A VM that loads an image gets the clone cache size, a booted one the
+// default; an unset clone size falls back to the default (as New does).
+func TestTBSizeFor(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		opts              Options
+		boot, fromAnImage int
+	}{
+		{"both set", Options{TCGTBSizeMiB: 128, CloneTCGTBSizeMiB: 16}, 128, 16},
+		{"clone unset", Options{TCGTBSizeMiB: 128}, 128, 128},
+		{"default unset", Options{CloneTCGTBSizeMiB: 16}, 0, 16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &Driver{tbSizeMiB: tc.opts.TCGTBSizeMiB, cloneTBSizeMiB: cloneTBSize(tc.opts)}
+			if got := d.tbSizeFor(false); got != tc.boot {
+				t.Errorf("booted VM: tb-size %d, want %d", got, tc.boot)
+			}
+			if got := d.tbSizeFor(true); got != tc.fromAnImage {
+				t.Errorf("VM from an image: tb-size %d, want %d", got, tc.fromAnImage)
+			}
+		})
+	}
+}

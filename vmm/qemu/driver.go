@@ -40,6 +40,13 @@ type Options struct {
 	// TCGTBSizeMiB caps QEMU's TCG translation cache (its largest own
 	// allocation); 0 keeps QEMU's default. Ignored under KVM.
 	TCGTBSizeMiB int
+	// CloneTCGTBSizeMiB is the cap for VMs that do not boot but load an
+	// image (fork children, a parent's continuation, restored snapshots,
+	// promotion targets); 0 means TCGTBSizeMiB. Such a VM translates only
+	// the code it runs from then on (an idle fork child ~24 MiB), not a
+	// whole boot's, so a small cache costs it little and saves the most
+	// where many idle children pack one host.
+	CloneTCGTBSizeMiB int
 	// Confine runs every VMM as VMUser (default DefaultVMUser, created if
 	// missing), chrooted into its VM folder, in a cgroup of its own. Needs root.
 	Confine bool
@@ -70,11 +77,14 @@ type Driver struct {
 	accel       AccelVerdict
 	version     version
 	tbSizeMiB   int
-	log         *slog.Logger
-	qmpLocks    sync.Map       // QMP socket path → chan struct{} (one session at a time)
-	confine     *confinement   // nil: VMMs run unconfined
-	background  sync.WaitGroup // sparsifyLater work; tests wait on it
-	noInflate   bool           // punch a live capture's source image at once (inflate.go)
+	// cloneTBSizeMiB is the translation cache of VMs started from an
+	// image (Options.CloneTCGTBSizeMiB).
+	cloneTBSizeMiB int
+	log            *slog.Logger
+	qmpLocks       sync.Map       // QMP socket path → chan struct{} (one session at a time)
+	confine        *confinement   // nil: VMMs run unconfined
+	background     sync.WaitGroup // sparsifyLater work; tests wait on it
+	noInflate      bool           // punch a live capture's source image at once (inflate.go)
 	// liveDowntimeMS is the downtime-limit of live captures: QEMU switches
 	// over once it expects to send what is left in that long.
 	liveDowntimeMS int
@@ -94,6 +104,10 @@ const (
 	logKeyPID     = "pid"
 )
 
+// cloneTBSize is the translation cache of VMs started from an image: their
+// own setting, else the default's.
+func cloneTBSize(o Options) int { return cmp.Or(o.CloneTCGTBSizeMiB, o.TCGTBSizeMiB) }
+
 // New checks that QEMU is installed and chooses the accelerator.
 func New(opts Options) (*Driver, error) {
 	d := &Driver{
@@ -101,6 +115,7 @@ func New(opts Options) (*Driver, error) {
 		qemuImgPath:    opts.QEMUImgPath,
 		shmDir:         opts.ShmDir,
 		tbSizeMiB:      opts.TCGTBSizeMiB,
+		cloneTBSizeMiB: cloneTBSize(opts),
 		seccomp:        !opts.NoSeccomp,
 		noInflate:      opts.NoInflate,
 		liveDowntimeMS: cmp.Or(opts.LiveDowntimeMS, defaultLiveDowntimeMS),

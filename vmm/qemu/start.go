@@ -153,6 +153,15 @@ func (d *Driver) rollbackOnError(ctx context.Context, undo *rollback.Stack, id s
 	*errp = fmt.Errorf("start vm %q: %w", id, *errp)
 }
 
+// tbSizeFor is the TCG translation cache of a VM that boots (incoming
+// false) or loads an image (true).
+func (d *Driver) tbSizeFor(incoming bool) int {
+	if incoming {
+		return d.cloneTBSizeMiB
+	}
+	return d.tbSizeMiB
+}
+
 func (d *Driver) newMemFile(id string) string {
 	return filepath.Join(d.shmDir, fmt.Sprintf("zeish-%s-%s.mem", id, randomHex(4)))
 }
@@ -208,7 +217,7 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback.Stack, spec vmm.Sp
 	args := buildArgs(launchConfig{
 		Tag:           tagOf(spec.ID),
 		Accel:         d.accel.Accel,
-		TCGTBSizeMiB:  d.tbSizeMiB,
+		TCGTBSizeMiB:  d.tbSizeFor(incoming),
 		VCPUs:         spec.VCPUs,
 		MemoryMiB:     spec.MemoryMiB,
 		MemFile:       h.MemFile,
