@@ -423,30 +423,9 @@ func qemuCPU(log, id string) (time.Duration, error) {
 
 // statCPU is utime + stime of a /proc/PID/stat line.
 func statCPU(stat string) (time.Duration, error) {
-	// The command may hold spaces and parentheses: fields count from the
-	// last ')'. utime and stime are fields 14 and 15, in clock ticks.
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("stat %q: no command", stat)
-	}
-	f := strings.Fields(stat[i+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("stat %q: too short", stat)
-	}
-	var ticks int64
-	for _, v := range f[11:13] {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("stat %q: %w", stat, err)
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * time.Second / clockTicks, nil
+	ticks, err := parseStatTicks(stat)
+	return time.Duration(ticks) * time.Second / clockTicks, err
 }
-
-// clockTicks is USER_HZ, the unit of /proc/PID/stat's times: 100 on every
-// Linux architecture Go runs on.
-const clockTicks = 100
 
 // mad is the median absolute deviation from the median: how far a typical
 // sample lies from the middle, robust to the odd outlier.
