@@ -21,27 +21,7 @@ func TestSetNetworkKeepsTheLinkUp(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testskip.Skip(t, "needs root for a network namespace")
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// This thread alone enters a new network namespace; it is never
-		// unlocked, so Go discards it when the goroutine ends.
-		runtime.LockOSThread()
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			t.Errorf("unshare: %v", err)
-			return
-		}
-		link := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0", HardwareAddr: mustMAC(t, "02:00:00:00:00:01")}, PeerName: "peer0"}
-		if err := netlink.LinkAdd(link); err != nil {
-			t.Errorf("add veth: %v", err)
-			return
-		}
-		for _, name := range []string{"peer0", "eth0"} {
-			if err := netlink.LinkSetUp(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: name}}); err != nil {
-				t.Errorf("up %s: %v", name, err)
-				return
-			}
-		}
+	inVethNetns(t, []string{"peer0", "eth0"}, func(link netlink.Link) {
 		extra, _ := netlink.ParseIPNet("198.19.99.0/24")
 		if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: mustNet(t, "198.18.0.2/30")}); err != nil {
 			t.Errorf("address: %v", err)
@@ -81,8 +61,7 @@ func TestSetNetworkKeepsTheLinkUp(t *testing.T) {
 		if len(addrs) != 1 || addrs[0].IPNet.String() != "198.18.0.6/30" {
 			t.Errorf("addresses %v, want 198.18.0.6/30 alone", addrs)
 		}
-	}()
-	<-done
+	})
 }
 
 // A fork child's new address goes on before its parent's comes off, so
@@ -93,23 +72,7 @@ func TestSetNetworkReaddressesInPlace(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testskip.Skip(t, "needs root for a network namespace")
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread() // never unlocked: the thread goes with its namespace
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			t.Errorf("unshare: %v", err)
-			return
-		}
-		link := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0", HardwareAddr: mustMAC(t, "02:00:00:00:00:01")}, PeerName: "peer0"}
-		if err := netlink.LinkAdd(link); err != nil {
-			t.Errorf("add veth: %v", err)
-			return
-		}
-		if err := netlink.LinkSetUp(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: "peer0"}}); err != nil {
-			t.Errorf("up peer0: %v", err)
-			return
-		}
+	inVethNetns(t, []string{"peer0"}, func(link netlink.Link) {
 		// The parent's configuration, as the child resumes with it.
 		parent := Network{Interface: "eth0", MAC: "02:00:00:00:00:01", Address: "198.18.0.2/30", Gateway: "198.18.0.1"}
 		if err := setNetwork(parent); err != nil {
@@ -156,6 +119,35 @@ func TestSetNetworkReaddressesInPlace(t *testing.T) {
 		if b, err := os.ReadFile("/proc/sys/net/ipv6/conf/eth0/disable_ipv6"); err != nil || string(b) != "1\n" {
 			t.Errorf("disable_ipv6 = %q (%v), want 1", b, err)
 		}
+	})
+}
+
+// inVethNetns runs fn on a thread of its own in a new network namespace
+// holding a veth pair eth0–peer0 (eth0 with MAC 02:00:00:00:00:01), the
+// links named in up brought up. The thread is never unlocked, so Go
+// discards it, namespace and all, when fn returns.
+func inVethNetns(t *testing.T, up []string, fn func(eth0 netlink.Link)) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			t.Errorf("unshare: %v", err)
+			return
+		}
+		link := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0", HardwareAddr: mustMAC(t, "02:00:00:00:00:01")}, PeerName: "peer0"}
+		if err := netlink.LinkAdd(link); err != nil {
+			t.Errorf("add veth: %v", err)
+			return
+		}
+		for _, name := range up {
+			if err := netlink.LinkSetUp(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: name}}); err != nil {
+				t.Errorf("up %s: %v", name, err)
+				return
+			}
+		}
+		fn(link)
 	}()
 	<-done
 }

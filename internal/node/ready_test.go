@@ -16,22 +16,8 @@ import (
 // the placeholder it was launched for); a restart or a deleted template
 // ends the ready VMs and leaves nothing.
 func TestReadyVMs(t *testing.T) {
-	h := newHarness(t, func(o *Options) { o.ReadyVMs, o.ReadyWarmup = 1, []string{"true"} })
-	if err := h.n.Recover(h.ctx); err != nil {
-		t.Fatal(err)
-	}
-	tpl := h.tpl.tpl
-	tpl.ID, tpl.Name, tpl.AccountID, tpl.State = "tpl_ready", "ready", "acc", sandbox.TemplateReady
-	w, unpin, err := h.n.Warm(h.ctx, tpl, func(string) {})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tpl.Warm = w
-	if err := h.st.PutTemplate(h.ctx, tpl); err != nil {
-		t.Fatal(err)
-	}
-	h.tpl.tpl = tpl
-	unpin() // the record names the image: the pool may use it
+	h, tpl := readyHarness(t)
+	w := tpl.Warm
 	waitReady := func(want int) { t.Helper(); h.waitReady(want) }
 	waitReady(1)
 	if vms := h.drv.VMs(); len(vms) != 1 || vms[0].Configs != 1 {
@@ -104,22 +90,8 @@ func TestReadyVMs(t *testing.T) {
 // A create that took a ready VM and then fails (no memory left) destroys
 // it and leaves nothing; the next create still finds one.
 func TestReadyVMCreateFails(t *testing.T) {
-	h := newHarness(t, func(o *Options) { o.ReadyVMs, o.ReadyWarmup = 1, []string{"true"} })
-	if err := h.n.Recover(h.ctx); err != nil {
-		t.Fatal(err)
-	}
-	tpl := h.tpl.tpl
-	tpl.ID, tpl.Name, tpl.AccountID, tpl.State = "tpl_ready", "ready", "acc", sandbox.TemplateReady
-	w, unpin, err := h.n.Warm(h.ctx, tpl, func(string) {})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tpl.Warm = w
-	if err := h.st.PutTemplate(h.ctx, tpl); err != nil {
-		t.Fatal(err)
-	}
-	h.tpl.tpl = tpl
-	unpin()
+	h, tpl := readyHarness(t)
+	w := tpl.Warm
 	h.waitReady(1)
 	readyID := h.drv.VMs()[0].Handle.Spec.ID
 	h.st.failNth("CreateSandboxes", 1)
@@ -151,4 +123,27 @@ func (h *harness) waitReady(want int) {
 			h.t.Fatalf("%d ready VMs, want %d", n, want)
 		}
 	}
+}
+
+// readyHarness is a node keeping one ready VM per warm template, and a
+// warm template it has built and recorded (so the pool may use it).
+func readyHarness(t *testing.T) (*harness, sandbox.Template) {
+	t.Helper()
+	h := newHarness(t, func(o *Options) { o.ReadyVMs, o.ReadyWarmup = 1, []string{"true"} })
+	if err := h.n.Recover(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	tpl := h.tpl.tpl
+	tpl.ID, tpl.Name, tpl.AccountID, tpl.State = "tpl_ready", "ready", "acc", sandbox.TemplateReady
+	w, unpin, err := h.n.Warm(h.ctx, tpl, func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl.Warm = w
+	if err := h.st.PutTemplate(h.ctx, tpl); err != nil {
+		t.Fatal(err)
+	}
+	h.tpl.tpl = tpl
+	unpin()
+	return h, tpl
 }
