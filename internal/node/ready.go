@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -31,7 +32,8 @@ import (
 // node takes over its agent connection, and the guest is re-identified as
 // any warm create is (hostname, clock, entropy, env, secrets, network),
 // so nothing of the placeholder remains. A create that finds none starts
-// from the image as before (a miss).
+// from the image as before (a miss). A ready VM waits paused: no CPU, no
+// guest pages written, its translations kept.
 //
 // Until a create takes it, a ready VM is nobody's: on a node with
 // networking its link (whose address the sandbox that takes it gets) has
@@ -348,6 +350,12 @@ func (p *readyPool) launch(ctx context.Context, key string, tpl sandbox.Template
 	if _, err := v.c.Exec(ctx, guest.ExecRequest{Argv: p.warmup}, nil, io.Discard, io.Discard); err != nil {
 		return nil, fmt.Errorf("warm-up exec: %w", err)
 	}
+	// Paused until a create takes it: it costs no CPU and writes no pages
+	// meanwhile, and QEMU keeps what it translated. (The agent session has
+	// no keepalive to miss.)
+	if err := n.opts.Driver.Pause(ctx, v.h); err != nil {
+		return nil, err
+	}
 	n.log.Info("ready vm", "template", key, "as", id, "start_ms", started.Sub(began).Milliseconds(),
 		"configure_ms", configured.Sub(started).Milliseconds(), "exec_ms", time.Since(configured).Milliseconds())
 	return v, nil
@@ -419,6 +427,10 @@ func (n *Node) adoptReady(ctx context.Context, r *store.SandboxRecord, spec vmm.
 		return nil, err
 	}
 	os.Remove(placeholder) // empty now: its VM folder and disk moved
+	if err := n.opts.Driver.Resume(ctx, h); err != nil {
+		v.c.Close()
+		return nil, errors.Join(err, n.opts.Driver.Destroy(context.WithoutCancel(ctx), h))
+	}
 	n.ready.mu.Lock()
 	n.ready.handed[r.ID] = v.c
 	n.ready.mu.Unlock()
