@@ -98,9 +98,11 @@ func (e *benchEnv) restartWith(ctx context.Context, settings ...string) error {
 
 // liveParts are the figures of the driver's "vm captured live" log line:
 // the pause and its parts (stop → pre-switchover seen, disk swap, last
-// pass), the copy until the image exists, the wait for the source's
-// image to be inflated, and the receiver's state save.
-var liveParts = []string{"pause_ms", "stop_to_seen_ms", "swap_ms", "last_pass_ms", "copy_ms", "inflate_wait_ms", "save_ms"}
+// pass, completion → resumed: QEMU reactivates every layer of the disk
+// chain at cont), the number of qcow2 layers under the source's disk, the
+// copy until the image exists, the wait for the source's image to be
+// inflated, and the receiver's state save.
+var liveParts = []string{"pause_ms", "stop_to_seen_ms", "swap_ms", "last_pass_ms", "cont_ms", "chain", "copy_ms", "inflate_wait_ms", "save_ms"}
 
 var liveCaptureRE = regexp.MustCompile(`msg="vm captured live"[^\n]*`)
 
