@@ -49,8 +49,13 @@ const (
 	// a name reused by the next capture would hand it another file.
 	nextDiskPrefix = "next-"
 	// defaultLiveDowntimeMS is how long QEMU may expect the last pass to
-	// stop the guest (Options.LiveDowntimeMS overrides it).
-	defaultLiveDowntimeMS = 50
+	// stop the guest at first (Options.LiveDowntimeMS overrides it); from
+	// pass downtimeEscalateAfter on it doubles every pass, up to
+	// maxLiveDowntimeMS, so that a guest dirtying memory faster than it
+	// can be copied still switches over (see liveDowntimeFor).
+	defaultLiveDowntimeMS = 5
+	downtimeEscalateAfter = 6
+	maxLiveDowntimeMS     = 2000
 	multifdChannels       = 2
 	// contRetry is how often cont is repeated while QEMU refuses it as
 	// "Migration is not finalized yet" right after completion.
@@ -161,6 +166,7 @@ func (d *Driver) CaptureLive(ctx context.Context, h *vmm.Handle, dir string, swa
 		"stop_to_seen_ms", sw.seen.Sub(sw.stopped).Milliseconds(), "swap_ms", sw.swappedAt.Sub(sw.seen).Milliseconds(),
 		"last_pass_ms", sw.completed.Sub(sw.swappedAt).Milliseconds(),
 		"cont_ms", sw.resumed.Sub(sw.completed).Milliseconds(), "cont_retries", sw.contRetries, "chain", sw.chain,
+		"passes", sw.passes, "downtime_limit_ms", sw.downtime,
 		"copy_ms", copied.Sub(began).Milliseconds(), "inflate_wait_ms", inflatedAt.Sub(prepared).Milliseconds(),
 		"save_ms", time.Since(copied).Milliseconds(),
 		"multifd", d.liveMultifd(), "old_disk", oldDisk, "disk", h.Disk)
@@ -358,6 +364,24 @@ type switchover struct {
 	stopped, resumed           time.Time
 	contRetries                int
 	chain                      int // qcow2 layers under the guest's disk before the swap
+	passes                     int // pre-copy passes QEMU started
+	downtime                   int // downtime-limit at the switch-over, ms
+}
+
+// liveDowntimeFor is the downtime-limit (ms) for pre-copy pass pass
+// (1: the bulk copy) when it starts at base. QEMU stops the guest once it
+// expects to send what is left within the limit: a low limit keeps the last
+// pass (the pause) short, since an idle or lightly writing guest converges
+// in a few passes. A guest that dirties memory about as fast as it is
+// copied never would: from pass downtimeEscalateAfter on the limit doubles
+// with every pass, so it switches over after a bounded number of passes
+// with a longer pause instead of migrating forever.
+func liveDowntimeFor(base, pass int) int {
+	if pass < downtimeEscalateAfter || base >= maxLiveDowntimeMS {
+		return base
+	}
+	shift := min(pass-downtimeEscalateAfter+1, 16)
+	return min(base<<shift, maxLiveDowntimeMS)
 }
 
 func (s *switchover) run(ctx context.Context) func(m *monitor) error {
@@ -408,10 +432,21 @@ func (s *switchover) run(ctx context.Context) func(m *monitor) error {
 			s.abort(ctx, m)
 			return err
 		}
-		if _, err := waitStatus(ctx, m, events, "pre-switchover"); err != nil {
+		downtime := s.d.liveDowntimeMS
+		_, err = waitStatusPasses(ctx, m, events, "pre-switchover", func(pass int) error {
+			s.passes = pass
+			next := liveDowntimeFor(s.d.liveDowntimeMS, pass)
+			if next == downtime {
+				return nil
+			}
+			downtime = next
+			return m.execute(ctx, "migrate-set-parameters", map[string]any{"downtime-limit": next}, nil)
+		})
+		if err != nil {
 			s.abort(ctx, m)
 			return err
 		}
+		s.downtime = downtime
 		s.seen = time.Now()
 		stopped := s.seen
 		if ts, ok := events.last("STOP"); ok {
