@@ -55,9 +55,9 @@ func reforkEnv(mode string) ([]string, error) {
 
 // reforkModeEnv is the zeishd settings of each -refork-modes base mode.
 var reforkModeEnv = map[string][]string{
-	"live":       {"ZEISH_FORK_PROMOTION=live", "ZEISH_FORK_INFLATE=on", "ZEISH_LIVE_DOWNTIME_MS=5", "ZEISH_LAYER_DROP_CACHE=off"},
-	"live-punch": {"ZEISH_FORK_PROMOTION=live", "ZEISH_FORK_INFLATE=off", "ZEISH_LIVE_DOWNTIME_MS=5", "ZEISH_LAYER_DROP_CACHE=off"},
-	"stopped":    {"ZEISH_FORK_PROMOTION=stopped", "ZEISH_FORK_INFLATE=on", "ZEISH_LIVE_DOWNTIME_MS=5", "ZEISH_LAYER_DROP_CACHE=off"},
+	"live":       {"ZEISH_FORK_PROMOTION=live", "ZEISH_FORK_INFLATE=on", "ZEISH_LIVE_DOWNTIME_MS=5"},
+	"live-punch": {"ZEISH_FORK_PROMOTION=live", "ZEISH_FORK_INFLATE=off", "ZEISH_LIVE_DOWNTIME_MS=5"},
+	"stopped":    {"ZEISH_FORK_PROMOTION=stopped", "ZEISH_FORK_INFLATE=on", "ZEISH_LIVE_DOWNTIME_MS=5"},
 }
 
 // The targets for re-forks.

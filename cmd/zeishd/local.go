@@ -61,8 +61,7 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 		ProbeKernel: kernel, AccelCache: filepath.Join(dataDir, accelCacheName),
 		Confine: confine, VMUser: os.Getenv("ZEISH_VM_USER"), NoSeccomp: env("ZEISH_SECCOMP", "on") == "off",
 		CgroupsOptional: env("ZEISH_CGROUPS", "required") == "optional", Logger: log,
-		NoInflate: env("ZEISH_FORK_INFLATE", "on") == "off", LiveDowntimeMS: downtimeMS,
-		DropLayerCache: env("ZEISH_LAYER_DROP_CACHE", "off") == "on"})
+		NoInflate: env("ZEISH_FORK_INFLATE", "on") == "off", LiveDowntimeMS: downtimeMS})
 	if err != nil {
 		return nil, err
 	}

@@ -60,10 +60,6 @@ type Options struct {
 	// means more pre-copy passes and less left for the pass that runs with
 	// the guest stopped.
 	LiveDowntimeMS int
-	// DropLayerCache names new overlays' backing layers by plain path, so
-	// that QEMU drops their page cache whenever a migration hands the disk
-	// over (as before layercache.go; for the bench's comparison).
-	DropLayerCache bool
 	Logger         *slog.Logger
 }
 
@@ -83,8 +79,6 @@ type Driver struct {
 	// liveDowntimeMS is the downtime-limit of live captures: QEMU switches
 	// over once it expects to send what is left in that long.
 	liveDowntimeMS int
-	// dropLayerCache: Options.DropLayerCache (layercache.go).
-	dropLayerCache bool
 	inflateMu      sync.Mutex
 	inflated       inflations
 
@@ -111,7 +105,6 @@ func New(opts Options) (*Driver, error) {
 		seccomp:        !opts.NoSeccomp,
 		noInflate:      opts.NoInflate,
 		liveDowntimeMS: cmp.Or(opts.LiveDowntimeMS, defaultLiveDowntimeMS),
-		dropLayerCache: opts.DropLayerCache,
 		inflated:       inflations{users: map[string]map[string]bool{}},
 		log:            opts.Logger,
 	}

@@ -196,7 +196,7 @@ func (d *Driver) prepareSwap(ctx context.Context, undo *rollback.Stack, h *vmm.H
 	})
 	tmpNext := filepath.Join(h.Spec.Dir, nextDiskPrefix+randomHex(4)+".qcow2")
 	out, err := exec.CommandContext(ctx, d.qemuImgPath, "create", "-q", "-u", "-f", "qcow2",
-		"-b", d.backingRef(swap.Frozen), "-F", "qcow2", tmpNext, size).CombinedOutput()
+		"-b", swap.Frozen, "-F", "qcow2", tmpNext, size).CombinedOutput()
 	undo.Add(func(context.Context) error {
 		if h.Disk != swap.Next {
 			return removeFiles(tmpNext, swap.Next)
@@ -425,7 +425,7 @@ func (s *switchover) run(ctx context.Context) func(m *monitor) error {
 		// switch-over only the graph changes.
 		if err := m.execute(ctx, "blockdev-add", map[string]any{
 			"driver": "qcow2", "node-name": s.nextNode, "backing": nil,
-			"file": fileNode(s.nextFile, s.d.dropLayerCache)}, nil); err != nil {
+			"file": map[string]any{"driver": "file", "filename": s.nextFile}}, nil); err != nil {
 			return fmt.Errorf("open next overlay: %w", err)
 		}
 		if err := m.execute(ctx, "migrate", map[string]any{"uri": s.uri}, nil); err != nil {

@@ -274,13 +274,12 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback.Stack, spec vmm.Sp
 
 // createOverlay makes the VM's qcow2 overlay on top of spec.BaseDisk.
 func (d *Driver) createOverlay(ctx context.Context, undo *rollback.Stack, spec vmm.Spec) error {
-	backing := d.backingRef(spec.BaseDisk)
-	args := []string{"create", "-q", "-f", "qcow2", "-b", backing, "-F", "qcow2", spec.Disk}
+	args := []string{"create", "-q", "-f", "qcow2", "-b", spec.BaseDisk, "-F", "qcow2", spec.Disk}
 	if spec.DiskMiB > 0 {
 		// -u: do not open the backing file. It may be the disk of a VM that is
 		// still running (a fork launching its continuation ahead), whose lock
 		// would refuse us; with the size given there is nothing to read.
-		args = []string{"create", "-q", "-u", "-f", "qcow2", "-b", backing, "-F", "qcow2", spec.Disk,
+		args = []string{"create", "-q", "-u", "-f", "qcow2", "-b", spec.BaseDisk, "-F", "qcow2", spec.Disk,
 			strconv.Itoa(spec.DiskMiB) + "M"}
 	}
 	if _, err := os.Lstat(spec.Disk); err == nil {
