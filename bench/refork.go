@@ -55,9 +55,9 @@ func reforkEnv(mode string) ([]string, error) {
 
 // reforkModeEnv is the zeishd settings of each -refork-modes base mode.
 var reforkModeEnv = map[string][]string{
-	"live":       {"ZEISH_FORK_PROMOTION=live", "ZEISH_FORK_INFLATE=on", "ZEISH_LIVE_DOWNTIME_MS=50"},
-	"live-punch": {"ZEISH_FORK_PROMOTION=live", "ZEISH_FORK_INFLATE=off", "ZEISH_LIVE_DOWNTIME_MS=50"},
-	"stopped":    {"ZEISH_FORK_PROMOTION=stopped", "ZEISH_FORK_INFLATE=on", "ZEISH_LIVE_DOWNTIME_MS=50"},
+	"live":       {"ZEISH_FORK_PROMOTION=live", "ZEISH_FORK_INFLATE=on", "ZEISH_LIVE_DOWNTIME_MS=5"},
+	"live-punch": {"ZEISH_FORK_PROMOTION=live", "ZEISH_FORK_INFLATE=off", "ZEISH_LIVE_DOWNTIME_MS=5"},
+	"stopped":    {"ZEISH_FORK_PROMOTION=stopped", "ZEISH_FORK_INFLATE=on", "ZEISH_LIVE_DOWNTIME_MS=5"},
 }
 
 // The issue's targets for re-forks.
@@ -98,9 +98,11 @@ func (e *benchEnv) restartWith(ctx context.Context, settings ...string) error {
 
 // liveParts are the figures of the driver's "vm captured live" log line:
 // the pause and its parts (stop → pre-switchover seen, disk swap, last
-// pass), the copy until the image exists, the wait for the source's
-// image to be inflated, and the receiver's state save.
-var liveParts = []string{"pause_ms", "stop_to_seen_ms", "swap_ms", "last_pass_ms", "copy_ms", "inflate_wait_ms", "save_ms"}
+// pass, completion → resumed: QEMU reactivates every layer of the disk
+// chain at cont), the number of qcow2 layers under the source's disk, the
+// copy until the image exists, the wait for the source's image to be
+// inflated, and the receiver's state save.
+var liveParts = []string{"pause_ms", "stop_to_seen_ms", "swap_ms", "last_pass_ms", "cont_ms", "chain", "copy_ms", "inflate_wait_ms", "save_ms"}
 
 var liveCaptureRE = regexp.MustCompile(`msg="vm captured live"[^\n]*`)
 
@@ -184,11 +186,14 @@ func runRefork(ctx context.Context, e *benchEnv) (*report, error) {
 		}
 		results[mode] = map[int]*reforkRun{}
 		for i, mem := range sizes {
-			depth := 0
-			if i == 0 && mode == modes[0] { // the chain and the fan-out: once
+			depth, fanout := 0, 0
+			if i == 0 { // the chain at the smallest size, in every mode (its pause is compared)
 				depth = reforkDepthFlag
+				if mode == modes[0] { // the fan-out: once
+					fanout = reforkFanoutFlag
+				}
 			}
-			res, err := e.reforkAt(ctx, mode, mem, depth)
+			res, err := e.reforkAt(ctx, mode, mem, depth, fanout)
 			if err != nil {
 				return nil, fmt.Errorf("%s, %d MiB: %w", mode, mem, err)
 			}
@@ -326,8 +331,9 @@ func runRefork(ctx context.Context, e *benchEnv) (*report, error) {
 }
 
 // reforkAt measures one mode at one size: first forks of fresh parents,
-// re-forks and snapshots of one child, and (depth > 0) a chain that deep.
-func (e *benchEnv) reforkAt(ctx context.Context, mode string, memMiB, depth int) (_ *reforkRun, err error) {
+// re-forks and snapshots of one child, (depth > 0) a chain that deep and
+// (fanout > 0) a re-fork into that many children.
+func (e *benchEnv) reforkAt(ctx context.Context, mode string, memMiB, depth, fanout int) (_ *reforkRun, err error) {
 	x := &reforkRun{depth: depth}
 	mark := len(e.zeishd.Log.String())
 	defer func() { x.parts = liveCaptureParts(e.zeishd.Log.String()[mark:]) }()
@@ -413,7 +419,7 @@ func (e *benchEnv) reforkAt(ctx context.Context, mode string, memMiB, depth int)
 	if err := e.forkRestored(ctx, x, mode, memMiB, child, &made); err != nil {
 		return nil, err
 	}
-	if n := reforkFanoutFlag; n > 0 && depth > 0 {
+	if n := fanout; n > 0 {
 		kids, pause, total, _, err := e.cloneAndExec(ctx, child, n)
 		if derr := e.deleteAll(ctx, kids); derr != nil && err == nil {
 			err = derr

@@ -57,7 +57,7 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 	if err != nil || cloneTBMiB < 0 {
 		return nil, fmt.Errorf("ZEISH_TCG_CLONE_TB_MIB: want a size in MiB (0: as ZEISH_TCG_TB_MIB), got %q", os.Getenv("ZEISH_TCG_CLONE_TB_MIB"))
 	}
-	downtimeMS, err := strconv.Atoi(env("ZEISH_LIVE_DOWNTIME_MS", "50"))
+	downtimeMS, err := strconv.Atoi(env("ZEISH_LIVE_DOWNTIME_MS", "5"))
 	if err != nil || downtimeMS < 1 {
 		return nil, fmt.Errorf("ZEISH_LIVE_DOWNTIME_MS: want milliseconds ≥ 1, got %q", os.Getenv("ZEISH_LIVE_DOWNTIME_MS"))
 	}

@@ -63,8 +63,9 @@ type Options struct {
 	// inflate.go (for the bench's comparison): every capture then pays them.
 	NoInflate bool
 	// LiveDowntimeMS is the downtime-limit of a live capture's migration
-	// (default 50): lower means more pre-copy passes and less left for the
-	// pass that runs with the guest stopped.
+	// at first (default 5; it doubles every pass from the 6th on): lower
+	// means more pre-copy passes and less left for the pass that runs with
+	// the guest stopped.
 	LiveDowntimeMS int
 	Logger         *slog.Logger
 }

@@ -13,6 +13,12 @@ import (
 // waitStatus waits until the outgoing migration reaches want, from events
 // (no poll delay) with a slower query-migrate poll as a safety net.
 func waitStatus(ctx context.Context, m *monitor, events *eventLog, want string) (string, error) {
+	return waitStatusPasses(ctx, m, events, want, nil)
+}
+
+// waitStatusPasses is waitStatus calling onPass (unless nil) with the
+// number of every pre-copy pass QEMU starts meanwhile (1: the bulk copy).
+func waitStatusPasses(ctx context.Context, m *monitor, events *eventLog, want string, onPass func(pass int) error) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -23,6 +29,13 @@ func waitStatus(ctx context.Context, m *monitor, events *eventLog, want string) 
 		case <-ctx.Done():
 			return "", fmt.Errorf("migration not %s: %w", want, ctx.Err())
 		case status = <-events.migration:
+		case pass := <-events.passes:
+			if onPass != nil {
+				if err := onPass(pass); err != nil {
+					return "", err
+				}
+			}
+			continue
 		case <-tick.C:
 			var info migrationInfo
 			if err := m.execute(ctx, "query-migrate", nil, &info); err != nil {
@@ -42,10 +55,12 @@ func waitStatus(ctx context.Context, m *monitor, events *eventLog, want string) 
 	}
 }
 
-// eventLog collects a QMP session's events: migration status changes in a
-// channel, and when STOP and RESUME last happened (QEMU's own clock).
+// eventLog collects a QMP session's events: migration status changes and
+// pass numbers in channels, and when STOP and RESUME last happened (QEMU's
+// own clock).
 type eventLog struct {
 	migration chan string
+	passes    chan int
 	times     chan stamped
 	seen      map[string]time.Time
 }
@@ -59,7 +74,7 @@ type stamped struct {
 // are taken, so they are always taken, and dropped when nobody looks.
 func (m *monitor) events() *eventLog {
 	in, _ := m.mon.Events(context.Background())
-	l := &eventLog{migration: make(chan string, 64), times: make(chan stamped, 64), seen: map[string]time.Time{}}
+	l := &eventLog{migration: make(chan string, 64), passes: make(chan int, 64), times: make(chan stamped, 64), seen: map[string]time.Time{}}
 	go func() {
 		for e := range in {
 			switch e.Event {
@@ -67,6 +82,13 @@ func (m *monitor) events() *eventLog {
 				if s, ok := e.Data["status"].(string); ok {
 					select {
 					case l.migration <- s:
+					default:
+					}
+				}
+			case "MIGRATION_PASS":
+				if n, ok := e.Data["pass"].(float64); ok {
+					select {
+					case l.passes <- int(n):
 					default:
 					}
 				}

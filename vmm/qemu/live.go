@@ -49,8 +49,13 @@ const (
 	// a name reused by the next capture would hand it another file.
 	nextDiskPrefix = "next-"
 	// defaultLiveDowntimeMS is how long QEMU may expect the last pass to
-	// stop the guest (Options.LiveDowntimeMS overrides it).
-	defaultLiveDowntimeMS = 50
+	// stop the guest at first (Options.LiveDowntimeMS overrides it); from
+	// pass downtimeEscalateAfter on it doubles every pass, up to
+	// maxLiveDowntimeMS, so that a guest dirtying memory faster than it
+	// can be copied still switches over (see liveDowntimeFor).
+	defaultLiveDowntimeMS = 5
+	downtimeEscalateAfter = 6
+	maxLiveDowntimeMS     = 2000
 	multifdChannels       = 2
 	// contRetry is how often cont is repeated while QEMU refuses it as
 	// "Migration is not finalized yet" right after completion.
@@ -160,6 +165,8 @@ func (d *Driver) CaptureLive(ctx context.Context, h *vmm.Handle, dir string, swa
 	d.log.Info("vm captured live", logKeySandbox, h.Spec.ID, "image", dir, "pause_ms", sw.pause.Milliseconds(),
 		"stop_to_seen_ms", sw.seen.Sub(sw.stopped).Milliseconds(), "swap_ms", sw.swappedAt.Sub(sw.seen).Milliseconds(),
 		"last_pass_ms", sw.completed.Sub(sw.swappedAt).Milliseconds(),
+		"cont_ms", sw.resumed.Sub(sw.completed).Milliseconds(), "cont_retries", sw.contRetries, "chain", sw.chain,
+		"passes", sw.passes, "downtime_limit_ms", sw.downtime,
 		"copy_ms", copied.Sub(began).Milliseconds(), "inflate_wait_ms", inflatedAt.Sub(prepared).Milliseconds(),
 		"save_ms", time.Since(copied).Milliseconds(),
 		"multifd", d.liveMultifd(), "old_disk", oldDisk, "disk", h.Disk)
@@ -351,9 +358,30 @@ type switchover struct {
 	swapped    bool
 	pause      time.Duration
 	// Where the pause went, for the log: stop → pre-switchover seen, disk
-	// swapped, last pass completed.
+	// swapped, last pass completed, resumed (cont accepted after
+	// contRetries refusals).
 	seen, swappedAt, completed time.Time
-	stopped                    time.Time
+	stopped, resumed           time.Time
+	contRetries                int
+	chain                      int // qcow2 layers under the guest's disk before the swap
+	passes                     int // pre-copy passes QEMU started
+	downtime                   int // downtime-limit at the switch-over, ms
+}
+
+// liveDowntimeFor is the downtime-limit (ms) for pre-copy pass pass
+// (1: the bulk copy) when it starts at base. QEMU stops the guest once it
+// expects to send what is left within the limit: a low limit keeps the last
+// pass (the pause) short, since an idle or lightly writing guest converges
+// in a few passes. A guest that dirties memory about as fast as it is
+// copied never would: from pass downtimeEscalateAfter on the limit doubles
+// with every pass, so it switches over after a bounded number of passes
+// with a longer pause instead of migrating forever.
+func liveDowntimeFor(base, pass int) int {
+	if pass < downtimeEscalateAfter || base >= maxLiveDowntimeMS {
+		return base
+	}
+	shift := min(pass-downtimeEscalateAfter+1, 16)
+	return min(base<<shift, maxLiveDowntimeMS)
 }
 
 func (s *switchover) run(ctx context.Context) func(m *monitor) error {
@@ -364,10 +392,11 @@ func (s *switchover) run(ctx context.Context) func(m *monitor) error {
 			return err
 		}
 		s.wasRunning = st.Running
-		node, _, err := activeDisk(ctx, m)
+		node, _, chain, err := activeDiskChain(ctx, m)
 		if err != nil {
 			return err
 		}
+		s.chain = chain
 		// Settings first: every round trip after the stop is pause.
 		caps := []capability{{"x-ignore-shared", false}, {"pause-before-switchover", true}, {"events", true}}
 		params := map[string]any{"max-bandwidth": localBandwidth, "downtime-limit": s.d.liveDowntimeMS}
@@ -403,10 +432,21 @@ func (s *switchover) run(ctx context.Context) func(m *monitor) error {
 			s.abort(ctx, m)
 			return err
 		}
-		if _, err := waitStatus(ctx, m, events, "pre-switchover"); err != nil {
+		downtime := s.d.liveDowntimeMS
+		_, err = waitStatusPasses(ctx, m, events, "pre-switchover", func(pass int) error {
+			s.passes = pass
+			next := liveDowntimeFor(s.d.liveDowntimeMS, pass)
+			if next == downtime {
+				return nil
+			}
+			downtime = next
+			return m.execute(ctx, "migrate-set-parameters", map[string]any{"downtime-limit": next}, nil)
+		})
+		if err != nil {
 			s.abort(ctx, m)
 			return err
 		}
+		s.downtime = downtime
 		s.seen = time.Now()
 		stopped := s.seen
 		if ts, ok := events.last("STOP"); ok {
@@ -432,7 +472,9 @@ func (s *switchover) run(ctx context.Context) func(m *monitor) error {
 		s.completed = time.Now()
 		resumed := s.completed
 		if s.wasRunning {
-			if err := contAfterMigration(context.WithoutCancel(ctx), m); err != nil {
+			retries, err := contAfterMigration(context.WithoutCancel(ctx), m)
+			s.contRetries = retries
+			if err != nil {
 				return err
 			}
 			resumed = time.Now()
@@ -440,6 +482,7 @@ func (s *switchover) run(ctx context.Context) func(m *monitor) error {
 				resumed = ts
 			}
 		}
+		s.resumed = resumed
 		if s.wasRunning {
 			s.pause = resumed.Sub(stopped)
 		}
@@ -499,17 +542,18 @@ func settleMigration(ctx context.Context, m *monitor, run bool) error {
 	if st.Running {
 		return nil
 	}
-	return contAfterMigration(ctx, m)
+	_, err := contAfterMigration(ctx, m)
+	return err
 }
 
 // contAfterMigration sends cont, repeating it while QEMU has not finalized
-// the migration that just completed.
-func contAfterMigration(ctx context.Context, m *monitor) error {
+// the migration that just completed; it returns how often QEMU refused.
+func contAfterMigration(ctx context.Context, m *monitor) (retries int, err error) {
 	deadline := time.Now().Add(contTimeout)
-	for {
+	for ; ; retries++ {
 		err := m.execute(ctx, "cont", nil, nil)
 		if err == nil || !strings.Contains(err.Error(), "not finalized") || time.Now().After(deadline) {
-			return err
+			return retries, err
 		}
 		time.Sleep(contRetry)
 	}
@@ -518,20 +562,42 @@ func contAfterMigration(ctx context.Context, m *monitor) error {
 // activeDisk returns the node name and file of the overlay the guest's disk
 // writes now (the format node at the top of vda's chain).
 func activeDisk(ctx context.Context, m *monitor) (node, file string, err error) {
+	node, file, _, err = activeDiskChain(ctx, m)
+	return node, file, err
+}
+
+// imageInfo is the part of query-block's image description that counts
+// the layers under a disk.
+type imageInfo struct {
+	Backing *imageInfo `json:"backing-image"`
+}
+
+func (i *imageInfo) depth() int {
+	n := 0
+	for ; i != nil; i = i.Backing {
+		n++
+	}
+	return n
+}
+
+// activeDiskChain is activeDisk and the number of qcow2 images in the
+// disk's chain (the overlay itself included).
+func activeDiskChain(ctx context.Context, m *monitor) (node, file string, chain int, err error) {
 	var blocks []struct {
 		QDev     string `json:"qdev"`
 		Inserted *struct {
-			NodeName string `json:"node-name"`
-			File     string `json:"file"`
+			NodeName string     `json:"node-name"`
+			File     string     `json:"file"`
+			Image    *imageInfo `json:"image"`
 		} `json:"inserted"`
 	}
 	if err := m.execute(ctx, "query-block", nil, &blocks); err != nil {
-		return "", "", err
+		return "", "", 0, err
 	}
 	for _, b := range blocks {
 		if b.Inserted != nil && strings.Contains(b.QDev, "/vda/") {
-			return b.Inserted.NodeName, b.Inserted.File, nil
+			return b.Inserted.NodeName, b.Inserted.File, b.Inserted.Image.depth(), nil
 		}
 	}
-	return "", "", fmt.Errorf("query-block: no disk vda: %w", errdefs.ErrInternal)
+	return "", "", 0, fmt.Errorf("query-block: no disk vda: %w", errdefs.ErrInternal)
 }
