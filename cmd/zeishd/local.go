@@ -53,7 +53,7 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 	if err != nil || tbMiB < 0 {
 		return nil, fmt.Errorf("ZEISH_TCG_TB_MIB: want a size in MiB (0: QEMU's default), got %q", os.Getenv("ZEISH_TCG_TB_MIB"))
 	}
-	cloneTBMiB, err := strconv.Atoi(env("ZEISH_TCG_CLONE_TB_MIB", "16"))
+	cloneTBMiB, err := strconv.Atoi(env("ZEISH_TCG_CLONE_TB_MIB", "0"))
 	if err != nil || cloneTBMiB < 0 {
 		return nil, fmt.Errorf("ZEISH_TCG_CLONE_TB_MIB: want a size in MiB (0: as ZEISH_TCG_TB_MIB), got %q", os.Getenv("ZEISH_TCG_CLONE_TB_MIB"))
 	}
