@@ -74,9 +74,9 @@ type Options struct {
 	// for each warm template used lately, so that a create takes one
 	// instead of starting a VMM (ready.go). 0: none.
 	ReadyVMs int
-	// ReadyWarmup is the exec a ready VM runs once (default
+	// ReadyWarmup are the execs a ready VM tries until one runs (default
 	// DefaultReadyWarmup).
-	ReadyWarmup []string
+	ReadyWarmup [][]string
 }
 
 // Node runs the sandboxes of one host.

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
@@ -45,11 +46,13 @@ import (
 // their template, at node close, and after a crash by the recovery's
 // sweep (their placeholder ids are no sandbox's).
 
-// DefaultReadyWarmup is the exec a ready VM runs once, as the template's
-// exec user, to take the guest through sandboxd's and the kernel's exec
-// paths: the running agent's own binary (every image has it; any user
-// may run /proc/self/exe) printing its version.
-var DefaultReadyWarmup = []string{"/proc/self/exe", "-version"}
+// DefaultReadyWarmup are the execs a ready VM tries, in turn, until one
+// runs, as the template's exec user, to take the guest through sandboxd's
+// and the kernel's exec paths: `true` (what a first exec often is, and a
+// small program: its pages are copies the sandbox keeps), else the
+// agent's own binary printing its version (every image has it; any user
+// may run /proc/self/exe), a Go program that writes a few MiB more.
+var DefaultReadyWarmup = [][]string{{"true"}, {"/proc/self/exe", "-version"}}
 
 // readyTick is how often the keeper checks its templates when nothing
 // kicks it (a build that just finished, an idle template).
@@ -74,7 +77,7 @@ type readyPool struct {
 	n      *Node
 	per    int
 	idle   time.Duration
-	warmup []string // the exec a ready VM runs once
+	warmup [][]string // the execs a ready VM tries until one runs
 	kick   chan struct{}
 
 	mu      sync.Mutex
@@ -347,8 +350,14 @@ func (p *readyPool) launch(ctx context.Context, key string, tpl sandbox.Template
 		return nil, fmt.Errorf("configure: %w", err)
 	}
 	configured := time.Now()
-	if _, err := v.c.Exec(ctx, guest.ExecRequest{Argv: p.warmup}, nil, io.Discard, io.Discard); err != nil {
-		return nil, fmt.Errorf("warm-up exec: %w", err)
+	for i, argv := range p.warmup {
+		_, err := v.c.Exec(ctx, guest.ExecRequest{Argv: argv}, nil, io.Discard, io.Discard)
+		if err == nil {
+			break
+		}
+		if i == len(p.warmup)-1 || !errdefs.Is(err, errdefs.ClassNotFound) {
+			return nil, fmt.Errorf("warm-up exec %q: %w", argv, err)
+		}
 	}
 	// Paused until a create takes it: it costs no CPU and writes no pages
 	// meanwhile, and QEMU keeps what it translated. (The agent session has

@@ -129,7 +129,7 @@ func (h *harness) waitReady(want int) {
 // warm template it has built and recorded (so the pool may use it).
 func readyHarness(t *testing.T) (*harness, sandbox.Template) {
 	t.Helper()
-	h := newHarness(t, func(o *Options) { o.ReadyVMs, o.ReadyWarmup = 1, []string{"true"} })
+	h := newHarness(t, func(o *Options) { o.ReadyVMs, o.ReadyWarmup = 1, [][]string{{"true"}} })
 	if err := h.n.Recover(h.ctx); err != nil {
 		t.Fatal(err)
 	}
