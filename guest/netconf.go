@@ -119,6 +119,15 @@ func replaceIPv4(h *netlink.Handle, link netlink.Link, cidr string) error {
 			return fmt.Errorf("%s address %s: %w", link.Attrs().Name, cidr, err)
 		}
 	}
+	if len(have) > 0 && !found {
+		// The new address may share the old one's subnet (a node without
+		// networking gives every guest a /16 of 10.88/16): it is then a
+		// secondary, which the kernel deletes together with the primary
+		// unless told to promote it.
+		if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+link.Attrs().Name+"/promote_secondaries", []byte("1"), 0o644); err != nil {
+			return fmt.Errorf("%s: promote secondaries: %w", link.Attrs().Name, err)
+		}
+	}
 	for _, a := range have {
 		if a.IPNet.String() == want.String() {
 			continue

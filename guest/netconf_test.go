@@ -191,3 +191,28 @@ func mustNet(t *testing.T, s string) *net.IPNet {
 	}
 	return n
 }
+
+// A node without networking gives every guest an address in one /16: a
+// fork child's new address then shares its parent's subnet, and must
+// survive the parent's going (the kernel drops a primary's secondaries
+// with it unless they are promoted).
+func TestSetNetworkReaddressesWithinASubnet(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testskip.Skip(t, "needs root for a network namespace")
+	}
+	inVethNetns(t, []string{"peer0"}, func(link netlink.Link) {
+		for _, n := range []Network{
+			{Interface: "eth0", MAC: "02:00:00:00:00:01", Address: "10.88.1.2/16"},
+			{Interface: "eth0", MAC: "02:00:00:00:00:02", Address: "10.88.3.4/16"},
+		} {
+			if err := setNetwork(n); err != nil {
+				t.Errorf("setNetwork %s: %v", n.Address, err)
+				return
+			}
+		}
+		addrs, _ := netlink.AddrList(link, netlink.FAMILY_V4)
+		if len(addrs) != 1 || addrs[0].IPNet.String() != "10.88.3.4/16" {
+			t.Errorf("addresses %v, want 10.88.3.4/16 alone", addrs)
+		}
+	})
+}

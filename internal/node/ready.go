@@ -231,9 +231,21 @@ func (p *readyPool) round(ctx context.Context) {
 				}
 				break
 			}
+			// Kept only if its template is still warm with that image, checked
+			// under the lock trim reads the pool with: a delete in between
+			// either finds it here or is seen here.
 			p.mu.Lock()
-			p.vms[key] = append(p.vms[key], v)
+			cur, err := p.n.opts.Templates.Get(ctx, key)
+			keep := err == nil && cur.Warm != nil && !cur.Cold && cur.State != sandbox.TemplateDeleted && cur.Warm.Image == v.image
+			if keep {
+				p.vms[key] = append(p.vms[key], v)
+			}
 			p.mu.Unlock()
+			if !keep {
+				p.destroy(v, true)
+				p.n.gc(ctx)
+				break
+			}
 		}
 	}
 }
@@ -405,6 +417,13 @@ func (p *readyPool) closeAll() {
 	p.mu.Unlock()
 	for _, v := range all {
 		p.destroy(v, true)
+	}
+	if len(all) > 0 {
+		// Images only they kept (a template deleted while one was made) go
+		// now, not at the next start.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		p.n.gc(ctx)
 	}
 }
 
