@@ -418,13 +418,12 @@ func (p *readyPool) closeAll() {
 	for _, v := range all {
 		p.destroy(v, true)
 	}
-	if len(all) > 0 {
-		// Images only they kept (a template deleted while one was made) go
-		// now, not at the next start.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		p.n.gc(ctx)
-	}
+	// Images only ready VMs kept (a template deleted while one was being
+	// made, or one whose making the close cut short) go now, not at the
+	// next start.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p.n.gc(ctx)
 }
 
 // adoptReady gives sandbox r the ready VM its create took, if it took one
