@@ -452,7 +452,7 @@ func TestCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The lost sandboxes bill nothing while lost.
-	running := func() float64 { return runningSeconds(ctx, t, l.client, two.ID) }
+	running := func() float64 { return sandboxUsage(ctx, t, l.client, two.ID).RunningSeconds }
 	before := running()
 	time.Sleep(1500 * time.Millisecond)
 	if after := running(); after != before {

@@ -130,7 +130,7 @@ func TestCrashRecovery(t *testing.T) {
 		if err != nil || got.State != sandbox.StateError || !strings.HasPrefix(got.StateReason, "vm_exited") {
 			t.Fatalf("victim after kill -9 of its QEMU: %s %q %v; want error vm_exited", got.State, got.StateReason, err)
 		}
-		running := func() float64 { return runningSeconds(ctx, t, c, a.ID) }
+		running := func() float64 { return sandboxUsage(ctx, t, c, a.ID).RunningSeconds }
 		before := running()
 		time.Sleep(2 * time.Second)
 		if after := running(); after != before {

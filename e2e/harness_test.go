@@ -258,9 +258,9 @@ func (s *server) procStatus(field string) string {
 	return field + " ?"
 }
 
-// runningSeconds is the running time the account's usage report bills
-// sandbox id, so far.
-func runningSeconds(ctx context.Context, t *testing.T, c *zeish.Client, id string) float64 {
+// sandboxUsage is what the account's usage report says of sandbox id so
+// far (running time, bytes in and out, …).
+func sandboxUsage(ctx context.Context, t *testing.T, c *zeish.Client, id string) api.Usage {
 	t.Helper()
 	rep, err := c.Usage(ctx, time.Time{}, time.Time{})
 	if err != nil {
@@ -268,11 +268,11 @@ func runningSeconds(ctx context.Context, t *testing.T, c *zeish.Client, id strin
 	}
 	for _, u := range rep.Sandboxes {
 		if u.SandboxID == id {
-			return u.Usage.RunningSeconds
+			return u.Usage
 		}
 	}
-	t.Fatalf("no usage of %s", id)
-	return 0
+	t.Fatalf("no usage of %s in %+v", id, rep.Sandboxes)
+	return api.Usage{}
 }
 
 // metric reads one sample of the server's /metrics: the first of metric

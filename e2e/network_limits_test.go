@@ -63,20 +63,7 @@ func TestNetworkLimits(t *testing.T) {
 		t.Fatalf("rates as shown: %+v (want %d bytes/s and the node's packet rate)", sb.Network, capBytes)
 	}
 	g := newNetGuest(t, s, sb)
-	usageOf := func(id string) api.Usage {
-		t.Helper()
-		rep, err := c.Usage(ctx, time.Time{}, time.Time{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, u := range rep.Sandboxes {
-			if u.SandboxID == id {
-				return u.Usage
-			}
-		}
-		t.Fatalf("no usage for %s in %+v", id, rep.Sandboxes)
-		return api.Usage{}
-	}
+	usageOf := func(id string) api.Usage { t.Helper(); return sandboxUsage(ctx, t, c, id) }
 	before := usageOf(sb.ID)
 
 	t.Run("a download is held to the cap", func(t *testing.T) {

@@ -44,17 +44,11 @@ func (n *Node) Create(ctx context.Context, r *store.SandboxRecord) (*store.Sandb
 		r.MAC = ready.h.Spec.MAC
 	}
 	undo := func() {
-		if ready != nil {
-			n.ready.claimedBy(r.ID)
-			n.ready.destroy(ready, false)
-		}
+		n.ready.drop(r.ID, false) // before its link goes with the sandbox's
 		n.releaseNetwork(r)
 	}
 	if err := n.assignNetwork(r, ready); err != nil {
-		if ready != nil {
-			n.ready.claimedBy(r.ID)
-			n.ready.destroy(ready, true)
-		}
+		n.ready.drop(r.ID, true)
 		return nil, err
 	}
 	if r.Env == nil {
@@ -104,9 +98,7 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 	}
 	defer func() {
 		// What a boot that failed early left of a ready VM it took.
-		if v := n.ready.claimedBy(r.ID); v != nil {
-			n.ready.destroy(v, false)
-		}
+		n.ready.drop(r.ID, false)
 		if c := n.ready.handedOver(r.ID); c != nil {
 			c.Close()
 		}

@@ -158,6 +158,12 @@ func (n *Node) guestNetwork(r *store.SandboxRecord) *guest.Network {
 	return &guest.Network{Interface: "eth0", MAC: r.MAC, Address: r.Address + "/16"}
 }
 
+// linkNetwork is the identity of a guest on a managed link of its own
+// that is not (yet) a sandbox's: a warm build's, a ready VM's.
+func (n *Node) linkNetwork(address, mac string) *guest.Network {
+	return n.guestNetwork(&store.SandboxRecord{Sandbox: sandbox.Sandbox{Network: &sandbox.Network{Enabled: true}, Address: address}, MAC: mac})
+}
+
 // childNetwork decides a fork child's network: the parent's policy unless
 // the child brings one; a child has a network card exactly when its parent
 // has (it resumes the parent's machine).

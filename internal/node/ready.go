@@ -39,8 +39,8 @@ import (
 // Until a create takes it, a ready VM is nobody's: on a node with
 // networking its link (whose address the sandbox that takes it gets) has
 // no firewall chain yet, so nothing it sends is forwarded and the DNS
-// forwarder does not answer it. It costs QEMU's own memory, the few MiB
-// its guest writes while idle, and pins its image in tmpfs; so VMs are
+// forwarder does not answer it. It costs QEMU's own memory, the pages its
+// configuration and warm-up wrote, and pins its image in tmpfs; so VMs are
 // kept only for templates used (built, or a warm create) within the idle
 // time (ZEISH_COLD_AFTER, 10 min without one), and are destroyed with
 // their template, at node close, and after a crash by the recovery's
@@ -158,6 +158,15 @@ func (p *readyPool) take(r *store.SandboxRecord) *readyVM {
 	return v
 }
 
+// drop destroys the ready VM sandbox id took at its create, if it took
+// one and nothing adopted it (the create or boot failed first); withLink
+// also gives its link back, when the sandbox never took its address.
+func (p *readyPool) drop(id string, withLink bool) {
+	if v := p.claimedBy(id); v != nil {
+		p.destroy(v, withLink)
+	}
+}
+
 // claimedBy is the ready VM sandbox id took at its create, and forgets it:
 // from here on the caller owns it (adopts or destroys it).
 func (p *readyPool) claimedBy(id string) *readyVM {
@@ -208,7 +217,9 @@ func (p *readyPool) round(ctx context.Context) {
 		want = append(want, tpl)
 	}
 	p.mu.Unlock()
-	p.trim(ctx, want)
+	if p.trim(ctx, want) > 0 {
+		p.n.gc(ctx) // their images may have waited only for them
+	}
 	for _, key := range want {
 		for ctx.Err() == nil {
 			p.mu.Lock()
@@ -217,8 +228,8 @@ func (p *readyPool) round(ctx context.Context) {
 			if !short {
 				break
 			}
-			tpl, err := p.n.opts.Templates.Get(ctx, key)
-			if err != nil || tpl.Warm == nil || tpl.Cold || tpl.State == sandbox.TemplateDeleted {
+			tpl, ok := p.warmTemplate(ctx, key)
+			if !ok {
 				break // not (yet, or any more) warm: trim drops its VMs next round
 			}
 			v, err := p.launch(ctx, key, tpl)
@@ -235,8 +246,8 @@ func (p *readyPool) round(ctx context.Context) {
 			// under the lock trim reads the pool with: a delete in between
 			// either finds it here or is seen here.
 			p.mu.Lock()
-			cur, err := p.n.opts.Templates.Get(ctx, key)
-			keep := err == nil && cur.Warm != nil && !cur.Cold && cur.State != sandbox.TemplateDeleted && cur.Warm.Image == v.image
+			cur, ok := p.warmTemplate(ctx, key)
+			keep := ok && cur.Warm.Image == v.image
 			if keep {
 				p.vms[key] = append(p.vms[key], v)
 			}
@@ -250,9 +261,16 @@ func (p *readyPool) round(ctx context.Context) {
 	}
 }
 
+// warmTemplate is template key, if it is (still) warm.
+func (p *readyPool) warmTemplate(ctx context.Context, key string) (sandbox.Template, bool) {
+	tpl, err := p.n.opts.Templates.Get(ctx, key)
+	return tpl, err == nil && tpl.Warm != nil && !tpl.Cold && tpl.State != sandbox.TemplateDeleted
+}
+
 // trim destroys the ready VMs of templates not in keep, or whose template
-// is no longer warm with the same image.
-func (p *readyPool) trim(ctx context.Context, keep []string) {
+// is no longer warm with the same image, and says how many went; the
+// caller collects the images they may have kept.
+func (p *readyPool) trim(ctx context.Context, keep []string) int {
 	p.mu.Lock()
 	var drop []*readyVM
 	for key, list := range p.vms {
@@ -269,8 +287,7 @@ func (p *readyPool) trim(ctx context.Context, keep []string) {
 		if len(list) == 0 {
 			continue
 		}
-		tpl, err := p.n.opts.Templates.Get(ctx, key)
-		if err == nil && tpl.Warm != nil && !tpl.Cold && tpl.State != sandbox.TemplateDeleted && tpl.Warm.Image == list[0].image {
+		if tpl, ok := p.warmTemplate(ctx, key); ok && tpl.Warm.Image == list[0].image {
 			continue
 		}
 		p.mu.Lock()
@@ -282,9 +299,7 @@ func (p *readyPool) trim(ctx context.Context, keep []string) {
 	for _, v := range drop {
 		p.destroy(v, true)
 	}
-	if len(drop) > 0 {
-		p.n.gc(ctx) // their images may have waited only for them (a template deleted meanwhile)
-	}
+	return len(drop)
 }
 
 // templates are the ones VMs are kept for.
@@ -331,8 +346,9 @@ func (p *readyPool) launch(ctx context.Context, key string, tpl sandbox.Template
 		Disk:    n.diskPath(id, 1),
 		DiskMiB: tpl.Warm.DiskMiB, MemoryMiB: tpl.Warm.MemoryMiB, VCPUs: tpl.Warm.VCPUs, MAC: sandbox.NewMAC(),
 		From: meta.VM}
-	// The placeholder's record: what its guest is configured with.
-	r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: id, Template: key}, MAC: spec.MAC}
+	// The placeholder's network: its own link, or an identity like any
+	// sandbox's on a node without networking.
+	var network *guest.Network
 	if n.opts.Network != nil {
 		l, err := n.opts.Network.Allocate()
 		if err != nil {
@@ -340,9 +356,9 @@ func (p *readyPool) launch(ctx context.Context, key string, tpl sandbox.Template
 		}
 		v.address = l.Guest.String()
 		spec.NIC = &vmm.NIC{TAP: l.TAP, MAC: spec.MAC}
-		r.Network, r.Address = &sandbox.Network{Enabled: true}, v.address
+		network = n.linkNetwork(v.address, spec.MAC)
 	} else {
-		r.Address = newAddress()
+		network = n.guestNetwork(&store.SandboxRecord{Sandbox: sandbox.Sandbox{Address: newAddress()}, MAC: spec.MAC})
 	}
 	if err := n.thaw(meta.VM); err != nil {
 		return nil, err
@@ -356,7 +372,7 @@ func (p *readyPool) launch(ctx context.Context, key string, tpl sandbox.Template
 		return nil, err
 	}
 	cfg := freshConfig("ready")
-	cfg.Network = n.guestNetwork(r)
+	cfg.Network = network
 	applyTemplate(&tpl, &cfg)
 	if err := v.c.Configure(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("configure: %w", err)
@@ -427,9 +443,9 @@ func (p *readyPool) closeAll() {
 }
 
 // adoptReady gives sandbox r the ready VM its create took, if it took one
-// for this very image: spec is the VM r's boot asks for. The VM runs on;
-// its agent connection waits for r's attach (handedOver). It returns nil,
-// nil when there is none to adopt (the caller starts a VM).
+// for this very image: spec is the VM r's boot asks for. The VM is
+// resumed; its agent connection waits for r's attach (handedOver). It
+// returns nil, nil when there is none to adopt (the caller starts a VM).
 func (n *Node) adoptReady(ctx context.Context, r *store.SandboxRecord, spec vmm.Spec) (*vmm.Handle, error) {
 	v := n.ready.claimedBy(r.ID)
 	if spec.From == nil || spec.From.MemFile == "" || spec.Deferred {

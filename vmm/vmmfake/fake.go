@@ -479,7 +479,7 @@ func writeState(path string, s imageState) error {
 	return os.WriteFile(path, b, 0o600)
 }
 
-// Adopt hands a VM started paused from an image to spec: its folder is
+// Adopt hands a VM started from an image to spec: its folder is
 // renamed to spec.Dir and its disk linked to spec.Disk, as QEMU's driver does.
 func (d *Driver) Adopt(_ context.Context, h *vmm.Handle, spec vmm.Spec) (*vmm.Handle, error) {
 	v, err := d.live(OpAdopt, h)
