@@ -205,6 +205,24 @@ type Driver interface {
 	// both paths are removed).
 	SettleCapture(ctx context.Context, h *Handle, dir string, swap DiskSwap, run bool) error
 
+	// Every capture adds a frozen layer under a VM's disk, and a deep chain
+	// costs pause time at the next capture (the VMM reopens each layer).
+	// These three let the node merge the frozen layers and move a running
+	// VM onto the merge.
+	//
+	// DiskBacking names the file the disk file path is backed by ("" for
+	// none), as the file records it.
+	DiskBacking(path string) (string, error)
+	// MergeLayers writes out, a new layer holding everything the chain from
+	// top down to base (base excluded) holds, backed by base. The chain's
+	// layers must be frozen; out must not exist.
+	MergeLayers(ctx context.Context, top, base, out string) error
+	// Rebase puts the overlay h writes on layer, whose content must equal
+	// that of the overlay's backing chain now (a MergeLayers of it) and whose
+	// own backing must be in that chain. The guest goes on as it was; the
+	// overlay records layer as its backing from then on.
+	Rebase(ctx context.Context, h *Handle, layer string) error
+
 	// PlanCapture says how h's guest is captured into an image it then runs
 	// on from: running says whether the guest runs now, promote asks for
 	// CapturePromote over CaptureLive where both would do (bench compares them).

@@ -9,9 +9,10 @@ import (
 
 // QEMU ids and node names the rest of the driver (and fork, next) refers to.
 const (
-	memBackendID   = "mem"        // the guest RAM object; fork maps the same file in clones
-	diskFileNode   = "disk0-file" // protocol node of the writable overlay
-	diskNode       = "disk0"      // format node: the one blockdev-snapshot-sync swaps
+	memBackendID   = "mem"                     // the guest RAM object; fork maps the same file in clones
+	diskNode       = "disk0"                   // format node: the one blockdev-snapshot-sync swaps
+	fileNodeSuffix = "-file"                   // a format node's protocol node is named after it
+	diskFileNode   = diskNode + fileNodeSuffix // protocol node of the writable overlay
 	qmpChardevID   = "qmp"
 	agentChardev   = "agent"
 	consoleChardev = "console"

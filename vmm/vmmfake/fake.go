@@ -48,6 +48,8 @@ const (
 	OpState       Op = "state"
 	OpDestroy     Op = "destroy"
 	OpDialAgent   Op = "dial_agent"
+	OpMerge       Op = "merge_layers"
+	OpRebase      Op = "rebase"
 )
 
 // ErrInjected is wrapped by every failure FailNth injects.

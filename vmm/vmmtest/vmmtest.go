@@ -64,6 +64,7 @@ func Run(t *testing.T, d vmm.Driver, newSpec func(t *testing.T) vmm.Spec, opts .
 	t.Run("CaptureAndClones", func(t *testing.T) { testCaptureAndClones(t, d, newSpec) })
 	t.Run("CaptureLive", func(t *testing.T) { testCaptureLive(t, d, newSpec) })
 	t.Run("Adopt", func(t *testing.T) { testAdopt(t, d, newSpec) })
+	t.Run("MergedLayers", func(t *testing.T) { testMergedLayers(t, d, newSpec) })
 	t.Run("Confined", func(t *testing.T) { testConfined(t, d, newSpec(t), o.unconfined) })
 }
 
