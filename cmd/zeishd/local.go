@@ -99,6 +99,12 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 	if err != nil || readyVMs < 0 {
 		return nil, fmt.Errorf("ZEISH_READY_VMS: want a number of VMs per warm template, 0 for none, got %q", os.Getenv("ZEISH_READY_VMS"))
 	}
+	// Frozen layers a running sandbox's disk may stand on before they are
+	// merged into one (node/merge.go).
+	diskLayers, err := strconv.Atoi(env("ZEISH_DISK_LAYERS", "2"))
+	if err != nil || diskLayers < 0 {
+		return nil, fmt.Errorf("ZEISH_DISK_LAYERS: want a number of layers, 0 to never merge, got %q", os.Getenv("ZEISH_DISK_LAYERS"))
+	}
 	parallel, err := strconv.Atoi(env("ZEISH_TEMPLATE_BUILDS", "2"))
 	if err != nil || parallel < 1 {
 		return nil, fmt.Errorf("ZEISH_TEMPLATE_BUILDS: want a positive number, got %q", os.Getenv("ZEISH_TEMPLATE_BUILDS"))
@@ -118,7 +124,7 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 	}
 	n := node.New(node.Options{ID: nodeID, Region: os.Getenv("ZEISH_REGION"), DataDir: dataDir, Store: st, Driver: driver, Templates: cat,
 		Logger: log, BootTimeout: bootTimeout, MemoryBudgetMiB: budget, Network: netw, AccountImageRAMMiB: imageRAM, ColdAfter: coldAfter,
-		StoppedPromotion: env("ZEISH_FORK_PROMOTION", "live") == "stopped", Desktop: desk, ReadyVMs: readyVMs})
+		StoppedPromotion: env("ZEISH_FORK_PROMOTION", "live") == "stopped", Desktop: desk, ReadyVMs: readyVMs, DiskLayers: diskLayers})
 	l.closers = append(l.closers, n.Close)
 	l.node, l.cat, l.driver = n, cat, driver
 	if err := n.Recover(ctx); err != nil {

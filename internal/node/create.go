@@ -293,6 +293,9 @@ func (n *Node) saveVM(ctx context.Context, r *store.SandboxRecord, h *vmm.Handle
 		cur.Kernel, cur.Initrd, cur.KernelArgs = r.Kernel, r.Initrd, r.KernelArgs
 		return nil
 	})
+	if err == nil && h != nil {
+		n.mergeLater(r.ID, len(r.Layers)) // a VM on a chain this deep has its layers merged
+	}
 	return err
 }
 

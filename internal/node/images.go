@@ -34,9 +34,13 @@ type imageMeta struct {
 	VM        *vmm.Image `json:"vm"`
 	// Disk is the frozen layer in the image's folder ("" until frozen);
 	// Layers are the images its backing chain goes through.
-	Disk      string    `json:"disk,omitempty"`
-	Layers    []string  `json:"layers,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
+	Disk   string   `json:"disk,omitempty"`
+	Layers []string `json:"layers,omitempty"`
+	// MergedFrom is set on a merge of a chain (merge.go): the image whose
+	// layer topped it. Such an image has only a disk, backed by the
+	// template's.
+	MergedFrom string    `json:"merged_from,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
 }
 
 func (n *Node) imagesDir() string         { return filepath.Join(n.opts.DataDir, "images") }

@@ -74,6 +74,9 @@ type Options struct {
 	// for each warm template used lately, so that a create takes one
 	// instead of starting a VMM (ready.go). 0: none.
 	ReadyVMs int
+	// DiskLayers is how many frozen layers a running sandbox's disk may
+	// stand on before the node merges them into one (merge.go). 0: never.
+	DiskLayers int
 	// ReadyWarmup are the execs a ready VM tries until one runs (default
 	// DefaultReadyWarmup).
 	ReadyWarmup [][]string
@@ -110,6 +113,7 @@ type Node struct {
 	// coldMu serialises moves of image RAM between tmpfs and disk.
 	coldMu sync.Mutex
 	ready  *readyPool
+	merger *merger
 }
 
 // op is one background operation on a sandbox; only one runs at a time.
@@ -146,6 +150,9 @@ func New(opts Options) *Node {
 		pinned:     map[string]int{},
 	}
 	n.ready = newReadyPool(n)
+	n.merger = newMerger(n)
+	n.wg.Add(1)
+	go n.merger.loop()
 	return n
 }
 

@@ -52,6 +52,9 @@ func (n *Node) Recover(ctx context.Context) error {
 			}
 		}
 		n.recoverOne(ctx, r, h, alive)
+		if alive {
+			n.mergeLater(r.ID, len(r.Layers))
+		}
 	}
 	n.recoverNetwork(rows)
 	n.sweepDirs(ctx, live)
