@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -11,6 +14,8 @@ import (
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/internal/procscan"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/internal/store/sqlite"
 	"github.com/zeish/zeish/sandbox"
 	zeish "github.com/zeish/zeish/sdk/go"
 )
@@ -25,7 +30,9 @@ import (
 // sandbox runs on with its memory and disk, and nothing of the capture is
 // left (the harness checks no process, image or RAM file outlives the test).
 func TestForkTree(t *testing.T) {
-	s := startServer(t)
+	// One frozen layer at most: every re-forked sandbox has its disk
+	// layers merged (node/merge.go), at every level.
+	s := startServer(t, "ZEISH_DISK_LAYERS=1")
 	ctx := ctxFor(t, 20*time.Minute)
 	c := s.client
 
@@ -51,18 +58,25 @@ func TestForkTree(t *testing.T) {
 		sum, _, _ := strings.Cut(shell(t, n.conn, "md5sum /dev/shm/m"+strconv.Itoa(level)), " ")
 		return sum
 	}
-	// writeBlob fills /dev/shm/m<level> (tmpfs: guest RAM) in n with fresh
-	// random bytes and records their md5.
-	writeBlob := func(n *node, level int) {
+	// setBlob makes /dev/shm/m<level> (tmpfs: guest RAM) in n what cmd
+	// writes, with a copy on disk (/root/d<level>, synced: it goes into
+	// the disk layers a fork freezes and merges), and records its md5.
+	setBlob := func(n *node, level int, cmd string) {
 		t.Helper()
-		shell(t, n.conn, "head -c 4000000 /dev/urandom > /dev/shm/m"+strconv.Itoa(level))
+		l := strconv.Itoa(level)
+		shell(t, n.conn, cmd+" > /dev/shm/m"+l+" && cp /dev/shm/m"+l+" /root/d"+l+" && sync")
 		n.blobs[level] = md5Of(n, level)
 	}
+	writeBlob := func(n *node, level int) { setBlob(n, level, "head -c 4000000 /dev/urandom") }
 	requireBlobs := func(n *node) {
 		t.Helper()
 		for level, want := range n.blobs {
 			if got := md5Of(n, level); got != want {
 				t.Errorf("%s: /dev/shm/m%d md5 %s, want %s", n.sb.Name, level, got, want)
+			}
+			sum, _, _ := strings.Cut(shell(t, n.conn, "md5sum /root/d"+strconv.Itoa(level)), " ")
+			if sum != want {
+				t.Errorf("%s: /root/d%d md5 %s, want %s", n.sb.Name, level, sum, want)
 			}
 		}
 	}
@@ -93,8 +107,7 @@ func TestForkTree(t *testing.T) {
 		}
 		// What the parent writes from now on is its own.
 		for level := range parent.blobs {
-			shell(t, parent.conn, "echo changed > /dev/shm/m"+strconv.Itoa(level))
-			parent.blobs[level] = md5Of(parent, level)
+			setBlob(parent, level, "echo changed-"+name)
 		}
 		requireBlobs(child)
 		return child
@@ -126,6 +139,12 @@ func TestForkTree(t *testing.T) {
 	writeBlob(n3, 3)
 	n4 := fork(n3, "tree-4") // depth 4
 	for _, n := range []*node{n1, n2, n3, n4} {
+		requireBlobs(n)
+	}
+	// The deep ones stand on one merged layer, and the merge holds what
+	// every ancestor wrote to disk.
+	for _, n := range []*node{n2, n3, n4} {
+		requireMerged(t, s, n.sb.ID)
 		requireBlobs(n)
 	}
 
@@ -229,5 +248,71 @@ func TestForkTree(t *testing.T) {
 		// It forks again, and its child has everything.
 		n6 := fork(n4, "tree-after-crash")
 		requireBlobs(n6)
+
+		// Zeishd killed while the fork's layers are merged (the fork
+		// returns once the parent is captured; its merge starts then).
+		t.Log("zeishd killed while disk layers are merged")
+		n7 := fork(n6, "tree-merge-crash")
+		s.remember()
+		s.zeishd.Kill()
+		s.start()
+		for _, n := range []*node{n6, n7} {
+			if got, err := c.WaitSandbox(ctx, n.sb.ID, api.WaitRequest{State: sandbox.StateRunning, TimeoutSeconds: 120}); err != nil || got.State != sandbox.StateRunning {
+				t.Fatalf("after the crash: %+v %v", got, err)
+			}
+			n.conn = connect(t, c, n.sb.ID)
+			requireCounting(t, n.conn, started)
+			requireMerged(t, s, n.sb.ID)
+			requireBlobs(n)
+		}
+		requireBlobs(fork(n7, "tree-after-merge-crash"))
 	}
+}
+
+// requireMerged waits until sandbox id stands on one merged disk layer
+// (node/merge.go): its record lists one image, a merge, and its overlay's
+// header names that image's layer.
+func requireMerged(t *testing.T, s *server, id string) {
+	t.Helper()
+	var last string
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		r := storedSandbox(t, s, id)
+		if len(r.Layers) != 1 {
+			last = fmt.Sprintf("layers %v", r.Layers)
+			continue
+		}
+		layer := filepath.Join(s.dataDir, "images", r.Layers[0], "disk.qcow2")
+		var meta struct {
+			MergedFrom string `json:"merged_from"`
+		}
+		if b, err := os.ReadFile(filepath.Join(s.dataDir, "images", r.Layers[0], "image.json")); err != nil || json.Unmarshal(b, &meta) != nil || meta.MergedFrom == "" {
+			last = fmt.Sprintf("layer %s is no merge (%v)", r.Layers[0], err)
+			continue
+		}
+		out, err := exec.Command("qemu-img", "info", "-U", "--output=json", r.Disk).Output()
+		var info struct {
+			Backing string `json:"backing-filename"`
+		}
+		if err != nil || json.Unmarshal(out, &info) != nil || info.Backing != layer {
+			last = fmt.Sprintf("overlay %s backed by %q (%v), want %s", r.Disk, info.Backing, err, layer)
+			continue
+		}
+		return
+	}
+	t.Fatalf("%s never stood on one merged layer: %s", id, last)
+}
+
+// storedSandbox reads sandbox id's record from zeishd's store.
+func storedSandbox(t *testing.T, s *server, id string) *store.SandboxRecord {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(s.dataDir, "zeish.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	r, err := st.GetSandbox(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
