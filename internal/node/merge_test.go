@@ -1,10 +1,12 @@
 package node
 
 import (
+	"os"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm/vmmfake"
 )
@@ -36,9 +38,9 @@ func (h *harness) requireOn(id, layer string) {
 
 // TestMergeLayers: with at most one frozen layer allowed, a child of a
 // child stands on two, and so does its parent; both move onto one merge
-// of them over the template's disk (one merge for the siblings), which a
-// later capture stands on, a restart keeps, and a delete of everything
-// collects.
+// of them over the template's disk (one merge for the siblings); a crash
+// between the record's two writes is finished at restart; a later capture
+// stands on the merge; a delete of everything collects it.
 func TestMergeLayers(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.DiskLayers = 1 })
 	root := h.create("root", sandbox.StateRunning)
@@ -66,6 +68,26 @@ func TestMergeLayers(t *testing.T) {
 	}
 	if l := h.get(root.ID).Layers; len(l) != 1 || l[0] == merged {
 		t.Errorf("the root stands on %v: it had one layer and nothing to merge", l)
+	}
+	h.requireConsistent()
+
+	// zeishd dies between the record's two writes, with the overlay still
+	// on the old chain: the restarted node finishes the move onto the same
+	// merge, without merging again.
+	old := []string{h.get(root.ID).Layers[0], meta.MergedFrom, merged}
+	if _, err := h.st.UpdateSandbox(h.ctx, kid.ID, func(cur *store.SandboxRecord) error {
+		cur.Layers = old
+		return os.WriteFile(cur.Disk, []byte("overlay of "+h.n.layerPath(meta.MergedFrom)+"\n"), 0o600)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h.restart()
+	if l := h.waitLayers(kid.ID, 1); l[0] != merged {
+		t.Errorf("after the restart the kid stands on %v, want %s", l, merged)
+	}
+	h.requireOn(kid.ID, merged)
+	if n := h.drv.Calls(vmmfake.OpMerge); n != 1 {
+		t.Errorf("%d merges after the restart, want the one before", n)
 	}
 	h.requireConsistent()
 
