@@ -45,7 +45,7 @@ type merger struct {
 	// failed are the sandbox, top layer pairs whose merge or rebase failed:
 	// not tried again until the sandbox stands on another top.
 	failed map[[2]string]bool
-	loaded bool              // merged holds the merges on disk too
+	loaded bool // merged holds the merges on disk too
 }
 
 func newMerger(n *Node) *merger {
