@@ -61,11 +61,17 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 	if err != nil || downtimeMS < 1 {
 		return nil, fmt.Errorf("ZEISH_LIVE_DOWNTIME_MS: want milliseconds ≥ 1, got %q", os.Getenv("ZEISH_LIVE_DOWNTIME_MS"))
 	}
+	// Disk files through io_uring where it works (vmm/qemu/aio.go), or QEMU's threads.
+	diskAIO := env("ZEISH_DISK_AIO", "auto")
+	if diskAIO != "auto" && diskAIO != "threads" {
+		return nil, fmt.Errorf("ZEISH_DISK_AIO: want auto (io_uring where it works) or threads, got %q", diskAIO)
+	}
 	driver, err := qemu.New(qemu.Options{Accel: vmm.Accel(env("ZEISH_ACCEL", "")), TCGTBSizeMiB: tbMiB, CloneTCGTBSizeMiB: cloneTBMiB,
 		ProbeKernel: kernel, AccelCache: filepath.Join(dataDir, accelCacheName),
 		Confine: confine, VMUser: os.Getenv("ZEISH_VM_USER"), NoSeccomp: env("ZEISH_SECCOMP", "on") == "off",
 		CgroupsOptional: env("ZEISH_CGROUPS", "required") == "optional", Logger: log,
-		NoInflate: env("ZEISH_FORK_INFLATE", "on") == "off", LiveDowntimeMS: downtimeMS})
+		NoInflate: env("ZEISH_FORK_INFLATE", "on") == "off", LiveDowntimeMS: downtimeMS,
+		ThreadsAIO: diskAIO == "threads"})
 	if err != nil {
 		return nil, err
 	}

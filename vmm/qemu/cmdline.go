@@ -36,6 +36,7 @@ type launchConfig struct {
 	Initrd     string
 	KernelArgs string
 	Disk       string
+	DiskAIO    string // aio of Disk's file node; "": QEMU's default
 	MAC        string
 	// TAPFD, when > 0, is the fd (in QEMU) of a queue of the VM's TAP; NoNIC
 	// leaves the network card out. Neither: a user-mode card with no way out.
@@ -62,6 +63,14 @@ type launchConfig struct {
 // its filter is in place before -daemonize forks and before -run-with
 // changes to the VM user. Confinement (user, chroot, cgroup) covers those.
 const sandboxArg = "on,obsolete=deny,resourcecontrol=deny"
+
+// aioOpt is the ",aio=…" of a -blockdev file node ("" for the default).
+func aioOpt(aio string) string {
+	if aio == "" {
+		return ""
+	}
+	return ",aio=" + aio
+}
 
 // nameArg is the value of -name. Alive matches it exactly in /proc/<pid>/cmdline.
 func nameArg(tag string) string { return tag + ",process=" + tag }
@@ -119,7 +128,7 @@ func buildArgs(c launchConfig) []string {
 		nic += ",mac=" + c.MAC
 	}
 	args = append(args,
-		"-blockdev", "driver=file,node-name="+diskFileNode+",filename="+c.Disk,
+		"-blockdev", "driver=file,node-name="+diskFileNode+",filename="+c.Disk+aioOpt(c.DiskAIO),
 		"-blockdev", "driver=qcow2,node-name="+diskNode+",file="+diskFileNode,
 		"-device", "virtio-blk-pci,drive="+diskNode+",id=vda",
 		"-chardev", qmpChardevArg(c.QMPSocket),

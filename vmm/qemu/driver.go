@@ -67,7 +67,10 @@ type Options struct {
 	// means more pre-copy passes and less left for the pass that runs with
 	// the guest stopped.
 	LiveDowntimeMS int
-	Logger         *slog.Logger
+	// ThreadsAIO opens disk files with QEMU's default thread pool even where
+	// io_uring works (aio.go; for the bench's comparison).
+	ThreadsAIO bool
+	Logger     *slog.Logger
 }
 
 // Driver runs VMs as QEMU processes on this host.
@@ -93,6 +96,7 @@ type Driver struct {
 	inflated       inflations
 
 	seccomp bool
+	aio     string // aio of the file nodes the driver names (aio.go); "": QEMU's default
 
 	afterLaunch func() // test hook: runs once QEMU has daemonized
 }
@@ -153,6 +157,9 @@ func New(opts Options) (*Driver, error) {
 	if d.accel, err = ChooseAccel(context.Background(), AccelOptions{Requested: opts.Accel, QEMUPath: d.qemuPath,
 		Kernel: opts.ProbeKernel, CacheFile: opts.AccelCache, Reprobe: opts.Reprobe}); err != nil {
 		return nil, err
+	}
+	if !opts.ThreadsAIO && probeIOUring(d.qemuPath, d.seccomp) {
+		d.aio = aioIOUring
 	}
 	if opts.Confine {
 		name := opts.VMUser

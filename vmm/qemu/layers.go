@@ -214,8 +214,8 @@ func (d *Driver) Rebase(ctx context.Context, h *vmm.Handle, layer string) error 
 		}
 		if err := m.execute(ctx, "blockdev-add", map[string]any{
 			"driver": "qcow2", "node-name": node, "read-only": true, "backing": baseNode,
-			"file": map[string]any{"driver": "file", "node-name": node + fileNodeSuffix, "filename": d.guestPath(h, link),
-				"read-only": true}}, nil); err != nil {
+			"file": d.fileNode(map[string]any{"driver": "file", "node-name": node + fileNodeSuffix, "filename": d.guestPath(h, link),
+				"read-only": true})}, nil); err != nil {
 			return fmt.Errorf("open merged layer: %w", err)
 		}
 		// Every option the overlay was opened with, and the new backing.

@@ -425,7 +425,7 @@ func (s *switchover) run(ctx context.Context) func(m *monitor) error {
 		// switch-over only the graph changes.
 		if err := m.execute(ctx, "blockdev-add", map[string]any{
 			"driver": "qcow2", "node-name": s.nextNode, "backing": nil,
-			"file": map[string]any{"driver": "file", "node-name": s.nextNode + fileNodeSuffix, "filename": s.nextFile}}, nil); err != nil {
+			"file": s.d.fileNode(map[string]any{"driver": "file", "node-name": s.nextNode + fileNodeSuffix, "filename": s.nextFile})}, nil); err != nil {
 			return fmt.Errorf("open next overlay: %w", err)
 		}
 		if err := m.execute(ctx, "migrate", map[string]any{"uri": s.uri}, nil); err != nil {

@@ -226,6 +226,7 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback.Stack, spec vmm.Sp
 		Initrd:        spec.Initrd,
 		KernelArgs:    spec.KernelArgs,
 		Disk:          h.Disk,
+		DiskAIO:       d.aio,
 		MAC:           mac,
 		TAPFD:         tapFD,
 		NoNIC:         spec.NoNIC,
