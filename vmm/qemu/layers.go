@@ -236,6 +236,16 @@ func (d *Driver) Rebase(ctx context.Context, h *vmm.Handle, layer string) error 
 	})
 	if !switched {
 		os.Remove(link) // the VMM holds it only once it is the backing
+		return err
+	}
+	// The layers under the old backing are closed now, earlier merges
+	// included: their names would only keep their files on disk.
+	if olds, _ := filepath.Glob(filepath.Join(h.Spec.Dir, layerLinkPrefix+"*.qcow2")); len(olds) > 0 {
+		for _, p := range olds {
+			if p != link {
+				os.Remove(p)
+			}
+		}
 	}
 	return err
 }

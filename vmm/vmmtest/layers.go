@@ -90,6 +90,30 @@ func testMergedLayers(t *testing.T, d vmm.Driver, newSpec func(t *testing.T) vmm
 	if err := os.Remove(second); err != nil {
 		t.Fatal(err)
 	}
+	// A second merge and move: the first merge is no longer needed by the VM.
+	_, third := capture()
+	again := filepath.Join(t.TempDir(), "merged-again.qcow2")
+	if err := d.MergeLayers(ctx, third, base, again); err != nil {
+		t.Fatalf("MergeLayers again: %v", err)
+	}
+	if err := d.Rebase(ctx, h, again); err != nil {
+		t.Fatalf("Rebase again: %v", err)
+	}
+	// Nothing in the VM's folder keeps the first merge's file alive.
+	firstMerge, err := os.Stat(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	filepath.WalkDir(h.Spec.Dir, func(p string, e os.DirEntry, err error) error {
+		if fi, serr := os.Stat(p); err == nil && serr == nil && os.SameFile(fi, firstMerge) {
+			t.Errorf("%s still names the merge the VM left", p)
+		}
+		return nil
+	})
+	if err := os.Remove(out); err != nil {
+		t.Fatal(err)
+	}
+	out = again
 	img, frozen := capture()
 	if b, err := d.DiskBacking(frozen); err != nil || b != out {
 		t.Fatalf("the next frozen layer is backed by %q (%v), want %s", b, err, out)
