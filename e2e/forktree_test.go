@@ -249,23 +249,41 @@ func TestForkTree(t *testing.T) {
 		n6 := fork(n4, "tree-after-crash")
 		requireBlobs(n6)
 
-		// Zeishd killed while the fork's layers are merged (the fork
-		// returns once the parent is captured; its merge starts then).
+		// Zeishd killed while disk layers are merged: a snapshot puts n6 on
+		// one layer too many; 64 MiB written since make the merge last.
 		t.Log("zeishd killed while disk layers are merged")
-		n7 := fork(n6, "tree-merge-crash")
+		shell(t, n6.conn, "yes zeish-merge | head -c 64000000 > /root/big && sync")
+		big := shell(t, n6.conn, "md5sum < /root/big")
+		snapshot(n6, "before-merge-crash")
+		merging := ""
+		for deadline := time.Now().Add(time.Minute); merging == "" && time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+			if m, _ := filepath.Glob(filepath.Join(s.dataDir, "images", "*", ".merge-*")); len(m) > 0 {
+				merging = m[0]
+			}
+		}
+		if merging == "" {
+			t.Fatal("no merge started after the snapshot")
+		}
 		s.remember()
 		s.zeishd.Kill()
 		s.start()
-		for _, n := range []*node{n6, n7} {
-			if got, err := c.WaitSandbox(ctx, n.sb.ID, api.WaitRequest{State: sandbox.StateRunning, TimeoutSeconds: 120}); err != nil || got.State != sandbox.StateRunning {
-				t.Fatalf("after the crash: %+v %v", got, err)
-			}
-			n.conn = connect(t, c, n.sb.ID)
-			requireCounting(t, n.conn, started)
-			requireMerged(t, s, n.sb.ID)
-			requireBlobs(n)
+		if got, err := c.WaitSandbox(ctx, n6.sb.ID, api.WaitRequest{State: sandbox.StateRunning, TimeoutSeconds: 120}); err != nil || got.State != sandbox.StateRunning {
+			t.Fatalf("after the crash: %+v %v", got, err)
 		}
-		requireBlobs(fork(n7, "tree-after-merge-crash"))
+		n6.conn = connect(t, c, n6.sb.ID)
+		requireCounting(t, n6.conn, started)
+		requireMerged(t, s, n6.sb.ID)
+		requireBlobs(n6)
+		if got := shell(t, n6.conn, "md5sum < /root/big"); got != big {
+			t.Errorf("after the crash /root/big md5 %s, want %s", got, big)
+		}
+		if _, err := os.Stat(filepath.Dir(merging)); !os.IsNotExist(err) {
+			t.Errorf("the cut merge's folder is left: %v", err)
+		}
+		n7 := fork(n6, "tree-after-merge-crash")
+		if got := shell(t, n7.conn, "md5sum < /root/big"); got != big {
+			t.Errorf("the fork after the crash: /root/big md5 %s, want %s", got, big)
+		}
 	}
 }
 
