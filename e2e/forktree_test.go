@@ -254,7 +254,10 @@ func TestForkTree(t *testing.T) {
 		t.Log("zeishd killed while disk layers are merged")
 		shell(t, n6.conn, "yes zeish-merge | head -c 64000000 > /root/big && sync")
 		big := shell(t, n6.conn, "md5sum < /root/big")
-		snapshot(n6, "before-merge-crash")
+		// The merge starts as the snapshot returns: look at once.
+		if _, err := c.CreateSnapshot(ctx, n6.sb.ID, zeish.CreateSnapshotRequest{Name: "before-merge-crash"}); err != nil {
+			t.Fatal(err)
+		}
 		merging := ""
 		for deadline := time.Now().Add(time.Minute); merging == "" && time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
 			if m, _ := filepath.Glob(filepath.Join(s.dataDir, "images", "*", ".merge-*")); len(m) > 0 {
