@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
 )
 
 // TestDiskAIO: where io_uring works (the driver's probe), a VM opens its
