@@ -147,10 +147,9 @@ func readdress(r *rtnl, index int32, dev, cidr, gw string) error {
 		}
 		route = defaultRouteMsg(index, ip)
 	}
-	var then []*nlMsg
-	if cidr != "" && !slices.Contains(have, want) {
-		var first []*nlMsg
-		if slices.ContainsFunc(have, func(a netip.Prefix) bool { return a.Bits() == want.Bits() && a.Masked() == want.Masked() }) {
+	var first, then []*nlMsg
+	if cidr != "" {
+		if slices.ContainsFunc(have, func(a netip.Prefix) bool { return a != want && a.Bits() == want.Bits() && a.Masked() == want.Masked() }) {
 			// The new address shares an old one's subnet (a node without
 			// networking gives every guest a /16 of 10.88/16): it is then
 			// a secondary, which the kernel deletes together with the
@@ -158,11 +157,20 @@ func readdress(r *rtnl, index int32, dev, cidr, gw string) error {
 			// is a subnet of its own: nothing to set.)
 			first = append(first, promoteSecondariesMsg(index))
 		}
-		if err := r.do(append(first, newAddrMsg(index, want))...); err != nil {
-			return fmt.Errorf("%s address %s: %w", dev, cidr, err)
+		if !slices.Contains(have, want) {
+			first = append(first, newAddrMsg(index, want))
 		}
 		for _, a := range have {
-			then = append(then, delAddrMsg(index, a))
+			if a != want {
+				then = append(then, delAddrMsg(index, a))
+			}
+		}
+	}
+	if len(first) > 0 {
+		// Apart from the removals: a failed add must leave the old
+		// address in place.
+		if err := r.do(first...); err != nil {
+			return fmt.Errorf("%s address %s: %w", dev, cidr, err)
 		}
 	}
 	if route != nil {

@@ -222,3 +222,38 @@ func TestSetNetworkReaddressesWithinASubnet(t *testing.T) {
 		}
 	})
 }
+
+// The asked-for address is the card's only one even when it is there
+// already: others (added in the guest, left by an earlier failure) go,
+// and the default route still goes via the gateway.
+func TestSetNetworkDropsOtherAddresses(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testskip.Skip(t, "needs root for a network namespace")
+	}
+	inVethNetns(t, []string{"peer0"}, func(link netlink.Link) {
+		var nc netconf
+		defer nc.close()
+		n := Network{Interface: "eth0", Address: "198.18.0.6/30", Gateway: "198.18.0.5"}
+		if err := nc.set(n); err != nil {
+			t.Errorf("set: %v", err)
+			return
+		}
+		for _, extra := range []string{"198.19.7.7/24", "198.18.0.5/30"} { // another subnet; the same /30
+			if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: mustNet(t, extra)}); err != nil {
+				t.Errorf("add %s: %v", extra, err)
+				return
+			}
+		}
+		if err := nc.set(n); err != nil {
+			t.Errorf("set again: %v", err)
+			return
+		}
+		addrs, _ := netlink.AddrList(link, netlink.FAMILY_V4)
+		if len(addrs) != 1 || addrs[0].IPNet.String() != "198.18.0.6/30" {
+			t.Errorf("addresses %v, want 198.18.0.6/30 alone", addrs)
+		}
+		if !hasRoute(t, "0.0.0.0/0 via 198.18.0.5") {
+			t.Error("no default route via 198.18.0.5")
+		}
+	})
+}

@@ -17,7 +17,7 @@ import (
 // by hand. A fork child runs this in a QEMU whose translation cache is
 // empty, so every guest instruction it executes for the first time is
 // translated first; a general netlink library (handles, link and address
-// objects, reflection-free but large parsers) was most of the network
+// objects and their parsers) was most of the network
 // part of a fork's configuration call. This is all of it that is needed.
 
 // ipv4DevconfPromoteSecondaries is IPV4_DEVCONF_PROMOTE_SECONDARIES of
