@@ -72,9 +72,12 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 	if err := lab.Sealed(); err != nil {
 		return nil, err
 	}
-	iperf, err := iperfBundle()
-	if err != nil {
-		return nil, err
+	skip := func(part string) bool { return slices.Contains(strings.Split(e.opts.netSkip, ","), part) }
+	var iperf []guestFile
+	if !skip("iperf") {
+		if iperf, err = iperfBundle(); err != nil {
+			return nil, err
+		}
 	}
 	c, z, stop, err := e.labServer(ctx, lab)
 	if err != nil {
@@ -120,7 +123,7 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 		ids         []string  // the measured sandboxes, for their steps in zeishd's log
 	}
 	creates := map[bool]*samples{true: {}, false: {}}
-	for i := -e.opts.warmup; i < e.opts.runs; i++ {
+	for i := -e.opts.warmup; i < e.opts.runs && !skip("create"); i++ {
 		for _, withNet := range []bool{i%2 == 0, i%2 != 0} {
 			id, wait, total, err := create(withNet)
 			cpu, cerr := qemuCPU(z.Log.String(), id)
@@ -281,6 +284,9 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 		what       string
 		on, off, d series
 	}{{"create → first exec", sC, sCn, sDC}, {"clone → child's first exec", sF, sFn, sDF}} {
+		if len(g.d.Samples) == 0 {
+			continue // left out (-net-skip)
+		}
 		diff, spread := g.on.Median-g.off.Median, mad(g.d.Samples)
 		r.addGoal(goal{Name: fmt.Sprintf("networking's added cost to %s (difference of medians; met only if the paired differences' MAD, %s ms, is within the target too)", g.what, fmtNum(spread)),
 			Target: fmt.Sprintf("≤ %d ms", netGoalMS), Value: diff, Unit: "ms", Met: diff <= netGoalMS && spread <= netGoalMS})
@@ -288,17 +294,22 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 
 	// Host side of a link, measured alone: what create and fork pay in
 	// zeishd for networking, without the noise of whole VM boots.
-	attach, detach, err := linkCosts(ctx, e.opts.runs*10, benchRateBytes, benchRatePackets)
-	if err != nil {
-		return nil, err
+	if !skip("link") {
+		attach, detach, err := linkCosts(ctx, e.opts.runs*10, benchRateBytes, benchRatePackets)
+		if err != nil {
+			return nil, err
+		}
+		sAt, sDe := r.add(newSeries("link_attach_ready", "ms", attach)), r.add(newSeries("link_detach", "ms", detach))
+		lt := statTable("Host side of a sandbox's link (network.Manager in a lab namespace, ready links on)", "ms")
+		lt.Rows = append(lt.Rows,
+			statRow("take a ready link + its firewall, policers (one nftables transaction): create and fork pay this", sAt),
+			statRow("remove chain, sets and TAP: delete pays this", sDe),
+		)
+		r.Tables = append(r.Tables, lt)
 	}
-	sAt, sDe := r.add(newSeries("link_attach_ready", "ms", attach)), r.add(newSeries("link_detach", "ms", detach))
-	lt := statTable("Host side of a sandbox's link (network.Manager in a lab namespace, ready links on)", "ms")
-	lt.Rows = append(lt.Rows,
-		statRow("take a ready link + its firewall, policers (one nftables transaction): create and fork pay this", sAt),
-		statRow("remove chain, sets and TAP: delete pays this", sDe),
-	)
-	r.Tables = append(r.Tables, lt)
+	if skip("iperf") {
+		return r, nil
+	}
 
 	// Throughput: iperf3 from a zeish sandbox (uncapped) and from plain
 	// QEMU on a TAP, both up at once, their runs interleaved so load drift

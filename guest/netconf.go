@@ -8,13 +8,13 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"unsafe"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
-// Interface configuration by ioctl and netlink, not by running ip: under TCG
+// Interface configuration by ioctl and rtnetlink, not by running ip: under TCG
 // every process the agent starts costs tens of milliseconds, and this runs
 // in the critical path of every boot, fork and restore.
 
@@ -26,12 +26,8 @@ type ifreqHW struct {
 	_      [8]byte
 }
 
-func ifconfigSocket() (int, error) {
-	return unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-}
-
-// setLinkUp brings dev up or down.
-func setLinkUp(fd int, dev string, up bool) error {
+// setLinkDown takes dev down.
+func setLinkDown(fd int, dev string) error {
 	ifr, err := unix.NewIfreq(dev)
 	if err != nil {
 		return err
@@ -39,15 +35,34 @@ func setLinkUp(fd int, dev string, up bool) error {
 	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
 		return fmt.Errorf("%s flags: %w", dev, err)
 	}
-	flags := ifr.Uint16()
-	if up {
-		flags |= unix.IFF_UP
-	} else {
-		flags &^= unix.IFF_UP
-	}
-	ifr.SetUint16(flags)
+	ifr.SetUint16(ifr.Uint16() &^ unix.IFF_UP)
 	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("%s up=%v: %w", dev, up, err)
+		return fmt.Errorf("%s down: %w", dev, err)
+	}
+	return nil
+}
+
+// bringUp turns IPv6 off on dev and brings it up, unless it is up: then
+// this was done before (a fork child's card is up as its parent left it),
+// and setting the flags again is not free (virtio-net reprograms its
+// receive filter through its control queue).
+func bringUp(fd int, dev string) error {
+	ifr, err := unix.NewIfreq(dev)
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("%s flags: %w", dev, err)
+	}
+	if ifr.Uint16()&unix.IFF_UP != 0 {
+		return nil
+	}
+	if err := disableIPv6(dev); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("%s up: %w", dev, err)
 	}
 	return nil
 }
@@ -74,7 +89,7 @@ func changeMAC(fd int, dev, mac string) error {
 	copy(req.data[:], hw)
 	err = hwaddrIoctl(fd, unix.SIOCSIFHWADDR, &req)
 	if err == unix.EBUSY {
-		if err := setLinkUp(fd, dev, false); err != nil {
+		if err := setLinkDown(fd, dev); err != nil {
 			return err
 		}
 		err = hwaddrIoctl(fd, unix.SIOCSIFHWADDR, &req)
@@ -92,64 +107,81 @@ func hwaddrIoctl(fd int, req uint, r *ifreqHW) error {
 	return nil
 }
 
-// replaceIPv4 makes cidr dev's one IPv4 address. The new address goes on
-// before the old ones come off, by netlink: the link never loses its last
-// address, which makes the kernel flush every route and neighbour of the
-// link (SIOCSIFADDR and SIOCSIFNETMASK each did that, through a classful
-// mask in between). Under TCG every kernel path a fork child's
-// reconfiguration takes runs for the first time in its QEMU and is
-// translated first, so the fewer the better.
-func replaceIPv4(h *netlink.Handle, link netlink.Link, cidr string) error {
-	want, err := netlink.ParseIPNet(cidr)
-	if err != nil || want.IP.To4() == nil {
-		return fmt.Errorf("address %q: want an IPv4 CIDR", cidr)
-	}
-	have, err := h.AddrList(link, netlink.FAMILY_V4)
+// linkIndex is dev's interface index.
+func linkIndex(fd int, dev string) (int32, error) {
+	ifr, err := unix.NewIfreq(dev)
 	if err != nil {
-		return fmt.Errorf("%s addresses: %w", link.Attrs().Name, err)
+		return 0, err
 	}
-	found := false
-	for _, a := range have {
-		if a.IPNet.String() == want.String() {
-			found = true
-		}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFINDEX, ifr); err != nil {
+		return 0, fmt.Errorf("%s index: %w", dev, err)
 	}
-	if !found {
-		if err := h.AddrAdd(link, &netlink.Addr{IPNet: want}); err != nil {
-			return fmt.Errorf("%s address %s: %w", link.Attrs().Name, cidr, err)
-		}
-	}
-	if len(have) > 0 && !found {
-		// The new address may share the old one's subnet (a node without
-		// networking gives every guest a /16 of 10.88/16): it is then a
-		// secondary, which the kernel deletes together with the primary
-		// unless told to promote it.
-		if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+link.Attrs().Name+"/promote_secondaries", []byte("1"), 0o644); err != nil {
-			return fmt.Errorf("%s: promote secondaries: %w", link.Attrs().Name, err)
-		}
-	}
-	for _, a := range have {
-		if a.IPNet.String() == want.String() {
-			continue
-		}
-		if err := h.AddrDel(link, &a); err != nil {
-			return fmt.Errorf("%s remove address %s: %w", link.Attrs().Name, a.IPNet, err)
-		}
-	}
-	return nil
+	return int32(ifr.Uint32()), nil
 }
 
-// replaceDefaultRoute makes the IPv4 default route go via gw on link: one
-// replace, which also does for a fork child's route via its parent's
-// gateway.
-func replaceDefaultRoute(h *netlink.Handle, link netlink.Link, gw string) error {
-	ip, err := netip.ParseAddr(gw)
-	if err != nil || !ip.Is4() {
-		return fmt.Errorf("gateway %q: want an IPv4 address", gw)
+// readdress makes cidr dev's one IPv4 address and, when gw is set, the
+// default route go via gw, by rtnetlink (rtnl.go). The new address goes on
+// before the old ones come off: the link never loses its last address,
+// which makes the kernel flush every route and neighbour of the link
+// (SIOCSIFADDR and SIOCSIFNETMASK each did that, through a classful mask
+// in between). Under TCG every kernel and agent path a fork child's
+// reconfiguration takes runs for the first time in its QEMU and is
+// translated first, so the fewer the better: one socket, three writes.
+func readdress(r *rtnl, index int32, dev, cidr, gw string) error {
+	var want netip.Prefix
+	var have []netip.Prefix
+	if cidr != "" {
+		var err error
+		if want, err = netip.ParsePrefix(cidr); err != nil || !want.Addr().Is4() {
+			return fmt.Errorf("address %q: want an IPv4 CIDR", cidr)
+		}
+		if have, err = r.ipv4Addrs(index); err != nil {
+			return fmt.Errorf("%s addresses: %w", dev, err)
+		}
 	}
-	r := &netlink.Route{LinkIndex: link.Attrs().Index, Gw: net.IP(ip.AsSlice()), Family: netlink.FAMILY_V4}
-	if err := h.RouteReplace(r); err != nil {
-		return fmt.Errorf("default route via %s dev %s: %w", gw, link.Attrs().Name, err)
+	var route *nlMsg
+	if gw != "" {
+		ip, err := netip.ParseAddr(gw)
+		if err != nil || !ip.Is4() {
+			return fmt.Errorf("gateway %q: want an IPv4 address", gw)
+		}
+		route = defaultRouteMsg(index, ip)
+	}
+	var first, then []*nlMsg
+	if cidr != "" {
+		if slices.ContainsFunc(have, func(a netip.Prefix) bool { return a != want && a.Bits() == want.Bits() && a.Masked() == want.Masked() }) {
+			// The new address shares an old one's subnet (a node without
+			// networking gives every guest a /16 of 10.88/16): it is then
+			// a secondary, which the kernel deletes together with the
+			// primary unless told to promote it. (A fork child's new /30
+			// is a subnet of its own: nothing to set.)
+			first = append(first, promoteSecondariesMsg(index))
+		}
+		if !slices.Contains(have, want) {
+			first = append(first, newAddrMsg(index, want))
+		}
+		for _, a := range have {
+			if a != want {
+				then = append(then, delAddrMsg(index, a))
+			}
+		}
+	}
+	if len(first) > 0 {
+		// Apart from the removals: a failed add must leave the old
+		// address in place.
+		if err := r.do(first...); err != nil {
+			return fmt.Errorf("%s address %s: %w", dev, cidr, err)
+		}
+	}
+	if route != nil {
+		// One replace, which also does for a fork child's route via its
+		// parent's gateway.
+		then = append(then, route)
+	}
+	if len(then) > 0 {
+		if err := r.do(then...); err != nil {
+			return fmt.Errorf("%s: %w", dev, err)
+		}
 	}
 	return nil
 }

@@ -12,11 +12,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
 
-	"github.com/vishvananda/netlink"
 	"github.com/zeish/zeish/errdefs"
 	"golang.org/x/sys/unix"
 )
@@ -31,7 +31,8 @@ type system struct {
 }
 
 func realSystem() system {
-	return system{setTime: setClock, addEntropy: reseedRNG, setHostname: setHostname, setNetwork: setNetwork}
+	nc := &netconf{}
+	return system{setTime: setClock, addEntropy: reseedRNG, setHostname: setHostname, setNetwork: nc.set}
 }
 
 // configure is idempotent: it runs after every boot, fork and restore.
@@ -160,65 +161,84 @@ func setHostname(name string) error {
 	return os.WriteFile("/etc/hosts", []byte(strings.Join(out, "\n")+"\n"), 0o644)
 }
 
-// setNetwork gives the interface its MAC and turns its IPv6 off (ioctl and
-// sysctl), brings it up, sets its address and default route (netlink,
-// netconf.go), and writes resolv.conf.
-func setNetwork(n Network) error {
+// netconf configures the guest's network card; it keeps its rtnetlink
+// socket open between calls. A fork child inherits it with the rest of
+// its parent's memory and kernel: opening and binding a netlink socket is
+// kernel code that, run for the first time in the child's QEMU, costs
+// milliseconds of translation under TCG.
+type netconf struct {
+	mu sync.Mutex
+	r  *rtnl
+}
+
+// set gives the interface its MAC, turns its IPv6 off and brings it up if
+// it is down (ioctl and sysctl), sets its address and default route
+// (rtnetlink, netconf.go), and writes resolv.conf. A fork child's card is
+// already up with IPv6 off, as its parent left it: it changes the MAC,
+// the address and route, and resolv.conf.
+func (c *netconf) set(n Network) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.r == nil {
+		r, err := openRtnl()
+		if err != nil {
+			return err
+		}
+		c.r = r
+	}
+	err := setNetwork(c.r, n)
+	if err != nil {
+		// A socket that saw an error may hold answers nobody read.
+		c.r.Close()
+		c.r = nil
+	}
+	return err
+}
+
+// close closes the socket, for tests (sandboxd keeps it until it exits).
+func (c *netconf) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.r != nil {
+		c.r.Close()
+		c.r = nil
+	}
+}
+
+func setNetwork(r *rtnl, n Network) error {
 	dev := n.Interface
 	if dev == "" {
 		dev = "eth0"
 	}
-	fd, err := ifconfigSocket()
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
+	// The interface ioctls work on any socket: one socket for all of it.
 	if n.MAC != "" {
-		if err := changeMAC(fd, dev, n.MAC); err != nil {
+		if err := changeMAC(r.fd, dev, n.MAC); err != nil {
 			return err
 		}
 	}
-	if err := disableIPv6(dev); err != nil {
-		return err
-	}
-	if err := setLinkUp(fd, dev, true); err != nil {
+	if err := bringUp(r.fd, dev); err != nil {
 		return err
 	}
 	if n.Address != "" || n.Gateway != "" {
-		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+		index, err := linkIndex(r.fd, dev)
 		if err != nil {
-			return fmt.Errorf("netlink: %w", err)
+			return err
 		}
-		defer h.Close()
-		link, err := h.LinkByName(dev)
-		if err != nil {
-			return fmt.Errorf("%s: %w", dev, err)
-		}
-		if n.Address != "" {
-			if err := replaceIPv4(h, link, n.Address); err != nil {
-				return err
-			}
-		}
-		if n.Gateway != "" {
-			if err := replaceDefaultRoute(h, link, n.Gateway); err != nil {
-				return err
-			}
+		if err := readdress(r, index, dev, n.Address, n.Gateway); err != nil {
+			return err
 		}
 	}
 	if len(n.DNS) > 0 {
-		var b strings.Builder
-		for _, s := range n.DNS {
-			fmt.Fprintf(&b, "nameserver %s\n", s)
-		}
-		// By rename: a resolver reading it never sees it half written.
-		if err := os.WriteFile("/etc/resolv.conf.zeish", []byte(b.String()), 0o644); err != nil {
-			return err
-		}
-		if err := os.Rename("/etc/resolv.conf.zeish", "/etc/resolv.conf"); err != nil {
-			return err
+		if err := writeResolvConf(n.DNS); err != nil {
+			return fmt.Errorf("resolv.conf: %w", err)
 		}
 	}
 	return nil
+}
+
+// writeResolvConf makes /etc/resolv.conf name servers (resolvconf.go).
+func writeResolvConf(servers []string) error {
+	return updateResolvConf("/etc/resolv.conf", servers)
 }
 
 func (s *Server) info() (Info, error) {
