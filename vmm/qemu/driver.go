@@ -67,6 +67,11 @@ type Options struct {
 	// means more pre-copy passes and less left for the pass that runs with
 	// the guest stopped.
 	LiveDowntimeMS int
+	// LiveSerialPrep prepares a live capture as before docs/fork.md's
+	// "re-fork → first exec" work, for the bench's comparison: the receiver
+	// launched only after the disk swap is prepared, and the migration
+	// relayed through zeishd instead of straight into the receiver's socket.
+	LiveSerialPrep bool
 	Logger         *slog.Logger
 }
 
@@ -89,6 +94,7 @@ type Driver struct {
 	// liveDowntimeMS is the downtime-limit of live captures: QEMU switches
 	// over once it expects to send what is left in that long.
 	liveDowntimeMS int
+	liveSerialPrep bool // Options.LiveSerialPrep
 	inflateMu      sync.Mutex
 	inflated       inflations
 
@@ -120,6 +126,7 @@ func New(opts Options) (*Driver, error) {
 		seccomp:        !opts.NoSeccomp,
 		noInflate:      opts.NoInflate,
 		liveDowntimeMS: cmp.Or(opts.LiveDowntimeMS, defaultLiveDowntimeMS),
+		liveSerialPrep: opts.LiveSerialPrep,
 		inflated:       inflations{users: map[string]map[string]bool{}},
 		log:            opts.Logger,
 	}

@@ -3,6 +3,7 @@ package qemu
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -122,11 +123,7 @@ func (d *Driver) CaptureLive(ctx context.Context, h *vmm.Handle, dir string, swa
 		}
 	})
 	defer waitInflated()
-	tmpNext, err := d.prepareSwap(ctx, &undo, h, swap)
-	if err != nil {
-		return nil, 0, err
-	}
-	rh, err := d.launchReceiver(ctx, &undo, h, dir, img.MemFile)
+	tmpNext, rh, err := d.prepareLive(ctx, &undo, h, dir, img.MemFile, swap)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -134,14 +131,11 @@ func (d *Driver) CaptureLive(ctx context.Context, h *vmm.Handle, dir string, swa
 	waitInflated()
 	inflatedAt := time.Now()
 	relaySock := filepath.Join(h.Spec.Dir, relaySockName)
-	relay, err := newRelay(relaySock, migrateSocket(rh))
+	closeStream, err := d.streamInto(relaySock, migrateSocket(rh))
 	if err != nil {
 		return nil, 0, err
 	}
-	defer relay.close()
-	if err := d.confine.own(relaySock); err != nil {
-		return nil, 0, err
-	}
+	defer closeStream()
 	sw := switchover{d: d, h: h, uri: "unix:" + d.guestPath(h, relaySock), nextFile: d.guestPath(h, tmpNext), nextNode: nextNodeName(tmpNext)}
 	if err := d.withMonitor(ctx, h.QMPSocket, sw.run(ctx)); err != nil {
 		if sw.swapped {
@@ -167,10 +161,67 @@ func (d *Driver) CaptureLive(ctx context.Context, h *vmm.Handle, dir string, swa
 		"last_pass_ms", sw.completed.Sub(sw.swappedAt).Milliseconds(),
 		"cont_ms", sw.resumed.Sub(sw.completed).Milliseconds(), "cont_retries", sw.contRetries, "chain", sw.chain,
 		"passes", sw.passes, "downtime_limit_ms", sw.downtime,
-		"copy_ms", copied.Sub(began).Milliseconds(), "inflate_wait_ms", inflatedAt.Sub(prepared).Milliseconds(),
-		"save_ms", time.Since(copied).Milliseconds(),
+		"copy_ms", copied.Sub(began).Milliseconds(), "prepare_ms", prepared.Sub(began).Milliseconds(),
+		"inflate_wait_ms", inflatedAt.Sub(prepared).Milliseconds(), "migrate_ms", copied.Sub(inflatedAt).Milliseconds(),
+		"save_ms", time.Since(copied).Milliseconds(), "image_mib", allocatedMiB(img.MemFile),
 		"multifd", d.liveMultifd(), "old_disk", oldDisk, "disk", h.Disk)
 	return img, sw.pause, nil
+}
+
+// prepareLive prepares the disk swap and launches the receiver. The
+// receiver's launch (QEMU's start-up, 250–450 ms here) and the disk's
+// preparation (two qemu-img runs) do not depend on each other: side by
+// side, the copy starts sooner, and so do the children, who wait for it.
+func (d *Driver) prepareLive(ctx context.Context, undo *rollback.Stack, h *vmm.Handle, dir, memFile string, swap vmm.DiskSwap) (tmpNext string, rh *vmm.Handle, err error) {
+	if d.liveSerialPrep {
+		if tmpNext, err = d.prepareSwap(ctx, undo, h, swap); err != nil {
+			return "", nil, err
+		}
+		rh, err = d.launchReceiver(ctx, undo, h, dir, memFile)
+		return tmpNext, rh, err
+	}
+	var rundo rollback.Stack
+	var rerr error
+	launched := make(chan struct{})
+	go func() {
+		defer close(launched)
+		rh, rerr = d.launchReceiver(ctx, &rundo, h, dir, memFile)
+	}()
+	tmpNext, err = d.prepareSwap(ctx, undo, h, swap)
+	<-launched
+	undo.Add(rundo.Run) // the receiver goes first, as when launched second
+	if err = errors.Join(err, rerr); err != nil {
+		return "", nil, err
+	}
+	return tmpNext, rh, nil
+}
+
+// streamInto makes sock, in the source's folder, a way into the receiver's
+// listening socket target, and returns what removes it. A hard link of
+// target does it (a unix socket is found by its inode, and both VMMs run as
+// the same user), so the migration goes straight from one QEMU to the other;
+// before, zeishd relayed every byte of the copy through its own buffers,
+// one more copy of all non-zero guest RAM competing for the host's cores.
+// Where a link cannot be made (folders on different filesystems), or with
+// Options.LiveSerialPrep, zeishd relays.
+func (d *Driver) streamInto(sock, target string) (func(), error) {
+	os.Remove(sock)
+	if !d.liveSerialPrep {
+		err := os.Link(target, sock)
+		if err == nil {
+			return func() { os.Remove(sock) }, nil
+		}
+		d.log.Debug("live capture relayed: no link to the receiver's socket", "err", err)
+	}
+	relay, err := newRelay(sock, target)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.confine.own(sock); err != nil {
+		relay.close()
+		return nil, err
+	}
+	return relay.close, nil
 }
 
 // prepareSwap links h's overlay as swap.Frozen and makes the next overlay,
