@@ -70,7 +70,7 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 		Confine: confine, VMUser: os.Getenv("ZEISH_VM_USER"), NoSeccomp: env("ZEISH_SECCOMP", "on") == "off",
 		CgroupsOptional: env("ZEISH_CGROUPS", "required") == "optional", Logger: log,
 		NoInflate: env("ZEISH_FORK_INFLATE", "on") == "off", LiveDowntimeMS: downtimeMS,
-		LiveSerialPrep: env("ZEISH_LIVE_PREP", "parallel") == "serial"})
+		LiveSerialPrep: env("ZEISH_LIVE_PREP", "parallel") == "serial", LiveDirect: env("ZEISH_LIVE_STREAM", "relay") == "direct"})
 	if err != nil {
 		return nil, err
 	}

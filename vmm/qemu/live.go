@@ -197,23 +197,24 @@ func (d *Driver) prepareLive(ctx context.Context, undo *rollback.Stack, h *vmm.H
 }
 
 // streamInto makes sock, in the source's folder, a way into the receiver's
-// listening socket target, and returns what removes it. A hard link of
-// target does it (a unix socket is found by its inode, and both VMMs run as
-// the same user), so the migration goes straight from one QEMU to the other;
-// before, zeishd relayed every byte of the copy through its own buffers,
-// one more copy of all non-zero guest RAM competing for the host's cores.
-// Where a link cannot be made (folders on different filesystems), or with
-// Options.LiveSerialPrep, zeishd relays.
+// listening socket target (VMMs are chrooted in their own folders), and
+// returns what removes it. By default zeishd relays, reading ahead of the
+// receiver (copyAhead) so that the source's last pass, and so its pause,
+// does not wait for the receiver's writes. With Options.LiveDirect sock is
+// a hard link of target (a unix socket is found by its inode, and both
+// VMMs run as the same user): no copy through zeishd, a shorter migration,
+// but the last pass waits for the receiver (docs/fork.md). A link that
+// cannot be made (folders on different filesystems) falls back to the relay.
 func (d *Driver) streamInto(sock, target string) (func(), error) {
 	os.Remove(sock)
-	if !d.liveSerialPrep {
+	if d.liveDirect {
 		err := os.Link(target, sock)
 		if err == nil {
 			return func() { os.Remove(sock) }, nil
 		}
 		d.log.Debug("live capture relayed: no link to the receiver's socket", "err", err)
 	}
-	relay, err := newRelay(sock, target)
+	relay, err := newRelay(sock, target, !d.liveSerialPrep)
 	if err != nil {
 		return nil, err
 	}

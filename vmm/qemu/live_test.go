@@ -3,6 +3,9 @@ package qemu
 import (
 	"bytes"
 	"context"
+	"io"
+	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -131,6 +134,28 @@ func TestLiveCaptureOfAClone(t *testing.T) {
 		}
 		return child, cc
 	}
+	// A capture whose disk swap cannot be prepared (the frozen layer's
+	// folder is missing) fails while its receiver is being launched beside
+	// it: nothing of the receiver is left, and the source runs on, on its disk.
+	bad := t.TempDir()
+	disk := src.Disk
+	badSwap := vmm.DiskSwap{Frozen: filepath.Join(bad, "missing", "layer.qcow2"), Next: filepath.Join(filepath.Dir(src.Disk), "next-"+randomHex(3)+".qcow2")}
+	if _, _, err := d.CaptureLive(ctx, src, bad, badSwap); err == nil {
+		t.Fatal("CaptureLive with a disk swap that cannot be made: no error")
+	}
+	if src.Disk != disk {
+		t.Errorf("after a failed capture the source writes %s, want %s", src.Disk, disk)
+	}
+	if pids := findTagged(idOf(receiverHandle(src, bad))); len(pids) > 0 {
+		t.Errorf("after a failed capture its receiver still runs: pids %v", pids)
+	}
+	for _, p := range []string{d.imageMemFile(bad), filepath.Join(bad, receiverDirName), badSwap.Next} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("after a failed capture %s is left (%v)", p, err)
+		}
+	}
+	requireCounting("clone after a failed capture", sc)
+
 	child, cc := captureLive("clone", src, sc)
 	_, _ = captureLive("clone again", src, sc)
 	captureLive("child of the clone", child, cc)
@@ -158,4 +183,118 @@ func TestLiveCaptureOfAClone(t *testing.T) {
 
 	// The receivers' RAM files are the images': nothing else is left in shm.
 	d.background.Wait()
+}
+
+// A live capture's migration goes through zeishd's relay (reading ahead, or
+// not in the old serial mode) or, with LiveDirect, straight into the
+// receiver's socket through a hard link in the source's folder: either way
+// a connection to the source's name reaches the receiver's listener, and
+// closing removes the name.
+func TestStreamInto(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		serial, direct bool
+		linked         bool
+	}{{"relayed, reading ahead", false, false, false}, {"direct", false, true, true}, {"serial: relayed", true, false, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			rcvDir, srcDir := t.TempDir(), t.TempDir()
+			target := filepath.Join(rcvDir, migrateSockName)
+			ln, err := net.Listen("unix", target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			d := &Driver{liveSerialPrep: c.serial, liveDirect: c.direct, log: slog.New(slog.NewTextHandler(testWriter{t}, nil))}
+			sock := filepath.Join(srcDir, relaySockName)
+			closeStream, err := d.streamInto(sock, target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fiSock, err1 := os.Stat(sock)
+			fiTarget, err2 := os.Stat(target)
+			if err1 != nil || err2 != nil {
+				t.Fatalf("stat: %v, %v", err1, err2)
+			}
+			if got := os.SameFile(fiSock, fiTarget); got != c.linked {
+				t.Errorf("source's socket is the receiver's: %v, want %v", got, c.linked)
+			}
+			conn, err := net.Dial("unix", sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			in, err := ln.Accept()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer in.Close()
+			if _, err := conn.Write([]byte("QEVM")); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 4)
+			if _, err := io.ReadFull(in, buf); err != nil || string(buf) != "QEVM" {
+				t.Fatalf("receiver read %q, %v", buf, err)
+			}
+			closeStream()
+			if _, err := os.Lstat(sock); !os.IsNotExist(err) {
+				t.Errorf("%s left after close (%v)", sock, err)
+			}
+			if _, err := os.Stat(target); err != nil {
+				t.Errorf("the receiver's socket went with the source's name: %v", err)
+			}
+		})
+	}
+}
+
+// A buffered relay reads ahead of a receiver that is not reading: the
+// source's whole last pass (here 8 MiB, far past what the sockets hold)
+// is handed over before the receiver takes any of it, and arrives whole
+// and in order.
+func TestRelayReadsAhead(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "rcv.sock")
+	ln, err := net.Listen("unix", target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	r, err := newRelay(filepath.Join(dir, "relay.sock"), target, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	data := make([]byte, 8<<20)
+	for i := range data {
+		data[i] = byte(i*7 + i>>12)
+	}
+	conn, err := net.Dial("unix", filepath.Join(dir, "relay.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := conn.Write(data)
+		if err == nil {
+			err = conn.(*net.UnixConn).CloseWrite()
+		}
+		wrote <- err
+	}()
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the source's write waits for the receiver: the relay does not read ahead")
+	}
+	in, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	got, err := io.ReadAll(in)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("receiver got %d bytes (%v), want the %d sent, in order", len(got), err, len(data))
+	}
 }
