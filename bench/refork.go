@@ -20,7 +20,7 @@ func init() {
 		run:   runRefork,
 	})
 	flag.StringVar(&reforkSizesFlag, "refork-sizes", "256,1024", "refork: guest sizes in MiB")
-	flag.StringVar(&reforkModesFlag, "refork-modes", "live,stopped", "refork: promotion modes to compare: live, live-serial (live with the receiver launched after the disk swap's preparation and the copy relayed through zeishd: ZEISH_LIVE_PREP=serial), live-punch (live without keeping the source's image inflated: ZEISH_FORK_INFLATE=off), stopped (ZEISH_FORK_PROMOTION=stopped); each may add +ZEISH_NAME=VALUE settings")
+	flag.StringVar(&reforkModesFlag, "refork-modes", "live,stopped", "refork: promotion modes to compare: live, live-serial (live with the receiver launched only once the disk swap is prepared, as before: ZEISH_LIVE_PREP=serial), live-punch (live without keeping the source's image inflated: ZEISH_FORK_INFLATE=off), stopped (ZEISH_FORK_PROMOTION=stopped); each may add +ZEISH_NAME=VALUE settings")
 	flag.IntVar(&reforkFanoutFlag, "refork-fanout", 16, "refork: children of one re-fork call (at the smallest size; 0 skips)")
 	flag.IntVar(&reforkDepthFlag, "refork-depth", 10, "refork: depth of the chain (at the smallest size)")
 }
@@ -59,8 +59,7 @@ var reforkModeEnv = map[string][]string{
 	"live-punch": {"ZEISH_FORK_PROMOTION=live", "ZEISH_FORK_INFLATE=off", "ZEISH_LIVE_DOWNTIME_MS=5"},
 	"stopped":    {"ZEISH_FORK_PROMOTION=stopped", "ZEISH_FORK_INFLATE=on", "ZEISH_LIVE_DOWNTIME_MS=5"},
 	// live-serial: live as before the re-fork → first exec work: the
-	// receiver launched after the disk swap is prepared, the copy relayed
-	// through zeishd.
+	// receiver launched only once the disk swap is prepared.
 	"live-serial": {"ZEISH_FORK_PROMOTION=live", "ZEISH_FORK_INFLATE=on", "ZEISH_LIVE_DOWNTIME_MS=5", "ZEISH_LIVE_PREP=serial"},
 }
 

@@ -61,16 +61,12 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 	if err != nil || downtimeMS < 1 {
 		return nil, fmt.Errorf("ZEISH_LIVE_DOWNTIME_MS: want milliseconds ≥ 1, got %q", os.Getenv("ZEISH_LIVE_DOWNTIME_MS"))
 	}
-	// The tmpfs that holds guest RAM files and images' memory: /dev/shm, or
-	// one mounted for it (docs/fork.md: huge=within_size on a host where
-	// every first touch of a 4 KiB page is expensive).
-	shmDir := env("ZEISH_SHM_DIR", "/dev/shm")
 	driver, err := qemu.New(qemu.Options{Accel: vmm.Accel(env("ZEISH_ACCEL", "")), TCGTBSizeMiB: tbMiB, CloneTCGTBSizeMiB: cloneTBMiB,
-		ShmDir: shmDir, ProbeKernel: kernel, AccelCache: filepath.Join(dataDir, accelCacheName),
+		ProbeKernel: kernel, AccelCache: filepath.Join(dataDir, accelCacheName),
 		Confine: confine, VMUser: os.Getenv("ZEISH_VM_USER"), NoSeccomp: env("ZEISH_SECCOMP", "on") == "off",
 		CgroupsOptional: env("ZEISH_CGROUPS", "required") == "optional", Logger: log,
 		NoInflate: env("ZEISH_FORK_INFLATE", "on") == "off", LiveDowntimeMS: downtimeMS,
-		LiveSerialPrep: env("ZEISH_LIVE_PREP", "parallel") == "serial", LiveDirect: env("ZEISH_LIVE_STREAM", "relay") == "direct"})
+		LiveSerialPrep: env("ZEISH_LIVE_PREP", "parallel") == "serial"})
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +118,7 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 		l.closers = append(l.closers, func() { netw.Close() }) // after the node: guests' rules stay while their VMs run
 	}
 	n := node.New(node.Options{ID: nodeID, Region: os.Getenv("ZEISH_REGION"), DataDir: dataDir, Store: st, Driver: driver, Templates: cat,
-		Logger: log, ShmDir: shmDir, BootTimeout: bootTimeout, MemoryBudgetMiB: budget, Network: netw, AccountImageRAMMiB: imageRAM, ColdAfter: coldAfter,
+		Logger: log, BootTimeout: bootTimeout, MemoryBudgetMiB: budget, Network: netw, AccountImageRAMMiB: imageRAM, ColdAfter: coldAfter,
 		StoppedPromotion: env("ZEISH_FORK_PROMOTION", "live") == "stopped", Desktop: desk, ReadyVMs: readyVMs})
 	l.closers = append(l.closers, n.Close)
 	l.node, l.cat, l.driver = n, cat, driver

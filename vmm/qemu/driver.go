@@ -69,14 +69,9 @@ type Options struct {
 	LiveDowntimeMS int
 	// LiveSerialPrep prepares a live capture as before docs/fork.md's
 	// "re-fork → first exec" work, for the bench's comparison: the receiver
-	// launched only after the disk swap is prepared, and the migration
-	// relayed through zeishd without reading ahead.
+	// launched only once the disk swap is prepared.
 	LiveSerialPrep bool
-	// LiveDirect lets a live capture's source migrate straight into the
-	// receiver's socket instead of through zeishd's relay: the copy is
-	// ~30 % shorter, but the pause longer (docs/fork.md). Off by default.
-	LiveDirect bool
-	Logger     *slog.Logger
+	Logger         *slog.Logger
 }
 
 // Driver runs VMs as QEMU processes on this host.
@@ -99,7 +94,6 @@ type Driver struct {
 	// over once it expects to send what is left in that long.
 	liveDowntimeMS int
 	liveSerialPrep bool // Options.LiveSerialPrep
-	liveDirect     bool // Options.LiveDirect
 	inflateMu      sync.Mutex
 	inflated       inflations
 
@@ -132,7 +126,6 @@ func New(opts Options) (*Driver, error) {
 		noInflate:      opts.NoInflate,
 		liveDowntimeMS: cmp.Or(opts.LiveDowntimeMS, defaultLiveDowntimeMS),
 		liveSerialPrep: opts.LiveSerialPrep,
-		liveDirect:     opts.LiveDirect && !opts.LiveSerialPrep,
 		inflated:       inflations{users: map[string]map[string]bool{}},
 		log:            opts.Logger,
 	}

@@ -131,11 +131,14 @@ func (d *Driver) CaptureLive(ctx context.Context, h *vmm.Handle, dir string, swa
 	waitInflated()
 	inflatedAt := time.Now()
 	relaySock := filepath.Join(h.Spec.Dir, relaySockName)
-	closeStream, err := d.streamInto(relaySock, migrateSocket(rh))
+	relay, err := newRelay(relaySock, migrateSocket(rh))
 	if err != nil {
 		return nil, 0, err
 	}
-	defer closeStream()
+	defer relay.close()
+	if err := d.confine.own(relaySock); err != nil {
+		return nil, 0, err
+	}
 	sw := switchover{d: d, h: h, uri: "unix:" + d.guestPath(h, relaySock), nextFile: d.guestPath(h, tmpNext), nextNode: nextNodeName(tmpNext)}
 	if err := d.withMonitor(ctx, h.QMPSocket, sw.run(ctx)); err != nil {
 		if sw.swapped {
@@ -194,35 +197,6 @@ func (d *Driver) prepareLive(ctx context.Context, undo *rollback.Stack, h *vmm.H
 		return "", nil, err
 	}
 	return tmpNext, rh, nil
-}
-
-// streamInto makes sock, in the source's folder, a way into the receiver's
-// listening socket target (VMMs are chrooted in their own folders), and
-// returns what removes it. By default zeishd relays, reading ahead of the
-// receiver (copyAhead) so that the source's last pass, and so its pause,
-// does not wait for the receiver's writes. With Options.LiveDirect sock is
-// a hard link of target (a unix socket is found by its inode, and both
-// VMMs run as the same user): no copy through zeishd, a shorter migration,
-// but the last pass waits for the receiver (docs/fork.md). A link that
-// cannot be made (folders on different filesystems) falls back to the relay.
-func (d *Driver) streamInto(sock, target string) (func(), error) {
-	os.Remove(sock)
-	if d.liveDirect {
-		err := os.Link(target, sock)
-		if err == nil {
-			return func() { os.Remove(sock) }, nil
-		}
-		d.log.Debug("live capture relayed: no link to the receiver's socket", "err", err)
-	}
-	relay, err := newRelay(sock, target, !d.liveSerialPrep)
-	if err != nil {
-		return nil, err
-	}
-	if err := d.confine.own(sock); err != nil {
-		relay.close()
-		return nil, err
-	}
-	return relay.close, nil
 }
 
 // prepareSwap links h's overlay as swap.Frozen and makes the next overlay,

@@ -318,7 +318,7 @@ func (d *Driver) Promote(ctx context.Context, h *vmm.Handle, dir string) (_ *vmm
 	// Each VMM sees only its own folder: the source sends to a socket in
 	// its folder, which zeishd relays to the destination's.
 	relaySock := filepath.Join(h.Spec.Dir, relaySockName)
-	relay, err := newRelay(relaySock, migrateSocket(nh), false)
+	relay, err := newRelay(relaySock, migrateSocket(nh))
 	if err != nil {
 		return nil, 0, err
 	}

@@ -94,21 +94,19 @@ func feedState(ctx context.Context, sock, path string) error {
 
 // relay accepts connections on a socket and pipes each, both ways, to a new
 // connection to another socket: a migration with multifd opens several.
-// A buffered relay reads ahead of a slow reader: see copyAhead.
 type relay struct {
-	ln       net.Listener
-	buffered bool
-	mu       sync.Mutex
-	conns    []net.Conn
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
 }
 
-func newRelay(sock, target string, buffered bool) (*relay, error) {
+func newRelay(sock, target string) (*relay, error) {
 	os.Remove(sock)
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		return nil, fmt.Errorf("relay socket: %w", err)
 	}
-	r := &relay{ln: ln, buffered: buffered}
+	r := &relay{ln: ln}
 	go func() {
 		for {
 			in, err := ln.Accept()
@@ -123,80 +121,21 @@ func newRelay(sock, target string, buffered bool) (*relay, error) {
 			r.mu.Lock()
 			r.conns = append(r.conns, in, out)
 			r.mu.Unlock()
-			go pipe(in.(*net.UnixConn), out.(*net.UnixConn), r.buffered)
+			go pipe(in.(*net.UnixConn), out.(*net.UnixConn))
 		}
 	}()
 	return r, nil
 }
 
 // pipe copies both ways until both directions ended.
-func pipe(in, out *net.UnixConn, buffered bool) {
+func pipe(in, out *net.UnixConn) {
 	defer in.Close()
 	defer out.Close()
-	copyFn := func(dst, src *net.UnixConn) { io.Copy(dst, src) }
-	if buffered {
-		copyFn = func(dst, src *net.UnixConn) { copyAhead(dst, src) }
-	}
 	done := make(chan struct{}, 2)
-	go func() { copyFn(out, in); out.CloseWrite(); done <- struct{}{} }()
-	go func() { copyFn(in, out); in.CloseWrite(); done <- struct{}{} }()
+	go func() { io.Copy(out, in); out.CloseWrite(); done <- struct{}{} }()
+	go func() { io.Copy(in, out); in.CloseWrite(); done <- struct{}{} }()
 	<-done
 	<-done
-}
-
-// Read-ahead of a buffered relay, per direction of a connection.
-const (
-	relayChunk  = 256 << 10
-	relayChunks = 64 // up to 16 MiB in flight
-)
-
-// copyAhead copies src to dst with a reader that does not wait for the
-// writer while fewer than relayChunks chunks are in flight. A live
-// capture's receiver writes guest pages into tmpfs holes, which on a host
-// where every first touch of a page is slow (docs/fork.md) makes it the
-// slowest party: with only the sockets' own buffers between them, the
-// source's last pass waited for the receiver to work off the pass before
-// it, inside the pause. Read ahead, the source hands its last pass over and
-// resumes while the receiver catches up; the image is complete when the
-// receiver is done, as before.
-func copyAhead(dst io.Writer, src io.Reader) {
-	full := make(chan []byte, relayChunks)
-	free := make(chan []byte, relayChunks)
-	made := 0
-	var werr error
-	written := make(chan struct{})
-	go func() {
-		defer close(written)
-		for b := range full {
-			if werr == nil {
-				_, werr = dst.Write(b)
-			}
-			free <- b[:cap(b)]
-		}
-	}()
-	for {
-		var b []byte
-		select {
-		case b = <-free:
-		default:
-			if made < relayChunks {
-				b, made = make([]byte, relayChunk), made+1
-			} else {
-				b = <-free
-			}
-		}
-		n, err := src.Read(b)
-		if n > 0 {
-			full <- b[:n]
-		} else {
-			free <- b
-		}
-		if err != nil {
-			break
-		}
-	}
-	close(full)
-	<-written
 }
 
 // close stops accepting and cuts every connection still open.
