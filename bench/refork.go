@@ -20,7 +20,7 @@ func init() {
 		run:   runRefork,
 	})
 	flag.StringVar(&reforkSizesFlag, "refork-sizes", "256,1024", "refork: guest sizes in MiB")
-	flag.StringVar(&reforkModesFlag, "refork-modes", "live,stopped", "refork: promotion modes to compare: live, live-punch (live without keeping the source's image inflated: ZEISH_FORK_INFLATE=off), stopped (ZEISH_FORK_PROMOTION=stopped)")
+	flag.StringVar(&reforkModesFlag, "refork-modes", "live,stopped", "refork: promotion modes to compare: live, live-serial (live with the receiver launched only once the disk swap is prepared, as before: ZEISH_LIVE_PREP=serial), live-punch (live without keeping the source's image inflated: ZEISH_FORK_INFLATE=off), stopped (ZEISH_FORK_PROMOTION=stopped); each may add +ZEISH_NAME=VALUE settings")
 	flag.IntVar(&reforkFanoutFlag, "refork-fanout", 16, "refork: children of one re-fork call (at the smallest size; 0 skips)")
 	flag.IntVar(&reforkDepthFlag, "refork-depth", 10, "refork: depth of the chain (at the smallest size)")
 }
@@ -39,7 +39,7 @@ func reforkEnv(mode string) ([]string, error) {
 	base, extra, _ := strings.Cut(mode, "+")
 	env, ok := reforkModeEnv[base]
 	if !ok {
-		return nil, fmt.Errorf("-refork-modes: %q is not live, live-punch or stopped", base)
+		return nil, fmt.Errorf("-refork-modes: %q is not live, live-serial, live-punch or stopped", base)
 	}
 	env = slices.Clone(env)
 	if extra != "" {
@@ -58,6 +58,9 @@ var reforkModeEnv = map[string][]string{
 	"live":       {"ZEISH_FORK_PROMOTION=live", "ZEISH_FORK_INFLATE=on", "ZEISH_LIVE_DOWNTIME_MS=5"},
 	"live-punch": {"ZEISH_FORK_PROMOTION=live", "ZEISH_FORK_INFLATE=off", "ZEISH_LIVE_DOWNTIME_MS=5"},
 	"stopped":    {"ZEISH_FORK_PROMOTION=stopped", "ZEISH_FORK_INFLATE=on", "ZEISH_LIVE_DOWNTIME_MS=5"},
+	// live-serial: live as before the re-fork → first exec work: the
+	// receiver launched only once the disk swap is prepared.
+	"live-serial": {"ZEISH_FORK_PROMOTION=live", "ZEISH_FORK_INFLATE=on", "ZEISH_LIVE_DOWNTIME_MS=5", "ZEISH_LIVE_PREP=serial"},
 }
 
 // The issue's targets for re-forks.
@@ -101,8 +104,11 @@ func (e *benchEnv) restartWith(ctx context.Context, settings ...string) error {
 // pass, completion → resumed: QEMU reactivates every layer of the disk
 // chain at cont), the number of qcow2 layers under the source's disk, the
 // copy until the image exists, the wait for the source's image to be
-// inflated, and the receiver's state save.
-var liveParts = []string{"pause_ms", "stop_to_seen_ms", "swap_ms", "last_pass_ms", "cont_ms", "chain", "copy_ms", "inflate_wait_ms", "save_ms"}
+// inflated, and the receiver's state save; within the copy, the
+// preparation (disk swap and receiver launched) and the migration itself,
+// and the image's RAM as written (MiB of non-zero pages).
+var liveParts = []string{"pause_ms", "stop_to_seen_ms", "swap_ms", "last_pass_ms", "cont_ms", "chain", "copy_ms", "prepare_ms",
+	"inflate_wait_ms", "migrate_ms", "save_ms", "image_mib"}
 
 var liveCaptureRE = regexp.MustCompile(`msg="vm captured live"[^\n]*`)
 

@@ -71,7 +71,8 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 		Confine: confine, VMUser: os.Getenv("ZEISH_VM_USER"), NoSeccomp: env("ZEISH_SECCOMP", "on") == "off",
 		CgroupsOptional: env("ZEISH_CGROUPS", "required") == "optional", Logger: log,
 		NoInflate: env("ZEISH_FORK_INFLATE", "on") == "off", LiveDowntimeMS: downtimeMS,
-		ThreadsAIO: diskAIO == "threads"})
+		ThreadsAIO:     diskAIO == "threads",
+		LiveSerialPrep: env("ZEISH_LIVE_PREP", "parallel") == "serial"})
 	if err != nil {
 		return nil, err
 	}

@@ -70,7 +70,11 @@ type Options struct {
 	// ThreadsAIO opens disk files with QEMU's default thread pool even where
 	// io_uring works (aio.go; for the bench's comparison).
 	ThreadsAIO bool
-	Logger     *slog.Logger
+	// LiveSerialPrep prepares a live capture as before docs/fork.md's
+	// "re-fork → first exec" work, for the bench's comparison: the receiver
+	// launched only once the disk swap is prepared.
+	LiveSerialPrep bool
+	Logger         *slog.Logger
 }
 
 // Driver runs VMs as QEMU processes on this host.
@@ -92,6 +96,7 @@ type Driver struct {
 	// liveDowntimeMS is the downtime-limit of live captures: QEMU switches
 	// over once it expects to send what is left in that long.
 	liveDowntimeMS int
+	liveSerialPrep bool // Options.LiveSerialPrep
 	inflateMu      sync.Mutex
 	inflated       inflations
 
@@ -124,6 +129,7 @@ func New(opts Options) (*Driver, error) {
 		seccomp:        !opts.NoSeccomp,
 		noInflate:      opts.NoInflate,
 		liveDowntimeMS: cmp.Or(opts.LiveDowntimeMS, defaultLiveDowntimeMS),
+		liveSerialPrep: opts.LiveSerialPrep,
 		inflated:       inflations{users: map[string]map[string]bool{}},
 		log:            opts.Logger,
 	}

@@ -131,6 +131,28 @@ func TestLiveCaptureOfAClone(t *testing.T) {
 		}
 		return child, cc
 	}
+	// A capture whose disk swap cannot be prepared (the frozen layer's
+	// folder is missing) fails while its receiver is being launched beside
+	// it: nothing of the receiver is left, and the source runs on, on its disk.
+	bad := t.TempDir()
+	disk := src.Disk
+	badSwap := vmm.DiskSwap{Frozen: filepath.Join(bad, "missing", "layer.qcow2"), Next: filepath.Join(filepath.Dir(src.Disk), "next-"+randomHex(3)+".qcow2")}
+	if _, _, err := d.CaptureLive(ctx, src, bad, badSwap); err == nil {
+		t.Fatal("CaptureLive with a disk swap that cannot be made: no error")
+	}
+	if src.Disk != disk {
+		t.Errorf("after a failed capture the source writes %s, want %s", src.Disk, disk)
+	}
+	if pids := findTagged(idOf(receiverHandle(src, bad))); len(pids) > 0 {
+		t.Errorf("after a failed capture its receiver still runs: pids %v", pids)
+	}
+	for _, p := range []string{d.imageMemFile(bad), filepath.Join(bad, receiverDirName), badSwap.Next} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("after a failed capture %s is left (%v)", p, err)
+		}
+	}
+	requireCounting("clone after a failed capture", sc)
+
 	child, cc := captureLive("clone", src, sc)
 	_, _ = captureLive("clone again", src, sc)
 	captureLive("child of the clone", child, cc)

@@ -114,3 +114,13 @@ func (d *Driver) punchLoadedRAM(h *vmm.Handle) {
 	d.log.Info("loaded RAM made sparse", logKeySandbox, h.Spec.ID, "freed_mib", freed>>20,
 		"ms", time.Since(began).Milliseconds())
 }
+
+// allocatedMiB is how much of a file's size holds pages (for logs; 0 when
+// it cannot be read).
+func allocatedMiB(path string) int64 {
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil {
+		return 0
+	}
+	return st.Blocks * 512 >> 20
+}
