@@ -26,14 +26,23 @@ type ifreqHW struct {
 	_      [8]byte
 }
 
-// setLinkDown takes dev down.
-func setLinkDown(fd int, dev string) error {
+// linkFlags reads dev's flags into a request that can set them again.
+func linkFlags(fd int, dev string) (*unix.Ifreq, error) {
 	ifr, err := unix.NewIfreq(dev)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("%s flags: %w", dev, err)
+		return nil, fmt.Errorf("%s flags: %w", dev, err)
+	}
+	return ifr, nil
+}
+
+// setLinkDown takes dev down.
+func setLinkDown(fd int, dev string) error {
+	ifr, err := linkFlags(fd, dev)
+	if err != nil {
+		return err
 	}
 	ifr.SetUint16(ifr.Uint16() &^ unix.IFF_UP)
 	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
@@ -47,12 +56,9 @@ func setLinkDown(fd int, dev string) error {
 // and setting the flags again is not free (virtio-net reprograms its
 // receive filter through its control queue).
 func bringUp(fd int, dev string) error {
-	ifr, err := unix.NewIfreq(dev)
+	ifr, err := linkFlags(fd, dev)
 	if err != nil {
 		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("%s flags: %w", dev, err)
 	}
 	if ifr.Uint16()&unix.IFF_UP != 0 {
 		return nil
