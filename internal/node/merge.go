@@ -222,8 +222,9 @@ func (n *Node) rebase(ctx context.Context, id, top, merged string) error {
 	if err != nil {
 		return nil
 	}
+	// A VM a capture could take now (running or paused) may be moved.
 	h, err := r.VMHandle()
-	if err != nil || h == nil || (r.State != sandbox.StateRunning && r.State != sandbox.StatePaused) ||
+	if _, refused := sandbox.NextFor(id, r.State, sandbox.OpClone); refused != nil || err != nil || h == nil ||
 		len(r.Layers) == 0 || r.Layers[len(r.Layers)-1] != top {
 		return nil // stopped, failed or captured since
 	}
