@@ -118,9 +118,6 @@ func (d *Driver) punchLoadedRAM(h *vmm.Handle) {
 // allocatedMiB is how much of a file's size holds pages (for logs; 0 when
 // it cannot be read).
 func allocatedMiB(path string) int64 {
-	var st unix.Stat_t
-	if unix.Stat(path, &st) != nil {
-		return 0
-	}
-	return st.Blocks * 512 >> 20
+	b, _ := sparsecopy.Allocated(path)
+	return b >> 20
 }

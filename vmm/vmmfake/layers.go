@@ -2,6 +2,7 @@ package vmmfake
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -36,15 +37,8 @@ func (d *Driver) MergeLayers(_ context.Context, top, base, out string) error {
 	if err := d.enter(OpMerge, top); err != nil {
 		return err
 	}
-	for p := top; p != base; {
-		next, err := d.DiskBacking(p)
-		if err != nil {
-			return err
-		}
-		if next == "" {
-			return fmt.Errorf("merge %s: %w: %s is not in its chain", top, errdefs.ErrInvalidArgument, base)
-		}
-		p = next
+	if under, err := d.under(top, base); err != nil || !under {
+		return errors.Join(err, fmt.Errorf("merge %s: %w: %s is not in its chain", top, errdefs.ErrInvalidArgument, base))
 	}
 	if _, err := os.Lstat(out); err == nil {
 		return fmt.Errorf("merge %s: %w: %s exists", top, errdefs.ErrInvalidState, out)
@@ -63,18 +57,27 @@ func (d *Driver) Rebase(_ context.Context, h *vmm.Handle, layer string) error {
 	if err != nil {
 		return err
 	}
-	inChain := false
-	for p := h.Disk; p != ""; {
-		if p, err = d.DiskBacking(p); err != nil {
-			return err
-		}
-		inChain = inChain || p == base
-	}
-	if !inChain {
-		return fmt.Errorf("rebase vm %q: %w: %s is not under its disk", h.Spec.ID, errdefs.ErrInvalidArgument, base)
+	if under, err := d.under(h.Disk, base); err != nil || !under {
+		return errors.Join(err, fmt.Errorf("rebase vm %q: %w: %s is not under its disk", h.Spec.ID, errdefs.ErrInvalidArgument, base))
 	}
 	d.mu.Lock()
 	disk := v.h.Disk
 	d.mu.Unlock()
 	return writeFile(disk, overlayOf+layer)
+}
+
+// under reports whether base is in the backing chain below disk, as the
+// QEMU driver's check does.
+func (d *Driver) under(disk, base string) (bool, error) {
+	for p := disk; p != ""; {
+		next, err := d.DiskBacking(p)
+		if err != nil {
+			return false, err
+		}
+		if next == base {
+			return true, nil
+		}
+		p = next
+	}
+	return false, nil
 }
