@@ -20,7 +20,7 @@ func init() {
 		run:   runRefork,
 	})
 	flag.StringVar(&reforkSizesFlag, "refork-sizes", "256,1024", "refork: guest sizes in MiB")
-	flag.StringVar(&reforkModesFlag, "refork-modes", "live,stopped", "refork: promotion modes to compare: live, live-serial (live with the receiver launched only once the disk swap is prepared, as before: ZEISH_LIVE_PREP=serial), live-punch (live without keeping the source's image inflated: ZEISH_FORK_INFLATE=off), stopped (ZEISH_FORK_PROMOTION=stopped); each may add +ZEISH_NAME=VALUE settings")
+	flag.StringVar(&reforkModesFlag, "refork-modes", "live,migrate", "refork: promotion modes to compare: live (a VM started from an image captured by its private pages when it holds ≤ 32 MiB of them, else migrated), migrate (every live capture a migration: ZEISH_DELTA_MAX_MIB=0), live-serial (live with the receiver launched only once the disk swap is prepared, as before: ZEISH_LIVE_PREP=serial), live-punch (live without keeping the source's image inflated: ZEISH_FORK_INFLATE=off), stopped (ZEISH_FORK_PROMOTION=stopped); each may add +ZEISH_NAME=VALUE settings")
 	flag.IntVar(&reforkFanoutFlag, "refork-fanout", 16, "refork: children of one re-fork call (at the smallest size; 0 skips)")
 	flag.IntVar(&reforkDepthFlag, "refork-depth", 10, "refork: depth of the chain (at the smallest size)")
 }
@@ -39,7 +39,7 @@ func reforkEnv(mode string) ([]string, error) {
 	base, extra, _ := strings.Cut(mode, "+")
 	env, ok := reforkModeEnv[base]
 	if !ok {
-		return nil, fmt.Errorf("-refork-modes: %q is not live, live-serial, live-punch or stopped", base)
+		return nil, fmt.Errorf("-refork-modes: %q is not live, migrate, live-serial, live-punch or stopped", base)
 	}
 	env = slices.Clone(env)
 	if extra != "" {
@@ -55,7 +55,10 @@ func reforkEnv(mode string) ([]string, error) {
 
 // reforkModeEnv is the zeishd settings of each -refork-modes base mode.
 var reforkModeEnv = map[string][]string{
-	"live":       {"ZEISH_FORK_PROMOTION=live", "ZEISH_FORK_INFLATE=on", "ZEISH_LIVE_DOWNTIME_MS=5"},
+	"live": {"ZEISH_FORK_PROMOTION=live", "ZEISH_FORK_INFLATE=on", "ZEISH_LIVE_DOWNTIME_MS=5"},
+	// migrate: every live capture a migration into a receiver, as before
+	// captures by private pages (vmm/qemu/delta.go).
+	"migrate":    {"ZEISH_FORK_PROMOTION=live", "ZEISH_FORK_INFLATE=on", "ZEISH_LIVE_DOWNTIME_MS=5", "ZEISH_DELTA_MAX_MIB=0"},
 	"live-punch": {"ZEISH_FORK_PROMOTION=live", "ZEISH_FORK_INFLATE=off", "ZEISH_LIVE_DOWNTIME_MS=5"},
 	"stopped":    {"ZEISH_FORK_PROMOTION=stopped", "ZEISH_FORK_INFLATE=on", "ZEISH_LIVE_DOWNTIME_MS=5"},
 	// live-serial: live as before the re-fork → first exec work: the
@@ -81,6 +84,7 @@ type reforkRun struct {
 	fanout, fanoutAll  []float64 // a child forked into fanoutN at once: pause, call → all exec'ed
 	fanoutN            int
 	parts              map[string][]float64 // live captures' log figures (liveParts), all of this size
+	deltaParts         map[string][]float64 // captures by private pages (deltaParts), all of this size
 	privateMiB, ownMiB float64              // an idle grandchild (from a re-fork): guest Private_Dirty, QEMU's own
 	depth              int
 	imageRAMMiB        float64 // image RAM held once the re-forks are done
@@ -112,13 +116,27 @@ var liveParts = []string{"pause_ms", "stop_to_seen_ms", "swap_ms", "last_pass_ms
 
 var liveCaptureRE = regexp.MustCompile(`msg="vm captured live"[^\n]*`)
 
+// deltaParts are the figures of the driver's "vm captured by its private
+// pages" log line: the pause and its parts (the private pages' copy, the
+// disk swap, the device-state save, cont), the MiB of private pages, the
+// preparation (the old image's copy beside the disk swap's) and the whole
+// capture, and the image's RAM as written.
+var deltaParts = []string{"pause_ms", "pages_ms", "private_mib", "swap_ms", "save_ms", "cont_ms", "prepare_ms", "copy_ms", "image_mib"}
+
+var deltaCaptureRE = regexp.MustCompile(`msg="vm captured by its private pages"[^\n]*`)
+
 // liveCaptureParts collects liveParts from every live capture line in log.
 func liveCaptureParts(log string) map[string][]float64 {
+	return captureParts(log, liveCaptureRE, liveParts)
+}
+
+// captureParts collects the figures keys from every line of log re matches.
+func captureParts(log string, re *regexp.Regexp, keys []string) map[string][]float64 {
 	out := map[string][]float64{}
-	for _, line := range liveCaptureRE.FindAllString(log, -1) {
+	for _, line := range re.FindAllString(log, -1) {
 		for _, f := range strings.Fields(line) {
 			k, v, ok := strings.Cut(f, "=")
-			if !ok || !slices.Contains(liveParts, k) {
+			if !ok || !slices.Contains(keys, k) {
 				continue
 			}
 			if n, err := strconv.ParseFloat(v, 64); err == nil {
@@ -290,6 +308,25 @@ func runRefork(ctx context.Context, e *benchEnv) (*report, error) {
 	if len(parts.Rows) > 0 {
 		r.Tables = append(r.Tables, parts)
 	}
+	deltas := &table{Title: "where captures by private pages spend their time (every such capture at that size, from zeishd's log): medians (max), ms / MiB",
+		Header: append([]string{"mode", "size", "captures"}, deltaParts...)}
+	for _, mode := range modes {
+		for _, size := range sizes {
+			x := results[mode][size]
+			n := len(x.deltaParts["pause_ms"])
+			if n == 0 {
+				continue
+			}
+			line := []string{mode, fmt.Sprintf("%d MiB", size), strconv.Itoa(n)}
+			for _, k := range deltaParts {
+				line = append(line, fmt.Sprintf("%s (%s)", fmtNum(median(x.deltaParts[k])), fmtNum(slices.Max(x.deltaParts[k]))))
+			}
+			deltas.Rows = append(deltas.Rows, line)
+		}
+	}
+	if len(deltas.Rows) > 0 {
+		r.Tables = append(r.Tables, deltas)
+	}
 
 	// Goals, for the first mode (live, the one zeishd uses, unless told).
 	if live := results[modes[0]]; strings.HasPrefix(modes[0], "live") {
@@ -342,7 +379,10 @@ func runRefork(ctx context.Context, e *benchEnv) (*report, error) {
 func (e *benchEnv) reforkAt(ctx context.Context, mode string, memMiB, depth, fanout int) (_ *reforkRun, err error) {
 	x := &reforkRun{depth: depth}
 	mark := len(e.zeishd.Log.String())
-	defer func() { x.parts = liveCaptureParts(e.zeishd.Log.String()[mark:]) }()
+	defer func() {
+		log := e.zeishd.Log.String()[mark:]
+		x.parts, x.deltaParts = liveCaptureParts(log), captureParts(log, deltaCaptureRE, deltaParts)
+	}()
 	var made []string
 	defer func() {
 		if derr := e.deleteAll(ctx, made); derr != nil && err == nil {

@@ -26,3 +26,18 @@ func TestLiveCaptureParts(t *testing.T) {
 		t.Errorf("save_ms %v, want one figure", s)
 	}
 }
+
+func TestDeltaCaptureParts(t *testing.T) {
+	log := `time=x level=INFO msg="vm captured live" sandbox=sbx_1 pause_ms=41 copy_ms=900` + "\n" +
+		`time=x level=INFO msg="vm captured by its private pages" sandbox=sbx_2 image=/d pause_ms=14 pages_ms=7 private_mib=10 swap_ms=1 save_ms=3 cont_ms=1 prepare_ms=63 copy_ms=89 image_mib=98` + "\n"
+	got := captureParts(log, deltaCaptureRE, deltaParts)
+	if p := got["pause_ms"]; len(p) != 1 || p[0] != 14 {
+		t.Errorf("pause_ms %v, want [14]", p)
+	}
+	if p := got["private_mib"]; len(p) != 1 || p[0] != 10 {
+		t.Errorf("private_mib %v, want [10]", p)
+	}
+	if live := liveCaptureParts(log); len(live["pause_ms"]) != 1 || live["pause_ms"][0] != 41 {
+		t.Errorf("live pause_ms %v, want [41]", live["pause_ms"])
+	}
+}

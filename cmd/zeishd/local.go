@@ -66,13 +66,20 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 	if diskAIO != "auto" && diskAIO != "threads" {
 		return nil, fmt.Errorf("ZEISH_DISK_AIO: want auto (io_uring where it works) or threads, got %q", diskAIO)
 	}
+	deltaMiB, err := strconv.Atoi(env("ZEISH_DELTA_MAX_MIB", "32"))
+	if err != nil || deltaMiB < 0 {
+		return nil, fmt.Errorf("ZEISH_DELTA_MAX_MIB: want a number of MiB (0: captures always migrate), got %q", os.Getenv("ZEISH_DELTA_MAX_MIB"))
+	}
+	if deltaMiB == 0 {
+		deltaMiB = -1
+	}
 	driver, err := qemu.New(qemu.Options{Accel: vmm.Accel(env("ZEISH_ACCEL", "")), TCGTBSizeMiB: tbMiB, CloneTCGTBSizeMiB: cloneTBMiB,
 		ProbeKernel: kernel, AccelCache: filepath.Join(dataDir, accelCacheName),
 		Confine: confine, VMUser: os.Getenv("ZEISH_VM_USER"), NoSeccomp: env("ZEISH_SECCOMP", "on") == "off",
 		CgroupsOptional: env("ZEISH_CGROUPS", "required") == "optional", Logger: log,
 		NoInflate: env("ZEISH_FORK_INFLATE", "on") == "off", LiveDowntimeMS: downtimeMS,
 		ThreadsAIO:     diskAIO == "threads",
-		LiveSerialPrep: env("ZEISH_LIVE_PREP", "parallel") == "serial"})
+		LiveSerialPrep: env("ZEISH_LIVE_PREP", "parallel") == "serial", DeltaMaxMiB: deltaMiB})
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/vmm"
@@ -74,7 +75,12 @@ type Options struct {
 	// "re-fork → first exec" work, for the bench's comparison: the receiver
 	// launched only once the disk swap is prepared.
 	LiveSerialPrep bool
-	Logger         *slog.Logger
+	// DeltaMaxMiB is the most private RAM (pages written since it started
+	// from its image) a VM may hold for a capture by its private pages
+	// (delta.go); above it, or when negative, a capture migrates live.
+	// 0: the default, 32.
+	DeltaMaxMiB int
+	Logger      *slog.Logger
 }
 
 // Driver runs VMs as QEMU processes on this host.
@@ -97,6 +103,9 @@ type Driver struct {
 	// over once it expects to send what is left in that long.
 	liveDowntimeMS int
 	liveSerialPrep bool // Options.LiveSerialPrep
+	deltaMaxMiB    int  // Options.DeltaMaxMiB, defaulted
+	delta          deltaConfig
+	deltaCaptures  atomic.Int64 // captures by private pages, for tests
 	inflateMu      sync.Mutex
 	inflated       inflations
 
@@ -130,6 +139,7 @@ func New(opts Options) (*Driver, error) {
 		noInflate:      opts.NoInflate,
 		liveDowntimeMS: cmp.Or(opts.LiveDowntimeMS, defaultLiveDowntimeMS),
 		liveSerialPrep: opts.LiveSerialPrep,
+		deltaMaxMiB:    cmp.Or(opts.DeltaMaxMiB, defaultDeltaMaxMiB),
 		inflated:       inflations{users: map[string]map[string]bool{}},
 		log:            opts.Logger,
 	}

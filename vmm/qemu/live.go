@@ -99,6 +99,9 @@ func (d *Driver) CaptureLive(ctx context.Context, h *vmm.Handle, dir string, swa
 	if dir, err = filepath.Abs(dir); err != nil {
 		return nil, 0, err
 	}
+	if img, pause, ok, err := d.tryDelta(ctx, h, dir, swap); ok {
+		return img, pause, err
+	}
 	img := &vmm.Image{Dir: dir, StateFile: filepath.Join(dir, stateName), MemFile: d.imageMemFile(dir), MemoryMiB: h.Spec.MemoryMiB}
 	began := time.Now()
 	var undo rollback.Stack

@@ -18,7 +18,10 @@ func (d *Driver) SettleCapture(ctx context.Context, h *vmm.Handle, dir string, s
 	if d.confine != nil {
 		d.confine.leave(cgroupID(rh))
 	}
-	removeFiles(d.imageMemFile(dir), filepath.Join(dir, stateName))
+	// A capture by private pages leaves its part-made RAM file and its
+	// device state in the source's folder; a migration, its receiver.
+	removeFiles(d.imageMemFile(dir), partMemFile(d.imageMemFile(dir)), filepath.Join(dir, stateName),
+		filepath.Join(h.Spec.Dir, deltaStateName))
 	os.RemoveAll(rh.Spec.Dir)
 	tmpNext := sameFileIn(h.Spec.Dir, nextDiskPrefix+"*.qcow2", swap.Next)
 	var errs []error

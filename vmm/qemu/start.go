@@ -119,7 +119,7 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (_ *vmm.Handle, err e
 	if spec.From != nil && spec.From.MemFile != "" {
 		memFile, memShared = spec.From.MemFile, false
 	}
-	h, err := d.launchVM(ctx, &undo, spec, memFile, memShared, spec.From != nil, false)
+	h, err := d.launchVM(ctx, &undo, spec, memFile, memShared, spec.From != nil, spec.From != nil)
 	if err != nil {
 		return nil, err
 	}

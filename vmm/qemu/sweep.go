@@ -36,7 +36,7 @@ func (d *Driver) DiscardImage(dir string, img *vmm.Image) error {
 	if img != nil {
 		return removeFiles(img.MemFile, img.StateFile)
 	}
-	return removeFiles(d.imageMemFile(dir))
+	return removeFiles(d.imageMemFile(dir), partMemFile(d.imageMemFile(dir)))
 }
 
 // Forget removes every RAM file named for sandbox id: one a VM made before
