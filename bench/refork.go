@@ -366,7 +366,7 @@ func runRefork(ctx context.Context, e *benchEnv) (*report, error) {
 	r.Notes = append(r.Notes,
 		"live-punch: live, but the source's image is made sparse again after each capture (the design before inflation), so each capture allocates its holes again",
 		"fan-out: one call forking a child into N; → exec is the call until the last child answered",
-		"live: the child's RAM is copied into a never-started receiver while it runs (multifd, zero-page detection), paused only to switch over; stopped: the old path, promotion with the guest stopped for the copy, then a capture",
+		"live: a VM started from an image holding ≤ 32 MiB of private pages is captured by them (its image copied by the kernel while it runs, then a pause that writes its private pages over the copy and saves device state without RAM); any other is migrated; migrate: every live capture migrates, its RAM copied into a never-started receiver while it runs (multifd, zero-page detection), paused only to switch over; stopped: the old path, promotion with the guest stopped for the copy, then a capture",
 		"pause: the parent's pause_ms from the clone call; for snapshots the same figure from zeishd's `capture done` log line",
 		"first fork: a fresh parent each run, the same code in both modes",
 	)
