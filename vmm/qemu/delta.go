@@ -10,11 +10,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/rollback"
@@ -93,6 +95,7 @@ type privateCopier struct {
 	size         int64
 	entries      []byte
 	buf          []byte
+	noScan       bool // no PAGEMAP_SCAN: read the pagemap
 }
 
 func openPrivateCopier(pid int, addr uintptr, size int64) (*privateCopier, error) {
@@ -116,8 +119,67 @@ func (c *privateCopier) close() {
 }
 
 // eachRun calls fn for every run of consecutive private pages: its first
-// page and length, in pages from the mapping's start.
+// page and length, in pages from the mapping's start. PAGEMAP_SCAN (Linux
+// ≥ 6.7) returns only those runs and skips page tables never filled; else
+// the pagemap is read whole (8 bytes per page: 8 MiB at 4 GiB, read in
+// the pause).
 func (c *privateCopier) eachRun(fn func(first, n int64) error) error {
+	if !c.noScan {
+		err := c.scanRuns(fn)
+		if !errors.Is(err, syscall.ENOTTY) && !errors.Is(err, syscall.EINVAL) {
+			return err
+		}
+		c.noScan = true // an older kernel
+	}
+	return c.readRuns(fn)
+}
+
+// PAGEMAP_SCAN's argument and result (linux/fs.h).
+type pmScanArg struct {
+	size, flags, start, end, walkEnd, vec, vecLen, maxPages uint64
+	categoryInverted, categoryMask, categoryAnyofMask       uint64
+	returnMask                                              uint64
+}
+
+type pageRegion struct{ start, end, categories uint64 }
+
+const (
+	pagemapScan   = 0xc0606610 // _IOWR('f', 16, struct pm_scan_arg)
+	pageIsFile    = 1 << 2
+	pageIsPresent = 1 << 3
+	pageIsSwapped = 1 << 4
+)
+
+// scanRuns is eachRun by PAGEMAP_SCAN: pages that are not the file's and
+// are present or swapped out, as privatePage says.
+func (c *privateCopier) scanRuns(fn func(first, n int64) error) error {
+	regions := make([]pageRegion, 512)
+	end := uint64(c.addr) + uint64(c.size)
+	for at := uint64(c.addr); at < end; {
+		arg := pmScanArg{start: at, end: end, vec: uint64(uintptr(unsafe.Pointer(&regions[0]))), vecLen: uint64(len(regions)),
+			categoryInverted: pageIsFile, categoryMask: pageIsFile, categoryAnyofMask: pageIsPresent | pageIsSwapped,
+			returnMask: pageIsFile | pageIsPresent | pageIsSwapped}
+		arg.size = uint64(unsafe.Sizeof(arg))
+		n, _, errno := syscall.Syscall(syscall.SYS_IOCTL, c.pagemap.Fd(), pagemapScan, uintptr(unsafe.Pointer(&arg)))
+		runtime.KeepAlive(regions)
+		if errno != 0 {
+			return errno
+		}
+		for _, r := range regions[:n] {
+			if err := fn(int64(r.start-uint64(c.addr))/pageSize, int64(r.end-r.start)/pageSize); err != nil {
+				return err
+			}
+		}
+		if arg.walkEnd <= at {
+			return fmt.Errorf("pagemap scan stuck at %#x: %w", at, errdefs.ErrInternal)
+		}
+		at = arg.walkEnd
+	}
+	return nil
+}
+
+// readRuns is eachRun by reading the pagemap.
+func (c *privateCopier) readRuns(fn func(first, n int64) error) error {
 	npages := c.size / pageSize
 	runStart, runLen := int64(-1), int64(0)
 	flush := func() error {

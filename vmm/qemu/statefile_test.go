@@ -3,10 +3,14 @@ package qemu
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"unsafe"
 )
 
 // stream builds a migration stream's opening: header, then parts.
@@ -115,5 +119,82 @@ func TestPrivatePage(t *testing.T) {
 		if got := privatePage(tc.entry); got != tc.want {
 			t.Errorf("privatePage(%#x) = %v, want %v", tc.entry, got, tc.want)
 		}
+	}
+}
+
+// TestPrivatePages maps a file privately in this process, as QEMU maps an
+// image, writes some pages (the kernel's copies) and only reads others:
+// both ways of finding private pages find exactly the written ones, and
+// copyTo puts them at their offsets.
+func TestPrivatePages(t *testing.T) {
+	const pages = 64
+	dir := t.TempDir()
+	img := filepath.Join(dir, "image")
+	if err := os.WriteFile(img, bytes.Repeat([]byte{'i'}, pages*pageSize), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := syscall.Mmap(int(f.Fd()), 0, pages*pageSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(m)
+	written := []int64{0, 1, 2, 7, 30, 63}
+	for _, p := range written {
+		m[p*pageSize] = byte('a' + p%26)
+	}
+	var sink byte
+	for _, p := range []int64{3, 4, 40} {
+		sink += m[p*pageSize] // read: the file's page, mapped
+	}
+	_ = sink
+	addr, err := ramMapping(os.Getpid(), img, pages*pageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if addr != uintptr(unsafe.Pointer(&m[0])) {
+		t.Fatalf("ramMapping = %#x, want %#x", addr, uintptr(unsafe.Pointer(&m[0])))
+	}
+	pc, err := openPrivateCopier(os.Getpid(), addr, pages*pageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.close()
+	want := [][2]int64{{0, 3}, {7, 1}, {30, 1}, {63, 1}}
+	for _, way := range []struct {
+		name string
+		runs func(func(first, n int64) error) error
+	}{{"PAGEMAP_SCAN", pc.scanRuns}, {"pagemap read", pc.readRuns}} {
+		var got [][2]int64
+		err := way.runs(func(first, n int64) error { got = append(got, [2]int64{first, n}); return nil })
+		if way.name == "PAGEMAP_SCAN" && (errors.Is(err, syscall.ENOTTY) || errors.Is(err, syscall.EINVAL)) {
+			t.Logf("%s: not on this kernel (%v)", way.name, err)
+			continue
+		}
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("%s: runs %v, %v; want %v", way.name, got, err, want)
+		}
+	}
+	out, err := os.Create(filepath.Join(dir, "new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	n, err := pc.copyTo(out)
+	if err != nil || n != int64(len(written)) {
+		t.Fatalf("copyTo: %d pages, %v; want %d", n, err, len(written))
+	}
+	got, _ := os.ReadFile(out.Name())
+	for _, p := range written {
+		if got[p*pageSize] != byte('a'+p%26) || !bytes.Equal(got[p*pageSize+1:(p+1)*pageSize], bytes.Repeat([]byte{'i'}, pageSize-1)) {
+			t.Errorf("page %d not copied whole", p)
+		}
+	}
+	if bytes.ContainsAny(got[3*pageSize:7*pageSize], "ai") {
+		t.Errorf("pages only read were copied too")
 	}
 }
