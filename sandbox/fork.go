@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"strconv"
+	"slices"
 	"fmt"
 	"maps"
 	"time"
@@ -114,9 +116,17 @@ func CheckNewNames(taken map[string]bool, names []string) error {
 }
 
 // DefaultSnapshotName is a snapshot's name when the call gives none (SPEC,
-// snapshots rule 2: "snapshot-<UTC YYYYMMDD-HHMMSS>").
-func DefaultSnapshotName(now time.Time) string {
-	return "snapshot-" + now.UTC().Format("20060102-150405")
+// snapshots rule 2: "snapshot-<UTC YYYYMMDD-HHMMSS>"), among the sandbox's
+// snapshots named taken: a snapshot takes ~0.1 s, so two in one second
+// are common, and the second gets "-2" (then "-3", …) rather than a
+// name_taken error for a name the caller never chose.
+func DefaultSnapshotName(now time.Time, taken []string) string {
+	base := "snapshot-" + now.UTC().Format("20060102-150405")
+	name := base
+	for i := 2; slices.Contains(taken, name); i++ {
+		name = base + "-" + strconv.Itoa(i)
+	}
+	return name
 }
 
 // CheckNewSnapshot refuses a snapshot named name of sandbox id that

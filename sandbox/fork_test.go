@@ -107,15 +107,26 @@ func TestCheckNewNames(t *testing.T) {
 // SPEC, snapshots rules 2 and 3.
 func TestSnapshotRules(t *testing.T) {
 	at := time.Date(2026, 12, 1, 22, 5, 9, 0, time.FixedZone("x", 3600))
-	if got := DefaultSnapshotName(at); got != "snapshot-20261201-210509" {
-		t.Errorf("default name %q: want the UTC time", got)
-	}
-	if err := CheckSnapshotName(DefaultSnapshotName(at)); err != nil {
-		t.Errorf("the default name is invalid: %v", err)
+	for _, tc := range []struct {
+		taken []string
+		want  string
+	}{
+		{nil, "snapshot-20261201-210509"}, // the UTC time
+		{[]string{"snapshot-20261201-210508", "mine"}, "snapshot-20261201-210509"},
+		{[]string{"snapshot-20261201-210509"}, "snapshot-20261201-210509-2"}, // two in one second
+		{[]string{"snapshot-20261201-210509", "snapshot-20261201-210509-2"}, "snapshot-20261201-210509-3"},
+	} {
+		got := DefaultSnapshotName(at, tc.taken)
+		if got != tc.want {
+			t.Errorf("default name among %v: %q, want %q", tc.taken, got, tc.want)
+		}
+		if err := CheckSnapshotName(got); err != nil {
+			t.Errorf("the default name %q is invalid: %v", got, err)
+		}
 	}
 	twenty := make([]string, MaxSnapshots)
 	for i := range twenty {
-		twenty[i] = DefaultSnapshotName(at.Add(time.Duration(i) * time.Second))
+		twenty[i] = DefaultSnapshotName(at.Add(time.Duration(i)*time.Second), nil)
 	}
 	cases := []struct {
 		rule     string

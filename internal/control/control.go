@@ -158,7 +158,8 @@ func (c *Control) CheckBudget(r *store.SandboxRecord) error {
 }
 
 // Snapshot saves r's disk and memory under name (checked at the edge with
-// sandbox.CheckSnapshotName); the node checks it is unique and the limit
+// sandbox.CheckSnapshotName; empty: the node picks the default name); the
+// node checks it is unique and the limit
 // (sandbox.CheckNewSnapshot) before it pauses anything.
 func (c *Control) Snapshot(ctx context.Context, r *store.SandboxRecord, name string) (*store.SnapshotRecord, error) {
 	return c.node.CreateSnapshot(ctx, r.ID, name)

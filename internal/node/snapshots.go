@@ -16,7 +16,8 @@ import (
 )
 
 // CreateSnapshot saves the sandbox's disk and memory at one instant under
-// name (already validated). A running sandbox pauses only for the capture.
+// name (already validated; empty: the default name, made unique among the
+// sandbox's snapshots). A running sandbox pauses only for the capture.
 func (n *Node) CreateSnapshot(ctx context.Context, id, name string) (*store.SnapshotRecord, error) {
 	var snap *store.SnapshotRecord
 	err := n.do(ctx, id, func(ctx context.Context) error {
@@ -28,6 +29,9 @@ func (n *Node) CreateSnapshot(ctx context.Context, id, name string) (*store.Snap
 		names := make([]string, len(existing))
 		for i, s := range existing {
 			names[i] = s.Name
+		}
+		if name == "" {
+			name = sandbox.DefaultSnapshotName(time.Now(), names)
 		}
 		if err := sandbox.CheckNewSnapshot(id, names, name); err != nil {
 			return err

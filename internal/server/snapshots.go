@@ -2,7 +2,6 @@ package server
 
 import (
 	"net/http"
-	"time"
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/sandbox"
@@ -18,12 +17,13 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, invalid("include_ram: snapshots always include memory; a sandbox is only restored from a saved memory image"))
 		return
 	}
-	if req.Name == "" {
-		req.Name = sandbox.DefaultSnapshotName(time.Now())
-	}
-	if err := sandbox.CheckSnapshotName(req.Name); err != nil {
-		writeError(w, r, err)
-		return
+	// Empty: the node names it (sandbox.DefaultSnapshotName), knowing the
+	// sandbox's other snapshots.
+	if req.Name != "" {
+		if err := sandbox.CheckSnapshotName(req.Name); err != nil {
+			writeError(w, r, err)
+			return
+		}
 	}
 	rec, err := s.ownSandbox(r)
 	if err != nil {

@@ -2229,7 +2229,7 @@ export interface components {
             descendants: components["schemas"]["LineageEntry"][];
         };
         CreateSnapshotRequest: {
-            /** @description 1–64 printable characters, unique within the sandbox. Empty or left out means `snapshot-<UTC YYYYMMDD-HHMMSS>`. */
+            /** @description 1–64 printable characters, unique within the sandbox. Empty or left out means `snapshot-<UTC YYYYMMDD-HHMMSS>`, with `-2`, `-3`, … appended when the sandbox already has a snapshot of that name (two in one second). */
             name?: string;
             /**
              * @description Snapshots always include memory; `false` is refused.
