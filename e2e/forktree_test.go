@@ -212,12 +212,21 @@ func TestForkTree(t *testing.T) {
 		if image == "" {
 			t.Fatal("the live capture never wrote its journal")
 		}
-		// Let the receiver start and the copy begin.
-		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		// Let the copy begin: a receiver runs (a migration), or the new
+		// image's RAM file is being written (a capture by private pages,
+		// which lasts ~0.1–0.2 s: look often).
+		way := ""
+		for deadline := time.Now().Add(time.Minute); way == "" && time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
 			if len(procscan.Under(filepath.Join(s.dataDir, "images", image))) > 0 {
-				break
+				way = "receiver running"
+			} else if m, _ := filepath.Glob("/dev/shm/*" + image + "*.part"); len(m) > 0 {
+				way = "private pages being copied"
 			}
 		}
+		if way == "" {
+			t.Fatal("the live capture's copy was never seen")
+		}
+		t.Logf("killing zeishd: %s", way)
 		s.remember()
 		s.zeishd.Kill()
 		<-done // the request fails with the connection
