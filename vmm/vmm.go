@@ -192,7 +192,9 @@ type Driver interface {
 	// CaptureLive captures h's running guest into dir as an Image while it
 	// goes on running in the same VMM (a paused guest is refused): its memory is copied while
 	// it runs and the guest is stopped only to switch over, so the pause is
-	// flat in RAM size. The disk is frozen at the same instant as swap
+	// flat in RAM size (a driver may instead copy, in the pause, only the
+	// pages the guest wrote since it started from its image, when they are
+	// few: QEMU's delta.go). The disk is frozen at the same instant as swap
 	// says. h.Disk always names the overlay the VM writes when it returns,
 	// error or not: swap.Next once the disk was swapped. pause is how long
 	// the guest did not run.

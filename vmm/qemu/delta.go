@@ -251,8 +251,8 @@ const deltaStateName = "delta.state"
 // ms per MiB under TCG on the test host).
 const defaultDeltaMaxMiB = 32
 
-// deltaConfigs remembers the configuration sections seen, per QEMU binary
-// of this driver: one is enough, all of a node's VMs share it.
+// deltaConfig remembers the configuration section seen last: one is
+// enough, all of a node's VMs share it.
 type deltaConfig struct {
 	mu    sync.Mutex
 	bytes []byte
