@@ -317,18 +317,10 @@ func (d *Driver) configFor(h *vmm.Handle) ([]byte, error) {
 // privately, into dir: the old image copied while the guest runs, then a
 // pause for its private pages, the disk swap and the device state.
 func (d *Driver) captureDelta(ctx context.Context, h *vmm.Handle, dir string, swap vmm.DiskSwap, pc *privateCopier, config []byte) (_ *vmm.Image, pause time.Duration, err error) {
-	img := &vmm.Image{Dir: dir, StateFile: filepath.Join(dir, stateName), MemFile: d.imageMemFile(dir), MemoryMiB: h.Spec.MemoryMiB}
+	img := d.newLiveImage(h, dir)
 	began := time.Now()
 	var undo rollback.Stack
-	defer func() {
-		if err == nil {
-			return
-		}
-		if rbErr := undo.Run(context.WithoutCancel(ctx)); rbErr != nil {
-			d.log.Error("delta capture rollback incomplete", logKeySandbox, h.Spec.ID, "err", rbErr)
-		}
-		err = fmt.Errorf("capture vm %q by its private pages: %w", h.Spec.ID, err)
-	}()
+	defer d.undoCapture(ctx, &undo, h, "by its private pages", &err)
 	// The old image's copy, while the disk swap is prepared.
 	tmpMem := partMemFile(img.MemFile)
 	undo.Add(func(context.Context) error { return removeFiles(tmpMem, img.MemFile) })

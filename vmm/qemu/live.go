@@ -102,18 +102,10 @@ func (d *Driver) CaptureLive(ctx context.Context, h *vmm.Handle, dir string, swa
 	if img, pause, ok, err := d.tryDelta(ctx, h, dir, swap); ok {
 		return img, pause, err
 	}
-	img := &vmm.Image{Dir: dir, StateFile: filepath.Join(dir, stateName), MemFile: d.imageMemFile(dir), MemoryMiB: h.Spec.MemoryMiB}
+	img := d.newLiveImage(h, dir)
 	began := time.Now()
 	var undo rollback.Stack
-	defer func() {
-		if err == nil {
-			return
-		}
-		if rbErr := undo.Run(context.WithoutCancel(ctx)); rbErr != nil {
-			d.log.Error("live capture rollback incomplete", logKeySandbox, h.Spec.ID, "err", rbErr)
-		}
-		err = fmt.Errorf("capture vm %q live: %w", h.Spec.ID, err)
-	}()
+	defer d.undoCapture(ctx, &undo, h, "live", &err)
 	oldDisk := h.Disk
 	// The source's image is inflated while the disk and the receiver are
 	// prepared (two cores: the receiver's QEMU start overlaps it).
@@ -172,6 +164,23 @@ func (d *Driver) CaptureLive(ctx context.Context, h *vmm.Handle, dir string, swa
 		"save_ms", time.Since(copied).Milliseconds(), "image_mib", allocatedMiB(img.MemFile),
 		"multifd", d.liveMultifd(), "old_disk", oldDisk, "disk", h.Disk)
 	return img, sw.pause, nil
+}
+
+// newLiveImage is the image a live capture of h into dir makes.
+func (d *Driver) newLiveImage(h *vmm.Handle, dir string) *vmm.Image {
+	return &vmm.Image{Dir: dir, StateFile: filepath.Join(dir, stateName), MemFile: d.imageMemFile(dir), MemoryMiB: h.Spec.MemoryMiB}
+}
+
+// undoCapture undoes a failed capture of h (the way it went: "live", "by
+// its private pages") and says so in its error.
+func (d *Driver) undoCapture(ctx context.Context, undo *rollback.Stack, h *vmm.Handle, way string, errp *error) {
+	if *errp == nil {
+		return
+	}
+	if rbErr := undo.Run(context.WithoutCancel(ctx)); rbErr != nil {
+		d.log.Error("capture rollback incomplete", logKeySandbox, h.Spec.ID, "way", way, "err", rbErr)
+	}
+	*errp = fmt.Errorf("capture vm %q %s: %w", h.Spec.ID, way, *errp)
 }
 
 // prepareLive prepares the disk swap and launches the receiver. The
