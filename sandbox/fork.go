@@ -1,10 +1,10 @@
 package sandbox
 
 import (
-	"strconv"
-	"slices"
 	"fmt"
 	"maps"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
