@@ -3,6 +3,7 @@ package node
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -67,7 +68,7 @@ func TestReadyVMs(t *testing.T) {
 	if got := h.vmOf(warm.ID); h.drv.VMs() == nil || !h.drv.Alive(got) {
 		t.Fatal("the adopted sandbox's VM was swept at the restart")
 	}
-	h.n.ready.note(tpl.ID) // as a create after the restart would
+	h.n.ready.note(readyKind{template: tpl.ID}) // as a create after the restart would
 	h.n.ready.wake()
 	waitReady(1)
 
@@ -146,4 +147,101 @@ func readyHarness(t *testing.T) (*harness, sandbox.Template) {
 	h.tpl.tpl = tpl
 	unpin()
 	return h, tpl
+}
+
+// Card-less ready VMs: the first `network: {enabled: false}` create of a
+// warm template boots cold (the warm image has a card, and an image loads
+// only into a machine like its own); the pool then builds the template's
+// card-less image and keeps a VM without a card ready from it, which the
+// next such create takes, while a create with a network still takes the
+// one with a card. Each kind is kept only while used; the card-less image
+// outlives a restart, and goes with its template.
+func TestReadyVMsCardless(t *testing.T) {
+	h, tpl := readyHarness(t)
+	w := tpl.Warm
+	h.waitReady(1)
+	create := func(enabled bool) *store.SandboxRecord {
+		t.Helper()
+		r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{AccountID: "acc", Template: tpl.ID,
+			VCPUs: w.VCPUs, MemoryMiB: w.MemoryMiB, DiskMiB: w.DiskMiB}}
+		if !enabled {
+			r.Network = &sandbox.Network{Enabled: false}
+		}
+		r, err := h.n.Create(h.ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h.settle(r.ID, sandbox.StateRunning)
+	}
+	cardless := readyKind{template: tpl.ID, cardless: true}
+	readyOf := func(k readyKind) []*readyVM {
+		h.n.ready.mu.Lock()
+		defer h.n.ready.mu.Unlock()
+		return slices.Clone(h.n.ready.vms[k])
+	}
+
+	first := create(false)
+	if vm := h.vmOf(first.ID); vm.Origin != nil || vm.Spec.From != nil || !vm.Spec.NoNIC {
+		t.Fatalf("the first card-less create: %+v; want a cold boot without a card", vm.Spec)
+	}
+	h.waitReady(2)
+	twin := h.n.cardlessID(w.Image)
+	if twin == "" || twin == w.Image {
+		t.Fatalf("card-less image %q beside warm image %s", twin, w.Image)
+	}
+	vms := readyOf(cardless)
+	if len(vms) != 1 || !vms[0].h.Spec.NoNIC || vms[0].image != twin || filepath.Base(vms[0].h.Spec.From.Dir) != twin {
+		t.Fatalf("card-less ready VMs: %+v", vms)
+	}
+
+	hit := create(false)
+	vm := h.vmOf(hit.ID)
+	if vm.Origin == nil || vm.Origin.ID != vms[0].h.Spec.ID || !vm.Spec.NoNIC || filepath.Base(vm.Spec.From.Dir) != twin {
+		t.Fatalf("the second card-less create did not adopt the card-less ready VM: %+v", vm)
+	}
+	h.requireAgent(hit.ID)
+	withCard := create(true)
+	if vm := h.vmOf(withCard.ID); vm.Origin == nil || vm.Spec.NoNIC || filepath.Base(vm.Spec.From.Dir) != w.Image {
+		t.Fatalf("a create with a network did not adopt the ready VM with a card: %+v", vm)
+	}
+	if _, hits, misses := h.n.ready.count(); hits != 2 || misses != 0 {
+		t.Errorf("hits %d, misses %d; want 2, 0", hits, misses)
+	}
+	h.waitReady(2) // both kinds made again
+
+	// A kind unused for the idle time goes; the other stays.
+	h.n.ready.mu.Lock()
+	h.n.ready.used[cardless] = time.Now().Add(-2 * h.n.ready.idle)
+	h.n.ready.mu.Unlock()
+	h.n.ready.wake()
+	h.waitReady(1)
+	if len(readyOf(cardless)) != 0 || len(readyOf(readyKind{template: tpl.ID})) != 1 {
+		t.Fatal("the idle card-less kind kept its VM, or the other lost its own")
+	}
+
+	// After a restart the card-less image is still there: the kind's VMs
+	// come from it without another build.
+	h.restart()
+	h.n.ready.note(cardless)
+	h.n.ready.wake()
+	h.waitReady(1)
+	h.n.ready.note(readyKind{template: tpl.ID})
+	h.n.ready.wake()
+	h.waitReady(2)
+	if vms := readyOf(cardless); len(vms) != 1 || vms[0].image != twin || h.n.cardlessID(w.Image) != twin {
+		t.Fatalf("after a restart: card-less VMs %+v, image %q; want from %s", vms, h.n.cardlessID(w.Image), twin)
+	}
+
+	// A deleted template takes both kinds' VMs along, and, once its
+	// sandboxes are gone, both its images (deleteAll checks).
+	tpl.State = sandbox.TemplateDeleted
+	if err := h.st.PutTemplate(h.ctx, tpl); err != nil {
+		t.Fatal(err)
+	}
+	h.tpl.tpl = tpl
+	h.n.CollectImages(h.ctx)
+	if n, _, _ := h.n.ready.count(); n != 0 {
+		t.Errorf("%d ready VMs of a deleted template", n)
+	}
+	h.deleteAll()
 }
