@@ -103,6 +103,11 @@ type readyPool struct {
 	handed  map[string]*guest.Client // agents of adopted VMs, until the sandbox's attach takes them
 	used    map[readyKind]time.Time  // kinds to keep VMs for, by when last used
 	failed  map[readyKind]time.Time  // kinds whose last ready VM failed to start, by when
+	// Warm images whose card-less twin failed to build (a template whose
+	// start or ready command needs the network, say): not tried again for
+	// that image, since each try is a whole warm build; until zeishd
+	// restarts, its card-less creates boot cold.
+	cardlessFailed map[string]error
 
 	hits, misses atomic.Int64
 }
@@ -117,7 +122,8 @@ func newReadyPool(n *Node) *readyPool {
 		warmup = DefaultReadyWarmup
 	}
 	return &readyPool{n: n, per: n.opts.ReadyVMs, idle: idle, warmup: warmup, kick: make(chan struct{}, 1),
-		vms: map[readyKind][]*readyVM{}, claimed: map[string]*readyVM{}, handed: map[string]*guest.Client{}, used: map[readyKind]time.Time{}, failed: map[readyKind]time.Time{}}
+		vms: map[readyKind][]*readyVM{}, claimed: map[string]*readyVM{}, handed: map[string]*guest.Client{}, used: map[readyKind]time.Time{}, failed: map[readyKind]time.Time{},
+		cardlessFailed: map[string]error{}}
 }
 
 // start runs the keeper until the node closes. Call it after recovery, so
@@ -254,7 +260,7 @@ func (p *readyPool) round(ctx context.Context) {
 			img, err := p.image(ctx, key, tpl)
 			if err != nil {
 				if ctx.Err() == nil {
-					p.n.log.Warn("ready vm: card-less image", "template", key.template, "err", err, "retry_in", readyRetry)
+					p.n.log.Warn("ready vm: image", "template", key.template, "cardless", key.cardless, "err", err, "retry_in", readyRetry)
 					p.mu.Lock()
 					p.failed[key] = time.Now()
 					p.mu.Unlock()
@@ -320,7 +326,18 @@ func (p *readyPool) image(ctx context.Context, k readyKind, tpl sandbox.Template
 	if meta, err := p.n.cardlessImage(tpl); err == nil {
 		return meta, nil
 	}
+	p.mu.Lock()
+	failed := p.cardlessFailed[tpl.Warm.Image]
+	p.mu.Unlock()
+	if failed != nil {
+		return nil, fmt.Errorf("not tried again: %w", failed)
+	}
 	if err := p.n.makeCardless(ctx, tpl); err != nil {
+		if ctx.Err() == nil {
+			p.mu.Lock()
+			p.cardlessFailed[tpl.Warm.Image] = err
+			p.mu.Unlock()
+		}
 		return nil, err
 	}
 	return p.n.cardlessImage(tpl)

@@ -1,14 +1,18 @@
 package node
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
+	"github.com/zeish/zeish/vmm/vmmfake"
 )
 
 // Ready VMs: a warm build makes one; a create of the warm size adopts it
@@ -77,7 +81,7 @@ func TestReadyVMs(t *testing.T) {
 	if err := h.st.PutTemplate(h.ctx, tpl); err != nil {
 		t.Fatal(err)
 	}
-	h.tpl.tpl = tpl
+	h.tpl.set(tpl)
 	h.n.CollectImages(h.ctx)
 	if n, _, _ := h.n.ready.count(); n != 0 {
 		t.Errorf("%d ready VMs of a deleted template", n)
@@ -144,7 +148,7 @@ func readyHarness(t *testing.T) (*harness, sandbox.Template) {
 	if err := h.st.PutTemplate(h.ctx, tpl); err != nil {
 		t.Fatal(err)
 	}
-	h.tpl.tpl = tpl
+	h.tpl.set(tpl)
 	unpin()
 	return h, tpl
 }
@@ -238,10 +242,84 @@ func TestReadyVMsCardless(t *testing.T) {
 	if err := h.st.PutTemplate(h.ctx, tpl); err != nil {
 		t.Fatal(err)
 	}
-	h.tpl.tpl = tpl
+	h.tpl.set(tpl)
 	h.n.CollectImages(h.ctx)
 	if n, _, _ := h.n.ready.count(); n != 0 {
 		t.Errorf("%d ready VMs of a deleted template", n)
 	}
+	h.deleteAll()
+}
+
+// A card-less build that fails (a template whose start or ready command
+// needs the network, say) is not tried again for the same warm image:
+// each try is a whole warm build. Card-less creates boot cold meanwhile,
+// and the failed build leaves nothing.
+func TestReadyVMsCardlessBuildFails(t *testing.T) {
+	h, tpl := readyHarness(t)
+	w := tpl.Warm
+	h.waitReady(1)
+	var tries atomic.Int32
+	h.drv.SetHook(func(op vmmfake.Op, id string) error {
+		if op == vmmfake.OpStart && strings.HasSuffix(id, cardlessSuffix) {
+			tries.Add(1)
+			return errors.New("the start command wants the network")
+		}
+		return nil
+	})
+	cardless := readyKind{template: tpl.ID, cardless: true}
+	create := func() *store.SandboxRecord {
+		t.Helper()
+		r, err := h.n.Create(h.ctx, &store.SandboxRecord{Sandbox: sandbox.Sandbox{AccountID: "acc", Template: tpl.ID,
+			VCPUs: w.VCPUs, MemoryMiB: w.MemoryMiB, DiskMiB: w.DiskMiB, Network: &sandbox.Network{Enabled: false}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = h.settle(r.ID, sandbox.StateRunning)
+		if vm := h.vmOf(r.ID); vm.Spec.From != nil || !vm.Spec.NoNIC {
+			t.Fatalf("a card-less create without a card-less image: %+v; want a cold boot without a card", vm.Spec)
+		}
+		return r
+	}
+	create()
+	for deadline := time.Now().Add(10 * time.Second); tries.Load() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the pool never tried to build the card-less image")
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		h.n.ready.mu.Lock()
+		failed := h.n.ready.cardlessFailed[w.Image]
+		h.n.ready.mu.Unlock()
+		if failed != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the failed build is not remembered")
+		}
+	}
+	// The retry pause over: the pool still does not build it again.
+	h.n.ready.mu.Lock()
+	delete(h.n.ready.failed, cardless)
+	h.n.ready.mu.Unlock()
+	create()
+	h.n.ready.wake()
+	h.waitReady(1)
+	time.Sleep(100 * time.Millisecond) // a round that would try again
+	if got := tries.Load(); got != 1 {
+		t.Errorf("%d card-less builds tried, want 1", got)
+	}
+	if id := h.n.cardlessID(w.Image); id != "" {
+		t.Errorf("a card-less image %s is named", id)
+	}
+	if _, err := os.Stat(filepath.Join(h.opts.DataDir, "warm", tpl.ID+cardlessSuffix)); !os.IsNotExist(err) {
+		t.Errorf("the failed build's folder is left: %v", err)
+	}
+	h.drv.SetHook(nil)
+	tpl.State = sandbox.TemplateDeleted
+	if err := h.st.PutTemplate(h.ctx, tpl); err != nil {
+		t.Fatal(err)
+	}
+	h.tpl.set(tpl)
+	h.n.CollectImages(h.ctx)
 	h.deleteAll()
 }
