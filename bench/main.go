@@ -65,8 +65,8 @@ type options struct {
 	binDir string
 	zlog   string // where zeishd's debug log goes at the end ("": nowhere)
 	ready  int    // zeishd's ZEISH_READY_VMS
-	// netSkip names parts of the net section to leave out (create, link,
-	// iperf): an A/B of a fork's cost needs only the forks.
+	// netSkip names parts of the net section to leave out (create, warm,
+	// fork, link, iperf): an A/B of a fork's cost needs only the forks.
 	netSkip string
 }
 
@@ -80,7 +80,7 @@ func main() {
 	flag.StringVar(&o.binDir, "bin", "", "`dir` with prebuilt zeishd and sandboxd (as make build leaves in bin/); default: build them")
 	flag.StringVar(&o.zlog, "zeishd-log", "", "`file` to write zeishd's log to (at debug level, with every step's time) when the bench ends")
 	flag.IntVar(&o.ready, "ready-vms", 1, "zeishd's ZEISH_READY_VMS: VMs kept launched and loaded per warm template in use (0: none, every warm create starts a VMM)")
-	flag.StringVar(&o.netSkip, "net-skip", "", "comma-separated parts of the net section to leave out: create, link, iperf")
+	flag.StringVar(&o.netSkip, "net-skip", "", "comma-separated parts of the net section to leave out: create (cold), warm (warm creates on ready VMs), fork, link, iperf")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./bench [flags]\n\nsections:\n")
 		for _, s := range sections {

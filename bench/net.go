@@ -117,11 +117,7 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 		}
 		return sb.ID, wait, time.Since(start), err
 	}
-	type samples struct {
-		wait, total []float64
-		cpu         []float64 // the sandbox's QEMU's CPU time when its first exec returned
-		ids         []string  // the measured sandboxes, for their steps in zeishd's log
-	}
+	type samples = netSamples
 	creates := map[bool]*samples{true: {}, false: {}}
 	for i := -e.opts.warmup; i < e.opts.runs && !skip("create"); i++ {
 		for _, withNet := range []bool{i%2 == 0, i%2 != 0} {
@@ -144,6 +140,13 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 			}
 		}
 	}
+	// Warm creates: a warm template's, each on a ready VM of its kind.
+	warms := map[bool]*samples{true: {}, false: {}}
+	if !skip("warm") {
+		if warms, err = e.netWarmCreates(ctx, c, z, reqs); err != nil {
+			return nil, err
+		}
+	}
 	// Fork: one running parent of each kind, a child at a time (clone
 	// wait=true, then the child's first exec), deleted after.
 	parents := map[bool]string{}
@@ -157,6 +160,9 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 	}
 	defer func() { err = errors.Join(err, dropParents()) }()
 	for _, withNet := range []bool{false, true} {
+		if skip("fork") {
+			break
+		}
 		id, _, _, err := create(withNet)
 		if id != "" {
 			parents[withNet] = id
@@ -166,7 +172,7 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 		}
 	}
 	forks := map[bool]*samples{true: {}, false: {}}
-	for i := -e.opts.warmup; i < e.opts.runs; i++ {
+	for i := -e.opts.warmup; i < e.opts.runs && !skip("fork"); i++ {
 		for _, withNet := range []bool{i%2 == 0, i%2 != 0} {
 			start := time.Now()
 			res, err := c.CloneSandbox(ctx, parents[withNet], zeish.CloneRequest{}, zeish.Wait())
@@ -213,6 +219,7 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 	}
 	sC, sCn := r.add(newSeries("create_first_exec_network", "ms", creates[true].total)), r.add(newSeries("create_first_exec_no_network", "ms", creates[false].total))
 	sCW, sCWn := r.add(newSeries("create_wait_network", "ms", creates[true].wait)), r.add(newSeries("create_wait_no_network", "ms", creates[false].wait))
+	sWC, sWCn := r.add(newSeries("warm_create_first_exec_network", "ms", warms[true].total)), r.add(newSeries("warm_create_first_exec_no_network", "ms", warms[false].total))
 	sF, sFn := r.add(newSeries("fork_first_exec_network", "ms", forks[true].total)), r.add(newSeries("fork_first_exec_no_network", "ms", forks[false].total))
 	sFW, sFWn := r.add(newSeries("fork_wait_network", "ms", forks[true].wait)), r.add(newSeries("fork_wait_no_network", "ms", forks[false].wait))
 	t := statTable("One networked zeishd: sandboxes with a network card and with network: {enabled: false}, interleaved", "ms")
@@ -221,6 +228,8 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 		statRow("create → first exec, enabled: false (no NIC)", sCn),
 		statRow("… of which create wait=true, network", sCW),
 		statRow("… of which create wait=true, enabled: false", sCWn),
+		statRow("warm create on a ready VM → first exec, network", sWC),
+		statRow("warm create on a ready VM → first exec, enabled: false (a ready VM without a card)", sWCn),
 		statRow("clone → child's first exec, network (new TAP, address, guest reconfigured)", sF),
 		statRow("clone → child's first exec, enabled: false", sFn),
 		statRow("… of which clone wait=true, network", sFW),
@@ -230,11 +239,14 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 	// the median of the pairs' differences is less swayed by load drift
 	// than the difference of the medians.
 	sDC := r.add(newSeries("create_first_exec_network_minus_none_paired", "ms", pairs(creates[true].total, creates[false].total)))
+	sDW := r.add(newSeries("warm_create_first_exec_network_minus_none_paired", "ms", pairs(warms[true].total, warms[false].total)))
 	sDF := r.add(newSeries("fork_first_exec_network_minus_none_paired", "ms", pairs(forks[true].total, forks[false].total)))
 	sum := statTable("End to end, what networking adds (network − enabled: false)", "ms")
 	sum.Rows = [][]string{
 		{"create → first exec: difference of medians", fmtNum(sC.Median - sCn.Median), "", "", ""},
 		statRow("create → first exec: paired differences", sDC),
+		{"warm create on a ready VM → first exec: difference of medians", fmtNum(sWC.Median - sWCn.Median), "", "", ""},
+		statRow("warm create on a ready VM → first exec: paired differences", sDW),
 		{"clone → child's first exec: difference of medians", fmtNum(sF.Median - sFn.Median), "", "", ""},
 		statRow("clone → child's first exec: paired differences", sDF),
 	}
@@ -270,9 +282,14 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 			withNet bool
 			s       *samples
 		}{{"create, network", true, creates[true]}, {"create, enabled: false", false, creates[false]},
+			{"warm create, network", true, warms[true]}, {"warm create, enabled: false", false, warms[false]},
 			{"fork, network", true, forks[true]}, {"fork, enabled: false", false, forks[false]}} {
 			name := strings.ReplaceAll(strings.ReplaceAll(k.kind, ", ", "_"), ": ", "_")
-			sv := r.add(newSeries(step.key+"_"+strings.ReplaceAll(name, " ", "_"), "ms", stepMS(log, step.msg, step.key, k.s.ids)))
+			got := stepMS(log, step.msg, step.key, k.s.ids)
+			if len(got) == 0 {
+				continue // a part left out; a warm create's QEMU started before it (a ready VM)
+			}
+			sv := r.add(newSeries(step.key+"_"+strings.ReplaceAll(name, " ", "_"), "ms", got))
 			st.Rows = append(st.Rows, statRow(step.label+": "+k.kind, sv))
 		}
 	}
@@ -283,7 +300,7 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 	for _, g := range []struct {
 		what       string
 		on, off, d series
-	}{{"create → first exec", sC, sCn, sDC}, {"clone → child's first exec", sF, sFn, sDF}} {
+	}{{"create → first exec", sC, sCn, sDC}, {"a warm create on a ready VM → first exec", sWC, sWCn, sDW}, {"clone → child's first exec", sF, sFn, sDF}} {
 		if len(g.d.Samples) == 0 {
 			continue // left out (-net-skip)
 		}
@@ -366,6 +383,7 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 	r.Tables = append(r.Tables, tt, ratio)
 	r.Notes = append(r.Notes,
 		fmt.Sprintf("runs: %d measured after %d warm-up; both kinds of sandbox come from the same zeishd and template, alternating which goes first", e.opts.runs, e.opts.warmup),
+		fmt.Sprintf("warm creates: %d pairs (%d × runs); a warm template (the templates section's kind, built in this zeishd) at its warm size; before each create the bench waits until a ready VM of each kind waits (with a card, and without one, launched from the template's card-less image), and a create that did not adopt one fails the run", netWarmRuns*e.opts.runs, netWarmRuns),
 		"zeishd runs in a NetLab namespace whose only route leads to the lab's 198.18.0.0/15 internet (checked before the runs)",
 		fmt.Sprintf("networked creates and fork parents ask for the default caps (%d bytes/s, %d packets/s), so their firewall carries the policers; the throughput sandbox is uncapped", benchRateBytes, benchRatePackets),
 		"iperf3 is the host's Debian binary with its libraries, copied into each guest through the files API and started through the copied ld.so (no template change); the server runs in the lab's internet namespace",
@@ -477,6 +495,7 @@ func (e *benchEnv) labServer(ctx context.Context, lab *testenv.NetLab) (*zeish.C
 			"ZEISH_PLAN_RUNNING_SLOTS=100", "ZEISH_PLAN_CREATES_PER_MINUTE=1000", "ZEISH_PLAN_DAILY_CREATES=100000",
 			"ZEISH_UPLINK=" + lab.Uplink, "ZEISH_DNS_UPSTREAM=" + lab.DNS, "ZEISH_NET_CIDR=10.213.0.0/24",
 			"ZEISH_NET_RATE_BYTES=0", "ZEISH_NET_RATE_PACKETS=0",
+			"ZEISH_READY_VMS=" + strconv.Itoa(e.opts.ready),
 		},
 		OwnProcessGroup: true,
 	}
@@ -836,4 +855,104 @@ func ipIn(args ...string) error {
 		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// netWarmRuns is how many warm pairs the net section measures per run
+// asked for (-runs): a warm create takes a fraction of a second, and its
+// difference is tens of milliseconds in a noise of as much.
+const netWarmRuns = 4
+
+// netSamples are one kind's measurements in the net section.
+type netSamples struct {
+	wait, total []float64
+	cpu         []float64 // the sandbox's QEMU's CPU time when its first exec returned
+	ids         []string  // the measured sandboxes, for their steps in zeishd's log
+}
+
+// netWarmCreates builds a warm template in the lab's zeishd and creates
+// from it, a sandbox with a network card and one without in turn, each on
+// a ready VM of its kind: create → first exec like for like, neither
+// booting. The first card-less create boots cold (the warm image has a
+// card) and makes zeishd build the template's card-less image; it is not
+// measured.
+func (e *benchEnv) netWarmCreates(ctx context.Context, c *zeish.Client, z *testenv.Zeishd, reqs map[bool]*api.NetworkRequest) (map[bool]*netSamples, error) {
+	out := map[bool]*netSamples{true: {}, false: {}}
+	if e.opts.ready <= 0 {
+		return out, nil // no ready VMs (-ready-vms 0): nothing like for like to measure
+	}
+	tpl, err := e.buildWarmTemplateOn(ctx, c, "bench-net-warm", 512, e.opts.memMiB)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		c.DeleteTemplate(dctx, tpl.ID)
+	}()
+	w := tpl.Warm
+	create := func(withNet bool) (id string, wait, total time.Duration, err error) {
+		start := time.Now()
+		sb, err := c.CreateSandbox(ctx, zeish.CreateSandboxRequest{Template: tpl.Name, VCPUs: w.VCPUs, MemoryMiB: w.MemoryMiB, DiskMiB: w.DiskMiB,
+			Network: reqs[withNet]}, zeish.Wait())
+		wait = time.Since(start)
+		if sb.ID != "" {
+			e.track(sb.ID)
+		}
+		if err == nil && sb.State != sandbox.StateRunning {
+			err = fmt.Errorf("sandbox %s is %s: %s", sb.ID, sb.State, sb.StateReason)
+		}
+		if err == nil {
+			err = firstExecOn(ctx, c, sb.ID)
+		}
+		return sb.ID, wait, time.Since(start), err
+	}
+	del := func(id string) error {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		_, err := c.DeleteSandbox(dctx, id, zeish.Wait())
+		return err
+	}
+	// The card-less image: made after the first card-less create.
+	id, _, _, err := create(false)
+	if id != "" {
+		err = errors.Join(err, del(id))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("first card-less warm create: %w", err)
+	}
+	both := 2 * e.opts.ready
+	for i := -e.opts.warmup; i < netWarmRuns*e.opts.runs; i++ {
+		for _, withNet := range []bool{i%2 == 0, i%2 != 0} {
+			// Both kinds ready, and nothing being launched meanwhile.
+			if err := waitReadyAt(ctx, z.Addr, both, 5*time.Minute); err != nil {
+				return nil, err
+			}
+			hits, err := metricAt(ctx, z.Addr, "zeish_node_warm_creates_total", `ready="hit"`)
+			if err != nil {
+				hits = 0 // not served before the first hit
+			}
+			id, wait, total, err := create(withNet)
+			if err == nil {
+				if got, herr := metricAt(ctx, z.Addr, "zeish_node_warm_creates_total", `ready="hit"`); herr != nil || got != hits+1 {
+					err = fmt.Errorf("the warm create (network %v) did not adopt a ready VM (hits %v → %v, %v)", withNet, hits, got, herr)
+				}
+			}
+			// (No QEMU CPU time: the ready VM's QEMU ran its launch and
+			// warm-up before the create.)
+			if id != "" {
+				err = errors.Join(err, del(id))
+			}
+			if err != nil {
+				return nil, fmt.Errorf("warm create (network %v): %w", withNet, err)
+			}
+			e.log.Info("net warm create", "run", i, "network", withNet, "wait_ms", wait.Milliseconds(), "total_ms", total.Milliseconds())
+			if i >= 0 {
+				s := out[withNet]
+				s.ids = append(s.ids, id)
+				s.wait = append(s.wait, ms(wait))
+				s.total = append(s.total, ms(total))
+			}
+		}
+	}
+	return out, nil
 }

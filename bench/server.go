@@ -229,7 +229,12 @@ func (e *benchEnv) close() error {
 // metric reads one sample of zeishd's /metrics: the first of metric name
 // whose labels contain label ("" for any).
 func (e *benchEnv) metric(ctx context.Context, name, label string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.zeishd.Addr+"/metrics", nil)
+	return metricAt(ctx, e.zeishd.Addr, name, label)
+}
+
+// metricAt is metric of the zeishd listening at addr.
+func metricAt(ctx context.Context, addr, name, label string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
 	if err != nil {
 		return 0, err
 	}
@@ -255,14 +260,20 @@ func (e *benchEnv) metric(ctx context.Context, name, label string) (float64, err
 // VMs: a warm create measured then finds one, as a create that is not the
 // first of a burst does.
 func (e *benchEnv) waitReadyVMs(ctx context.Context, n int) error {
-	deadline := time.Now().Add(time.Minute)
+	return waitReadyAt(ctx, e.zeishd.Addr, n, time.Minute)
+}
+
+// waitReadyAt waits (up to bound) until the zeishd at addr keeps at least
+// n ready VMs.
+func waitReadyAt(ctx context.Context, addr string, n int, bound time.Duration) error {
+	deadline := time.Now().Add(bound)
 	for {
-		v, err := e.metric(ctx, "zeish_node_ready_vms", "")
+		v, err := metricAt(ctx, addr, "zeish_node_ready_vms", "")
 		if err == nil && int(v) >= n {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("no %d ready VMs after a minute (last: %v, %v)", n, v, err)
+			return fmt.Errorf("no %d ready VMs after %s (last: %v, %v)", n, bound, v, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -406,6 +406,11 @@ func (e *benchEnv) idleWarmMemory(ctx context.Context, tpl zeish.Template) (vmMe
 // buildWarmTemplate builds a warm template from a bench image whose start
 // command leaves a process running.
 func (e *benchEnv) buildWarmTemplate(ctx context.Context, name string, diskMiB, memoryMiB int) (zeish.Template, error) {
+	return e.buildWarmTemplateOn(ctx, e.client, name, diskMiB, memoryMiB)
+}
+
+// buildWarmTemplateOn is buildWarmTemplate through client c (another zeishd's).
+func (e *benchEnv) buildWarmTemplateOn(ctx context.Context, c *zeish.Client, name string, diskMiB, memoryMiB int) (zeish.Template, error) {
 	dir, err := os.MkdirTemp(e.tmp, "img-")
 	if err != nil {
 		return zeish.Template{}, err
@@ -420,13 +425,13 @@ func (e *benchEnv) buildWarmTemplate(ctx context.Context, name string, diskMiB, 
 		return zeish.Template{}, err
 	}
 	defer f.Close()
-	tpl, err := e.client.UploadTemplate(ctx, zeish.BuildTemplateRequest{Name: name, From: "docker-archive", DiskMiB: diskMiB, MemoryMiB: memoryMiB,
+	tpl, err := c.UploadTemplate(ctx, zeish.BuildTemplateRequest{Name: name, From: "docker-archive", DiskMiB: diskMiB, MemoryMiB: memoryMiB,
 		StartCmd: []string{"/bin/sh", "-c", "echo up > /tmp/up; exec /bin/busybox sleep 100000"},
 		ReadyCmd: []string{"/bin/sh", "-c", "test -s /tmp/up"}}, f)
 	if err != nil {
 		return tpl, fmt.Errorf("warm build: %w", err)
 	}
-	if tpl, err = e.client.WaitTemplate(ctx, tpl.ID, nil); err != nil || tpl.State != sandbox.TemplateReady || tpl.Warm == nil {
+	if tpl, err = c.WaitTemplate(ctx, tpl.ID, nil); err != nil || tpl.State != sandbox.TemplateReady || tpl.Warm == nil {
 		return tpl, fmt.Errorf("warm build %s: %s %s %v", tpl.ID, tpl.State, tpl.StateReason, err)
 	}
 	return tpl, nil

@@ -461,7 +461,9 @@ func portsThroughDataPlane(t *testing.T, s *server, a, b *netGuest) {
 // its ready VM (launched with a link of its own, no firewall chain yet)
 // and creates a sandbox on it with egress deny: the sandbox reaches the
 // name it allows and nothing else, so its address and policy are the
-// link's. Deleting the template ends the ready VM and frees its link.
+// link's. A sandbox without a card gets a ready VM without one (after the
+// first such create made the template's card-less image). Deleting the
+// template ends the ready VMs and frees their links.
 func readyVMNetwork(t *testing.T, s *server) {
 	c, ctx := s.client, ctxFor(t, 10*time.Minute)
 	l, _ := ociimg.Standard(t).Layers()
@@ -515,10 +517,42 @@ func readyVMNetwork(t *testing.T, s *server) {
 	if _, err := c.DeleteSandbox(ctx, sb.ID, zeish.Wait()); err != nil {
 		t.Fatal(err)
 	}
+
+	// Without a card: the first such create boots cold (the warm image has a
+	// card); the node then makes the template's card-less image and a ready
+	// VM from it, which the next such create takes: no eth0, and it execs.
+	off := false
+	noCard := func(name string) zeish.Sandbox {
+		t.Helper()
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Name: name, Template: "net-warm", VCPUs: w.VCPUs, MemoryMiB: w.MemoryMiB, DiskMiB: w.DiskMiB,
+			Network: &api.NetworkRequest{Enabled: &off}}, zeish.Wait())
+		if err != nil || sb.State != sandbox.StateRunning || sb.Address != "" {
+			t.Fatalf("create without a card: %+v %v", sb, err)
+		}
+		return sb
+	}
+	cold := noCard("net-off-cold")
+	if !waitFor(5*time.Minute, func() bool { return s.metric(t, "zeish_node_ready_vms", "") >= 2 }) {
+		t.Fatal("no card-less ready VM beside the one with a card")
+	}
+	hits = s.metric(t, "zeish_node_warm_creates_total", `ready="hit"`)
+	hit := noCard("net-off-ready")
+	if got := s.metric(t, "zeish_node_warm_creates_total", `ready="hit"`); got != hits+1 {
+		t.Fatalf("the card-less create did not adopt a ready VM (hits %v → %v)", hits, got)
+	}
+	out, errOut, res := run(t, connect(t, c, hit.ID), "/bin/sh", "-c", "ls /sys/class/net")
+	if res.ExitCode != 0 || strings.Contains(out, "eth0") || !strings.Contains(out, "lo") {
+		t.Fatalf("interfaces of a card-less sandbox on a ready VM: %q %q %d", out, errOut, res.ExitCode)
+	}
+	for _, id := range []string{cold.ID, hit.ID} {
+		if _, err := c.DeleteSandbox(ctx, id, zeish.Wait()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, err := c.DeleteTemplate(ctx, tpl.ID); err != nil {
 		t.Fatal(err)
 	}
 	if !waitFor(time.Minute, func() bool { return s.metric(t, "zeish_node_ready_vms", "") == 0 }) {
-		t.Fatal("the deleted template's ready VM still runs")
+		t.Fatal("the deleted template's ready VMs still run")
 	}
 }

@@ -113,6 +113,9 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 		spec.Kernel, spec.Initrd, spec.KernelArgs, spec.BaseDisk = tpl.Kernel, tpl.Initrd, tpl.KernelArgs, tpl.BaseDisk
 		meta, why := n.warmImage(r, tpl)
 		if meta == nil {
+			if why == whyNoCardless {
+				n.ready.note(kindOf(r)) // the pool makes the image, and VMs from it
+			}
 			if why != "" {
 				n.log.Info("boot cold", logSandbox, r.ID, "template", tpl.Name, "why", why)
 			}
@@ -120,7 +123,7 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 		}
 		// A fork of the template's saved machine (warm.go).
 		unpin = n.pin(meta.ID)
-		n.ready.note(r.Template)
+		n.ready.note(kindOf(r))
 		r.Layers = append(append([]string(nil), meta.Layers...), meta.ID)
 		spec.BaseDisk, spec.From = meta.Disk, meta.VM
 		n.log.Info("boot warm", logSandbox, r.ID, "template", tpl.Name, "image", meta.ID)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,15 +40,25 @@ type harness struct {
 // fakeTemplates serves one built template whose files exist; fail makes
 // Get fail (a template that cannot be built).
 type fakeTemplates struct {
+	mu   sync.Mutex // set while the node may Get (the ready pool's keeper does)
 	tpl  sandbox.Template
 	fail error
 }
 
 func (f *fakeTemplates) Get(_ context.Context, name string) (sandbox.Template, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.fail != nil {
 		return sandbox.Template{}, f.fail
 	}
 	return f.tpl, nil
+}
+
+// set replaces the template served.
+func (f *fakeTemplates) set(tpl sandbox.Template) {
+	f.mu.Lock()
+	f.tpl = tpl
+	f.mu.Unlock()
 }
 
 func newHarness(t *testing.T, edit ...func(*Options)) *harness {

@@ -144,8 +144,9 @@ func (n *Node) gc(ctx context.Context) {
 			}
 		}
 	}
-	// A warm template's machine lives as long as the template; once it is
-	// deleted, as long as a sandbox started from it needs it.
+	// A warm template's machine (and its card-less twin) lives as long as
+	// the template; once it is deleted, as long as a sandbox started from it
+	// needs it.
 	tpls, err := n.opts.Store.ListTemplates(ctx)
 	if err != nil {
 		n.log.Error("gc: list templates", "err", err)
@@ -154,6 +155,9 @@ func (n *Node) gc(ctx context.Context) {
 	for _, t := range tpls {
 		if t.Warm != nil && t.State != sandbox.TemplateDeleted {
 			mem[t.Warm.Image], disk[t.Warm.Image] = true, true
+			if id := n.cardlessID(t.Warm.Image); id != "" { // made beside it (cardless.go)
+				mem[id], disk[id] = true, true
+			}
 		}
 	}
 	n.mu.Lock()

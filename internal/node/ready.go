@@ -36,6 +36,12 @@ import (
 // from the image as before (a miss). A ready VM waits paused: no CPU, no
 // guest pages written, its translations kept.
 //
+// VMs are kept by kind: a template, and whether the sandbox has a network
+// card. A create with `network: {enabled: false}` takes a VM with no card,
+// launched from the template's card-less warm image (cardless.go), which
+// the pool builds first the first time such a create asks for one; each
+// kind is kept only while used.
+//
 // Until a create takes it, a ready VM is nobody's: on a node with
 // networking its link (whose address the sandbox that takes it gets) has
 // no firewall chain yet, so nothing it sends is forwarded and the DNS
@@ -62,14 +68,25 @@ const readyTick = 5 * time.Second
 // VM of it failed to start, rather than start VMs in a loop.
 const readyRetry = time.Minute
 
+// readyKind is what a create asks a ready VM to be: of a template, with
+// or without a network card.
+type readyKind struct {
+	template string // the template's key (a record's Template)
+	cardless bool   // no network card (network: {enabled: false})
+}
+
+func kindOf(r *store.SandboxRecord) readyKind {
+	return readyKind{template: r.Template, cardless: cardlessRecord(r)}
+}
+
 // readyVM is one VM launched ahead for a template.
 type readyVM struct {
-	template string // the template's key (a record's Template)
-	image    string // its warm image
-	h        *vmm.Handle
-	c        *guest.Client // its agent, connected
-	address  string        // its link's guest address on a node with networking
-	unpin    func()        // the image, while the VM maps it
+	kind    readyKind
+	image   string // its warm image (the card-less one for a card-less kind)
+	h       *vmm.Handle
+	c       *guest.Client // its agent, connected
+	address string        // its link's guest address on a node with networking
+	unpin   func()        // the image, while the VM maps it
 }
 
 // readyPool keeps ready VMs per template (Options.ReadyVMs of each).
@@ -81,11 +98,16 @@ type readyPool struct {
 	kick   chan struct{}
 
 	mu      sync.Mutex
-	vms     map[string][]*readyVM    // ready, by template
+	vms     map[readyKind][]*readyVM // ready, by kind
 	claimed map[string]*readyVM      // taken by a create whose boot has not adopted it yet, by sandbox
 	handed  map[string]*guest.Client // agents of adopted VMs, until the sandbox's attach takes them
-	used    map[string]time.Time     // templates to keep VMs for, by when last used
-	failed  map[string]time.Time     // templates whose last ready VM failed to start, by when
+	used    map[readyKind]time.Time  // kinds to keep VMs for, by when last used
+	failed  map[readyKind]time.Time  // kinds whose last ready VM failed to start, by when
+	// Warm images whose card-less twin failed to build (a template whose
+	// start or ready command needs the network, say): not tried again for
+	// that image, since each try is a whole warm build; until zeishd
+	// restarts, its card-less creates boot cold.
+	cardlessFailed map[string]error
 
 	hits, misses atomic.Int64
 }
@@ -100,7 +122,8 @@ func newReadyPool(n *Node) *readyPool {
 		warmup = DefaultReadyWarmup
 	}
 	return &readyPool{n: n, per: n.opts.ReadyVMs, idle: idle, warmup: warmup, kick: make(chan struct{}, 1),
-		vms: map[string][]*readyVM{}, claimed: map[string]*readyVM{}, handed: map[string]*guest.Client{}, used: map[string]time.Time{}, failed: map[string]time.Time{}}
+		vms: map[readyKind][]*readyVM{}, claimed: map[string]*readyVM{}, handed: map[string]*guest.Client{}, used: map[readyKind]time.Time{}, failed: map[readyKind]time.Time{},
+		cardlessFailed: map[string]error{}}
 }
 
 // start runs the keeper until the node closes. Call it after recovery, so
@@ -124,27 +147,29 @@ func (p *readyPool) wake() {
 	}
 }
 
-// note says a template was used (a warm create, a build that finished):
-// from now on VMs are kept ready for it.
-func (p *readyPool) note(template string) {
-	if p.per <= 0 || template == "" {
+// note says a kind was used (a warm create, a build that finished, a
+// card-less create of a warm template): from now on VMs are kept ready
+// for it.
+func (p *readyPool) note(k readyKind) {
+	if p.per <= 0 || k.template == "" {
 		return
 	}
 	p.mu.Lock()
-	p.used[template] = time.Now()
+	p.used[k] = time.Now()
 	p.mu.Unlock()
 }
 
-// take gives a new sandbox r a ready VM of its template and size, if one
+// take gives a new sandbox r a ready VM of its kind and size, if one
 // waits; the sandbox's boot adopts it (adopt). On a node with networking
 // the VM's link is the sandbox's: r takes its address.
 func (p *readyPool) take(r *store.SandboxRecord) *readyVM {
-	if p.per <= 0 || (r.Network != nil && !r.Network.Enabled) {
+	if p.per <= 0 {
 		return nil
 	}
+	k := kindOf(r)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	list := p.vms[r.Template]
+	list := p.vms[k]
 	i := slices.IndexFunc(list, func(v *readyVM) bool {
 		s := v.h.Spec
 		return s.VCPUs == r.VCPUs && s.MemoryMiB == r.MemoryMiB && s.DiskMiB == r.DiskMiB
@@ -153,7 +178,7 @@ func (p *readyPool) take(r *store.SandboxRecord) *readyVM {
 		return nil
 	}
 	v := list[i]
-	p.vms[r.Template] = slices.Delete(list, i, i+1)
+	p.vms[k] = slices.Delete(list, i, i+1)
 	p.claimed[r.ID] = v
 	return v
 }
@@ -203,18 +228,18 @@ func (p *readyPool) keep(ctx context.Context) {
 	}
 }
 
-// round trims templates idle too long or gone, then fills the others, one
+// round trims kinds idle too long or gone, then fills the others, one
 // VM at a time (a launch takes a core for a while; a create waiting for
 // one should not wait for all).
 func (p *readyPool) round(ctx context.Context) {
 	p.mu.Lock()
-	var want []string
-	for tpl, at := range p.used {
+	var want []readyKind
+	for k, at := range p.used {
 		if time.Since(at) > p.idle {
-			delete(p.used, tpl)
+			delete(p.used, k)
 			continue
 		}
-		want = append(want, tpl)
+		want = append(want, k)
 	}
 	p.mu.Unlock()
 	if p.trim(ctx, want) > 0 {
@@ -228,14 +253,24 @@ func (p *readyPool) round(ctx context.Context) {
 			if !short {
 				break
 			}
-			tpl, ok := p.warmTemplate(ctx, key)
+			tpl, ok := p.warmTemplate(ctx, key.template)
 			if !ok {
 				break // not (yet, or any more) warm: trim drops its VMs next round
 			}
-			v, err := p.launch(ctx, key, tpl)
+			img, err := p.image(ctx, key, tpl)
 			if err != nil {
 				if ctx.Err() == nil {
-					p.n.log.Warn("ready vm", "template", key, "err", err, "retry_in", readyRetry)
+					p.n.log.Warn("ready vm: image", "template", key.template, "cardless", key.cardless, "err", err, "retry_in", readyRetry)
+					p.mu.Lock()
+					p.failed[key] = time.Now()
+					p.mu.Unlock()
+				}
+				break
+			}
+			v, err := p.launch(ctx, key, tpl, img)
+			if err != nil {
+				if ctx.Err() == nil {
+					p.n.log.Warn("ready vm", "template", key.template, "cardless", key.cardless, "err", err, "retry_in", readyRetry)
 					p.mu.Lock()
 					p.failed[key] = time.Now()
 					p.mu.Unlock()
@@ -246,8 +281,7 @@ func (p *readyPool) round(ctx context.Context) {
 			// under the lock trim reads the pool with: a delete in between
 			// either finds it here or is seen here.
 			p.mu.Lock()
-			cur, ok := p.warmTemplate(ctx, key)
-			keep := ok && cur.Warm.Image == v.image
+			keep := p.current(ctx, key, v.image)
 			if keep {
 				p.vms[key] = append(p.vms[key], v)
 			}
@@ -267,10 +301,52 @@ func (p *readyPool) warmTemplate(ctx context.Context, key string) (sandbox.Templ
 	return tpl, err == nil && tpl.Warm != nil && !tpl.Cold && tpl.State != sandbox.TemplateDeleted
 }
 
-// trim destroys the ready VMs of templates not in keep, or whose template
-// is no longer warm with the same image, and says how many went; the
-// caller collects the images they may have kept.
-func (p *readyPool) trim(ctx context.Context, keep []string) int {
+// imageOf is the image VMs of kind k of warm template tpl start from
+// ("": none yet).
+func (p *readyPool) imageOf(k readyKind, tpl sandbox.Template) string {
+	if k.cardless {
+		return p.n.cardlessID(tpl.Warm.Image)
+	}
+	return tpl.Warm.Image
+}
+
+// current says whether image is (still) the one VMs of kind k start from.
+func (p *readyPool) current(ctx context.Context, k readyKind, image string) bool {
+	tpl, ok := p.warmTemplate(ctx, k.template)
+	return ok && p.imageOf(k, tpl) == image
+}
+
+// image is the image VMs of kind k of tpl start from, built first for a
+// card-less kind whose template has none yet (a warm build: seconds to
+// minutes, during which the pool fills nothing else).
+func (p *readyPool) image(ctx context.Context, k readyKind, tpl sandbox.Template) (*imageMeta, error) {
+	if !k.cardless {
+		return p.n.readImage(tpl.Warm.Image)
+	}
+	if meta, err := p.n.cardlessImage(tpl); err == nil {
+		return meta, nil
+	}
+	p.mu.Lock()
+	failed := p.cardlessFailed[tpl.Warm.Image]
+	p.mu.Unlock()
+	if failed != nil {
+		return nil, fmt.Errorf("not tried again: %w", failed)
+	}
+	if err := p.n.makeCardless(ctx, tpl); err != nil {
+		if ctx.Err() == nil {
+			p.mu.Lock()
+			p.cardlessFailed[tpl.Warm.Image] = err
+			p.mu.Unlock()
+		}
+		return nil, err
+	}
+	return p.n.cardlessImage(tpl)
+}
+
+// trim destroys the ready VMs of kinds not in keep, or whose template is
+// no longer warm with the same image, and says how many went; the caller
+// collects the images they may have kept.
+func (p *readyPool) trim(ctx context.Context, keep []readyKind) int {
 	p.mu.Lock()
 	var drop []*readyVM
 	for key, list := range p.vms {
@@ -287,7 +363,7 @@ func (p *readyPool) trim(ctx context.Context, keep []string) int {
 		if len(list) == 0 {
 			continue
 		}
-		if tpl, ok := p.warmTemplate(ctx, key); ok && tpl.Warm.Image == list[0].image {
+		if p.current(ctx, key, list[0].image) {
 			continue
 		}
 		p.mu.Lock()
@@ -302,25 +378,25 @@ func (p *readyPool) trim(ctx context.Context, keep []string) int {
 	return len(drop)
 }
 
-// templates are the ones VMs are kept for.
-func (p *readyPool) templates() []string {
+// kinds are the ones VMs are kept for.
+func (p *readyPool) kinds() []readyKind {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var out []string
+	var out []readyKind
 	for k := range p.used {
 		out = append(out, k)
 	}
 	return out
 }
 
-// launch starts one ready VM of tpl: from its warm image, left paused,
-// for a placeholder sandbox id, in the folder such a sandbox's first VM
-// would have (so that a crash leaves nothing the recovery's sweep misses).
-func (p *readyPool) launch(ctx context.Context, key string, tpl sandbox.Template) (_ *readyVM, err error) {
+// launch starts one ready VM of kind key from meta, tpl's warm image (or
+// its card-less one), left paused, for a placeholder sandbox id, in the
+// folder such a sandbox's first VM would have (so that a crash leaves
+// nothing the recovery's sweep misses).
+func (p *readyPool) launch(ctx context.Context, key readyKind, tpl sandbox.Template, meta *imageMeta) (_ *readyVM, err error) {
 	n := p.n
-	meta, err := n.readImage(tpl.Warm.Image)
-	if err != nil || meta.VM == nil || meta.Disk == "" {
-		return nil, err
+	if meta.VM == nil || meta.Disk == "" {
+		return nil, fmt.Errorf("image %s is incomplete", meta.ID)
 	}
 	// A ready VM holds no promise of memory (it writes a few MiB), but is
 	// kept only while a sandbox of its size would fit: it never crowds out
@@ -335,7 +411,7 @@ func (p *readyPool) launch(ctx context.Context, key string, tpl sandbox.Template
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	v := &readyVM{template: key, image: meta.ID, unpin: n.pin(meta.ID)}
+	v := &readyVM{kind: key, image: meta.ID, unpin: n.pin(meta.ID)}
 	defer func() {
 		if err != nil {
 			p.destroy(v, true)
@@ -346,10 +422,13 @@ func (p *readyPool) launch(ctx context.Context, key string, tpl sandbox.Template
 		Disk:    n.diskPath(id, 1),
 		DiskMiB: tpl.Warm.DiskMiB, MemoryMiB: tpl.Warm.MemoryMiB, VCPUs: tpl.Warm.VCPUs, MAC: sandbox.NewMAC(),
 		From: meta.VM}
-	// The placeholder's network: its own link, or an identity like any
-	// sandbox's on a node without networking.
+	// The placeholder's network: none for a card-less kind, its own link,
+	// or an identity like any sandbox's on a node without networking.
 	var network *guest.Network
-	if n.opts.Network != nil {
+	switch {
+	case key.cardless:
+		spec.NoNIC = true
+	case n.opts.Network != nil:
 		l, err := n.opts.Network.Allocate()
 		if err != nil {
 			return nil, err
@@ -357,7 +436,7 @@ func (p *readyPool) launch(ctx context.Context, key string, tpl sandbox.Template
 		v.address = l.Guest.String()
 		spec.NIC = &vmm.NIC{TAP: l.TAP, MAC: spec.MAC}
 		network = n.linkNetwork(v.address, spec.MAC)
-	} else {
+	default:
 		network = n.guestNetwork(&store.SandboxRecord{Sandbox: sandbox.Sandbox{Address: newAddress()}, MAC: spec.MAC})
 	}
 	if err := n.thaw(meta.VM); err != nil {
@@ -393,7 +472,7 @@ func (p *readyPool) launch(ctx context.Context, key string, tpl sandbox.Template
 	if err := n.opts.Driver.Pause(ctx, v.h); err != nil {
 		return nil, err
 	}
-	n.log.Info("ready vm", "template", key, "as", id, "start_ms", started.Sub(began).Milliseconds(),
+	n.log.Info("ready vm", "template", key.template, "cardless", key.cardless, "as", id, "start_ms", started.Sub(began).Milliseconds(),
 		"configure_ms", configured.Sub(started).Milliseconds(), "exec_ms", time.Since(configured).Milliseconds())
 	return v, nil
 }
@@ -429,7 +508,7 @@ func (p *readyPool) closeAll() {
 	for _, l := range p.vms {
 		all = append(all, l...)
 	}
-	p.vms = map[string][]*readyVM{}
+	p.vms = map[readyKind][]*readyVM{}
 	p.mu.Unlock()
 	for _, v := range all {
 		p.destroy(v, true)

@@ -1,13 +1,18 @@
 package node
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
+	"github.com/zeish/zeish/vmm/vmmfake"
 )
 
 // Ready VMs: a warm build makes one; a create of the warm size adopts it
@@ -67,7 +72,7 @@ func TestReadyVMs(t *testing.T) {
 	if got := h.vmOf(warm.ID); h.drv.VMs() == nil || !h.drv.Alive(got) {
 		t.Fatal("the adopted sandbox's VM was swept at the restart")
 	}
-	h.n.ready.note(tpl.ID) // as a create after the restart would
+	h.n.ready.note(readyKind{template: tpl.ID}) // as a create after the restart would
 	h.n.ready.wake()
 	waitReady(1)
 
@@ -76,7 +81,7 @@ func TestReadyVMs(t *testing.T) {
 	if err := h.st.PutTemplate(h.ctx, tpl); err != nil {
 		t.Fatal(err)
 	}
-	h.tpl.tpl = tpl
+	h.tpl.set(tpl)
 	h.n.CollectImages(h.ctx)
 	if n, _, _ := h.n.ready.count(); n != 0 {
 		t.Errorf("%d ready VMs of a deleted template", n)
@@ -143,7 +148,178 @@ func readyHarness(t *testing.T) (*harness, sandbox.Template) {
 	if err := h.st.PutTemplate(h.ctx, tpl); err != nil {
 		t.Fatal(err)
 	}
-	h.tpl.tpl = tpl
+	h.tpl.set(tpl)
 	unpin()
 	return h, tpl
+}
+
+// Card-less ready VMs: the first `network: {enabled: false}` create of a
+// warm template boots cold (the warm image has a card, and an image loads
+// only into a machine like its own); the pool then builds the template's
+// card-less image and keeps a VM without a card ready from it, which the
+// next such create takes, while a create with a network still takes the
+// one with a card. Each kind is kept only while used; the card-less image
+// outlives a restart, and goes with its template.
+func TestReadyVMsCardless(t *testing.T) {
+	h, tpl := readyHarness(t)
+	w := tpl.Warm
+	h.waitReady(1)
+	create := func(enabled bool) *store.SandboxRecord {
+		t.Helper()
+		r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{AccountID: "acc", Template: tpl.ID,
+			VCPUs: w.VCPUs, MemoryMiB: w.MemoryMiB, DiskMiB: w.DiskMiB}}
+		if !enabled {
+			r.Network = &sandbox.Network{Enabled: false}
+		}
+		r, err := h.n.Create(h.ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h.settle(r.ID, sandbox.StateRunning)
+	}
+	cardless := readyKind{template: tpl.ID, cardless: true}
+	readyOf := func(k readyKind) []*readyVM {
+		h.n.ready.mu.Lock()
+		defer h.n.ready.mu.Unlock()
+		return slices.Clone(h.n.ready.vms[k])
+	}
+
+	first := create(false)
+	if vm := h.vmOf(first.ID); vm.Origin != nil || vm.Spec.From != nil || !vm.Spec.NoNIC {
+		t.Fatalf("the first card-less create: %+v; want a cold boot without a card", vm.Spec)
+	}
+	h.waitReady(2)
+	twin := h.n.cardlessID(w.Image)
+	if twin == "" || twin == w.Image {
+		t.Fatalf("card-less image %q beside warm image %s", twin, w.Image)
+	}
+	vms := readyOf(cardless)
+	if len(vms) != 1 || !vms[0].h.Spec.NoNIC || vms[0].image != twin || filepath.Base(vms[0].h.Spec.From.Dir) != twin {
+		t.Fatalf("card-less ready VMs: %+v", vms)
+	}
+
+	hit := create(false)
+	vm := h.vmOf(hit.ID)
+	if vm.Origin == nil || vm.Origin.ID != vms[0].h.Spec.ID || !vm.Spec.NoNIC || filepath.Base(vm.Spec.From.Dir) != twin {
+		t.Fatalf("the second card-less create did not adopt the card-less ready VM: %+v", vm)
+	}
+	h.requireAgent(hit.ID)
+	withCard := create(true)
+	if vm := h.vmOf(withCard.ID); vm.Origin == nil || vm.Spec.NoNIC || filepath.Base(vm.Spec.From.Dir) != w.Image {
+		t.Fatalf("a create with a network did not adopt the ready VM with a card: %+v", vm)
+	}
+	if _, hits, misses := h.n.ready.count(); hits != 2 || misses != 0 {
+		t.Errorf("hits %d, misses %d; want 2, 0", hits, misses)
+	}
+	h.waitReady(2) // both kinds made again
+
+	// A kind unused for the idle time goes; the other stays.
+	h.n.ready.mu.Lock()
+	h.n.ready.used[cardless] = time.Now().Add(-2 * h.n.ready.idle)
+	h.n.ready.mu.Unlock()
+	h.n.ready.wake()
+	h.waitReady(1)
+	if len(readyOf(cardless)) != 0 || len(readyOf(readyKind{template: tpl.ID})) != 1 {
+		t.Fatal("the idle card-less kind kept its VM, or the other lost its own")
+	}
+
+	// After a restart the card-less image is still there: the kind's VMs
+	// come from it without another build.
+	h.restart()
+	h.n.ready.note(cardless)
+	h.n.ready.wake()
+	h.waitReady(1)
+	h.n.ready.note(readyKind{template: tpl.ID})
+	h.n.ready.wake()
+	h.waitReady(2)
+	if vms := readyOf(cardless); len(vms) != 1 || vms[0].image != twin || h.n.cardlessID(w.Image) != twin {
+		t.Fatalf("after a restart: card-less VMs %+v, image %q; want from %s", vms, h.n.cardlessID(w.Image), twin)
+	}
+
+	// A deleted template takes both kinds' VMs along, and, once its
+	// sandboxes are gone, both its images (deleteAll checks).
+	tpl.State = sandbox.TemplateDeleted
+	if err := h.st.PutTemplate(h.ctx, tpl); err != nil {
+		t.Fatal(err)
+	}
+	h.tpl.set(tpl)
+	h.n.CollectImages(h.ctx)
+	if n, _, _ := h.n.ready.count(); n != 0 {
+		t.Errorf("%d ready VMs of a deleted template", n)
+	}
+	h.deleteAll()
+}
+
+// A card-less build that fails (a template whose start or ready command
+// needs the network, say) is not tried again for the same warm image:
+// each try is a whole warm build. Card-less creates boot cold meanwhile,
+// and the failed build leaves nothing.
+func TestReadyVMsCardlessBuildFails(t *testing.T) {
+	h, tpl := readyHarness(t)
+	w := tpl.Warm
+	h.waitReady(1)
+	var tries atomic.Int32
+	h.drv.SetHook(func(op vmmfake.Op, id string) error {
+		if op == vmmfake.OpStart && strings.HasSuffix(id, cardlessSuffix) {
+			tries.Add(1)
+			return errors.New("the start command wants the network")
+		}
+		return nil
+	})
+	cardless := readyKind{template: tpl.ID, cardless: true}
+	create := func() *store.SandboxRecord {
+		t.Helper()
+		r, err := h.n.Create(h.ctx, &store.SandboxRecord{Sandbox: sandbox.Sandbox{AccountID: "acc", Template: tpl.ID,
+			VCPUs: w.VCPUs, MemoryMiB: w.MemoryMiB, DiskMiB: w.DiskMiB, Network: &sandbox.Network{Enabled: false}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = h.settle(r.ID, sandbox.StateRunning)
+		if vm := h.vmOf(r.ID); vm.Spec.From != nil || !vm.Spec.NoNIC {
+			t.Fatalf("a card-less create without a card-less image: %+v; want a cold boot without a card", vm.Spec)
+		}
+		return r
+	}
+	create()
+	for deadline := time.Now().Add(10 * time.Second); tries.Load() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the pool never tried to build the card-less image")
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		h.n.ready.mu.Lock()
+		failed := h.n.ready.cardlessFailed[w.Image]
+		h.n.ready.mu.Unlock()
+		if failed != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the failed build is not remembered")
+		}
+	}
+	// The retry pause over: the pool still does not build it again.
+	h.n.ready.mu.Lock()
+	delete(h.n.ready.failed, cardless)
+	h.n.ready.mu.Unlock()
+	create()
+	h.n.ready.wake()
+	h.waitReady(1)
+	time.Sleep(100 * time.Millisecond) // a round that would try again
+	if got := tries.Load(); got != 1 {
+		t.Errorf("%d card-less builds tried, want 1", got)
+	}
+	if id := h.n.cardlessID(w.Image); id != "" {
+		t.Errorf("a card-less image %s is named", id)
+	}
+	if _, err := os.Stat(filepath.Join(h.opts.DataDir, "warm", tpl.ID+cardlessSuffix)); !os.IsNotExist(err) {
+		t.Errorf("the failed build's folder is left: %v", err)
+	}
+	h.drv.SetHook(nil)
+	tpl.State = sandbox.TemplateDeleted
+	if err := h.st.PutTemplate(h.ctx, tpl); err != nil {
+		t.Fatal(err)
+	}
+	h.tpl.set(tpl)
+	h.n.CollectImages(h.ctx)
+	h.deleteAll()
 }

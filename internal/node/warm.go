@@ -55,8 +55,27 @@ func WarmSize(tpl sandbox.Template) sandbox.Size {
 // template's record names the image (or the build failed). progress gets
 // one line per step. Nothing is left behind on failure.
 func (n *Node) Warm(ctx context.Context, tpl sandbox.Template, progress func(string)) (*sandbox.TemplateWarm, func(), error) {
-	w := &warmRun{n: n, tpl: tpl, size: WarmSize(tpl), progress: progress, started: time.Now(),
-		dir: filepath.Join(n.opts.DataDir, "warm", tpl.ID)}
+	w, err := n.warmBuild(ctx, tpl, false, progress)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := &sandbox.TemplateWarm{Image: w.meta.ID, VCPUs: w.size.VCPUs, MemoryMiB: w.size.MemoryMiB, DiskMiB: w.size.DiskMiB,
+		BuildMS: time.Since(w.started).Milliseconds()}
+	n.log.Info("template warmed", "template", tpl.ID, "image", w.meta.ID, "ms", out.BuildMS)
+	n.ready.note(readyKind{template: tpl.Key()}) // its first creates find a VM ready once the record names the image
+	// Once the record names the image, the ready pool can use it.
+	return out, func() { w.unpin(); n.ready.wake() }, nil
+}
+
+// warmBuild runs the steps of a warm build of tpl, on a machine with no
+// network card when cardless (cardless.go). On success the image is
+// recorded and pinned (w.unpin).
+func (n *Node) warmBuild(ctx context.Context, tpl sandbox.Template, cardless bool, progress func(string)) (*warmRun, error) {
+	dir := filepath.Join(n.opts.DataDir, "warm", tpl.ID)
+	if cardless {
+		dir += cardlessSuffix
+	}
+	w := &warmRun{n: n, tpl: tpl, size: WarmSize(tpl), progress: progress, started: time.Now(), dir: dir, cardless: cardless}
 	defer w.cleanup()
 	err := rollback.Run(ctx,
 		rollback.Step{Name: "reserve", Do: w.reserve},
@@ -68,14 +87,9 @@ func (n *Node) Warm(ctx context.Context, tpl sandbox.Template, progress func(str
 		rollback.Step{Name: "record", Do: w.record},
 	)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	out := &sandbox.TemplateWarm{Image: w.meta.ID, VCPUs: w.size.VCPUs, MemoryMiB: w.size.MemoryMiB, DiskMiB: w.size.DiskMiB,
-		BuildMS: time.Since(w.started).Milliseconds()}
-	n.log.Info("template warmed", "template", tpl.ID, "image", w.meta.ID, "ms", out.BuildMS)
-	n.ready.note(tpl.Key()) // its first creates find a VM ready once the record names the image
-	// Once the record names the image, the ready pool can use it.
-	return out, func() { w.unpin(); n.ready.wake() }, nil
+	return w, nil
 }
 
 // warmRun is one warm build: what its steps share.
@@ -93,6 +107,7 @@ type warmRun struct {
 	meta     *imageMeta
 	unpin    func()
 	address  string // the build VM's link on a node with networking
+	cardless bool   // a machine with no network card
 }
 
 // cleanup runs after the steps (and their undo, if one failed): the agent
@@ -122,12 +137,15 @@ func (w *warmRun) prepare(_ context.Context, _ *rollback.Stack) error {
 	os.RemoveAll(w.dir) // a build interrupted by a restart starts again
 	n, tpl, size := w.n, w.tpl, w.size
 	w.spec = vmm.Spec{
-		ID: "warm-" + tpl.ID, Dir: filepath.Join(w.dir, "vm"),
+		ID: "warm-" + filepath.Base(w.dir), Dir: filepath.Join(w.dir, "vm"),
 		Kernel: tpl.Kernel, Initrd: tpl.Initrd, KernelArgs: tpl.KernelArgs, BaseDisk: tpl.BaseDisk,
 		Disk:    filepath.Join(w.dir, n.opts.Driver.DiskFile("disk")),
 		DiskMiB: size.DiskMiB, MemoryMiB: size.MemoryMiB, VCPUs: size.VCPUs, MAC: sandbox.NewMAC(),
 	}
-	if n.opts.Network != nil {
+	switch {
+	case w.cardless:
+		w.spec.NoNIC = true
+	case n.opts.Network != nil:
 		// The image's card must be the kind its sandboxes get: a guest that
 		// negotiated a user-mode card's features does not load on a TAP
 		// (QEMU refuses the state). The link has no firewall chain: the
@@ -225,7 +243,7 @@ func (w *warmRun) record(_ context.Context, _ *rollback.Stack) error {
 // CollectImages removes the images nothing needs any more: a deleted warm
 // template's, once no sandbox started from it is left.
 func (n *Node) CollectImages(ctx context.Context) {
-	n.ready.trim(ctx, n.ready.templates()) // VMs of a deleted template go first: they pin its image
+	n.ready.trim(ctx, n.ready.kinds()) // VMs of a deleted template go first: they pin its image
 	n.gc(ctx)
 }
 
@@ -322,8 +340,12 @@ func (n *Node) warmImage(r *store.SandboxRecord, tpl sandbox.Template) (*imageMe
 		return nil, "the template is cold"
 	case r.VCPUs != w.VCPUs || r.MemoryMiB != w.MemoryMiB || r.DiskMiB != w.DiskMiB:
 		return nil, fmt.Sprintf("its size differs from the warm image's (%d vCPU, %d MiB, %d MiB disk)", w.VCPUs, w.MemoryMiB, w.DiskMiB)
-	case r.Network != nil && !r.Network.Enabled:
-		return nil, "it has no network card; the warm image has one"
+	case cardlessRecord(r):
+		meta, err := n.cardlessImage(tpl)
+		if err != nil {
+			return nil, whyNoCardless
+		}
+		return meta, ""
 	}
 	meta, err := n.readImage(w.Image)
 	if err != nil || meta.VM == nil || meta.Disk == "" {

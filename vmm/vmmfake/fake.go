@@ -262,6 +262,9 @@ func validate(spec vmm.Spec) error {
 	if spec.Kernel == "" {
 		return fmt.Errorf("spec has no kernel: %w", errdefs.ErrInvalidArgument)
 	}
+	if spec.From != nil && !spec.Deferred {
+		return sameCard(spec.From, spec)
+	}
 	return nil
 }
 
@@ -474,6 +477,22 @@ type imageState struct {
 	ID        string `json:"id"`
 	MemoryMiB int    `json:"memory_mib"`
 	Full      bool   `json:"full"` // the RAM is in this file
+	NoNIC     bool   `json:"no_nic,omitempty"`
+}
+
+// sameCard refuses to load an image into a machine with another set of
+// devices, as QEMU does: a machine with a network card does not load into
+// one without (and the other way round).
+func sameCard(img *vmm.Image, spec vmm.Spec) error {
+	b, err := os.ReadFile(img.StateFile)
+	var s imageState
+	if err != nil || json.Unmarshal(b, &s) != nil {
+		return nil // not the fake's capture: nothing to compare
+	}
+	if s.NoNIC != spec.NoNIC {
+		return fmt.Errorf("%w: the image's machine has no_nic=%v, the VM no_nic=%v", errdefs.ErrInvalidArgument, s.NoNIC, spec.NoNIC)
+	}
+	return nil
 }
 
 func writeState(path string, s imageState) error {
@@ -528,6 +547,9 @@ func (d *Driver) Load(_ context.Context, h *vmm.Handle, img *vmm.Image, run bool
 	if _, err := os.Stat(img.StateFile); err != nil {
 		return fmt.Errorf("load vm %q: %w", h.Spec.ID, err)
 	}
+	if err := sameCard(img, h.Spec); err != nil {
+		return fmt.Errorf("load vm %q: %w", h.Spec.ID, err)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !v.deferred {
@@ -557,7 +579,7 @@ func (d *Driver) Capture(_ context.Context, h *vmm.Handle, dir string, full bool
 	}
 	img := &vmm.Image{Dir: dir, StateFile: filepath.Join(dir, stateName), MemoryMiB: h.Spec.MemoryMiB}
 	stoppedAt := time.Now()
-	if err := writeState(img.StateFile, imageState{ID: h.Spec.ID, MemoryMiB: h.Spec.MemoryMiB, Full: full}); err != nil {
+	if err := writeState(img.StateFile, imageState{ID: h.Spec.ID, MemoryMiB: h.Spec.MemoryMiB, Full: full, NoNIC: h.Spec.NoNIC}); err != nil {
 		return nil, time.Time{}, fmt.Errorf("capture vm %q: %w", h.Spec.ID, err)
 	}
 	if !full {
@@ -629,7 +651,7 @@ func (d *Driver) CaptureLive(_ context.Context, h *vmm.Handle, dir string, swap 
 	if err := newRAM(img.MemFile, h.Spec.MemoryMiB); err != nil {
 		return nil, 0, err
 	}
-	if err := writeState(img.StateFile, imageState{ID: h.Spec.ID, MemoryMiB: h.Spec.MemoryMiB}); err != nil {
+	if err := writeState(img.StateFile, imageState{ID: h.Spec.ID, MemoryMiB: h.Spec.MemoryMiB, NoNIC: h.Spec.NoNIC}); err != nil {
 		os.Remove(img.MemFile)
 		return nil, 0, err
 	}
