@@ -103,19 +103,7 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 	// create makes a sandbox and runs its first exec; wait is the create
 	// call (wait=true) alone, total the whole create → first exec.
 	create := func(withNet bool) (id string, wait, total time.Duration, err error) {
-		start := time.Now()
-		sb, err := c.CreateSandbox(ctx, zeish.CreateSandboxRequest{MemoryMiB: mem, Network: reqs[withNet]}, zeish.Wait())
-		wait = time.Since(start)
-		if sb.ID != "" {
-			e.track(sb.ID)
-		}
-		if err == nil && sb.State != sandbox.StateRunning {
-			err = fmt.Errorf("sandbox %s is %s: %s", sb.ID, sb.State, sb.StateReason)
-		}
-		if err == nil {
-			err = firstExecOn(ctx, c, sb.ID)
-		}
-		return sb.ID, wait, time.Since(start), err
+		return e.createAndExecOn(ctx, c, zeish.CreateSandboxRequest{MemoryMiB: mem, Network: reqs[withNet]})
 	}
 	type samples = netSamples
 	creates := map[bool]*samples{true: {}, false: {}}
@@ -891,20 +879,8 @@ func (e *benchEnv) netWarmCreates(ctx context.Context, c *zeish.Client, z *teste
 	}()
 	w := tpl.Warm
 	create := func(withNet bool) (id string, wait, total time.Duration, err error) {
-		start := time.Now()
-		sb, err := c.CreateSandbox(ctx, zeish.CreateSandboxRequest{Template: tpl.Name, VCPUs: w.VCPUs, MemoryMiB: w.MemoryMiB, DiskMiB: w.DiskMiB,
-			Network: reqs[withNet]}, zeish.Wait())
-		wait = time.Since(start)
-		if sb.ID != "" {
-			e.track(sb.ID)
-		}
-		if err == nil && sb.State != sandbox.StateRunning {
-			err = fmt.Errorf("sandbox %s is %s: %s", sb.ID, sb.State, sb.StateReason)
-		}
-		if err == nil {
-			err = firstExecOn(ctx, c, sb.ID)
-		}
-		return sb.ID, wait, time.Since(start), err
+		return e.createAndExecOn(ctx, c, zeish.CreateSandboxRequest{Template: tpl.Name, VCPUs: w.VCPUs, MemoryMiB: w.MemoryMiB, DiskMiB: w.DiskMiB,
+			Network: reqs[withNet]})
 	}
 	del := func(id string) error {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
@@ -955,4 +931,22 @@ func (e *benchEnv) netWarmCreates(ctx context.Context, c *zeish.Client, z *teste
 		}
 	}
 	return out, nil
+}
+
+// createAndExecOn creates a sandbox through c (wait=true) and runs its first exec:
+// wait is the create call alone, total the whole create → first exec.
+func (e *benchEnv) createAndExecOn(ctx context.Context, c *zeish.Client, req zeish.CreateSandboxRequest) (id string, wait, total time.Duration, err error) {
+	start := time.Now()
+	sb, err := c.CreateSandbox(ctx, req, zeish.Wait())
+	wait = time.Since(start)
+	if sb.ID != "" {
+		e.track(sb.ID)
+	}
+	if err == nil && sb.State != sandbox.StateRunning {
+		err = fmt.Errorf("sandbox %s is %s: %s", sb.ID, sb.State, sb.StateReason)
+	}
+	if err == nil {
+		err = firstExecOn(ctx, c, sb.ID)
+	}
+	return sb.ID, wait, time.Since(start), err
 }

@@ -77,15 +77,7 @@ func TestReadyVMs(t *testing.T) {
 	waitReady(1)
 
 	// A deleted template takes its ready VMs along at once.
-	tpl.State = sandbox.TemplateDeleted
-	if err := h.st.PutTemplate(h.ctx, tpl); err != nil {
-		t.Fatal(err)
-	}
-	h.tpl.set(tpl)
-	h.n.CollectImages(h.ctx)
-	if n, _, _ := h.n.ready.count(); n != 0 {
-		t.Errorf("%d ready VMs of a deleted template", n)
-	}
+	h.deleteTemplate(tpl)
 	if got := len(h.drv.VMs()); got != 2 {
 		t.Errorf("%d VMs run, want the 2 sandboxes'", got)
 	}
@@ -238,15 +230,7 @@ func TestReadyVMsCardless(t *testing.T) {
 
 	// A deleted template takes both kinds' VMs along, and, once its
 	// sandboxes are gone, both its images (deleteAll checks).
-	tpl.State = sandbox.TemplateDeleted
-	if err := h.st.PutTemplate(h.ctx, tpl); err != nil {
-		t.Fatal(err)
-	}
-	h.tpl.set(tpl)
-	h.n.CollectImages(h.ctx)
-	if n, _, _ := h.n.ready.count(); n != 0 {
-		t.Errorf("%d ready VMs of a deleted template", n)
-	}
+	h.deleteTemplate(tpl)
 	h.deleteAll()
 }
 
@@ -322,4 +306,19 @@ func TestReadyVMsCardlessBuildFails(t *testing.T) {
 	h.tpl.set(tpl)
 	h.n.CollectImages(h.ctx)
 	h.deleteAll()
+}
+
+// deleteTemplate marks tpl deleted and collects images: no ready VM of it
+// may be left.
+func (h *harness) deleteTemplate(tpl sandbox.Template) {
+	h.t.Helper()
+	tpl.State = sandbox.TemplateDeleted
+	if err := h.st.PutTemplate(h.ctx, tpl); err != nil {
+		h.t.Fatal(err)
+	}
+	h.tpl.set(tpl)
+	h.n.CollectImages(h.ctx)
+	if n, _, _ := h.n.ready.count(); n != 0 {
+		h.t.Errorf("%d ready VMs of a deleted template", n)
+	}
 }
