@@ -94,12 +94,7 @@ func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 		true:  {RateBytes: benchRateBytes, RatePackets: benchRatePackets},
 		false: {Enabled: &no},
 	}
-	del := func(id string) error {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-		defer cancel()
-		_, err := c.DeleteSandbox(dctx, id, zeish.Wait())
-		return err
-	}
+	del := func(id string) error { return deleteSandboxOn(ctx, c, id) }
 	// create makes a sandbox and runs its first exec; wait is the create
 	// call (wait=true) alone, total the whole create → first exec.
 	create := func(withNet bool) (id string, wait, total time.Duration, err error) {
@@ -882,12 +877,7 @@ func (e *benchEnv) netWarmCreates(ctx context.Context, c *zeish.Client, z *teste
 		return e.createAndExecOn(ctx, c, zeish.CreateSandboxRequest{Template: tpl.Name, VCPUs: w.VCPUs, MemoryMiB: w.MemoryMiB, DiskMiB: w.DiskMiB,
 			Network: reqs[withNet]})
 	}
-	del := func(id string) error {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-		defer cancel()
-		_, err := c.DeleteSandbox(dctx, id, zeish.Wait())
-		return err
-	}
+	del := func(id string) error { return deleteSandboxOn(ctx, c, id) }
 	// The card-less image: made after the first card-less create.
 	id, _, _, err := create(false)
 	if id != "" {

@@ -153,9 +153,14 @@ func (e *benchEnv) track(ids ...string) {
 // deleteSandbox deletes one sandbox and waits; it runs even when ctx has
 // ended, since nothing we made may outlive the bench.
 func (e *benchEnv) deleteSandbox(ctx context.Context, id string) error {
+	return deleteSandboxOn(ctx, e.client, id)
+}
+
+// deleteSandboxOn is deleteSandbox through client c (another zeishd's).
+func deleteSandboxOn(ctx context.Context, c *zeish.Client, id string) error {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
-	_, err := e.client.DeleteSandbox(dctx, id, zeish.Wait())
+	_, err := c.DeleteSandbox(dctx, id, zeish.Wait())
 	return err
 }
 

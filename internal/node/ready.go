@@ -257,17 +257,12 @@ func (p *readyPool) round(ctx context.Context) {
 			if !ok {
 				break // not (yet, or any more) warm: trim drops its VMs next round
 			}
+			// Its image (built first for a card-less kind), then the VM.
 			img, err := p.image(ctx, key, tpl)
-			if err != nil {
-				if ctx.Err() == nil {
-					p.n.log.Warn("ready vm: image", "template", key.template, "cardless", key.cardless, "err", err, "retry_in", readyRetry)
-					p.mu.Lock()
-					p.failed[key] = time.Now()
-					p.mu.Unlock()
-				}
-				break
+			var v *readyVM
+			if err == nil {
+				v, err = p.launch(ctx, key, tpl, img)
 			}
-			v, err := p.launch(ctx, key, tpl, img)
 			if err != nil {
 				if ctx.Err() == nil {
 					p.n.log.Warn("ready vm", "template", key.template, "cardless", key.cardless, "err", err, "retry_in", readyRetry)

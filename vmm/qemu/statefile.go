@@ -154,15 +154,13 @@ func withConfigSection(dst, src string, config []byte) error {
 		return err
 	}
 	defer in.Close()
+	r := bufio.NewReader(in)
 	var hdr [streamHeaderLen]byte
-	if _, err := io.ReadFull(in, hdr[:]); err != nil || binary.BigEndian.Uint32(hdr[:]) != vmFileMagic {
+	if _, err := io.ReadFull(r, hdr[:]); err != nil || binary.BigEndian.Uint32(hdr[:]) != vmFileMagic {
 		return fmt.Errorf("device state %s: not a migration stream (%v): %w", src, err, errdefs.ErrInternal)
 	}
-	if b := make([]byte, 1); func() bool { _, err := io.ReadFull(in, b); return err == nil && b[0] == vmSectionConfig }() {
+	if next, err := r.Peek(1); err == nil && next[0] == vmSectionConfig {
 		return fmt.Errorf("device state %s has a configuration section already: %w", src, errdefs.ErrInternal)
-	}
-	if _, err := in.Seek(streamHeaderLen, io.SeekStart); err != nil {
-		return err
 	}
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -171,7 +169,7 @@ func withConfigSection(dst, src string, config []byte) error {
 	w := bufio.NewWriter(out)
 	w.Write(hdr[:])
 	w.Write(config)
-	_, err = io.Copy(w, in)
+	_, err = io.Copy(w, r)
 	if err == nil {
 		err = w.Flush()
 	}
