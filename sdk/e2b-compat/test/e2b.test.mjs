@@ -45,7 +45,10 @@ describe("e2b SDK on zeish", { skip, timeout: 30 * 60_000 }, () => {
 
   before(async () => {
     h = await Harness.start();
-    sbx = await Sandbox.create("base", o({ timeoutMs: 3_600_000, metadata: { suite: "e2b", role: "main" }, envs: { GREETING: "hi there" } }));
+    // Once seen: this create hung with zeishd idle (no create ever logged).
+    // Bounded, it fails with zeishd's log instead.
+    sbx = await h.within(5 * 60_000, "the first Sandbox.create",
+      Sandbox.create("base", o({ timeoutMs: 3_600_000, metadata: { suite: "e2b", role: "main" }, envs: { GREETING: "hi there" } })));
   });
   after(async (t) => {
     await h?.stop();

@@ -159,7 +159,8 @@ export class Harness {
       for (;;) {
         if (dead) throw new Error("zeishd exited at start");
         try {
-          if ((await fetch(`${h.base}/healthz`)).ok) break;
+          // A bound per try: a connection stuck in the relay must not hang the start.
+          if ((await fetch(`${h.base}/healthz`, { signal: AbortSignal.timeout(5_000) })).ok) break;
         } catch {
           // not listening yet
         }
@@ -173,6 +174,22 @@ export class Harness {
       throw err;
     }
     return h;
+  }
+
+  /** promise, or an error naming what after ms: a hang fails the test (and prints zeishd's log at stop) instead of sitting until CI's limit. */
+  async within(ms, what, promise) {
+    let timer;
+    const late = new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms / 1000}s`)), ms);
+    });
+    try {
+      return await Promise.race([promise, late]);
+    } catch (err) {
+      this.failed = true;
+      throw err;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /** Whether guests have a managed network (ports, getHost): zeishd runs in the test's own namespaces. */
