@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestFindsAChildByItsArguments(t *testing.T) {
@@ -14,6 +15,7 @@ func TestFindsAChildByItsArguments(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := cmd.Process.Pid
+	waitExeced(pid)
 	if got := Args(pid); !slices.Equal(got, []string{dir + "/sleep", "30.4242"}) {
 		t.Errorf("Args = %q", got)
 	}
@@ -44,7 +46,18 @@ func TestOptionValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	waitExeced(cmd.Process.Pid)
 	if got := OptionValues("mem-path"); !got["/dev/shm/procscan-test.mem"] {
 		t.Fatalf("mem-path values %v lack the child's", got)
+	}
+}
+
+// waitExeced waits (10 s at most) until pid shows its arguments. Start
+// returns once the exec is past its point of no return, which is before the
+// kernel has set up the new program's arguments: until then
+// /proc/PID/cmdline is empty.
+func waitExeced(pid int) {
+	for deadline := time.Now().Add(10 * time.Second); len(Args(pid)) == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
 	}
 }
