@@ -79,7 +79,8 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 		CgroupsOptional: env("ZEISH_CGROUPS", "required") == "optional", Logger: log,
 		NoInflate: env("ZEISH_FORK_INFLATE", "on") == "off", LiveDowntimeMS: downtimeMS,
 		ThreadsAIO:     diskAIO == "threads",
-		LiveSerialPrep: env("ZEISH_LIVE_PREP", "parallel") == "serial", DeltaMaxMiB: deltaMiB})
+		LiveSerialPrep: env("ZEISH_LIVE_PREP", "parallel") == "serial", DeltaMaxMiB: deltaMiB,
+		NoKernelStub: env("ZEISH_KERNEL_STUB", "on") == "off"})
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/procscan"
 	"github.com/zeish/zeish/vmm"
 )
 
@@ -35,6 +36,7 @@ func newCloneRig(ctx context.Context, t *testing.T, d *Driver) *cloneRig {
 	spec.BaseDisk = r.vms.tpl.BaseDisk
 	parent := r.vms.start(spec)
 	pc := r.vms.agent(parent)
+	requireKernel(t, parent, spec.Kernel, spec.Initrd)
 	r.run(pc, "echo 0 > /root/counter; sh -c 'i=0; while true; do i=$((i+1)); echo $i > /root/counter.new; mv /root/counter.new /root/counter; sleep 0.1; done' </dev/null >/dev/null 2>&1 &")
 	r.requireCounting("parent", pc)
 	pc.Close()
@@ -54,7 +56,33 @@ func newCloneRig(ctx context.Context, t *testing.T, d *Driver) *cloneRig {
 	r.src = r.vms.start(spec)
 	r.sc = r.vms.agent(r.src)
 	r.requireCounting("clone", r.sc)
+	// It never boots a kernel: a stub stands in for it, and is gone once
+	// QEMU has read it.
+	requireKernel(t, r.src, filepath.Join(r.src.Spec.Dir, kernelStubName), "")
+	if _, err := os.Stat(filepath.Join(r.src.Spec.Dir, kernelStubName)); !os.IsNotExist(err) {
+		t.Errorf("the kernel stub is left after QEMU's start: %v", err)
+	}
 	return r
+}
+
+// requireKernel fails unless h's QEMU was given kernel and initrd ("" none).
+func requireKernel(t *testing.T, h *vmm.Handle, kernel, initrd string) {
+	t.Helper()
+	args := procscan.Args(h.PID)
+	value := func(opt string) string {
+		for i, a := range args {
+			if a == opt && i+1 < len(args) {
+				return args[i+1]
+			}
+		}
+		return ""
+	}
+	if got := value("-kernel"); got != kernel {
+		t.Errorf("QEMU's -kernel is %q, want %q", got, kernel)
+	}
+	if got := value("-initrd"); got != initrd {
+		t.Errorf("QEMU's -initrd is %q, want %q", got, initrd)
+	}
 }
 
 func (r *cloneRig) newSpec() vmm.Spec { return r.vms.spec("52:54:00:12:34:58") }

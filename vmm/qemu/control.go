@@ -144,6 +144,7 @@ func (d *Driver) ownedFiles(h *vmm.Handle) []string {
 	inDir(migrateSocket(h), migrateSockName)
 	inDir(filepath.Join(h.Spec.Dir, saveSockName), saveSockName)
 	inDir(filepath.Join(h.Spec.Dir, relaySockName), relaySockName)
+	inDir(filepath.Join(h.Spec.Dir, kernelStubName), kernelStubName)
 	if base := filepath.Base(h.MemFile); h.MemShared && strings.HasPrefix(base, "zeish-"+h.Spec.ID+"-") &&
 		strings.HasSuffix(base, ".mem") && filepath.Dir(h.MemFile) == d.shmDir {
 		files = append(files, h.MemFile)

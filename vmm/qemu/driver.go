@@ -80,7 +80,11 @@ type Options struct {
 	// (delta.go); above it, or when negative, a capture migrates live.
 	// 0: the default, 32.
 	DeltaMaxMiB int
-	Logger      *slog.Logger
+	// NoKernelStub gives a VM that loads an image its template's kernel and
+	// initrd, as a booting VM gets, instead of a stub of the kernel
+	// (kernelstub.go; for the bench's comparison).
+	NoKernelStub bool
+	Logger       *slog.Logger
 }
 
 // Driver runs VMs as QEMU processes on this host.
@@ -104,6 +108,7 @@ type Driver struct {
 	liveDowntimeMS int
 	liveSerialPrep bool // Options.LiveSerialPrep
 	deltaMaxMiB    int  // Options.DeltaMaxMiB, defaulted
+	noKernelStub   bool
 	delta          deltaConfig
 	deltaCaptures  atomic.Int64 // captures by private pages, for tests
 	inflateMu      sync.Mutex
@@ -140,6 +145,7 @@ func New(opts Options) (*Driver, error) {
 		liveDowntimeMS: cmp.Or(opts.LiveDowntimeMS, defaultLiveDowntimeMS),
 		liveSerialPrep: opts.LiveSerialPrep,
 		deltaMaxMiB:    cmp.Or(opts.DeltaMaxMiB, defaultDeltaMaxMiB),
+		noKernelStub:   opts.NoKernelStub,
 		inflated:       inflations{users: map[string]map[string]bool{}},
 		log:            opts.Logger,
 	}

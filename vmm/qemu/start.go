@@ -204,6 +204,18 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback.Stack, spec vmm.Sp
 			return nil, err
 		}
 	}
+	kernel, initrd := spec.Kernel, spec.Initrd
+	if incoming && kernel != "" && !d.noKernelStub {
+		stub := filepath.Join(spec.Dir, kernelStubName)
+		undo.Add(func(context.Context) error { return removeFiles(stub) })
+		ok, err := writeKernelStub(kernel, stub)
+		if err != nil {
+			return nil, fmt.Errorf("kernel stub: %w", err)
+		}
+		if ok {
+			kernel, initrd = stub, ""
+		}
+	}
 	var files []*os.File
 	mac, tapFD := spec.MAC, 0
 	if spec.NIC != nil {
@@ -222,8 +234,8 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback.Stack, spec vmm.Sp
 		MemoryMiB:     spec.MemoryMiB,
 		MemFile:       h.MemFile,
 		MemShared:     h.MemShared,
-		Kernel:        spec.Kernel,
-		Initrd:        spec.Initrd,
+		Kernel:        kernel,
+		Initrd:        initrd,
 		KernelArgs:    spec.KernelArgs,
 		Disk:          h.Disk,
 		DiskAIO:       d.aio,
@@ -254,6 +266,9 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback.Stack, spec vmm.Sp
 		return nil, fmt.Errorf("launch: %w", err)
 	}
 	launched := time.Since(began)
+	if kernel != spec.Kernel {
+		os.Remove(kernel) // read at QEMU's setup, which is over
+	}
 	if d.afterLaunch != nil {
 		d.afterLaunch()
 	}
