@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
@@ -24,8 +25,9 @@ import (
 func (n *Node) Create(ctx context.Context, r *store.SandboxRecord) (*store.SandboxRecord, error) {
 	now := time.Now().UTC()
 	r.ID = sandbox.NewID(sandbox.PrefixSandbox)
-	if r.Name == "" {
-		r.Name = sandbox.NewName()
+	picked := r.Name == ""
+	if picked {
+		r.Name = n.opts.Names()
 	}
 	r.Hostname = r.Name
 	r.Host = n.opts.ID
@@ -63,13 +65,38 @@ func (n *Node) Create(ctx context.Context, r *store.SandboxRecord) (*store.Sandb
 		return nil, err
 	}
 	defer release()
-	if err := n.opts.Store.CreateSandboxes(ctx, r); err != nil {
+	if err := n.createRecords(ctx, []bool{picked}, r); err != nil {
 		undo()
 		return nil, err
 	}
 	n.log.Info("create", logSandbox, r.ID, "name", r.Name, "template", r.Template, "memory_mib", r.MemoryMiB)
 	n.run(r.ID, func(ctx context.Context) { n.boot(ctx, r) })
 	return r, nil
+}
+
+// nameAttempts is how many names createRecords tries for the sandboxes
+// whose names it picked.
+const nameAttempts = 8
+
+// createRecords writes rs, all or none, like Store.CreateSandboxes. A name
+// the node picked (picked[i]) is never the caller's, so its clash with a
+// live sandbox (or a sibling) must not fail the call: those records get
+// other names, and hostnames, and are written again. Picked names come
+// from 81,000 (sandbox.NewName), so an account with a few hundred live
+// sandboxes meets clashes often.
+func (n *Node) createRecords(ctx context.Context, picked []bool, rs ...*store.SandboxRecord) error {
+	for attempt := 1; ; attempt++ {
+		err := n.opts.Store.CreateSandboxes(ctx, rs...)
+		if err == nil || !errors.Is(err, errdefs.ErrNameTaken) || attempt == nameAttempts || !slices.Contains(picked, true) {
+			return err
+		}
+		for i, r := range rs {
+			if picked[i] {
+				r.Name = n.opts.Names()
+				r.Hostname = r.Name
+			}
+		}
+	}
 }
 
 // newAddress picks the guest's address in 10.88.0.0/16. The NIC is isolated

@@ -307,10 +307,11 @@ func (n *Node) admitChildren(ctx context.Context, parent *store.SandboxRecord, c
 // once on failure, when no record was written).
 func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, image *imageMeta, unpin func(), children []*store.SandboxRecord) error {
 	now := time.Now().UTC()
-	for _, c := range children {
+	picked := make([]bool, len(children))
+	for i, c := range children {
 		c.ID = sandbox.NewID(sandbox.PrefixSandbox)
-		if c.Name == "" {
-			c.Name = sandbox.NewName()
+		if picked[i] = c.Name == ""; picked[i] {
+			c.Name = n.opts.Names()
 		}
 		sandbox.Keep(&c.Sandbox, parent.Sandbox)
 		c.SecretEnv, c.MAC = parent.SecretEnv, sandbox.NewMAC()
@@ -327,9 +328,9 @@ func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, i
 			c.Metadata = map[string]string{}
 		}
 	}
-	// All children or none: a name taken since the control plane checked refuses the clone
-	// (the parent was captured, and carries on unharmed).
-	if err := n.opts.Store.CreateSandboxes(ctx, children...); err != nil {
+	// All children or none: a name the caller gave that was taken since the control plane
+	// checked refuses the clone (the parent was captured, and carries on unharmed).
+	if err := n.createRecords(ctx, picked, children...); err != nil {
 		n.releaseNetworks(children)
 		unpin()
 		n.gc(ctx)

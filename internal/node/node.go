@@ -43,6 +43,9 @@ type Options struct {
 	Templates   Templates
 	Logger      *slog.Logger
 	BootTimeout time.Duration // guest boot to agent answer; default 3 minutes (TCG on a busy host is slow)
+	// Names picks the name of a sandbox created or forked without one;
+	// default sandbox.NewName (tests make it clash).
+	Names func() string
 	// MemoryBudgetMiB is the guest memory the host may promise to sandboxes
 	// that run; a create or fork beyond it gets node_full. 0: no limit.
 	MemoryBudgetMiB int
@@ -129,6 +132,9 @@ func New(opts Options) *Node {
 	}
 	if opts.BootTimeout == 0 {
 		opts.BootTimeout = 3 * time.Minute
+	}
+	if opts.Names == nil {
+		opts.Names = sandbox.NewName
 	}
 	if opts.Region == "" {
 		opts.Region = "local"

@@ -1581,7 +1581,8 @@ export interface components {
         /**
          * @description A sandbox name; it is also the guest's hostname, so it follows hostname rules: 1–63
          *     lower-case letters, digits and `-`, not starting or ending with `-`. Unique among the
-         *     account's live sandboxes. Generated (like `brave-otter-42`) when omitted.
+         *     account's live sandboxes. Generated (like `brave-otter-42`) when omitted; a generated
+         *     name is always a free one (`name_taken` only ever concerns a name the caller gave).
          * @example brave-otter-42
          */
         SandboxName: string;
