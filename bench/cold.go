@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/zeish/zeish/sandbox"
 	zeish "github.com/zeish/zeish/sdk/go"
 )
 
@@ -40,25 +39,11 @@ type coldStart struct {
 // and runs `true`. The sandbox is returned (and tracked) even on a failed
 // exec, so the caller can delete it.
 func (e *benchEnv) createAndExec(ctx context.Context, memMiB int) (string, coldStart, error) {
-	var c coldStart
-	start := time.Now()
-	sb, err := e.client.CreateSandbox(ctx, zeish.CreateSandboxRequest{MemoryMiB: memMiB}, zeish.Wait())
-	if sb.ID != "" {
-		e.track(sb.ID)
-	}
+	id, wait, total, err := e.createAndExecOn(ctx, e.client, zeish.CreateSandboxRequest{MemoryMiB: memMiB})
 	if err != nil {
-		return sb.ID, c, fmt.Errorf("create: %w", err)
+		return id, coldStart{}, err
 	}
-	if sb.State != sandbox.StateRunning {
-		return sb.ID, c, fmt.Errorf("create: sandbox %s is %s: %s", sb.ID, sb.State, sb.StateReason)
-	}
-	c.Create = time.Since(start)
-	if err := e.firstExec(ctx, sb.ID); err != nil {
-		return sb.ID, c, err
-	}
-	c.Total = time.Since(start)
-	c.FirstExec = c.Total - c.Create
-	return sb.ID, c, nil
+	return id, coldStart{Create: wait, FirstExec: total - wait, Total: total}, nil
 }
 
 // firstExec connects to a sandbox and runs `true`, as a user's first command.

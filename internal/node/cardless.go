@@ -62,14 +62,7 @@ func (n *Node) cardlessImage(tpl sandbox.Template) (*imageMeta, error) {
 	if id == "" {
 		return nil, fmt.Errorf("template %s has no card-less image", tpl.ID)
 	}
-	meta, err := n.readImage(id)
-	if err != nil {
-		return nil, err
-	}
-	if meta.VM == nil || meta.Disk == "" {
-		return nil, fmt.Errorf("image %s is incomplete", id)
-	}
-	return meta, nil
+	return n.readMachine(id)
 }
 
 // makeCardless builds tpl's card-less warm image and names it in the warm

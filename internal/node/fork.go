@@ -275,8 +275,8 @@ func (n *Node) CloneSnapshot(ctx context.Context, snapID string, children []*sto
 	}
 	defer release()
 	unpin := n.pin(snap.Image)
-	meta, err := n.readImage(snap.Image)
-	if err != nil || meta.VM == nil || meta.Disk == "" {
+	meta, err := n.readMachine(snap.Image)
+	if err != nil {
 		unpin()
 		return nil, fmt.Errorf("snapshot %s has no complete image (%v): %w", snapID, err, errdefs.ErrInternal)
 	}

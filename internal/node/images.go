@@ -90,6 +90,19 @@ func (n *Node) readImage(id string) (*imageMeta, error) {
 	return m, json.Unmarshal(b, m)
 }
 
+// readMachine reads image id for a VM to start from: one that holds a
+// saved machine and a disk.
+func (n *Node) readMachine(id string) (*imageMeta, error) {
+	m, err := n.readImage(id)
+	if err != nil {
+		return nil, err
+	}
+	if m.VM == nil || m.Disk == "" {
+		return nil, fmt.Errorf("image %s is incomplete: no saved machine or no disk", id)
+	}
+	return m, nil
+}
+
 // freezeDisk moves a sandbox's writable overlay into the image as its
 // read-only layer. Only done once no VM has the overlay open.
 func (n *Node) freezeDisk(m *imageMeta, disk string, layers []string) error {

@@ -316,7 +316,7 @@ func (p *readyPool) current(ctx context.Context, k readyKind, image string) bool
 // minutes, during which the pool fills nothing else).
 func (p *readyPool) image(ctx context.Context, k readyKind, tpl sandbox.Template) (*imageMeta, error) {
 	if !k.cardless {
-		return p.n.readImage(tpl.Warm.Image)
+		return p.n.readMachine(tpl.Warm.Image)
 	}
 	if meta, err := p.n.cardlessImage(tpl); err == nil {
 		return meta, nil
@@ -385,14 +385,11 @@ func (p *readyPool) kinds() []readyKind {
 }
 
 // launch starts one ready VM of kind key from meta, tpl's warm image (or
-// its card-less one), left paused, for a placeholder sandbox id, in the
+// its card-less one) as image reads it, left paused, for a placeholder sandbox id, in the
 // folder such a sandbox's first VM would have (so that a crash leaves
 // nothing the recovery's sweep misses).
 func (p *readyPool) launch(ctx context.Context, key readyKind, tpl sandbox.Template, meta *imageMeta) (_ *readyVM, err error) {
 	n := p.n
-	if meta.VM == nil || meta.Disk == "" {
-		return nil, fmt.Errorf("image %s is incomplete", meta.ID)
-	}
 	// A ready VM holds no promise of memory (it writes a few MiB), but is
 	// kept only while a sandbox of its size would fit: it never crowds out
 	// a create on a full node.

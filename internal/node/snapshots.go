@@ -96,8 +96,8 @@ func (n *Node) Restore(ctx context.Context, snapID string) (*store.SnapshotRecor
 	if err != nil {
 		return nil, nil, err
 	}
-	meta, err := n.readImage(snap.Image)
-	if err != nil || meta.VM == nil || meta.Disk == "" {
+	meta, err := n.readMachine(snap.Image)
+	if err != nil {
 		return nil, nil, fmt.Errorf("snapshot %s: its image is incomplete (%v): %w", snapID, err, errdefs.ErrInternal)
 	}
 	var inPlace bool // a stopped sandbox stays stopped: only its next start changes

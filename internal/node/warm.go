@@ -347,8 +347,8 @@ func (n *Node) warmImage(r *store.SandboxRecord, tpl sandbox.Template) (*imageMe
 		}
 		return meta, ""
 	}
-	meta, err := n.readImage(w.Image)
-	if err != nil || meta.VM == nil || meta.Disk == "" {
+	meta, err := n.readMachine(w.Image)
+	if err != nil {
 		return nil, fmt.Sprintf("the warm image is unreadable: %v", err)
 	}
 	return meta, ""

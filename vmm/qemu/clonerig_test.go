@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -69,19 +70,14 @@ func newCloneRig(ctx context.Context, t *testing.T, d *Driver) *cloneRig {
 func requireKernel(t *testing.T, h *vmm.Handle, kernel, initrd string) {
 	t.Helper()
 	args := procscan.Args(h.PID)
-	value := func(opt string) string {
-		for i, a := range args {
-			if a == opt && i+1 < len(args) {
-				return args[i+1]
-			}
+	for _, o := range []struct{ opt, want string }{{"-kernel", kernel}, {"-initrd", initrd}} {
+		var want []string
+		if o.want != "" {
+			want = []string{o.want}
 		}
-		return ""
-	}
-	if got := value("-kernel"); got != kernel {
-		t.Errorf("QEMU's -kernel is %q, want %q", got, kernel)
-	}
-	if got := value("-initrd"); got != initrd {
-		t.Errorf("QEMU's -initrd is %q, want %q", got, initrd)
+		if got := optionValues(args, o.opt); !slices.Equal(got, want) {
+			t.Errorf("QEMU's %s is %q, want %q", o.opt, got, want)
+		}
 	}
 }
 

@@ -28,7 +28,7 @@ func baseLaunchConfig() launchConfig {
 	}
 }
 
-// optionValue returns the value following the first opt whose value starts with prefix.
+// optionValues returns the value following each opt in args.
 func optionValues(args []string, opt string) []string {
 	var vals []string
 	for i := 0; i+1 < len(args); i++ {
