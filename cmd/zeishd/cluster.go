@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"syscall"
 	"time"
 
@@ -21,8 +20,8 @@ import (
 	"github.com/zeish/zeish/guest"
 	"github.com/zeish/zeish/internal/catalog"
 	"github.com/zeish/zeish/internal/cluster"
+	"github.com/zeish/zeish/internal/config"
 	"github.com/zeish/zeish/internal/e2b"
-	"github.com/zeish/zeish/internal/metering"
 	"github.com/zeish/zeish/internal/metrics"
 	"github.com/zeish/zeish/internal/node"
 	"github.com/zeish/zeish/internal/nodeapi"
@@ -35,42 +34,10 @@ import (
 	"github.com/zeish/zeish/template"
 )
 
-// Roles of a zeishd process (ZEISH_ROLE, or the first argument).
-const (
-	roleAll     = "all"     // the single binary: API, store and the local node
-	roleControl = "control" // a control-plane replica: API and store, sandboxes on node agents
-	roleNode    = "node"    // a node agent: runs VMs, registers with the control plane
-)
-
-// role is the process's role: `zeishd control|node`, else ZEISH_ROLE, else all.
-func role() (string, error) {
-	r := env("ZEISH_ROLE", roleAll)
-	if len(os.Args) > 1 && !strings.HasPrefix(os.Args[1], "-") {
-		r = os.Args[1]
-	}
-	switch r {
-	case roleAll, roleControl, roleNode:
-		return r, nil
-	}
-	return "", fmt.Errorf("role %q: want all, control or node", r)
-}
-
-// nodeToken is the shared secret of the control plane and its node agents.
-func nodeToken() (nodeapi.Token, error) {
-	t := os.Getenv("ZEISH_NODE_TOKEN")
-	if len(t) < 16 {
-		return "", errors.New("ZEISH_NODE_TOKEN: set the same secret of 16 or more characters on the control plane and every node agent")
-	}
-	return nodeapi.Token(t), nil
-}
-
 // clusterStore is the PostgreSQL database the control plane and the node
-// agents share (ZEISH_DATABASE_URL).
-func clusterStore(ctx context.Context, box *secrets.Box) (store.Store, store.NodeStore, error) {
-	if os.Getenv("ZEISH_DATABASE_URL") == "" {
-		return nil, nil, errors.New("ZEISH_DATABASE_URL: a control plane and its node agents share one PostgreSQL database (postgres://…)")
-	}
-	st, err := openStore(ctx, "", box)
+// agents share (ZEISH_DATABASE_URL, required of both roles by config).
+func clusterStore(ctx context.Context, cfg *config.Config, box *secrets.Box) (store.Store, store.NodeStore, error) {
+	st, err := openStore(ctx, cfg, box)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -82,21 +49,10 @@ func clusterStore(ctx context.Context, box *secrets.Box) (store.Store, store.Nod
 	return st, ns, nil
 }
 
-// lostAfter is ZEISH_NODE_LOST_AFTER; nodes heartbeat three times within it.
-func lostAfter() (time.Duration, error) {
-	d, err := time.ParseDuration(env("ZEISH_NODE_LOST_AFTER", cluster.DefaultLostAfter.String()))
-	if err != nil || d < time.Second {
-		return 0, fmt.Errorf("ZEISH_NODE_LOST_AFTER=%q: want a duration of 1s or more", os.Getenv("ZEISH_NODE_LOST_AFTER"))
-	}
-	return d, nil
-}
-
 // serve runs h on ln, with the limits of every zeishd role, until ctx ends.
-func serve(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Handler) error {
-	limits, err := httpLimits()
-	if err != nil {
-		return err
-	}
+func serve(ctx context.Context, log *slog.Logger, cfg *config.Config, ln net.Listener, h http.Handler) error {
+	limits := server.DefaultLimits
+	limits.MaxConns = cfg.MaxConnections
 	hs, ln := server.HTTPServer(ln, h, limits)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
@@ -116,18 +72,11 @@ func serve(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Handle
 
 // runControl is a control-plane replica: the API on the shared database,
 // sandboxes placed on node agents, which register here.
-func runControl(ctx context.Context) error {
-	log := logger()
+func runControl(ctx context.Context, cfg *config.Config) error {
+	log := logger(cfg)
 	slog.SetDefault(log)
-	token, err := nodeToken()
-	if err != nil {
-		return err
-	}
-	lost, err := lostAfter()
-	if err != nil {
-		return err
-	}
-	dataDir, unlock, err := openDataDir()
+	token, lost, dataDir := nodeapi.Token(cfg.NodeToken), cfg.NodeLostAfter, cfg.DataDir
+	unlock, err := openDataDir(cfg)
 	if err != nil {
 		return err
 	}
@@ -146,7 +95,7 @@ func runControl(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	st, nodes, err := clusterStore(ctx, box)
+	st, nodes, err := clusterStore(ctx, cfg, box)
 	if err != nil {
 		return err
 	}
@@ -155,20 +104,13 @@ func runControl(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	plan, err := planFromEnv()
-	if err != nil {
-		return err
-	}
-	prices, err := metering.PricesFromEnv(os.Getenv)
-	if err != nil {
-		return err
-	}
+	plan, prices := planOf(cfg), pricesOf(cfg)
 	router := cluster.NewRouter(cluster.Options{Store: st, Nodes: nodes, Token: token, LostAfter: lost, Logger: log})
 	// Templates are resolved here and built on the nodes (the built-in ones).
 	cat := catalog.New(st, template.BaseOptions{Logger: log})
 	mtr := metrics.New(metrics.Options{Store: st, Nodes: nodeStates(nodes, lost), Logger: log})
 	srv, err := server.New(server.Options{Store: st, Node: router, Cluster: router, Catalog: cat, DataDir: dataDir,
-		Version: version.Version, PublicURL: os.Getenv("ZEISH_PUBLIC_URL"), PublicDomain: os.Getenv("ZEISH_PUBLIC_DOMAIN"),
+		Version: version.Version, PublicURL: cfg.PublicURL, PublicDomain: cfg.PublicDomain,
 		Logger: log, Plan: &plan, Prices: &prices, Metrics: mtr})
 	if err != nil {
 		return err
@@ -181,59 +123,50 @@ func runControl(ctx context.Context) error {
 	// E2B's API: its control calls here, its envd calls on the sandbox's
 	// node (forwarded when the SDK's E2B_SANDBOX_URL names this replica).
 	facade := e2b.New(e2b.Options{API: apiHandler, Backend: srv, Templates: cat, Logger: log,
-		Domain: os.Getenv("ZEISH_E2B_DOMAIN"), Envd: router.EnvdHandler()})
+		Domain: cfg.E2BDomain, Envd: router.EnvdHandler()})
 
 	wctx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
 	go srv.EnforceBudgets(wctx, 2*time.Second)
 	go router.WatchNodes(wctx, max(time.Second, lost/5))
 
-	ln, err := net.Listen("tcp", env("ZEISH_LISTEN", "127.0.0.1:7420"))
+	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
 	}
 	log.Info("zeishd control plane listening", "addr", "http://"+ln.Addr().String(), "data_dir", dataDir,
 		"node_lost_after", lost, "admin_key", keyPath, "version", version.Version)
-	return serve(ctx, log, ln, facade.Mount(mux))
+	return serve(ctx, log, cfg, ln, facade.Mount(mux))
 }
 
 // runNode is a node agent: it registers with the control plane
 // (ZEISH_CONTROL_URL), runs the VMs of the sandboxes placed on it, serves
 // their data plane itself and heartbeats.
-func runNode(ctx context.Context) error {
-	log := logger()
+func runNode(ctx context.Context, cfg *config.Config) error {
+	log := logger(cfg)
 	slog.SetDefault(log)
-	token, err := nodeToken()
-	if err != nil {
-		return err
-	}
-	controlURL := os.Getenv("ZEISH_CONTROL_URL")
-	ctl := newControls(controlURL, token)
-	if len(ctl.clients) == 0 {
-		return errors.New("ZEISH_CONTROL_URL: the control plane's address (http://host:port; replicas comma-separated)")
-	}
-	labels, err := nodeLabels(os.Getenv("ZEISH_NODE_LABELS"))
-	if err != nil {
-		return err
-	}
-	dataDir, unlock, err := openDataDir()
+	token, dataDir, region, labels := nodeapi.Token(cfg.NodeToken), cfg.DataDir, cfg.Region, cfg.NodeLabels
+	ctl := newControls(cfg.ControlURL, token)
+	unlock, err := openDataDir(cfg)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	id := os.Getenv("ZEISH_NODE_ID")
+	id := cfg.NodeID
 	if id == "" {
 		if id, err = nodeID(dataDir); err != nil {
 			return err
 		}
 	}
-	ln, err := net.Listen("tcp", env("ZEISH_LISTEN", "127.0.0.1:7421"))
+	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
 	}
 	defer ln.Close()
-	self := env("ZEISH_NODE_URL", "http://"+ln.Addr().String())
-	region := env("ZEISH_REGION", "local")
+	self := cfg.NodeURL
+	if self == "" {
+		self = "http://" + ln.Addr().String()
+	}
 	// Not healthy until it serves and its first heartbeat tells its
 	// capacity: nothing is placed on it before.
 	reg := &nodev1.RegisterRequest{Protocol: nodeapi.ProtocolVersion, NodeId: id, Region: region, Labels: labels,
@@ -246,12 +179,12 @@ func runNode(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("the control plane's secrets key: %w", err)
 	}
-	st, _, err := clusterStore(ctx, box)
+	st, _, err := clusterStore(ctx, cfg, box)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	loc, err := openLocal(ctx, log, dataDir, st, id, true)
+	loc, err := openLocal(ctx, log, cfg, st, id, true)
 	if err != nil {
 		return err
 	}
@@ -259,7 +192,7 @@ func runNode(ctx context.Context) error {
 	// The node's own capacity; sandbox counts are the control plane's.
 	mtr := metrics.New(metrics.Options{NodeID: id, Capacity: loc.node.Capacity, Logger: log})
 	srv, err := server.New(server.Options{Store: st, Node: ownSandboxes{loc.node, id}, Catalog: loc.cat, DataDir: dataDir, TokenKey: keys.TokenKey,
-		Version: version.Version, PublicURL: self, PublicDomain: os.Getenv("ZEISH_PUBLIC_DOMAIN"), Logger: log, Metrics: mtr})
+		Version: version.Version, PublicURL: self, PublicDomain: cfg.PublicDomain, Logger: log, Metrics: mtr})
 	if err != nil {
 		return err
 	}
@@ -283,25 +216,9 @@ func runNode(ctx context.Context) error {
 	go heartbeat(wctx, log, ctl, reg, loc, dataDir, max(every, 200*time.Millisecond))
 
 	caps := loc.driver.Capabilities()
-	log.Info("zeishd node agent listening", "addr", self, "node", id, "region", region, "labels", labels, "control", controlURL,
-		"accel", caps.Accel, "memory_budget_mib", loc.budget, "data_dir", dataDir, "version", version.Version)
-	return serve(ctx, log, ln, mux)
-}
-
-// nodeLabels parses ZEISH_NODE_LABELS: k=v,k=v.
-func nodeLabels(s string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, kv := range strings.Split(s, ",") {
-		if kv = strings.TrimSpace(kv); kv == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("ZEISH_NODE_LABELS: %q is not key=value", kv)
-		}
-		out[k] = v
-	}
-	return out, nil
+	log.Info("zeishd node agent listening", "addr", self, "node", id, "region", region, "labels", labels, "control", cfg.ControlURL,
+		"accel", caps.Accel, "memory_budget_mib", cfg.MemoryBudgetMiB, "data_dir", dataDir, "version", version.Version)
+	return serve(ctx, log, cfg, ln, mux)
 }
 
 // register announces the node until the control plane answers (it may

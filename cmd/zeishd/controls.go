@@ -23,12 +23,10 @@ type controls struct {
 	cur     int
 }
 
-func newControls(urls string, token nodeapi.Token) *controls {
+func newControls(urls []string, token nodeapi.Token) *controls {
 	c := &controls{}
-	for _, u := range strings.Split(urls, ",") {
-		if u = strings.TrimSuffix(strings.TrimSpace(u), "/"); u != "" {
-			c.clients = append(c.clients, nodev1connect.NewControlClient(http.DefaultClient, u, connect.WithInterceptors(token.ClientAuth())))
-		}
+	for _, u := range urls {
+		c.clients = append(c.clients, nodev1connect.NewControlClient(http.DefaultClient, strings.TrimSuffix(u, "/"), connect.WithInterceptors(token.ClientAuth())))
 	}
 	return c
 }

@@ -38,7 +38,7 @@ func TestControlsFailover(t *testing.T) {
 	}
 	a, b := &replica{}, &replica{}
 	sa, sb := start(a), start(b)
-	c := newControls(sa.URL+", "+sb.URL+"/", "tok")
+	c := newControls([]string{sa.URL, sb.URL + "/"}, "tok")
 	beat := func() error {
 		_, err := c.Heartbeat(context.Background(), connect.NewRequest(&nodev1.HeartbeatRequest{NodeId: "n1"}))
 		return err
