@@ -109,6 +109,7 @@ function codeForStatus(status: number): ErrorCode {
     case 404: return "not_found";
     case 409: return "invalid_state";
     case 429: return "rate_limited";
+    case 502: return "unavailable";
     case 503: return "unavailable";
     case 504: return "timeout";
     default: return "internal";
