@@ -21,6 +21,7 @@ import (
 	"github.com/zeish/zeish/internal/catalog"
 	"github.com/zeish/zeish/internal/cluster"
 	"github.com/zeish/zeish/internal/config"
+	"github.com/zeish/zeish/internal/control"
 	"github.com/zeish/zeish/internal/e2b"
 	"github.com/zeish/zeish/internal/metrics"
 	"github.com/zeish/zeish/internal/node"
@@ -91,7 +92,7 @@ func runControl(ctx context.Context, cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	tokenKey, err := server.TokenKey(dataDir)
+	tokenKey, err := control.TokenKey(dataDir)
 	if err != nil {
 		return err
 	}
@@ -100,7 +101,7 @@ func runControl(ctx context.Context, cfg *config.Config) error {
 		return err
 	}
 	defer st.Close()
-	keyPath, err := server.EnsureAdmin(ctx, st, dataDir)
+	keyPath, err := control.EnsureAdmin(ctx, st, dataDir)
 	if err != nil {
 		return err
 	}
@@ -109,12 +110,10 @@ func runControl(ctx context.Context, cfg *config.Config) error {
 	// Templates are resolved here and built on the nodes (the built-in ones).
 	cat := catalog.New(st, template.BaseOptions{Logger: log})
 	mtr := metrics.New(metrics.Options{Store: st, Nodes: nodeStates(nodes, lost), Logger: log})
-	srv, err := server.New(server.Options{Store: st, Node: router, Cluster: router, Catalog: cat, DataDir: dataDir,
-		Version: version.Version, PublicURL: cfg.PublicURL, PublicDomain: cfg.PublicDomain,
-		Logger: log, Plan: &plan, Prices: &prices, Metrics: mtr})
-	if err != nil {
-		return err
-	}
+	ctl := control.New(control.Options{Store: st, Node: router, Cluster: router, Catalog: cat, Plan: plan, Prices: prices,
+		TokenKey: tokenKey, Metrics: mtr, Logger: log})
+	srv := server.New(server.Options{Control: ctl, Forwarder: router, Version: version.Version, PublicURL: cfg.PublicURL,
+		PublicDomain: cfg.PublicDomain, Logger: log, Metrics: mtr})
 	reg := &cluster.Registry{Nodes: nodes, TokenKey: tokenKey, SecretsKey: secretsKey, Every: lost / 3, Logger: log}
 	mux := http.NewServeMux()
 	mux.Handle(reg.Handler(token))
@@ -122,12 +121,11 @@ func runControl(ctx context.Context, cfg *config.Config) error {
 	mux.Handle("/", apiHandler)
 	// E2B's API: its control calls here, its envd calls on the sandbox's
 	// node (forwarded when the SDK's E2B_SANDBOX_URL names this replica).
-	facade := e2b.New(e2b.Options{API: apiHandler, Backend: srv, Templates: cat, Logger: log,
-		Domain: cfg.E2BDomain, Envd: router.EnvdHandler()})
+	facade := e2b.New(e2b.Options{App: ctl, Logger: log, Domain: cfg.E2BDomain, Envd: router.EnvdHandler()})
 
 	wctx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
-	go srv.EnforceBudgets(wctx, 2*time.Second)
+	go ctl.Enforce(wctx, 2*time.Second)
 	go router.WatchNodes(wctx, max(time.Second, lost/5))
 
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -191,11 +189,12 @@ func runNode(ctx context.Context, cfg *config.Config) error {
 	defer loc.Close()
 	// The node's own capacity; sandbox counts are the control plane's.
 	mtr := metrics.New(metrics.Options{NodeID: id, Capacity: loc.node.Capacity, Logger: log})
-	srv, err := server.New(server.Options{Store: st, Node: ownSandboxes{loc.node, id}, Catalog: loc.cat, DataDir: dataDir, TokenKey: keys.TokenKey,
-		Version: version.Version, PublicURL: self, PublicDomain: cfg.PublicDomain, Logger: log, Metrics: mtr})
-	if err != nil {
-		return err
-	}
+	// The node's own application: its data plane, and the routes the
+	// control plane forwards here. Policy (quotas, budgets, timeouts) is
+	// the control plane's: nothing here creates or runs a sandbox.
+	app := control.New(control.Options{Store: st, Node: ownSandboxes{loc.node, id}, Catalog: loc.cat, TokenKey: keys.TokenKey, Logger: log})
+	srv := server.New(server.Options{Control: app, Version: version.Version, PublicURL: self, PublicDomain: cfg.PublicDomain,
+		Logger: log, Metrics: mtr})
 	mux := http.NewServeMux()
 	mux.Handle(nodeapi.Handler(loc.node, st, token))
 	// The data plane of this node's sandboxes, on tokens the control plane
@@ -205,7 +204,7 @@ func runNode(ctx context.Context, cfg *config.Config) error {
 	// The guest-backed public routes the control plane forwards here.
 	mux.Handle(nodeapi.ForwardPrefix+"/", http.StripPrefix(nodeapi.ForwardPrefix, srv.ForwardedHandler(token.Check)))
 	// E2B's envd for this node's sandboxes, on tokens the control plane signed.
-	mux.Handle(e2b.Prefix+"/envd/", e2b.New(e2b.Options{Backend: srv, Templates: loc.cat, Logger: log}).EnvdHandler())
+	mux.Handle(e2b.Prefix+"/envd/", e2b.New(e2b.Options{App: app, Logger: log}).EnvdHandler())
 	mux.Handle("GET /healthz", h)
 	mux.Handle("GET /metrics", h)
 

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/internal/config"
+	"github.com/zeish/zeish/internal/control"
 	"github.com/zeish/zeish/internal/datadir"
 	"github.com/zeish/zeish/internal/e2b"
 	"github.com/zeish/zeish/internal/metering"
@@ -119,7 +120,7 @@ func run(ctx context.Context, cfg *config.Config) error {
 		return err
 	}
 	defer st.Close()
-	keyPath, err := server.EnsureAdmin(ctx, st, dataDir)
+	keyPath, err := control.EnsureAdmin(ctx, st, dataDir)
 	if err != nil {
 		return err
 	}
@@ -138,18 +139,21 @@ func run(ctx context.Context, cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	plan, prices := planOf(cfg), pricesOf(cfg)
-	mtr := metrics.New(metrics.Options{Store: st, NodeID: nodeID, Capacity: n.Capacity, Logger: log})
-	srv, err := server.New(server.Options{Store: st, Node: n, Catalog: cat, DataDir: dataDir, Metrics: mtr,
-		Version: version.Version, PublicURL: cfg.PublicURL, PublicDomain: cfg.PublicDomain, Logger: log, Plan: &plan, Prices: &prices})
+	tokenKey, err := control.TokenKey(dataDir)
 	if err != nil {
 		return err
 	}
-	// Budget stops go through the node: the enforcer ends before the node
-	// closes (defers run last first).
+	plan := planOf(cfg)
+	mtr := metrics.New(metrics.Options{Store: st, NodeID: nodeID, Capacity: n.Capacity, Logger: log})
+	ctl := control.New(control.Options{Store: st, Node: n, Catalog: cat, Plan: plan, Prices: pricesOf(cfg), TokenKey: tokenKey,
+		Metrics: mtr, Logger: log})
+	srv := server.New(server.Options{Control: ctl, Metrics: mtr, Version: version.Version, PublicURL: cfg.PublicURL,
+		PublicDomain: cfg.PublicDomain, Logger: log})
+	// Budget stops and timeouts go through the node: the enforcer ends
+	// before the node closes (defers run last first).
 	bctx, stopBudgets := context.WithCancel(ctx)
 	budgetsDone := make(chan struct{})
-	go func() { defer close(budgetsDone); srv.EnforceBudgets(bctx, 2*time.Second) }()
+	go func() { defer close(budgetsDone); ctl.Enforce(bctx, 2*time.Second) }()
 	defer func() { stopBudgets(); <-budgetsDone }()
 	// A VM that exits on its own leaves its sandbox error (vm_exited).
 	wctx, stopWatch := context.WithCancel(ctx)
@@ -157,7 +161,7 @@ func run(ctx context.Context, cfg *config.Config) error {
 	go func() { defer close(watchDone); n.WatchVMs(wctx, 2*time.Second) }()
 	defer func() { stopWatch(); <-watchDone }()
 	apiHandler := srv.Handler()
-	facade := e2b.New(e2b.Options{API: apiHandler, Backend: srv, Templates: cat, Logger: log, Domain: cfg.E2BDomain}) // E2B's SDKs, under /e2b
+	facade := e2b.New(e2b.Options{App: ctl, Logger: log, Domain: cfg.E2BDomain}) // E2B's SDKs, under /e2b
 	caps := driver.Capabilities()
 	log.Info("zeishd listening", "addr", "http://"+ln.Addr().String(), "data_dir", dataDir, "node", nodeID,
 		"vmm", caps.Name, "accel", caps.Accel, "accel_reason", caps.AccelReason, "accel_probe_ms", caps.AccelProbeMS, "confinement", caps.Confinement, "memory_budget_mib", cfg.MemoryBudgetMiB, "plan", fmt.Sprintf("%+v", plan), "admin_key", keyPath, "version", version.Version)
@@ -165,8 +169,8 @@ func run(ctx context.Context, cfg *config.Config) error {
 }
 
 // planOf is the quota plan every account gets.
-func planOf(cfg *config.Config) server.Plan {
-	return server.Plan{RunningSlots: cfg.PlanRunningSlots, CreatesPerMinute: cfg.PlanCreatesPerMinute, DailyCreates: cfg.PlanDailyCreates}
+func planOf(cfg *config.Config) control.Plan {
+	return control.Plan{RunningSlots: cfg.PlanRunningSlots, CreatesPerMinute: cfg.PlanCreatesPerMinute, DailyCreates: cfg.PlanDailyCreates}
 }
 
 // pricesOf is the price table.

@@ -21,7 +21,7 @@ import (
 // The Router is a node to the control plane and a cluster to the admin API.
 var (
 	_ control.Node         = (*Router)(nil)
-	_ server.Cluster       = (*Router)(nil)
+	_ control.Cluster      = (*Router)(nil)
 	_ server.NodeForwarder = (*Router)(nil)
 )
 

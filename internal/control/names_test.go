@@ -50,9 +50,9 @@ func TestNamesChecked(t *testing.T) {
 			var err error
 			if c.children == nil {
 				r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{Name: c.create, AccountID: "acc_a", CreatedAt: time.Now()}}
-				_, err = ctl.Create(ctx, r)
+				_, err = ctl.create(ctx, r)
 			} else {
-				_, _, err = ctl.Clone(ctx, sbx("sbx_p", sandbox.StateRunning), kids(c.children...))
+				_, _, err = ctl.clone(ctx, sbx("sbx_p", sandbox.StateRunning), kids(c.children...))
 			}
 			if c.want == nil && err != nil || c.want != nil && errdefs.Of(err) != c.want {
 				t.Fatalf("got %v, want %v", err, c.want)

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/control"
 	"io"
 	"net/http"
 	"net/url"
@@ -18,11 +21,12 @@ import (
 	"github.com/zeish/zeish/sandbox"
 )
 
-// The E2B control plane, translated into calls to zeish's public API.
+// The E2B control plane, translated into calls to zeish's application.
 
-type keyCtx struct{}
+type callerCtx struct{}
 
-// withKey requires X-API-KEY; zeish itself decides whether the key is good.
+// withKey authenticates X-API-KEY, a zeish API key, and hands the handler
+// its caller.
 func (f *Facade) withKey(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("X-API-KEY")
@@ -30,77 +34,52 @@ func (f *Facade) withKey(h http.HandlerFunc) http.HandlerFunc {
 			writeError(w, http.StatusUnauthorized, "missing X-API-KEY header")
 			return
 		}
-		h(w, r.WithContext(context.WithValue(r.Context(), keyCtx{}, key)))
+		who, err := f.app.Authenticate(r.Context(), key)
+		if err != nil {
+			f.fail(w, err)
+			return
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), callerCtx{}, who)))
 	}
 }
 
-// zeishError is an error answer of zeish's API.
-type zeishError struct {
+func callerFrom(ctx context.Context) control.Caller {
+	c, _ := ctx.Value(callerCtx{}).(control.Caller)
+	return c
+}
+
+// answer is an error the facade answers itself, in E2B's terms.
+type answer struct {
 	status  int
 	code    string
 	message string
 }
 
-func (e *zeishError) Error() string { return e.code + ": " + e.message }
+func (e *answer) Error() string { return e.code + ": " + e.message }
 
-// call makes one zeish API call in-process with the caller's key and decodes
-// the answer into out (when not nil). A non-2xx answer is a *zeishError.
-func (f *Facade) call(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
+// fail answers err in E2B's shape: the status of errdefs's table and the
+// words a client may read (errdefs.Public); a server fault is logged with
+// its detail.
+func (f *Facade) fail(w http.ResponseWriter, err error) {
+	if a, ok := err.(*answer); ok {
+		msg := a.message
+		if a.code != "" {
+			msg = a.code + ": " + msg
 		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, api.BasePath+"/public"+path, body)
-	if err != nil {
-		return err
-	}
-	key, _ := ctx.Value(keyCtx{}).(string)
-	req.Header.Set("Authorization", "Bearer "+key)
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	rec := &recorder{header: http.Header{}, status: http.StatusOK}
-	f.api.ServeHTTP(rec, req)
-	if rec.status >= 300 {
-		var eb api.ErrorBody
-		json.Unmarshal(rec.body.Bytes(), &eb)
-		return &zeishError{status: rec.status, code: eb.Error.Code, message: eb.Error.Message}
-	}
-	if out != nil {
-		if err := json.Unmarshal(rec.body.Bytes(), out); err != nil {
-			return fmt.Errorf("decode %s %s: %w", method, path, err)
-		}
-	}
-	return nil
-}
-
-// recorder is a ResponseWriter kept in memory: control-plane answers are
-// small JSON documents.
-type recorder struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func (r *recorder) Header() http.Header         { return r.header }
-func (r *recorder) Write(p []byte) (int, error) { return r.body.Write(p) }
-func (r *recorder) WriteHeader(code int)        { r.status = code }
-
-// fail answers err in E2B's shape, with zeish's status and words.
-func fail(w http.ResponseWriter, err error) {
-	if ze, ok := err.(*zeishError); ok {
-		msg := ze.message
-		if ze.code != "" {
-			msg = ze.code + ": " + msg
-		}
-		writeError(w, ze.status, msg)
+		writeError(w, a.status, msg)
 		return
 	}
-	writeError(w, http.StatusInternalServerError, err.Error())
+	var coded *errdefs.Error
+	if !errors.As(err, &coded) {
+		// The facade's own words (a sandbox that did not come up).
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	if errdefs.ServerFault(err) {
+		f.log.Error("e2b: call failed", "err", err)
+	}
+	code, msg := errdefs.Public(err)
+	writeError(w, errdefs.HTTPStatus(err), code+": "+msg)
 }
 
 // writeError answers E2B's error body: the HTTP status as a number and words.
@@ -165,28 +144,32 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request) {
 	// E2B counts the timeout from when the sandbox is ready; zeish from the
 	// create. The create gets room for a slow boot, and the timeout is set
 	// again once the sandbox runs.
+	ctx, who := r.Context(), callerFrom(r.Context())
 	var sb sandbox.Sandbox
 	var err error
 	if isSnapshotID(req.TemplateID) {
 		// A snapshot seeds the sandbox (E2B's Sandbox.create(snapshotID)):
 		// its env and metadata are the snapshot's sandbox's.
-		sb, err = f.fromSnapshot(r.Context(), req.TemplateID, req)
+		sb, err = f.fromSnapshot(ctx, req.TemplateID)
 	} else {
-		err = f.call(r.Context(), http.MethodPost, "/sandboxes?wait=true", api.CreateSandboxRequest{
+		sb, err = f.app.Create(ctx, who, api.CreateSandboxRequest{
 			Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata,
 			TimeoutSeconds: timeout + bootAllowance, OnTimeout: onTimeout(req.AutoPause),
-		}, &sb)
+		})
+		if err == nil {
+			sb, err = f.app.Settled(ctx, sb)
+		}
 	}
 	if err != nil {
-		fail(w, err)
+		f.fail(w, err)
 		return
 	}
 	if sb.State != sandbox.StateRunning {
 		writeError(w, http.StatusInternalServerError, fmt.Sprintf("sandbox %s did not start: %s: %s", sb.ID, sb.ErrorCode, sb.ErrorMessage))
 		return
 	}
-	if err := f.call(r.Context(), http.MethodPost, "/sandboxes/"+sb.ID+"/timeout", api.TimeoutRequest{TimeoutSeconds: timeout, OnTimeout: onTimeout(req.AutoPause)}, &sb); err != nil {
-		fail(w, err)
+	if sb, err = f.app.SetTimeout(ctx, who, sb.ID, api.TimeoutRequest{TimeoutSeconds: timeout, OnTimeout: onTimeout(req.AutoPause)}); err != nil {
+		f.fail(w, err)
 		return
 	}
 	body, err := f.created(r.Context(), sb)
@@ -200,8 +183,7 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request) {
 // created is the answer of create, connect and fork: how to reach envd,
 // with a data-plane token of the caller's key.
 func (f *Facade) created(ctx context.Context, sb sandbox.Sandbox) (map[string]any, error) {
-	key, _ := ctx.Value(keyCtx{}).(string)
-	token, err := f.backend.IssueToken(ctx, sb.ID, key, tokenTTL)
+	token, _, err := f.app.Token(ctx, callerFrom(ctx), sb.ID, tokenTTL)
 	if err != nil {
 		return nil, err
 	}
@@ -277,12 +259,12 @@ func (f *Facade) detail(sb sandbox.Sandbox) map[string]any {
 // lookup gets a sandbox that E2B would know: a destroyed or failed one is
 // not found.
 func (f *Facade) lookup(ctx context.Context, id string) (sandbox.Sandbox, error) {
-	var sb sandbox.Sandbox
-	if err := f.call(ctx, http.MethodGet, "/sandboxes/"+url.PathEscape(id), nil, &sb); err != nil {
+	sb, err := f.app.Sandbox(ctx, callerFrom(ctx), id)
+	if err != nil {
 		return sb, notFoundIfInvalid(err)
 	}
 	if _, ok := state(sb.State); !ok {
-		return sb, &zeishError{status: http.StatusNotFound, code: "not_found", message: fmt.Sprintf("sandbox %s is %s", id, sb.State)}
+		return sb, &answer{status: http.StatusNotFound, code: "not_found", message: fmt.Sprintf("sandbox %s is %s", id, sb.State)}
 	}
 	return sb, nil
 }
@@ -290,8 +272,9 @@ func (f *Facade) lookup(ctx context.Context, id string) (sandbox.Sandbox, error)
 // notFoundIfInvalid: an id that zeish cannot even parse names no sandbox,
 // which E2B reports as 404.
 func notFoundIfInvalid(err error) error {
-	if ze, ok := err.(*zeishError); ok && ze.status == http.StatusBadRequest {
-		return &zeishError{status: http.StatusNotFound, code: "not_found", message: ze.message}
+	if errdefs.Is(err, errdefs.ClassInvalid) {
+		_, msg := errdefs.Public(err)
+		return &answer{status: http.StatusNotFound, code: "not_found", message: msg}
 	}
 	return err
 }
@@ -299,7 +282,7 @@ func notFoundIfInvalid(err error) error {
 func (f *Facade) get(w http.ResponseWriter, r *http.Request) {
 	sb, err := f.lookup(r.Context(), r.PathValue("id"))
 	if err != nil {
-		fail(w, err)
+		f.fail(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, f.detail(sb))
@@ -309,7 +292,7 @@ func (f *Facade) get(w http.ResponseWriter, r *http.Request) {
 // to return for a sandbox that exists.
 func (f *Facade) metrics(w http.ResponseWriter, r *http.Request) {
 	if _, err := f.lookup(r.Context(), r.PathValue("id")); err != nil {
-		fail(w, err)
+		f.fail(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, []any{})
@@ -318,11 +301,14 @@ func (f *Facade) metrics(w http.ResponseWriter, r *http.Request) {
 func (f *Facade) kill(w http.ResponseWriter, r *http.Request) {
 	sb, err := f.lookup(r.Context(), r.PathValue("id"))
 	if err == nil {
-		err = f.call(r.Context(), http.MethodDelete, "/sandboxes/"+sb.ID+"?wait=true", nil, nil)
+		sb, err = f.app.Delete(r.Context(), callerFrom(r.Context()), sb.ID)
+		if err == nil {
+			_, err = f.app.Settled(r.Context(), sb)
+		}
 		f.defaults.forget(sb.ID)
 	}
 	if err != nil {
-		fail(w, err)
+		f.fail(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -330,8 +316,8 @@ func (f *Facade) kill(w http.ResponseWriter, r *http.Request) {
 
 // all lists the caller's E2B-visible sandboxes, newest first.
 func (f *Facade) all(ctx context.Context) ([]sandbox.Sandbox, error) {
-	var list api.SandboxList
-	if err := f.call(ctx, http.MethodGet, "/sandboxes", nil, &list); err != nil {
+	list, err := f.app.List(ctx, callerFrom(ctx), control.ListFilter{})
+	if err != nil {
 		return nil, err
 	}
 	var out []sandbox.Sandbox
@@ -388,7 +374,7 @@ func (f *Facade) listV1(w http.ResponseWriter, r *http.Request) {
 	}
 	all, err := f.all(r.Context())
 	if err != nil {
-		fail(w, err)
+		f.fail(w, err)
 		return
 	}
 	out := []map[string]any{}
@@ -432,7 +418,7 @@ func (f *Facade) listV2(w http.ResponseWriter, r *http.Request) {
 	}
 	all, err := f.all(r.Context())
 	if err != nil {
-		fail(w, err)
+		f.fail(w, err)
 		return
 	}
 	if after := q.Get("nextToken"); after != "" {
@@ -475,10 +461,10 @@ func (f *Facade) setTimeout(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, err := f.lookup(r.Context(), r.PathValue("id"))
 	if err == nil {
-		err = f.call(r.Context(), http.MethodPost, "/sandboxes/"+sb.ID+"/timeout", api.TimeoutRequest{TimeoutSeconds: *req.Timeout}, nil)
+		_, err = f.app.SetTimeout(r.Context(), callerFrom(r.Context()), sb.ID, api.TimeoutRequest{TimeoutSeconds: *req.Timeout})
 	}
 	if err != nil {
-		fail(w, err)
+		f.fail(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -502,10 +488,10 @@ func (f *Facade) refresh(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, err := f.lookup(r.Context(), r.PathValue("id"))
 	if err == nil && sb.TimeoutAt != nil && time.Now().Add(time.Duration(d)*time.Second).After(*sb.TimeoutAt) {
-		err = f.call(r.Context(), http.MethodPost, "/sandboxes/"+sb.ID+"/timeout", api.TimeoutRequest{TimeoutSeconds: d}, nil)
+		_, err = f.app.SetTimeout(r.Context(), callerFrom(r.Context()), sb.ID, api.TimeoutRequest{TimeoutSeconds: d})
 	}
 	if err != nil {
-		fail(w, err)
+		f.fail(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -515,10 +501,13 @@ func (f *Facade) refresh(w http.ResponseWriter, r *http.Request) {
 func (f *Facade) pause(w http.ResponseWriter, r *http.Request) {
 	sb, err := f.lookup(r.Context(), r.PathValue("id"))
 	if err == nil {
-		err = f.call(r.Context(), http.MethodPost, "/sandboxes/"+sb.ID+"/pause?wait=true", struct{}{}, nil)
+		sb, err = f.app.Lifecycle(r.Context(), callerFrom(r.Context()), sandbox.OpPause, sb.ID)
+	}
+	if err == nil {
+		_, err = f.app.Settled(r.Context(), sb)
 	}
 	if err != nil {
-		fail(w, err)
+		f.fail(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -529,27 +518,16 @@ type resumeBody struct {
 	AutoPause *bool `json:"autoPause"`
 }
 
-// wake runs a paused or stopped sandbox again and gives it timeout seconds
-// (when asked) from now. It says whether the sandbox had to be woken.
+// wake runs a paused or stopped sandbox again (control.Wake) and gives it
+// timeout seconds (when asked) from now. It says whether the sandbox had
+// to be woken.
 func (f *Facade) wake(ctx context.Context, id string, timeout *int, autoPause *bool) (sandbox.Sandbox, bool, error) {
 	sb, err := f.lookup(ctx, id)
 	if err != nil {
 		return sb, false, err
 	}
-	woken := false
-	switch sb.State {
-	case sandbox.StatePaused:
-		err, woken = f.call(ctx, http.MethodPost, "/sandboxes/"+sb.ID+"/resume?wait=true", struct{}{}, &sb), true
-	case sandbox.StateStopping, sandbox.StateStopped:
-		if sb.State == sandbox.StateStopping {
-			err = f.call(ctx, http.MethodPost, "/sandboxes/"+sb.ID+"/wait", api.WaitRequest{State: sandbox.StateStopped}, &sb)
-		}
-		if err == nil {
-			err, woken = f.call(ctx, http.MethodPost, "/sandboxes/"+sb.ID+"/start?wait=true", struct{}{}, &sb), true
-		}
-	case sandbox.StateStarting:
-		err = f.call(ctx, http.MethodPost, "/sandboxes/"+sb.ID+"/wait", api.WaitRequest{State: sandbox.StateRunning}, &sb)
-	}
+	who := callerFrom(ctx)
+	sb, woken, err := f.app.Wake(ctx, who, sb.ID)
 	if err != nil {
 		return sb, woken, err
 	}
@@ -564,7 +542,7 @@ func (f *Facade) wake(ctx context.Context, id string, timeout *int, autoPause *b
 		if autoPause != nil {
 			req.OnTimeout = onTimeout(*autoPause)
 		}
-		if err := f.call(ctx, http.MethodPost, "/sandboxes/"+sb.ID+"/timeout", req, &sb); err != nil {
+		if sb, err = f.app.SetTimeout(ctx, who, sb.ID, req); err != nil {
 			return sb, woken, err
 		}
 	}
@@ -581,7 +559,7 @@ func (f *Facade) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, woken, err := f.wake(r.Context(), r.PathValue("id"), req.Timeout, nil)
 	if err != nil {
-		fail(w, err)
+		f.fail(w, err)
 		return
 	}
 	status := http.StatusOK
@@ -605,7 +583,7 @@ func (f *Facade) resume(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, err := f.lookup(r.Context(), r.PathValue("id"))
 	if err != nil {
-		fail(w, err)
+		f.fail(w, err)
 		return
 	}
 	if st, _ := state(sb.State); st != "paused" {
@@ -614,7 +592,7 @@ func (f *Facade) resume(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, _, err = f.wake(r.Context(), sb.ID, req.Timeout, req.AutoPause)
 	if err != nil {
-		fail(w, err)
+		f.fail(w, err)
 		return
 	}
 	body, err := f.created(r.Context(), sb)
@@ -640,13 +618,17 @@ func (f *Facade) fork(w http.ResponseWriter, r *http.Request) {
 	if req.Count == 0 {
 		req.Count = 1
 	}
-	sb, err := f.lookup(r.Context(), r.PathValue("id"))
+	ctx, who := r.Context(), callerFrom(r.Context())
+	sb, err := f.lookup(ctx, r.PathValue("id"))
 	var resp api.CloneResponse
 	if err == nil {
-		err = f.call(r.Context(), http.MethodPost, "/sandboxes/"+sb.ID+"/clone?wait=true", api.CloneRequest{Count: req.Count}, &resp)
+		resp, err = f.app.Clone(ctx, who, sb.ID, api.CloneRequest{Count: req.Count})
+	}
+	if err == nil {
+		resp.Sandboxes, err = f.app.SettledAll(ctx, resp.Sandboxes)
 	}
 	if err != nil {
-		fail(w, err)
+		f.fail(w, err)
 		return
 	}
 	timeout := defaultTimeout
@@ -659,11 +641,11 @@ func (f *Facade) fork(w http.ResponseWriter, r *http.Request) {
 			out = append(out, map[string]any{"error": map[string]any{"code": 500, "message": child.ID + " is " + string(child.State) + ": " + child.ErrorMessage}})
 			continue
 		}
-		if err := f.call(r.Context(), http.MethodPost, "/sandboxes/"+child.ID+"/timeout", api.TimeoutRequest{TimeoutSeconds: timeout, OnTimeout: sb.OnTimeout}, nil); err != nil {
+		if _, err := f.app.SetTimeout(ctx, who, child.ID, api.TimeoutRequest{TimeoutSeconds: timeout, OnTimeout: sb.OnTimeout}); err != nil {
 			out = append(out, map[string]any{"error": map[string]any{"code": 500, "message": err.Error()}})
 			continue
 		}
-		body, err := f.created(r.Context(), child)
+		body, err := f.created(ctx, child)
 		if err != nil {
 			out = append(out, map[string]any{"error": map[string]any{"code": 500, "message": err.Error()}})
 			continue
@@ -676,13 +658,8 @@ func (f *Facade) fork(w http.ResponseWriter, r *http.Request) {
 // templateAlias answers whether a template of that name exists; zeish
 // templates are known by name, which is their id as well.
 func (f *Facade) templateAlias(w http.ResponseWriter, r *http.Request) {
-	key, _ := r.Context().Value(keyCtx{}).(string)
-	if _, err := f.backend.Authenticate(r.Context(), key); err != nil {
-		writeError(w, http.StatusUnauthorized, err.Error())
-		return
-	}
 	alias := r.PathValue("alias")
-	if err := f.tpls.Known(r.Context(), alias); err != nil {
+	if err := f.app.TemplateKnown(r.Context(), alias); err != nil {
 		writeError(w, http.StatusNotFound, err.Error())
 		return
 	}

@@ -5,8 +5,8 @@
 // /files and /health) over zeish's own guest agent.
 //
 // The control plane is a translation: each E2B call becomes calls to zeish's
-// public API, served in-process by the same handler every other client uses,
-// so validation, quotas and errors stay in one place. The data plane is found
+// application (internal/control), as every other front end's, so validation,
+// quotas and errors stay in one place. The data plane is found
 // by E2B's E2b-Sandbox-Id header (clients set E2B_SANDBOX_URL to
 // <zeish>/e2b/envd), so no wildcard DNS is needed. docs/e2b-protocol.md
 // describes the protocol and docs/e2b.md what is supported.
@@ -22,6 +22,7 @@ import (
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/control"
 	"github.com/zeish/zeish/internal/e2b/envdpb/filesystem/filesystemconnect"
 	"github.com/zeish/zeish/internal/e2b/envdpb/process/processconnect"
 	"github.com/zeish/zeish/sandbox"
@@ -40,31 +41,38 @@ const envdVersion = "0.5.7"
 // connecting again issues a fresh one.
 const tokenTTL = 24 * time.Hour
 
-// Backend is what the facade needs from zeish's server.
-type Backend interface {
-	// IssueToken signs a data-plane token for a sandbox, issued to the API
-	// key apiKey (revoking the key ends the token).
-	IssueToken(ctx context.Context, sandboxID, apiKey string, ttl time.Duration) (string, error)
-	// SandboxAgent checks a token for a sandbox and returns its running
-	// agent (errdefs.ErrUnavailable when the sandbox is gone or not running).
-	SandboxAgent(ctx context.Context, id, token string) (*guest.Client, error)
-	// Authenticate checks an API key (errdefs.ErrUnauthenticated if bad).
-	Authenticate(ctx context.Context, key string) (accountID string, err error)
-}
-
-// Templates says which templates exist (internal/catalog).
-type Templates interface {
-	Known(ctx context.Context, name string) error
+// App is what the facade needs of zeish's application (internal/control's
+// *Control): E2B's calls become these.
+type App interface {
+	Authenticate(ctx context.Context, key string) (control.Caller, error)
+	Create(ctx context.Context, who control.Caller, req api.CreateSandboxRequest) (sandbox.Sandbox, error)
+	Sandbox(ctx context.Context, who control.Caller, ref string) (sandbox.Sandbox, error)
+	List(ctx context.Context, who control.Caller, f control.ListFilter) (api.SandboxList, error)
+	Delete(ctx context.Context, who control.Caller, ref string) (sandbox.Sandbox, error)
+	Lifecycle(ctx context.Context, who control.Caller, op sandbox.Op, ref string) (sandbox.Sandbox, error)
+	Wake(ctx context.Context, who control.Caller, ref string) (sandbox.Sandbox, bool, error)
+	SetTimeout(ctx context.Context, who control.Caller, ref string, req api.TimeoutRequest) (sandbox.Sandbox, error)
+	Settled(ctx context.Context, sb sandbox.Sandbox) (sandbox.Sandbox, error)
+	SettledAll(ctx context.Context, sbs []sandbox.Sandbox) ([]sandbox.Sandbox, error)
+	Clone(ctx context.Context, who control.Caller, ref string, req api.CloneRequest) (api.CloneResponse, error)
+	CloneSnapshot(ctx context.Context, who control.Caller, ref, snapRef string, req api.CloneRequest) (api.CloneResponse, error)
+	CreateSnapshot(ctx context.Context, who control.Caller, ref string, req api.CreateSnapshotRequest) (sandbox.Snapshot, error)
+	Snapshots(ctx context.Context, who control.Caller, ref string) (api.SnapshotList, error)
+	Snapshot(ctx context.Context, who control.Caller, ref control.SnapshotRef) (sandbox.Snapshot, error)
+	DeleteSnapshot(ctx context.Context, who control.Caller, ref control.SnapshotRef) error
+	TemplateKnown(ctx context.Context, name string) error
+	// Token signs a data-plane token of a sandbox, issued to the caller's
+	// API key (revoking the key ends the token).
+	Token(ctx context.Context, who control.Caller, id string, ttl time.Duration) (string, time.Time, error)
+	// OpenEnvd checks a token for a sandbox and returns its running agent
+	// (errdefs.ErrUnavailable when the sandbox is gone or not running).
+	OpenEnvd(ctx context.Context, token, id string) (*guest.Client, error)
 }
 
 // Options configure the facade.
 type Options struct {
-	// API serves zeish's public API (server.Handler); control-plane calls go
-	// through it in-process.
-	API       http.Handler
-	Backend   Backend
-	Templates Templates
-	Logger    *slog.Logger
+	App    App
+	Logger *slog.Logger
 	// Domain, when set, also routes by host name as E2B's cloud does:
 	// api.<Domain> is the control plane, 49983-<sandbox>.<Domain> envd.
 	Domain string
@@ -77,9 +85,7 @@ type Options struct {
 
 // Facade serves the E2B API.
 type Facade struct {
-	api      http.Handler
-	backend  Backend
-	tpls     Templates
+	app      App
 	log      *slog.Logger
 	domain   string
 	envd     http.Handler
@@ -94,7 +100,7 @@ func New(opts Options) *Facade {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Facade{api: opts.API, backend: opts.Backend, tpls: opts.Templates, log: opts.Logger, domain: strings.ToLower(opts.Domain), envd: opts.Envd,
+	return &Facade{app: opts.App, log: opts.Logger, domain: strings.ToLower(opts.Domain), envd: opts.Envd,
 		procs: newProcessTable(), watchers: newWatcherTable()}
 }
 

@@ -49,7 +49,7 @@ func (f *Facade) withSandbox(h http.Handler) http.Handler {
 			writeError(w, http.StatusBadGateway, "port "+p+" of sandbox "+id+" is not served here: only envd's "+envdPort)
 			return
 		}
-		agent, err := f.backend.SandboxAgent(r.Context(), id, r.Header.Get("X-Access-Token"))
+		agent, err := f.app.OpenEnvd(r.Context(), r.Header.Get("X-Access-Token"), id)
 		if err != nil {
 			writeError(w, errdefs.EnvdStatus(unreachable(err)), err.Error())
 			return

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/zeish/zeish/internal/control"
 	"log/slog"
 	"net"
 	"net/http"
@@ -135,7 +136,7 @@ func newErrorsFixture(t *testing.T) *errorsFixture {
 	if err := st.CreateAccount(ctx, store.Account{ID: acct, Name: "team", CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	key, hash := NewAPIKey()
+	key, hash := control.NewAPIKey()
 	if err := st.CreateAPIKey(ctx, store.APIKey{ID: sandbox.NewID(sandbox.PrefixKey), AccountID: acct, Hash: hash, Prefix: key[:8], CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func newErrorsFixture(t *testing.T) *errorsFixture {
 	}
 	n := node.New(node.Options{ID: "n1", DataDir: dir, Store: st, Driver: failingDriver{}})
 	t.Cleanup(n.Close)
-	s, err := New(Options{Store: st, DataDir: dir, Node: n})
+	s, err := NewForTest(t, st, n, dir), error(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
-	"github.com/zeish/zeish/internal/store"
 )
 
 // The public endpoints that read a sandbox's guest (its listening ports,
@@ -53,15 +52,15 @@ type nodeRoute struct {
 }
 
 func sandboxNode(s *Server, _ NodeForwarder, r *http.Request) (string, error) {
-	rec, err := s.ownSandbox(r)
+	sb, err := s.ctl.Sandbox(r.Context(), callerFrom(r.Context()), r.PathValue("id"))
 	if err != nil {
 		return "", err
 	}
-	return rec.Host, nil
+	return sb.Host, nil
 }
 
 func templateNode(s *Server, _ NodeForwarder, r *http.Request) (string, error) {
-	t, err := s.opts.Catalog.Resolve(r.Context(), accountFrom(r.Context()).ID, r.PathValue("id"))
+	t, err := s.ctl.Template(r.Context(), callerFrom(r.Context()), r.PathValue("id"))
 	if err != nil {
 		return "", err
 	}
@@ -90,8 +89,8 @@ func (s *Server) nodeRoutes() []nodeRoute {
 // onNode serves rt here on a single zeishd, and on its node when this
 // server's node is a control plane's NodeForwarder.
 func (s *Server) onNode(rt nodeRoute) http.HandlerFunc {
-	fw, ok := s.node.(NodeForwarder)
-	if !ok {
+	fw := s.opts.Forwarder
+	if fw == nil {
 		return rt.handler
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -104,9 +103,10 @@ func (s *Server) onNode(rt nodeRoute) http.HandlerFunc {
 			rt.handler(w, r)
 			return
 		}
-		f := Forwarded{AccountID: accountFrom(r.Context()).ID}
-		if k, err := s.requestKey(r); err == nil {
-			f.KeyID = k.ID
+		who := callerFrom(r.Context())
+		f := Forwarded{AccountID: who.Account.ID}
+		if id, err := s.ctl.KeyID(r.Context(), who); err == nil {
+			f.KeyID = id
 		}
 		fw.ForwardToNode(w, r, node, f)
 	}
@@ -129,17 +129,13 @@ func (s *Server) ForwardedHandler(trusted func(*http.Request) error) http.Handle
 			writeError(w, r, fmt.Errorf("a forwarded request without the node token: %w", errdefs.ErrUnauthenticated))
 			return
 		}
-		a, err := s.store.GetAccount(r.Context(), r.Header.Get(ForwardAccountHeader))
+		who, err := s.ctl.Forwarded(r.Context(), r.Header.Get(ForwardAccountHeader), r.Header.Get(ForwardKeyHeader))
 		if err != nil {
-			writeError(w, r, storeErr(err))
+			writeError(w, r, err)
 			return
 		}
-		ctx := context.WithValue(r.Context(), accountKey, a)
-		if id := r.Header.Get(ForwardKeyHeader); id != "" {
-			ctx = context.WithValue(ctx, apiKeyCtx{}, store.APIKey{ID: id, AccountID: a.ID})
-		}
 		r.Header.Del("Authorization") // the node token is not the caller's
-		mux.ServeHTTP(w, r.WithContext(ctx))
+		mux.ServeHTTP(w, withCaller(r, who))
 	})
 }
 

@@ -16,8 +16,6 @@ import (
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
-	"github.com/zeish/zeish/internal/guestports"
-	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 )
 
@@ -34,46 +32,12 @@ func parsePort(s string) (int, error) {
 	return p, nil
 }
 
-// portAccess authorises a request for a guest port and returns the sandbox
-// and whether the caller presented its token (then stripped before the
-// request reaches the guest).
-func (s *Server) portAccess(r *http.Request, id string, port int) (*store.SandboxRecord, bool, error) {
-	if err := sandbox.CheckID(sandbox.PrefixSandbox, id); err != nil {
-		return nil, false, err
-	}
-	rec, err := s.store.GetSandbox(r.Context(), id)
-	if err != nil && !errdefs.Is(err, errdefs.ClassNotFound) {
-		return nil, false, storeErr(err) // an outage is not a bad token
-	}
-	gone := err != nil || rec.State.Deleted()
-	if !gone && slices.Contains(rec.PublicPorts, port) {
-		if _, err := bearer(r); err == nil {
-			// A token is not needed; if one is sent it is checked (and then
-			// kept from the guest) like on a private port.
-		} else {
-			return rec, false, nil
-		}
-	}
-	tok, err := bearer(r)
-	if err != nil {
-		return nil, false, err
-	}
-	acct, err := s.checkToken(r.Context(), tok, id)
-	if err != nil {
-		return nil, false, err
-	}
-	if gone || rec.AccountID != acct {
-		return nil, false, fmt.Errorf("the sandbox of this token no longer exists: %w", errdefs.ErrUnauthenticated)
-	}
-	return rec, true, nil
-}
-
 // guestPort reads the port of a data-plane request. A bad one is refused
 // only after the credential is checked: who may not ask learns nothing.
 func (s *Server) guestPort(w http.ResponseWriter, r *http.Request) (int, bool) {
 	port, err := parsePort(r.PathValue("port"))
 	if err != nil {
-		if _, _, aerr := s.portAccess(r, r.PathValue("id"), 0); aerr != nil {
+		if _, _, aerr := s.ctl.PortAccess(r.Context(), token(r), r.PathValue("id"), 0); aerr != nil {
 			err = aerr
 		}
 		writeError(w, r, err)
@@ -91,15 +55,15 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port int, path string) {
-	rec, withToken, err := s.portAccess(r, id, port)
+	t, withToken, err := s.ctl.PortAccess(r.Context(), token(r), id, port)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	if s.onOtherNode(w, r, rec, fmt.Sprintf("%s/sandboxes/%s/ports/%d%s", api.DataPath, rec.ID, port, path)) {
+	if s.onOtherNode(w, r, t.Host, fmt.Sprintf("%s/sandboxes/%s/ports/%d%s", api.DataPath, t.ID, port, path)) {
 		return
 	}
-	addr, err := s.node.PortAddr(rec, port)
+	addr, err := s.ctl.PortAddr(t, port)
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -115,7 +79,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 			pr.SetXForwarded()
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeError(w, r, fmt.Errorf("port %d of sandbox %s: %v: %w", port, rec.ID, err, errdefs.ErrUnavailable))
+			writeError(w, r, fmt.Errorf("port %d of sandbox %s: %v: %w", port, t.ID, err, errdefs.ErrUnavailable))
 		},
 	}
 	rp.ServeHTTP(w, r)
@@ -125,12 +89,11 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 // sandbox's node when this server is a control plane (the guest is only
 // reachable from there): path-form and host-form port URLs, E2B's port
 // hosts and raw TCP all work through a replica. It reports whether it did.
-func (s *Server) onOtherNode(w http.ResponseWriter, r *http.Request, rec *store.SandboxRecord, path string) bool {
-	fw, ok := s.node.(NodeForwarder)
-	if !ok {
+func (s *Server) onOtherNode(w http.ResponseWriter, r *http.Request, node, path string) bool {
+	if s.opts.Forwarder == nil {
 		return false
 	}
-	fw.ProxyToNode(w, r, rec.Host, path)
+	s.opts.Forwarder.ProxyToNode(w, r, node, path)
 	return true
 }
 
@@ -184,22 +147,22 @@ func (s *Server) tcpPort(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	rec, _, err := s.portAccess(r, r.PathValue("id"), port)
+	t, _, err := s.ctl.PortAccess(r.Context(), token(r), r.PathValue("id"), port)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	if s.onOtherNode(w, r, rec, r.URL.Path) {
+	if s.onOtherNode(w, r, t.Host, r.URL.Path) {
 		return
 	}
-	addr, err := s.node.PortAddr(rec, port)
+	addr, err := s.ctl.PortAddr(t, port)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
 	up, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(r.Context(), "tcp", addr)
 	if err != nil {
-		writeError(w, r, fmt.Errorf("port %d of sandbox %s: %v: %w", port, rec.ID, err, errdefs.ErrUnavailable))
+		writeError(w, r, fmt.Errorf("port %d of sandbox %s: %v: %w", port, t.ID, err, errdefs.ErrUnavailable))
 		return
 	}
 	defer up.Close()
@@ -239,59 +202,42 @@ func (s *Server) setPort(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	rec, err := s.ownSandbox(r)
+	sb, err := s.ctl.SetPort(r.Context(), callerFrom(r.Context()), r.PathValue("id"), req)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	if rec, err = s.control.SetPortPublic(r.Context(), rec, req.Port, req.Public); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, s.portInfo(r, rec, req.Port))
+	writeJSON(w, http.StatusOK, s.portInfo(r, sb, req.Port))
 }
 
-func (s *Server) portInfo(r *http.Request, rec *store.SandboxRecord, port int) api.Port {
-	base := s.publicURL(r) + api.DataPath + "/sandboxes/" + rec.ID
-	out := api.Port{Port: port, Public: slices.Contains(rec.PublicPorts, port),
+func (s *Server) portInfo(r *http.Request, sb sandbox.Sandbox, port int) api.Port {
+	base := s.publicURL(r) + api.DataPath + "/sandboxes/" + sb.ID
+	out := api.Port{Port: port, Public: slices.Contains(sb.PublicPorts, port),
 		URL: fmt.Sprintf("%s/ports/%d/", base, port), TCPURL: fmt.Sprintf("%s/tcp/%d", base, port)}
 	out.TCPURL = "ws" + strings.TrimPrefix(out.TCPURL, "http")
 	if s.opts.PublicDomain != "" {
-		out.Host = fmt.Sprintf("%d-%s.%s", port, strings.Replace(rec.ID, "_", "-", 1), strings.TrimPrefix(s.opts.PublicDomain, "."))
+		out.Host = fmt.Sprintf("%d-%s.%s", port, strings.Replace(sb.ID, "_", "-", 1), strings.TrimPrefix(s.opts.PublicDomain, "."))
 	}
 	return out
 }
 
-// listPorts answers the guest's listening TCP ports (read from its kernel's
-// tables through the agent) and the ports opened to the public, listening
-// or not. A sandbox that is not running listens on nothing: only its
-// public ports are listed.
+// listPorts answers the guest's listening TCP ports and the ports opened
+// to the public, listening or not.
 func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.ownSandbox(r)
+	sb, listening, err := s.ctl.Ports(r.Context(), callerFrom(r.Context()), r.PathValue("id"))
 	if err != nil {
 		writeError(w, r, err)
 		return
-	}
-	var listening []guestports.Listener
-	if sandbox.Allows(rec.State, sandbox.OpAccess) {
-		agent, err := s.node.Agent(r.Context(), rec)
-		if err == nil {
-			listening, err = guestports.Listening(r.Context(), agent)
-		}
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
 	}
 	out := api.PortList{Ports: []api.ListedPort{}}
 	seen := map[int]bool{}
 	for _, l := range listening {
 		seen[l.Port] = true
-		out.Ports = append(out.Ports, api.ListedPort{Port: s.portInfo(r, rec, l.Port), Listening: true, Loopback: l.Loopback})
+		out.Ports = append(out.Ports, api.ListedPort{Port: s.portInfo(r, sb, l.Port), Listening: true, Loopback: l.Loopback})
 	}
-	for _, p := range rec.PublicPorts {
+	for _, p := range sb.PublicPorts {
 		if !seen[p] {
-			out.Ports = append(out.Ports, api.ListedPort{Port: s.portInfo(r, rec, p)})
+			out.Ports = append(out.Ports, api.ListedPort{Port: s.portInfo(r, sb, p)})
 		}
 	}
 	slices.SortFunc(out.Ports, func(a, b api.ListedPort) int { return a.Port.Port - b.Port.Port })

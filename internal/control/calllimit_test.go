@@ -1,4 +1,4 @@
-package server
+package control
 
 import (
 	"errors"
@@ -20,7 +20,7 @@ func TestCallLimiter(t *testing.T) {
 	if _, err := l.acquire("sbx_a"); !errors.Is(err, errdefs.ErrTooManyRequests) {
 		t.Fatalf("third call: %v, want too_many_requests", err)
 	}
-	if statusOf(errdefs.Of(errdefs.ErrTooManyRequests).Class) != 429 {
+	if errdefs.HTTPStatus(errdefs.ErrTooManyRequests) != 429 {
 		t.Fatal("too_many_requests must be 429")
 	}
 	if _, err := l.acquire("sbx_b"); err != nil {

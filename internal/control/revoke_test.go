@@ -1,13 +1,9 @@
-package server
+package control
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"net/http"
-	"net/http/httptest"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -46,26 +42,20 @@ func TestRevokedKeyEndsItsTokens(t *testing.T) {
 	if err := st.CreateSandboxes(ctx, sb); err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Options{Store: st, DataDir: dir})
+	key, err := TokenKey(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(s.Handler())
-	defer ts.Close()
-
+	s := New(Options{Store: st, TokenKey: key})
 	tokens := map[string]string{} // key id → token
 	for id, key := range keys {
-		req, _ := http.NewRequest("POST", ts.URL+api.BasePath+"/public/sandboxes/"+sb.ID+"/access", strings.NewReader(`{}`))
-		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := http.DefaultClient.Do(req)
+		who, err := s.Authenticate(ctx, key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var a api.Access
-		json.NewDecoder(resp.Body).Decode(&a)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || a.Token == "" {
-			t.Fatalf("access: %d", resp.StatusCode)
+		a, err := s.Access(ctx, who, sb.ID, api.AccessRequest{}, "http://x/data/v1")
+		if err != nil || a.Token == "" {
+			t.Fatalf("access: %v", err)
 		}
 		tokens[id] = a.Token
 	}
@@ -80,17 +70,8 @@ func TestRevokedKeyEndsItsTokens(t *testing.T) {
 	if _, err := st.RevokeAPIKey(ctx, revoked, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	req, _ := http.NewRequest("GET", ts.URL+api.DataPath+"/sandboxes/"+sb.ID+"/files/stat?path=/", nil)
-	req.Header.Set("Authorization", "Bearer "+tokens[revoked])
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var e api.ErrorBody
-	json.NewDecoder(resp.Body).Decode(&e)
-	resp.Body.Close()
-	if resp.StatusCode != 401 || e.Error.Code != "unauthenticated" {
-		t.Fatalf("token of a revoked key: %d %+v, want 401 unauthenticated", resp.StatusCode, e.Error)
+	if _, err := s.tokenTarget(ctx, tokens[revoked], sb.ID); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Fatalf("token of a revoked key: %v, want unauthenticated", err)
 	}
 	// The other key's token still verifies and its key is live.
 	a, k, err := s.tokens.verify(tokens[kept], sb.ID, time.Now())
