@@ -5,7 +5,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/zeish/zeish/internal/version.Version=$(VERSION)
 
-.PHONY: all deps build console run test test-ts test-browser test-e2b vet bench fuzz crash clean proto
+.PHONY: all deps build console run test test-race test-ts test-browser test-e2b vet bench fuzz crash clean proto
 
 all: build
 
@@ -30,12 +30,25 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l .)" || (echo "gofmt needed:"; gofmt -l .; exit 1)
 
+# VM_PACKAGES are the packages whose tests boot VMs (QEMU): they run without
+# the race detector, which would slow each guest's host side several times
+# over. Every other package runs with -race, and a race fails the run.
+# A package whose tests start booting VMs goes here (test-race reports the
+# wall time of each package it runs).
+MODULE       := github.com/zeish/zeish
+VM_PACKAGES  := ./e2e ./vmm/qemu ./template
+RACE_PACKAGES = $(filter-out $(addprefix $(MODULE)/,$(VM_PACKAGES:./%=%)),$(shell $(GO) list ./...))
+
 # VM tests share two cores: -p 2 keeps at most two test binaries at once.
-test: deps vet
-	$(GO) test -p 2 -timeout 30m ./...
+test: deps vet test-race
+	$(GO) test -p 2 -timeout 30m $(VM_PACKAGES)
 	$(MAKE) test-ts
 	$(MAKE) test-browser
 	$(MAKE) test-e2b
+
+# Every package that boots no VM, under the race detector.
+test-race:
+	$(GO) test -p 2 -race -timeout 20m $(RACE_PACKAGES)
 
 # The TypeScript SDK and its eval-farm example, against a real zeishd (bin/)
 # and real VMs; the Go tests above fill the shared template cache first.

@@ -108,7 +108,7 @@ func TestLifecyclePolicy(t *testing.T) {
 			sandbox.OpStart, sbx("sbx_s", sandbox.StateStopped), errdefs.ErrRunningSlots, nil},
 		{"resume uses the slot the paused sandbox holds", []*store.SandboxRecord{sbx("sbx_1", sandbox.StateRunning), sbx("sbx_p", sandbox.StatePaused)},
 			sandbox.OpResume, sbx("sbx_p", sandbox.StatePaused), nil, []string{"resume"}},
-		{"SPEC quotas: a spent budget is not run again", nil, sandbox.OpStart, spent, errdefs.ErrBudgetExhausted, nil},
+		{"docs/quotas.md, Budgets: a spent budget is not run again", nil, sandbox.OpStart, spent, errdefs.ErrBudgetExhausted, nil},
 		{"stop needs no slot", []*store.SandboxRecord{sbx("sbx_1", sandbox.StateRunning), sbx("sbx_2", sandbox.StateRunning)},
 			sandbox.OpStop, sbx("sbx_1", sandbox.StateRunning), nil, []string{"stop"}},
 		{"pause of a spent sandbox is fine", nil, sandbox.OpPause, spent, nil, []string{"pause"}},
@@ -128,7 +128,7 @@ func TestLifecyclePolicy(t *testing.T) {
 	}
 }
 
-// SPEC, fork rule 5: a fork of N is N creates and N slots, all or none;
+// docs/clone.md, rule 5: a fork of N is N creates and N slots, all or none;
 // creates the node did not make give their rate tokens back.
 func TestCloneAndCreatePolicy(t *testing.T) {
 	ctx := context.Background()

@@ -10,7 +10,7 @@ import (
 	"github.com/zeish/zeish/sandbox"
 )
 
-// SPEC, Names: unique per account among sandboxes not yet destroyed. A name
+// docs/sandboxes.md, Names: unique per account among sandboxes not yet destroyed. A name
 // that is taken is refused before the node is asked (a fork would pause its
 // parent for nothing) and before any quota is spent.
 func TestNamesChecked(t *testing.T) {
