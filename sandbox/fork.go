@@ -115,7 +115,7 @@ func CheckNewNames(taken map[string]bool, names []string) error {
 	return nil
 }
 
-// DefaultSnapshotName is a snapshot's name when the call gives none 
+// DefaultSnapshotName is a snapshot's name when the call gives none
 // (docs/snapshots.md, rule 2: snapshot-<UTC YYYYMMDD-HHMMSS>), among the sandbox's
 // snapshots named taken: a snapshot takes ~0.1 s, so two in one second
 // are common, and the second gets "-2" (then "-3", …) rather than a
