@@ -40,7 +40,8 @@ func startLabServer(t *testing.T, extraEnv ...string) (*server, *testenv.NetLab)
 		t.Fatal(err)
 	}
 	s := startServerWith(t, func(z *testenv.Zeishd) { z.Netns, z.Listen, z.Addr = lab.Node, labListen, relay },
-		append([]string{"ZEISH_UPLINK=" + lab.Uplink, "ZEISH_DNS_UPSTREAM=" + lab.DNS, "ZEISH_NET_CIDR=10.213.0.0/24"}, extraEnv...)...)
+		append([]string{"ZEISH_UPLINK=" + lab.Uplink, "ZEISH_DNS_UPSTREAM=" + lab.DNS, "ZEISH_NET_CIDR=10.213.0.0/24",
+			"ZEISH_NET_ALLOW_RANGES=" + testenv.LabRange}, extraEnv...)...)
 	return s, lab
 }
 

@@ -31,7 +31,7 @@ func TestManagerKernelObjects(t *testing.T) {
 		}
 		return out
 	}
-	cfg := Config{CIDR: "10.213.0.0/24", Uplink: lab.Uplink, Upstreams: []string{lab.DNS}, Rates: Rates{Bytes: 1 << 20, Packets: 1000}}
+	cfg := Config{CIDR: "10.213.0.0/24", Uplink: lab.Uplink, Upstreams: []string{lab.DNS}, AllowRanges: []string{testenv.LabRange}, Rates: Rates{Bytes: 1 << 20, Packets: 1000}}
 	var m *Manager
 	in(func() (err error) { m, err = Open(context.Background(), cfg); return })
 	var l Link
