@@ -27,7 +27,7 @@ var captureLoops = flag.Int("capture.loops", 3, "live captures of one VM, back t
 func TestLiveCaptureOfAClone(t *testing.T) {
 	d := newTestDriver(t)
 	d.deltaMaxMiB = -1 // migrations only: delta_test.go has the other way
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute+time.Duration(*captureLoops)*time.Minute)
 	defer cancel()
 	var joinedMu sync.Mutex
 	joined := map[string]int{}
