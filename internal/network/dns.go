@@ -83,6 +83,10 @@ type forwarder struct {
 	learn     func(tap string, allow bool, addrs []netip.Addr, ttl time.Duration) error
 	// exchange asks upstream; tests and the fuzzer put their own.
 	exchange func(ctx context.Context, q *dns.Msg, tcp bool) (*dns.Msg, error)
+	// enter puts a worker's thread in the manager's network namespace:
+	// upstream sockets are made in the namespace of the thread that makes
+	// them, and the caller of Open (a test's, in a lab) may be in another.
+	enter func() error
 
 	jobs    chan dnsJob
 	closed  chan struct{}
@@ -106,12 +110,12 @@ type dnsJob struct {
 	deny  string
 }
 
-func newForwarder(log *slog.Logger, upstreams []string, limits DNSLimits, decide func(netip.Addr, string) dnsVerdict,
+func newForwarder(log *slog.Logger, upstreams []string, limits DNSLimits, enter func() error, decide func(netip.Addr, string) dnsVerdict,
 	learn func(string, bool, []netip.Addr, time.Duration) error) *forwarder {
 	if limits.Workers <= 0 {
 		limits.Workers = DefaultDNSWorkers
 	}
-	f := &forwarder{log: log, upstreams: upstreams, limits: limits, decide: decide, learn: learn,
+	f := &forwarder{log: log, upstreams: upstreams, limits: limits, enter: enter, decide: decide, learn: learn,
 		jobs: make(chan dnsJob, limits.Workers*dnsQueueFactor), closed: make(chan struct{}), guests: map[string]*dnsGuest{}}
 	f.exchange = f.ask
 	for range limits.Workers {
@@ -136,6 +140,12 @@ func (f *forwarder) close() {
 
 func (f *forwarder) work() {
 	defer f.workers.Done()
+	if f.enter != nil {
+		if err := f.enter(); err != nil {
+			f.log.Error("dns forwarder: worker: enter the network namespace", "err", err)
+			return
+		}
+	}
 	for {
 		select {
 		case <-f.closed:

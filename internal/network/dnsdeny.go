@@ -46,6 +46,10 @@ func deniedNames(g *guestNet) []string {
 // every denyRefresh, one query at a time: it takes no worker from guests.
 func (m *Manager) refreshDenied() {
 	defer m.refreshWG.Done()
+	if err := m.enterNamespace(); err != nil {
+		m.log.Error("network: denied names: enter the network namespace", "err", err)
+		return
+	}
 	tick := time.NewTicker(denyRefresh)
 	defer tick.Stop()
 	for {
@@ -87,6 +91,13 @@ func (m *Manager) refreshDenied() {
 	}
 }
 
+// enterNamespace puts the calling goroutine, for good, on a thread in the
+// manager's network namespace (Go ends the thread with the goroutine).
+func (m *Manager) enterNamespace() error {
+	runtime.LockOSThread()
+	return netns.Set(m.ns)
+}
+
 // inNamespace runs fn in the manager's network namespace: a socket is
 // made in the namespace of the thread that makes it, and a caller (a
 // test's, in a lab) may be in another. A thread that entered it is not
@@ -102,8 +113,7 @@ func (m *Manager) inNamespace(fn func() error) error {
 	}
 	done := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: Go ends the thread with the goroutine
-		if err := netns.Set(m.ns); err != nil {
+		if err := m.enterNamespace(); err != nil {
 			done <- err
 			return
 		}

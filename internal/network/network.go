@@ -41,8 +41,8 @@ type Config struct {
 	// Rates are each guest's default caps, and the most one may ask for
 	// (0: uncapped).
 	Rates Rates
-	// DNS bounds the DNS forwarder: each guest's query rate, the node's
-	// queries upstream at once (zero values: the defaults).
+	// DNS bounds the DNS forwarder: each guest's query rate (0: uncapped),
+	// the node's queries upstream at once (0: DefaultDNSWorkers).
 	DNS    DNSLimits
 	Logger *slog.Logger
 }
@@ -147,7 +147,7 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 	if m.rs, err = installBase(pool.Prefix(), uplink, blocked); err != nil {
 		return nil, err
 	}
-	m.fwd = newForwarder(log, ups, dnsLimits, m.decide, m.learn)
+	m.fwd = newForwarder(log, ups, dnsLimits, m.enterNamespace, m.decide, m.learn)
 	m.refreshWG.Add(1)
 	go m.refreshDenied()
 	log.Info("network", "pool", pool.Prefix(), "uplink", uplink, "dns_upstreams", ups,
