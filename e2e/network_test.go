@@ -175,6 +175,28 @@ func TestNetwork(t *testing.T) {
 		}
 	})
 
+	t.Run("a neighbour's DNS flood", func(t *testing.T) {
+		// b floods the forwarder with random names for 6 s; a's lookups
+		// meanwhile are all answered (their latency is reported, idle and
+		// during the flood: docs/network.md).
+		_, idle := a.try(t, "dnslatency", "allowed.test", "20")
+		run(t, b.conn, "sh", "-c", "/root/nettool dnsflood 6 > /root/flood.out 2>&1 &")
+		time.Sleep(time.Second)
+		ok, during := a.try(t, "dnslatency", "allowed.test", "20")
+		var flood string
+		for i := 0; i < 40 && !strings.Contains(flood, "sent"); i++ {
+			time.Sleep(500 * time.Millisecond)
+			flood = strings.TrimSpace(shell(t, b.conn, "cat /root/flood.out"))
+		}
+		t.Logf("a's lookups idle: %s; during b's flood: %s; b's flood: %s", idle, during, flood)
+		if !ok || !strings.HasPrefix(during, "ok 20 ") {
+			t.Fatalf("a's lookups during b's flood: %q", during)
+		}
+		if !strings.HasPrefix(flood, "sent ") {
+			t.Fatalf("b's flood: %q", flood)
+		}
+	})
+
 	t.Run("live policy change", func(t *testing.T) {
 		got, err := c.SetNetwork(ctx, strict.ID, zeish.NetworkPolicyRequest{Allow: []string{"allowed.test", testenv.LabHostB}})
 		if err != nil || !slices.Contains(got.Network.Allow, testenv.LabHostB) || got.Network.Egress != sandbox.EgressDeny {
