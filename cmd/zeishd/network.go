@@ -21,6 +21,7 @@ func openNetwork(ctx context.Context, log *slog.Logger, cfg *config.Config) (*ne
 		Upstreams:   cfg.DNSUpstream,
 		AllowRanges: cfg.NetAllowRanges,
 		Rates:       network.Rates{Bytes: cfg.NetRateBytes, Packets: cfg.NetRatePackets},
+		DNS:         network.DNSLimits{Rate: cfg.DNSRate, Workers: cfg.DNSWorkers},
 		Logger:      log,
 	})
 }

@@ -267,10 +267,19 @@ type Config struct {
 	// Default: the nameservers of `/etc/resolv.conf`.
 	DNSUpstream []string `env:"ZEISH_DNS_UPSTREAM" roles:"all,node"`
 
-	// private or reserved ranges (CIDRs, comma-separated) guests may reach after all
+	// private or reserved ranges (CIDRs, comma-separated) guests may reach after all (the tests
+	// open `198.18.0.0/15`, their fake internet)
 	//
 	// Default: none.
 	NetAllowRanges []string `env:"ZEISH_NET_ALLOW_RANGES" roles:"all,node"`
+
+	// each sandbox's DNS queries per second to the node's forwarder (burst: one second's worth;
+	// `0`: uncapped); the kernel drops the excess
+	DNSRate int64 `env:"ZEISH_DNS_RATE" default:"100" min:"0" max:"100000" roles:"all,node"`
+
+	// DNS queries the node's forwarder has upstream at once, for all sandboxes (one sandbox takes at
+	// most 8)
+	DNSWorkers int `env:"ZEISH_DNS_WORKERS" default:"64" min:"1" max:"4096" roles:"all,node"`
 
 	// each sandbox's cap in bytes per second, each way, and the most one may ask for (`0`: uncapped)
 	//

@@ -16,6 +16,7 @@ import (
 	"github.com/zeish/zeish/internal/config/doctable"
 	"github.com/zeish/zeish/internal/control"
 	"github.com/zeish/zeish/internal/metering"
+	"github.com/zeish/zeish/internal/network"
 )
 
 var testHost = Host{Root: false, DataDir: "/home/u/.local/share/zeish", MemoryMiB: 24 << 10}
@@ -81,6 +82,9 @@ func TestDefaults(t *testing.T) {
 	}
 	plan := control.Plan{RunningSlots: c.PlanRunningSlots, CreatesPerMinute: c.PlanCreatesPerMinute, DailyCreates: c.PlanDailyCreates}
 	prices := metering.Prices{VCPUSecond: c.PriceVCPUSecondMicros, MemoryGiBSecond: c.PriceMemoryGiBSecondMicros, DiskGiBSecond: c.PriceDiskGiBSecondMicros}
+	if c.DNSRate != network.DefaultDNSRate || c.DNSWorkers != network.DefaultDNSWorkers {
+		t.Errorf("DNS limits %d, %d: not network's defaults", c.DNSRate, c.DNSWorkers)
+	}
 	if plan != control.DefaultPlan || prices != metering.DefaultPrices {
 		t.Errorf("plan %+v, prices %+v: not the defaults of control and metering", plan, prices)
 	}
@@ -133,6 +137,9 @@ func TestBadValues(t *testing.T) {
 		{nil, []string{"ZEISH_DESKTOP_SIZE=big"}, `ZEISH_DESKTOP_SIZE: desktop size "big"`},
 		{nil, []string{"ZEISH_NET_RATE_BYTES=100"}, `ZEISH_NET_RATE_BYTES: 100: want a rate per second`},
 		{nil, []string{"ZEISH_NET_RATE_BYTES=1mb"}, `ZEISH_NET_RATE_BYTES="1mb": want a whole number, 0 or more`},
+		{nil, []string{"ZEISH_DNS_RATE=-1"}, `ZEISH_DNS_RATE="-1": want a whole number within 0..100000`},
+		{nil, []string{"ZEISH_DNS_RATE=fast"}, `ZEISH_DNS_RATE="fast": want a whole number within 0..100000`},
+		{nil, []string{"ZEISH_DNS_WORKERS=0"}, `ZEISH_DNS_WORKERS="0": want a whole number within 1..4096`},
 		{nil, []string{"ZEISH_NET_RATE_PACKETS=-5"}, `ZEISH_NET_RATE_PACKETS="-5": want a whole number, 0 or more`},
 		{nil, []string{"ZEISH_PRICE_DISK_GIB_SECOND_MICROS=-1"}, `ZEISH_PRICE_DISK_GIB_SECOND_MICROS="-1": want a number, 0 or more`},
 		{nil, []string{"ZEISH_PRICE_DISK_GIB_SECOND_MICROS=Inf"}, `ZEISH_PRICE_DISK_GIB_SECOND_MICROS="Inf": want a number`},
