@@ -167,12 +167,17 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request) {
 		f.fail(w, err)
 		return
 	}
-	body, err := f.created(r.Context(), sb)
+	f.answerCreated(r.Context(), w, http.StatusCreated, sb)
+}
+
+// answerCreated answers created(sb) with status.
+func (f *Facade) answerCreated(ctx context.Context, w http.ResponseWriter, status int, sb sandbox.Sandbox) {
+	body, err := f.created(ctx, sb)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusCreated, body)
+	writeJSON(w, status, body)
 }
 
 // created is the answer of create, connect and fork: how to reach envd,

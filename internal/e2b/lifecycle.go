@@ -131,12 +131,7 @@ func (f *Facade) connect(w http.ResponseWriter, r *http.Request) {
 	if woken {
 		status = http.StatusCreated
 	}
-	body, err := f.created(r.Context(), sb)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	writeJSON(w, status, body)
+	f.answerCreated(r.Context(), w, status, sb)
 }
 
 // resume is the older SDKs' call: only a paused sandbox may be resumed.
@@ -160,12 +155,7 @@ func (f *Facade) resume(w http.ResponseWriter, r *http.Request) {
 		f.fail(w, err)
 		return
 	}
-	body, err := f.created(r.Context(), sb)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	writeJSON(w, http.StatusCreated, body)
+	f.answerCreated(r.Context(), w, http.StatusCreated, sb)
 }
 
 type forkBody struct {
