@@ -17,6 +17,7 @@ import (
 	"github.com/zeish/zeish/internal/control"
 	"github.com/zeish/zeish/internal/metering"
 	"github.com/zeish/zeish/internal/network"
+	"github.com/zeish/zeish/internal/server"
 )
 
 var testHost = Host{Root: false, DataDir: "/home/u/.local/share/zeish", MemoryMiB: 24 << 10}
@@ -82,6 +83,9 @@ func TestDefaults(t *testing.T) {
 	}
 	plan := control.Plan{RunningSlots: c.PlanRunningSlots, CreatesPerMinute: c.PlanCreatesPerMinute, DailyCreates: c.PlanDailyCreates}
 	prices := metering.Prices{VCPUSecond: c.PriceVCPUSecondMicros, MemoryGiBSecond: c.PriceMemoryGiBSecondMicros, DiskGiBSecond: c.PriceDiskGiBSecondMicros}
+	if c.MaxConnections != server.DefaultLimits.MaxConns {
+		t.Errorf("ZEISH_MAX_CONNECTIONS %d: not the server's default", c.MaxConnections)
+	}
 	if c.DNSRate != network.DefaultDNSRate || c.DNSWorkers != network.DefaultDNSWorkers {
 		t.Errorf("DNS limits %d, %d: not network's defaults", c.DNSRate, c.DNSWorkers)
 	}
