@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -51,9 +52,19 @@ func clusterStore(ctx context.Context, cfg *config.Config, box *secrets.Box) (st
 }
 
 // serve runs h on ln, with the limits of every zeishd role, until ctx ends.
-func serve(ctx context.Context, log *slog.Logger, cfg *config.Config, ln net.Listener, h http.Handler) error {
+// streams names the data-plane streams beside /data/v1 that h serves (E2B's
+// envd, guest ports by host name): the server's deadlines spare them.
+func serve(ctx context.Context, log *slog.Logger, cfg *config.Config, ln net.Listener, h http.Handler, streams ...func(*http.Request) bool) error {
 	limits := server.DefaultLimits
 	limits.MaxConns = cfg.MaxConnections
+	limits.Streams = func(r *http.Request) bool {
+		for _, s := range streams {
+			if s(r) {
+				return true
+			}
+		}
+		return false
+	}
 	hs, ln := server.HTTPServer(ln, h, limits)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
@@ -134,7 +145,7 @@ func runControl(ctx context.Context, cfg *config.Config) error {
 	}
 	log.Info("zeishd control plane listening", "addr", "http://"+ln.Addr().String(), "data_dir", dataDir,
 		"node_lost_after", lost, "admin_key", keyPath, "version", version.Version)
-	return serve(ctx, log, cfg, ln, facade.Mount(mux))
+	return serve(ctx, log, cfg, ln, facade.Mount(mux), facade.IsStream, srv.IsHostPort)
 }
 
 // runNode is a node agent: it registers with the control plane
@@ -217,7 +228,7 @@ func runNode(ctx context.Context, cfg *config.Config) error {
 	caps := loc.driver.Capabilities()
 	log.Info("zeishd node agent listening", "addr", self, "node", id, "region", region, "labels", labels, "control", cfg.ControlURL,
 		"accel", caps.Accel, "memory_budget_mib", cfg.MemoryBudgetMiB, "data_dir", dataDir, "version", version.Version)
-	return serve(ctx, log, cfg, ln, mux)
+	return serve(ctx, log, cfg, ln, mux, e2bEnvd, srv.IsHostPort)
 }
 
 // register announces the node until the control plane answers (it may
@@ -314,6 +325,9 @@ func (o ownSandboxes) PortAddr(r *store.SandboxRecord, port int) (string, error)
 	}
 	return o.Node.PortAddr(r, port)
 }
+
+// e2bEnvd: a node agent serves E2B's envd by path only.
+func e2bEnvd(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, e2b.Prefix+"/envd/") }
 
 // nodeStates reads the node registry for the control plane's /metrics.
 func nodeStates(nodes store.NodeStore, lostAfter time.Duration) func(context.Context) ([]metrics.NodeState, error) {

@@ -165,7 +165,7 @@ func run(ctx context.Context, cfg *config.Config) error {
 	caps := driver.Capabilities()
 	log.Info("zeishd listening", "addr", "http://"+ln.Addr().String(), "data_dir", dataDir, "node", nodeID,
 		"vmm", caps.Name, "accel", caps.Accel, "accel_reason", caps.AccelReason, "accel_probe_ms", caps.AccelProbeMS, "confinement", caps.Confinement, "memory_budget_mib", cfg.MemoryBudgetMiB, "plan", fmt.Sprintf("%+v", plan), "admin_key", keyPath, "version", version.Version)
-	return serve(ctx, log, cfg, ln, facade.Mount(apiHandler))
+	return serve(ctx, log, cfg, ln, facade.Mount(apiHandler), facade.IsStream, srv.IsHostPort)
 }
 
 // planOf is the quota plan every account gets.

@@ -357,3 +357,27 @@ func TestSnapshots(t *testing.T) {
 		}
 	}
 }
+
+// envd's routes and a sandbox's host names are data-plane streams: the
+// server's deadlines spare them (a 50 MiB upload takes longer than a
+// control-plane body may).
+func TestIsStream(t *testing.T) {
+	f := New(Options{Domain: "example.test"})
+	for _, tc := range []struct {
+		host, path string
+		want       bool
+	}{
+		{"127.0.0.1", "/e2b/envd/files", true},
+		{"49983-sbx_abc.example.test", "/files", true},
+		{"3000-sbx_abc.example.test", "/upload", true},
+		{"api.example.test", "/sandboxes", false},
+		{"127.0.0.1", "/e2b/sandboxes", false},
+		{"127.0.0.1", "/e2b/envdx", false},
+	} {
+		r := httptest.NewRequest("POST", tc.path, nil)
+		r.Host = tc.host
+		if got := f.IsStream(r); got != tc.want {
+			t.Errorf("%s%s: %v, want %v", tc.host, tc.path, got, tc.want)
+		}
+	}
+}

@@ -197,6 +197,19 @@ func (f *Facade) Mount(next http.Handler) http.Handler {
 	})
 }
 
+// IsStream reports whether r is one of the facade's data-plane streams:
+// envd's routes (file transfers, process output), by path or by a
+// sandbox's host name, and a guest port by host name. The server's
+// deadlines spare them (server.Limits.Streams) as they spare zeish's own
+// data plane.
+func (f *Facade) IsStream(r *http.Request) bool {
+	if strings.HasPrefix(r.URL.Path, Prefix+"/envd/") {
+		return true
+	}
+	host, port := f.hostRoute(r.Host)
+	return host != "" && port != ""
+}
+
 // trafficTokenHeader carries the token of a sandbox's ports, as E2B's
 // trafficAccessToken does for sandboxes without public traffic.
 const trafficTokenHeader = "E2b-Traffic-Access-Token"

@@ -119,6 +119,16 @@ func (s *Server) byHost(next http.Handler) http.Handler {
 	})
 }
 
+// IsHostPort reports whether r is for a guest port by host name
+// (P-<id>.<PublicDomain>): a data-plane stream (Limits.Streams).
+func (s *Server) IsHostPort(r *http.Request) bool {
+	if s.opts.PublicDomain == "" {
+		return false
+	}
+	_, _, ok := hostPort(r.Host, "."+strings.TrimPrefix(s.opts.PublicDomain, "."))
+	return ok
+}
+
 // hostPort splits a host name of the form P-<id><suffix> (any case, with
 // or without a :port) into P and the sandbox id; ok is false for any other
 // name. DNS names cannot hold "_": sbx-… in the name stands for sbx_….
