@@ -30,7 +30,7 @@ const (
 	filesPerNode = 255
 )
 
-func dirNode(seq uint64) uint64          { return seq << 8 }
+func dirNode(seq uint64) uint64         { return seq << 8 }
 func fileNode(seq uint64, k int) uint64 { return seq<<8 | uint64(k+1) }
 func splitNode(id uint64) (seq uint64, k int) {
 	return id >> 8, int(id&0xff) - 1
