@@ -17,6 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/zeish/zeish/internal/imagefs"
 	"github.com/zeish/zeish/internal/imagestore"
 	"github.com/zeish/zeish/internal/testenv"
@@ -304,4 +307,10 @@ func TestRestartWithoutUnmount(t *testing.T) {
 	if !bytes.Equal(mem, want) {
 		t.Fatal("the mapping differs after the restart")
 	}
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	c.Write(&m)
+	return m.GetCounter().GetValue()
 }

@@ -46,7 +46,8 @@ type Progress struct {
 	ChunksDone int   // of those, stored or found in the store
 	Bytes      int64 // the bytes of those chunks
 	BytesDone  int64
-	Uploaded   int64 // bytes put into the store (what the store lacked)
+	Uploaded   int64 // chunk bytes put into the store (what the store lacked)
+	Manifest   int64 // the manifest's bytes, put last
 	Shared     int64 // file bytes that are the parent's chunks: nothing to upload
 }
 
@@ -262,11 +263,13 @@ func (u *Upload) run(ctx context.Context) (*Manifest, error) {
 	if err := s.b.Put(ctx, manifestKey(m.ID), b, sumOf(b)); err != nil {
 		return nil, fmt.Errorf("manifest: %w", err)
 	}
+	u.update(func(pr *Progress) { pr.Manifest = int64(len(b)) })
 	ok = true
 	if err := l.release(ctx); err != nil {
 		s.log.Warn("image store: drop upload lease (it expires)", "image", m.ID, "err", err)
 	}
-	s.opts.Metrics.UploadBytes.Add(float64(u.Progress().Uploaded))
+	pr := u.Progress()
+	s.opts.Metrics.UploadBytes.Add(float64(pr.Uploaded + pr.Manifest))
 	return m, nil
 }
 

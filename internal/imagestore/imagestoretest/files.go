@@ -14,10 +14,10 @@ import (
 
 const page = 4096
 
-// ramFile writes a file shaped like a guest's RAM: size bytes with runs of
+// RAMFile writes a file shaped like a guest's RAM: size bytes with runs of
 // random pages, zero pages written inside them, and holes, all seeded.
 // It returns the bytes of non-zero pages.
-func ramFile(t testing.TB, path string, size int64, seed uint64) int64 {
+func RAMFile(t testing.TB, path string, size int64, seed uint64) int64 {
 	t.Helper()
 	f, err := os.Create(path)
 	if err != nil {
@@ -58,11 +58,11 @@ func fillRandom(r *rand.Rand, b []byte) {
 	}
 }
 
-// childFile copies parent to path (holes kept) and changes it the ways a
+// ChildFile copies parent to path (holes kept) and changes it the ways a
 // fork child's RAM changes: pages rewritten, pages zeroed, pages written in
 // holes. It returns the bytes of the child's private non-zero pages: what
 // a delta upload should store.
-func childFile(t testing.TB, parent, path string, changes int, seed uint64) int64 {
+func ChildFile(t testing.TB, parent, path string, changes int, seed uint64) int64 {
 	t.Helper()
 	src, err := os.Open(parent)
 	if err != nil {

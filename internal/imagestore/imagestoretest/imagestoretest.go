@@ -94,7 +94,7 @@ const ramSize = 24 << 20
 func uploadRAM(t *testing.T, s *imagestore.Store, id string, seed uint64) (string, *imagestore.Manifest) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), id+".mem")
-	ramFile(t, path, ramSize, seed)
+	RAMFile(t, path, ramSize, seed)
 	m, err := s.Upload(ctxFor(t), imagestore.UploadSpec{ID: id, Files: []imagestore.SourceFile{{Name: "mem", Path: path}}})
 	if err != nil {
 		t.Fatalf("upload %s: %v", id, err)
@@ -107,7 +107,7 @@ func testUploadFetch(t *testing.T, h Harness) {
 	ctx := ctxFor(t)
 	dir := t.TempDir()
 	mem := filepath.Join(dir, "mem")
-	data := ramFile(t, mem, ramSize, 1)
+	data := RAMFile(t, mem, ramSize, 1)
 	state := filepath.Join(dir, "state")
 	if err := os.WriteFile(state, []byte(strings.Repeat("device state ", 5000)), 0o600); err != nil {
 		t.Fatal(err)
@@ -172,7 +172,7 @@ func testChildDelta(t *testing.T, h Harness) {
 		t.Run(fmt.Sprintf("parent local %v", local), func(t *testing.T) {
 			id := fmt.Sprintf("img_child_%v", local)
 			childPath := filepath.Join(t.TempDir(), "child.mem")
-			private := childFile(t, parentPath, childPath, 300, uint64(4+i))
+			private := ChildFile(t, parentPath, childPath, 300, uint64(4+i))
 			src := imagestore.SourceFile{Name: "mem", Path: childPath}
 			if local {
 				src.ParentPath = parentPath
@@ -271,7 +271,7 @@ func testDeletesRacingFetches(t *testing.T, h Harness) {
 	ctx := ctxFor(t)
 	parentPath, pm := uploadRAM(t, s, "img_p", 6)
 	childPath := filepath.Join(t.TempDir(), "child")
-	childFile(t, parentPath, childPath, 200, 7)
+	ChildFile(t, parentPath, childPath, 200, 7)
 	// The child rewrites the parent's last windows whole, so chunks only
 	// the parent uses exist for gc to take.
 	rewriteTail(t, childPath, 3*imagestore.WindowSize, 8)
@@ -399,7 +399,7 @@ func testGC(t *testing.T, h Harness) {
 func testCancelMidUpload(t *testing.T, h Harness) {
 	s := open(t, h, imagestore.Options{Parallel: 2})
 	path := filepath.Join(t.TempDir(), "mem")
-	ramFile(t, path, 64<<20, 12)
+	RAMFile(t, path, 64<<20, 12)
 	spec := imagestore.UploadSpec{ID: "img_cut", Files: []imagestore.SourceFile{{Name: "mem", Path: path}}}
 	ctx, cancel := context.WithCancel(context.Background())
 	u := s.StartUpload(ctx, spec)
