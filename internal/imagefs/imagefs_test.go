@@ -22,6 +22,7 @@ import (
 
 	"github.com/zeish/zeish/internal/imagefs"
 	"github.com/zeish/zeish/internal/imagestore"
+	"github.com/zeish/zeish/internal/imagestore/blob"
 	"github.com/zeish/zeish/internal/testenv"
 	"github.com/zeish/zeish/internal/testskip"
 )
@@ -231,13 +232,7 @@ func TestRestartWithoutUnmount(t *testing.T) {
 	requireFUSE(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s3 := testenv.StartS3(t)
-	bucket := s3.NewBucket(t)
-	url := "s3://" + bucket + "/images?endpoint=" + s3.Endpoint + "&credentials=" + s3.CredentialsFile(t, false)
-	b, err := imagestore.OpenBackend(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s3, url, b := s3Backend(t)
 	store := imagestore.New(b, imagestore.Options{})
 	src := filepath.Join(t.TempDir(), "mem")
 	ramImage(t, src, 16<<20)
@@ -313,4 +308,16 @@ func counterValue(c prometheus.Counter) float64 {
 	var m dto.Metric
 	c.Write(&m)
 	return m.GetCounter().GetValue()
+}
+
+// s3Backend starts an S3 server for t and opens a store on a bucket of it.
+func s3Backend(t *testing.T) (*testenv.S3, string, blob.Backend) {
+	t.Helper()
+	s3 := testenv.StartS3(t)
+	url := "s3://" + s3.NewBucket(t) + "/images?endpoint=" + s3.Endpoint + "&credentials=" + s3.CredentialsFile(t, false)
+	b, err := imagestore.OpenBackend(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s3, url, b
 }

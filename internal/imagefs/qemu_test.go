@@ -100,13 +100,7 @@ func TestCloneFromFUSEServedRAM(t *testing.T) {
 	}
 
 	// Into the store.
-	s3 := testenv.StartS3(t)
-	bucket := s3.NewBucket(t)
-	url := "s3://" + bucket + "/images?endpoint=" + s3.Endpoint + "&credentials=" + s3.CredentialsFile(t, false)
-	backend, err := imagestore.OpenBackend(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, backend := s3Backend(t)
 	began := time.Now()
 	m, err := imagestore.New(backend, imagestore.Options{}).Upload(ctx, imagestore.UploadSpec{ID: "img_vm",
 		Files: []imagestore.SourceFile{{Name: "mem", Path: img.MemFile}, {Name: "state", Path: img.StateFile}}})

@@ -2,6 +2,7 @@ package imagestoretest
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"io"
 	"math/rand/v2"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/zeish/zeish/internal/imagestore"
 	"github.com/zeish/zeish/internal/sparsecopy"
 )
 
@@ -163,4 +165,15 @@ func rewriteTail(t testing.TB, path string, n int64, seed uint64) {
 	if _, err := f.WriteAt(buf, st.Size()-n); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// fetchesAs fetches file mem of m and fails unless it holds the bytes of
+// the file at want.
+func fetchesAs(t testing.TB, s *imagestore.Store, m *imagestore.Manifest, want string) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "fetched")
+	if err := s.FetchFile(context.Background(), m, "mem", out); err != nil {
+		t.Fatal(err)
+	}
+	sameBytes(t, want, out)
 }

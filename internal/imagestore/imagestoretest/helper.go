@@ -187,11 +187,7 @@ func testKillMidUpload(t *testing.T, h Harness) {
 	if p.Uploaded >= p.Bytes {
 		t.Errorf("restarted upload put all %d bytes again", p.Bytes)
 	}
-	dst := filepath.Join(t.TempDir(), "out")
-	if err := s.FetchFile(ctx, m, "mem", dst); err != nil {
-		t.Fatal(err)
-	}
-	sameBytes(t, path, dst)
+	fetchesAs(t, s, m, path)
 }
 
 func testFullDisk(t *testing.T, h Harness) {

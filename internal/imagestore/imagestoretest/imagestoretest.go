@@ -190,11 +190,7 @@ func testChildDelta(t *testing.T, h Harness) {
 			if m.Parent != "img_parent" {
 				t.Errorf("parent = %q", m.Parent)
 			}
-			out := filepath.Join(t.TempDir(), "mem")
-			if err := s.FetchFile(ctx, m, "mem", out); err != nil {
-				t.Fatal(err)
-			}
-			sameBytes(t, childPath, out)
+			fetchesAs(t, s, m, childPath)
 		})
 	}
 }
@@ -339,11 +335,7 @@ func testDeletesRacingFetches(t *testing.T, h Harness) {
 		t.Errorf("no parent fetch ever saw the deletion: the race was not exercised")
 	}
 	// The child is whole after the collection.
-	out := filepath.Join(t.TempDir(), "after")
-	if err := bare.FetchFile(ctx, cm, "mem", out); err != nil {
-		t.Fatal(err)
-	}
-	sameBytes(t, childPath, out)
+	fetchesAs(t, bare, cm, childPath)
 }
 
 func testGC(t *testing.T, h Harness) {
@@ -429,9 +421,5 @@ func testCancelMidUpload(t *testing.T, h Harness) {
 	if again.Uploaded >= again.Bytes || again.Uploaded > again.Bytes-cut.Uploaded {
 		t.Errorf("resumed upload put %d bytes of %d; %d were stored before the cut", again.Uploaded, again.Bytes, cut.Uploaded)
 	}
-	out := filepath.Join(t.TempDir(), "out")
-	if err := s.FetchFile(ctx, m, "mem", out); err != nil {
-		t.Fatal(err)
-	}
-	sameBytes(t, path, out)
+	fetchesAs(t, s, m, path)
 }
