@@ -116,6 +116,30 @@ func mounted(t *testing.T) (string, *os.File) {
 	return dir, dev
 }
 
+// serving mounts a folder for t and serves it with srv until cleanup,
+// which unmounts it and waits for the server to stop before it closes
+// the connection.
+func serving(t *testing.T, srv *imagefs.Server) string {
+	t.Helper()
+	dir := t.TempDir()
+	dev, err := imagefs.Mount(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { srv.Serve(context.Background(), dev, false); close(done) }()
+	t.Cleanup(func() {
+		imagefs.Unmount(dir)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Errorf("the server did not stop 30 s after its folder was unmounted")
+		}
+		dev.Close()
+	})
+	return dir
+}
+
 func TestServesImageFiles(t *testing.T) {
 	requireFUSE(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -143,8 +167,7 @@ func TestServesImageFiles(t *testing.T) {
 	if err := srv.Add(m); err != nil {
 		t.Fatal(err)
 	}
-	dir, dev := mounted(t)
-	go srv.Serve(ctx, dev, false)
+	dir := serving(t, srv)
 
 	entries, err := os.ReadDir(dir)
 	if err != nil || len(entries) != 1 || entries[0].Name() != "img_fs" {

@@ -125,24 +125,12 @@ func TestCloneFromFUSEServedRAM(t *testing.T) {
 		if err := srv.Add(m); err != nil {
 			t.Fatal(err)
 		}
-		mount := t.TempDir()
-		dev, err := imagefs.Mount(mount)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sctx, stop := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { srv.Serve(sctx, dev, false); close(done) }()
 		// Cleanups run last-in first-out: VMs started after this go first.
 		t.Cleanup(func() {
-			imagefs.Unmount(mount)
-			stop()
-			dev.Close()
-			<-done
 			srv.Close()
 			cache.Close()
 		})
-		return srv, store, mount
+		return srv, store, serving(t, srv)
 	}
 	// clone starts a clone from the image and times its start and first
 	// exec; then (after ready, which sees what the clone touched by then)

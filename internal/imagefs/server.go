@@ -26,6 +26,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"sync"
 	"syscall"
 
@@ -86,7 +87,8 @@ func (s *Server) Close() {
 // dev is closed, or ctx ends. A resumed connection gets no INIT; the
 // kernel is asked to send again what the previous server left unanswered.
 func (s *Server) Serve(ctx context.Context, dev *os.File, resumed bool) error {
-	conn := &conn{s: s, dev: dev}
+	conn := &conn{s: s, fd: int(dev.Fd())}
+	defer runtime.KeepAlive(dev) // its finalizer would close the fd we serve
 	if resumed {
 		if err := conn.write(notify(notifyResend, nil)); err != nil {
 			// Before Linux 6.9: nothing to resend with; requests the old
@@ -123,20 +125,20 @@ const maxWrite = 128 << 10
 
 type conn struct {
 	s        *Server
-	dev      *os.File
+	fd       int // the connection; its *os.File is the caller's
 	minor    uint32
 	inflight sync.WaitGroup
 }
 
 func (c *conn) write(b []byte) error {
-	_, err := syscall.Write(int(c.dev.Fd()), b)
+	_, err := syscall.Write(c.fd, b)
 	return err
 }
 
 // readRequest reads one request, retrying what the kernel says to retry.
 func (c *conn) readRequest(buf []byte) (int, error) {
 	for {
-		n, err := syscall.Read(int(c.dev.Fd()), buf)
+		n, err := syscall.Read(c.fd, buf)
 		switch {
 		case err == nil:
 			return n, nil
