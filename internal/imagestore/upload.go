@@ -206,7 +206,7 @@ func (u *Upload) run(ctx context.Context) (*Manifest, error) {
 			f, err := p.planFile(sf.Name, i, srcs[i], parents[i], func(c newChunk) error {
 				u.update(func(pr *Progress) { pr.Chunks++; pr.Bytes += c.ref.Size })
 				g.Go(func() error {
-					present, err := s.storeChunk(gctx, c, false)
+					present, err := s.storeChunk(gctx, c, nil)
 					if err != nil {
 						return err
 					}
@@ -248,7 +248,8 @@ func (u *Upload) run(ctx context.Context) (*Manifest, error) {
 			return nil, err
 		}
 		for _, c := range found {
-			if _, err := s.storeChunk(ctx, c, true); err != nil {
+			remake := func() ([]byte, error) { return remakeChunk(c, srcs[c.file], parents[c.file]) }
+			if _, err := s.storeChunk(ctx, c, remake); err != nil {
 				return nil, err
 			}
 		}
@@ -274,10 +275,10 @@ func (u *Upload) run(ctx context.Context) (*Manifest, error) {
 }
 
 // storeChunk makes sure chunk c is in the store, with the right length,
-// and says whether it was there already. A chunk without its bytes (one
-// found earlier, checked again) that is missing now is made again from
-// its window of the source file.
-func (s *Store) storeChunk(ctx context.Context, c newChunk, regen bool) (present bool, err error) {
+// and says whether it was there already. A chunk held without its bytes
+// (one found in the store earlier, checked again) that is missing now is
+// made again by remake.
+func (s *Store) storeChunk(ctx context.Context, c newChunk, remake func() ([]byte, error)) (present bool, err error) {
 	key := chunkKey(c.ref.Digest)
 	st, err := s.b.Stat(ctx, key)
 	if err == nil && st.Size == c.ref.Size {
@@ -286,14 +287,38 @@ func (s *Store) storeChunk(ctx context.Context, c newChunk, regen bool) (present
 	if err != nil && !errors.Is(err, blob.ErrNotFound) {
 		return false, err
 	}
-	if regen {
-		return false, fmt.Errorf("chunk %s went from the store during the upload; upload again: %w", c.ref.Digest, errdefs.ErrUnavailable)
+	data := c.data
+	if data == nil {
+		if data, err = remake(); err != nil {
+			return false, err
+		}
 	}
-	_, sum := digestOf(c.data)
-	if err := s.b.Put(ctx, key, c.data, sum); err != nil {
+	_, sum := digestOf(data)
+	if err := s.b.Put(ctx, key, data, sum); err != nil {
 		return false, fmt.Errorf("chunk %s: %w", c.ref.Digest, err)
 	}
 	return false, nil
+}
+
+// remakeChunk cuts c's window of src again (against the same parent),
+// which yields the same chunk unless the file changed.
+func remakeChunk(c newChunk, src *os.File, parent *parentFile) ([]byte, error) {
+	st, err := src.Stat()
+	if err != nil {
+		return nil, err
+	}
+	spans, err := dataSpans(src, st.Size())
+	if err != nil {
+		return nil, err
+	}
+	_, fresh, err := newPlanner().window(src, st.Size(), spans, c.window, parent)
+	if err != nil {
+		return nil, err
+	}
+	if d, _ := digestOf(fresh); d != c.ref.Digest {
+		return nil, fmt.Errorf("%s changed during the upload (window %d): %w", src.Name(), c.window, errdefs.ErrInvalidState)
+	}
+	return fresh, nil
 }
 
 // parentFile opens what a delta of sf is compared against: the parent's
