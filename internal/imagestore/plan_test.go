@@ -44,7 +44,7 @@ func equalInts(a, b []int64) bool {
 func TestRemakeChunk(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "f")
 	data := bytes.Repeat([]byte{0, 0, 0, 0, 7, 7, 7, 7}, WindowSize/8*3) // 3 windows
-	data = append(data, 1, 2, 3)                                          // a partial last page
+	data = append(data, 1, 2, 3)                                         // a partial last page
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
