@@ -17,8 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/zeish/zeish/internal/imagefs"
 	"github.com/zeish/zeish/internal/imagestore"
@@ -325,12 +324,6 @@ func TestRestartWithoutUnmount(t *testing.T) {
 	if !bytes.Equal(mem, want) {
 		t.Fatal("the mapping differs after the restart")
 	}
-}
-
-func counterValue(c prometheus.Counter) float64 {
-	var m dto.Metric
-	c.Write(&m)
-	return m.GetCounter().GetValue()
 }
 
 // s3Backend starts an S3 server for t and opens a store on a bucket of it.

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/zeish/zeish/guest"
 	"github.com/zeish/zeish/internal/imagefs"
 	"github.com/zeish/zeish/internal/imagestore"
@@ -203,7 +205,7 @@ func TestCloneFromFUSEServedRAM(t *testing.T) {
 
 // fetched reads the store's fetch counter.
 func fetched(s *imagestore.Store) int64 {
-	return int64(counterValue(s.Metrics().FetchBytes))
+	return int64(testutil.ToFloat64(s.Metrics().FetchBytes))
 }
 
 type testWriter struct{ t *testing.T }
