@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/zeish/zeish/internal/imagefs"
 	"github.com/zeish/zeish/internal/imagestore"
 	"github.com/zeish/zeish/internal/imagestore/blob"
