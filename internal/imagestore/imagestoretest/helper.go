@@ -146,7 +146,7 @@ func testKillMidUpload(t *testing.T, h Harness) {
 	s := open(t, h, imagestore.Options{})
 	ctx := ctxFor(t)
 	path := filepath.Join(t.TempDir(), "mem")
-	RAMFile(t, path, 64<<20, 13)
+	RAMFile(t, path, 32<<20, 13)
 	cmd := helper(t, h, "upload", "IMAGE=img_killed", "FILE="+path)
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -62,6 +62,10 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	}
 }
 
+// pastTimestamps waits out the one-second resolution of S3 modification
+// times, so chunks just stored are older than a tiny Grace when gc looks.
+func pastTimestamps() { time.Sleep(1100 * time.Millisecond) }
+
 // open opens h's store with a cache of its own in a temp folder.
 func open(t *testing.T, h Harness, o imagestore.Options) *imagestore.Store {
 	t.Helper()
@@ -88,7 +92,7 @@ func ctxFor(t *testing.T) context.Context {
 	return ctx
 }
 
-const ramSize = 24 << 20
+const ramSize = 16 << 20
 
 // uploadRAM uploads a fresh RAM-shaped file as image id.
 func uploadRAM(t *testing.T, s *imagestore.Store, id string, seed uint64) (string, *imagestore.Manifest) {
@@ -320,11 +324,16 @@ func testDeletesRacingFetches(t *testing.T, h Harness) {
 	if err := s.Delete(ctx, "img_p"); err != nil {
 		t.Fatal(err)
 	}
+	pastTimestamps()
 	st, err := s.GC(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// Until a parent fetch has met the deletion (each loop takes a while
+	// on a loaded host), or long enough to say the race never happened.
+	for deadline := time.Now().Add(60 * time.Second); parentGone.Load() == 0 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
 	close(stop)
 	wg.Wait()
 	t.Logf("gc: %+v; parent fetches: %d whole, %d found deleted", st, parentOK.Load(), parentGone.Load())
@@ -353,6 +362,7 @@ func testGC(t *testing.T, h Harness) {
 			t.Fatal(err)
 		}
 	}
+	pastTimestamps()
 	st, err := s.GC(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -375,7 +385,7 @@ func testGC(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	if st.Deleted != len(c.Chunks) {
-		t.Errorf("after release gc deleted %d chunks; img_held had %d", st.Deleted, len(c.Chunks))
+		t.Errorf("after release gc deleted %d chunks; img_held had %d: %+v", st.Deleted, len(c.Chunks), st)
 	}
 	// A store with a young grace keeps unreferenced chunks.
 	young := open(t, h, imagestore.Options{Grace: time.Hour})
@@ -391,7 +401,7 @@ func testGC(t *testing.T, h Harness) {
 func testCancelMidUpload(t *testing.T, h Harness) {
 	s := open(t, h, imagestore.Options{Parallel: 2})
 	path := filepath.Join(t.TempDir(), "mem")
-	RAMFile(t, path, 64<<20, 12)
+	RAMFile(t, path, 32<<20, 12)
 	spec := imagestore.UploadSpec{ID: "img_cut", Files: []imagestore.SourceFile{{Name: "mem", Path: path}}}
 	ctx, cancel := context.WithCancel(context.Background())
 	u := s.StartUpload(ctx, spec)
