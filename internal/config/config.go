@@ -111,6 +111,16 @@ type Config struct {
 	// VM launch to guest-agent answer; past it the create fails and is rolled back
 	BootTimeout time.Duration `env:"ZEISH_BOOT_TIMEOUT" default:"3m" min:"1ns" roles:"all,node"`
 
+	// where a cluster's images go (issue 29): `s3://BUCKET/PREFIX?endpoint=URL&region=R` for any S3
+	// API (AWS S3, GCS's S3 API, MinIO, Ceph RGW, SeaweedFS), keys from
+	// `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, the shared credentials file, `&credentials=FILE` or
+	// `&credentials=iam`; or `file:///path`. Content-addressed chunks, a manifest per image written
+	// last, gc by leases; see docs/images.md. **The store and its lazy-RAM FUSE server
+	// (`internal/imagestore`, `internal/imagefs`) exist; zeishd does not read this setting yet**
+	//
+	// Default: unset: images stay on the node that made them.
+	ImageStore string `env:"ZEISH_IMAGE_STORE" roles:"all,node"`
+
 	// guest memory the host may promise: sandboxes that may run plus the RAM images (snapshots, fork
 	// bases) keep in `/dev/shm`; beyond it create, fork and start get 409 `node_full`, and without
 	// room in `/dev/shm` for the new RAM (+256 MiB) 409 `storage_full`. Check and reservation are one
