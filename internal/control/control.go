@@ -17,7 +17,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/internal/catalog"
 	"github.com/zeish/zeish/internal/metering"
 	"github.com/zeish/zeish/internal/metrics"
@@ -96,14 +95,8 @@ func New(o Options) *Control {
 // Plan is every account's quota.
 func (c *Control) Plan() Plan { return c.quotas.plan }
 
-// Prices is the price table.
-func (c *Control) Prices() api.Prices { return api.Prices(c.prices) }
-
 // Capabilities are the VMM's of the node sandboxes run on (for /healthz).
 func (c *Control) Capabilities() vmm.Capabilities { return c.node.Capabilities() }
-
-// Node is the node the application runs sandboxes on.
-func (c *Control) Node() Node { return c.node }
 
 // view is a sandbox as a client sees it, its cost computed now from its
 // recorded intervals (so it is always fresh).
