@@ -3,12 +3,11 @@ package main
 import (
 	"context"
 	"net/http"
-	"strings"
 	"sync"
+	"sync/atomic"
 
 	"connectrpc.com/connect"
 
-	"github.com/zeish/zeish/internal/nodeapi"
 	"github.com/zeish/zeish/internal/nodeapi/nodev1"
 	"github.com/zeish/zeish/internal/nodeapi/nodev1/nodev1connect"
 )
@@ -16,21 +15,35 @@ import (
 // controls is the Control service of every control-plane replica a node
 // agent knows (ZEISH_CONTROL_URL, comma-separated): a call goes to the one
 // that answered last, and on to the next while a replica is unreachable,
-// so a node keeps heartbeating through the loss of a replica.
+// so a node keeps heartbeating through the loss of a replica. Calls carry
+// the node's credential once it has one (a join does not).
 type controls struct {
-	mu      sync.Mutex
-	clients []nodev1connect.ControlClient
-	cur     int
+	mu         sync.Mutex
+	clients    []nodev1connect.ControlClient
+	cur        int
+	credential atomic.Pointer[string]
 }
 
-func newControls(urls string, token nodeapi.Token) *controls {
+func newControls(list []string, hc *http.Client) *controls {
 	c := &controls{}
-	for _, u := range strings.Split(urls, ",") {
-		if u = strings.TrimSuffix(strings.TrimSpace(u), "/"); u != "" {
-			c.clients = append(c.clients, nodev1connect.NewControlClient(http.DefaultClient, u, connect.WithInterceptors(token.ClientAuth())))
-		}
+	for _, u := range list {
+		c.clients = append(c.clients, nodev1connect.NewControlClient(hc, u, connect.WithInterceptors(c.auth())))
 	}
 	return c
+}
+
+// setCredential is what the node's later calls authenticate with.
+func (c *controls) setCredential(cred string) { c.credential.Store(&cred) }
+
+func (c *controls) auth() connect.Interceptor {
+	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if cred := c.credential.Load(); cred != nil && req.Spec().Procedure != nodev1connect.ControlJoinProcedure {
+				req.Header().Set("Authorization", "Bearer "+*cred)
+			}
+			return next(ctx, req)
+		}
+	})
 }
 
 // unreachable: the replica did not answer (an answer, even an error, ends
@@ -59,6 +72,12 @@ func call[T any](c *controls, f func(nodev1connect.ControlClient) (T, error)) (T
 		}
 	}
 	return out, err
+}
+
+func (c *controls) Join(ctx context.Context, req *connect.Request[nodev1.JoinRequest]) (*connect.Response[nodev1.JoinReply], error) {
+	return call(c, func(cl nodev1connect.ControlClient) (*connect.Response[nodev1.JoinReply], error) {
+		return cl.Join(ctx, connect.NewRequest(req.Msg))
+	})
 }
 
 func (c *controls) Register(ctx context.Context, req *connect.Request[nodev1.RegisterRequest]) (*connect.Response[nodev1.RegisterReply], error) {

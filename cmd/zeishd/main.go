@@ -73,6 +73,13 @@ func main() {
 		}
 		return
 	}
+	if ok, err := adminCommand(ctx, os.Args[1:], os.Stdout); ok {
+		if err != nil {
+			slog.Error("zeishd "+os.Args[1], "err", err)
+			os.Exit(1)
+		}
+		return
+	}
 	r, err := role()
 	if err != nil {
 		slog.Error("zeishd", "err", err)
@@ -123,6 +130,10 @@ func logger() *slog.Logger {
 func run(ctx context.Context) error {
 	log := logger()
 	slog.SetDefault(log)
+	hosts, err := loadHostTLS()
+	if err != nil {
+		return err
+	}
 	dataDir, unlock, err := openDataDir()
 	if err != nil {
 		return err
@@ -184,9 +195,9 @@ func run(ctx context.Context) error {
 	apiHandler := srv.Handler()
 	facade := e2b.New(e2b.Options{API: apiHandler, Backend: srv, Templates: cat, Logger: log, Domain: os.Getenv("ZEISH_E2B_DOMAIN")}) // E2B's SDKs, under /e2b
 	caps := driver.Capabilities()
-	log.Info("zeishd listening", "addr", "http://"+ln.Addr().String(), "data_dir", dataDir, "node", nodeID,
+	log.Info("zeishd listening", "addr", hosts.scheme()+"://"+ln.Addr().String(), "data_dir", dataDir, "node", nodeID,
 		"vmm", caps.Name, "accel", caps.Accel, "accel_reason", caps.AccelReason, "accel_probe_ms", caps.AccelProbeMS, "confinement", caps.Confinement, "memory_budget_mib", budget, "plan", fmt.Sprintf("%+v", plan), "admin_key", keyPath, "version", version.Version)
-	return serve(ctx, log, ln, facade.Mount(apiHandler))
+	return serve(ctx, log, ln, facade.Mount(apiHandler), hosts)
 }
 
 // httpLimits are the HTTP server's limits (ZEISH_MAX_CONNECTIONS).

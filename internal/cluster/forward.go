@@ -34,7 +34,7 @@ func (r *Router) ForwardToNode(w http.ResponseWriter, req *http.Request, nodeID 
 		for _, h := range []string{"Cookie", server.ForwardAccountHeader, server.ForwardKeyHeader} {
 			pr.Out.Header.Del(h)
 		}
-		pr.Out.Header.Set("Authorization", "Bearer "+string(r.o.Token))
+		pr.Out.Header.Set("Authorization", "Bearer "+CallKey(r.o.Key, n.ID))
 		pr.Out.Header.Set(server.ForwardAccountHeader, f.AccountID)
 		if f.KeyID != "" {
 			pr.Out.Header.Set(server.ForwardKeyHeader, f.KeyID)
@@ -120,7 +120,7 @@ func (r *Router) nodeAt(ctx context.Context, id, suffix string) (store.NodeRecor
 // output, a guest's server), rewritten by rewrite; fail answers when the
 // node does not.
 func (r *Router) proxy(fail func(http.ResponseWriter, *http.Request, error), rewrite func(*httputil.ProxyRequest)) *httputil.ReverseProxy {
-	return &httputil.ReverseProxy{Transport: r.o.HTTP.Transport, FlushInterval: -1, Rewrite: rewrite, ErrorHandler: fail}
+	return &httputil.ReverseProxy{Transport: r.o.Proxy, FlushInterval: -1, Rewrite: rewrite, ErrorHandler: fail}
 }
 
 // unavailable answers a request node n did not: 503 unavailable.

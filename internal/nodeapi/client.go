@@ -17,18 +17,21 @@ import (
 )
 
 // RemoteNode calls one node agent's Node service: the operations of
-// control.Node that cross the wire. Errors come back typed (FromWire).
+// control.Node that cross the wire, with the secrets of the sandbox each
+// one configures (the node cannot open them). Errors come back typed
+// (FromWire).
 type RemoteNode struct {
 	id string
 	c  nodev1connect.NodeClient
 }
 
-// NewRemoteNode is the client of node id at url (its base URL).
-func NewRemoteNode(id, url string, token Token, hc *http.Client) *RemoteNode {
+// NewRemoteNode is the client of node id at url (its base URL), calling
+// with the node's call key.
+func NewRemoteNode(id, url, callKey string, hc *http.Client) *RemoteNode {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	return &RemoteNode{id: id, c: nodev1connect.NewNodeClient(hc, url, connect.WithInterceptors(token.ClientAuth()))}
+	return &RemoteNode{id: id, c: nodev1connect.NewNodeClient(hc, url, connect.WithInterceptors(Bearer(callKey)))}
 }
 
 // ID is the node's id.
@@ -59,7 +62,7 @@ func toChildren(rs []*store.SandboxRecord) ([]*nodev1.Child, error) {
 		if err != nil {
 			return nil, fmt.Errorf("encode child: %w: %w", errdefs.ErrInternal, err)
 		}
-		out[i] = &nodev1.Child{RecordJson: b, SecretEnv: r.SecretEnv}
+		out[i] = &nodev1.Child{RecordJson: b, SecretEnv: r.SecretEnv, SealedSecrets: r.SealedSecrets()}
 	}
 	return out, nil
 }
@@ -79,28 +82,33 @@ func (n *RemoteNode) made(rep *connect.Response[nodev1.CloneReply], err error) (
 	return time.Duration(rep.Msg.PauseMicros) * time.Microsecond, out, nil
 }
 
+// Create records and boots r on the node: r's id was chosen by the
+// caller, and its secrets go with their sealed form (SetSealedSecrets).
 func (n *RemoteNode) Create(ctx context.Context, r *store.SandboxRecord) (*store.SandboxRecord, error) {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return nil, fmt.Errorf("encode sandbox: %w: %w", errdefs.ErrInternal, err)
 	}
-	return n.sandbox(n.c.Create(ctx, connect.NewRequest(&nodev1.CreateRequest{RecordJson: b, SecretEnv: r.SecretEnv})))
+	return n.sandbox(n.c.Create(ctx, connect.NewRequest(&nodev1.CreateRequest{RecordJson: b, SecretEnv: r.SecretEnv, SealedSecrets: r.SealedSecrets()})))
 }
 
-func (n *RemoteNode) Clone(ctx context.Context, parentID string, children []*store.SandboxRecord) (time.Duration, []*store.SandboxRecord, error) {
+// Clone forks parentID, whose secrets the children inherit.
+func (n *RemoteNode) Clone(ctx context.Context, parentID string, parentSecrets map[string]string, children []*store.SandboxRecord) (time.Duration, []*store.SandboxRecord, error) {
 	kids, err := toChildren(children)
 	if err != nil {
 		return 0, nil, err
 	}
-	return n.made(n.c.Clone(ctx, connect.NewRequest(&nodev1.CloneRequest{ParentId: parentID, Children: kids})))
+	return n.made(n.c.Clone(ctx, connect.NewRequest(&nodev1.CloneRequest{ParentId: parentID, Children: kids, ParentSecretEnv: parentSecrets})))
 }
 
-func (n *RemoteNode) CloneSnapshot(ctx context.Context, snapID string, children []*store.SandboxRecord) ([]*store.SandboxRecord, error) {
+// CloneSnapshot starts children of snapshot snapID, with the secrets of
+// its sandbox.
+func (n *RemoteNode) CloneSnapshot(ctx context.Context, snapID string, parentSecrets map[string]string, children []*store.SandboxRecord) ([]*store.SandboxRecord, error) {
 	kids, err := toChildren(children)
 	if err != nil {
 		return nil, err
 	}
-	_, made, err := n.made(n.c.CloneSnapshot(ctx, connect.NewRequest(&nodev1.CloneSnapshotRequest{SnapshotId: snapID, Children: kids})))
+	_, made, err := n.made(n.c.CloneSnapshot(ctx, connect.NewRequest(&nodev1.CloneSnapshotRequest{SnapshotId: snapID, Children: kids, ParentSecretEnv: parentSecrets})))
 	return made, err
 }
 
@@ -125,8 +133,9 @@ func (n *RemoteNode) DeleteSnapshot(ctx context.Context, id string) error {
 	return FromWire(n.id, err)
 }
 
-func (n *RemoteNode) Restore(ctx context.Context, snapID string) (*store.SnapshotRecord, *store.SandboxRecord, error) {
-	rep, err := n.c.Restore(ctx, connect.NewRequest(&nodev1.RestoreRequest{SnapshotId: snapID}))
+// Restore rolls the snapshot's sandbox back; its secrets are delivered again.
+func (n *RemoteNode) Restore(ctx context.Context, snapID string, secrets map[string]string) (*store.SnapshotRecord, *store.SandboxRecord, error) {
+	rep, err := n.c.Restore(ctx, connect.NewRequest(&nodev1.RestoreRequest{SnapshotId: snapID, SecretEnv: secrets}))
 	if err != nil {
 		return nil, nil, FromWire(n.id, err)
 	}
@@ -142,8 +151,9 @@ func (n *RemoteNode) lifecycle(ctx context.Context, id string, op nodev1.Op, rea
 	return n.sandbox(n.c.Lifecycle(ctx, connect.NewRequest(&nodev1.LifecycleRequest{SandboxId: id, Op: op, Reason: reason})))
 }
 
-func (n *RemoteNode) Start(ctx context.Context, id string) (*store.SandboxRecord, error) {
-	return n.lifecycle(ctx, id, nodev1.Op_OP_START, "")
+// Start starts a stopped sandbox; its secrets are delivered again.
+func (n *RemoteNode) Start(ctx context.Context, id string, secrets map[string]string) (*store.SandboxRecord, error) {
+	return n.sandbox(n.c.Lifecycle(ctx, connect.NewRequest(&nodev1.LifecycleRequest{SandboxId: id, Op: nodev1.Op_OP_START, SecretEnv: secrets})))
 }
 func (n *RemoteNode) Stop(ctx context.Context, id string) (*store.SandboxRecord, error) {
 	return n.lifecycle(ctx, id, nodev1.Op_OP_STOP, "")

@@ -50,7 +50,7 @@ func FromWire(node string, err error) error {
 	case connect.CodeDeadlineExceeded:
 		return fmt.Errorf("node %s: %w: %w", node, errdefs.ErrTimeout, err)
 	case connect.CodeUnauthenticated:
-		return fmt.Errorf("node %s refused the node token: %w: %w", node, errdefs.ErrInternal, err)
+		return fmt.Errorf("node %s refused the call (its call key, or this node's credential): %w: %w", node, errdefs.ErrInternal, err)
 	}
 	return fmt.Errorf("node %s: %w: %w", node, errdefs.ErrUnavailable, err)
 }

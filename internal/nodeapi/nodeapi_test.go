@@ -23,7 +23,8 @@ type fakeNode struct {
 }
 
 func (f *fakeNode) Create(_ context.Context, r *store.SandboxRecord) (*store.SandboxRecord, error) {
-	f.got = r
+	got := *r
+	f.got = &got
 	if f.err != nil {
 		return nil, f.err
 	}
@@ -40,10 +41,12 @@ func (f *fakeNode) Clone(_ context.Context, _ string, c []*store.SandboxRecord) 
 
 func (f *fakeNode) Pause(context.Context, string) (*store.SandboxRecord, error) { return nil, f.err }
 
-func serve(t *testing.T, f *fakeNode, token Token) string {
+func serve(t *testing.T, f *fakeNode, key string) string {
 	t.Helper()
+	ck := new(CallKey)
+	ck.Set(key)
 	mux := http.NewServeMux()
-	mux.Handle(Handler(f, nil, token))
+	mux.Handle(Handler(f, nil, ck))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv.URL
@@ -98,22 +101,29 @@ func TestTransportErrors(t *testing.T) {
 }
 
 // Records cross in the store's JSON form; secrets, which have none, in
-// their own field.
+// their own field, with the sealed form the control plane made for the
+// id it chose; a new sandbox with secrets but no such id or form is
+// refused (the node could not record them).
 func TestRecordsCross(t *testing.T) {
 	f := &fakeNode{}
 	n := NewRemoteNode("n1", serve(t, f, "tok"), "tok", nil)
 	in := &store.SandboxRecord{Sandbox: sandbox.Sandbox{Name: "a", MemoryMiB: 256, Env: map[string]string{"A": "1"}}, SecretEnv: map[string]string{"TOKEN": "s3"}}
+	if _, err := n.Create(context.Background(), in); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("secrets without an id and their sealed form: %v", err)
+	}
+	in.ID = "sbx_chosen"
+	in.SetSealedSecrets("sealed-for-sbx_chosen")
 	out, err := n.Create(context.Background(), in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.got.SecretEnv["TOKEN"] != "s3" || f.got.Env["A"] != "1" || f.got.MemoryMiB != 256 {
+	if f.got.SecretEnv["TOKEN"] != "s3" || f.got.Env["A"] != "1" || f.got.MemoryMiB != 256 || f.got.ID != "sbx_chosen" {
 		t.Fatalf("node got %+v", f.got)
 	}
 	if out.ID != "sbx_made" || out.SecretEnv != nil {
 		t.Fatalf("reply %+v (secrets must not come back)", out)
 	}
-	pause, made, err := n.Clone(context.Background(), "sbx_p", []*store.SandboxRecord{in, in})
+	pause, made, err := n.Clone(context.Background(), "sbx_p", map[string]string{"TOKEN": "s3"}, []*store.SandboxRecord{in, in})
 	if err != nil || len(made) != 2 || pause != 1500*time.Microsecond {
 		t.Fatalf("clone: %v %d %v", pause, len(made), err)
 	}

@@ -19,14 +19,48 @@ import (
 
 // Server serves a node's operations (the Node service) to the control plane.
 type Server struct {
-	node  control.Node
-	store store.Store
+	node    control.Node
+	secrets *Delivered
 }
 
-// Handler mounts the Node service for local, behind the token; st is the
-// shared store local writes to.
-func Handler(local control.Node, st store.Store, token Token) (string, http.Handler) {
-	return nodev1connect.NewNodeHandler(&Server{node: local, store: st}, connect.WithInterceptors(token.ServerAuth()))
+// Handler mounts the Node service for local, behind the control plane's
+// call key for this node; st is the store local writes to, which keeps the
+// secrets each call delivers.
+func Handler(local control.Node, st *Delivered, key *CallKey) (string, http.Handler) {
+	return nodev1connect.NewNodeHandler(&Server{node: local, secrets: st}, connect.WithInterceptors(key.ServerAuth()))
+}
+
+// deliver keeps the secrets a call brought for sandbox id.
+func (s *Server) deliver(id string, env map[string]string) {
+	if s.secrets != nil {
+		s.secrets.give(id, env)
+	}
+}
+
+// deliverNew keeps a new sandbox's secrets with their sealed form.
+func (s *Server) deliverNew(r *store.SandboxRecord, sealed string) error {
+	if len(r.SecretEnv) == 0 {
+		return nil
+	}
+	if r.ID == "" || sealed == "" {
+		return fmt.Errorf("a new sandbox with secrets needs the id and the sealed secrets the control plane chose: %w", errdefs.ErrInvalidArgument)
+	}
+	if s.secrets != nil {
+		s.secrets.giveSealed(r.ID, r.SecretEnv, sealed)
+	}
+	return nil
+}
+
+// snapshotSandbox is the sandbox snapshot id was taken of.
+func (s *Server) snapshotSandbox(ctx context.Context, id string) string {
+	if s.secrets == nil {
+		return ""
+	}
+	snap, err := s.secrets.GetSnapshot(ctx, id)
+	if err != nil {
+		return ""
+	}
+	return snap.SandboxID
 }
 
 func encode(v any) ([]byte, error) {
@@ -59,11 +93,14 @@ func sandboxReply(r *store.SandboxRecord, err error) (*connect.Response[nodev1.S
 	return connect.NewResponse(&nodev1.SandboxReply{RecordJson: b}), nil
 }
 
-func children(cs []*nodev1.Child) ([]*store.SandboxRecord, error) {
+func (s *Server) children(cs []*nodev1.Child) ([]*store.SandboxRecord, error) {
 	out := make([]*store.SandboxRecord, len(cs))
 	for i, c := range cs {
 		r, err := decodeRecord(c.RecordJson, c.SecretEnv)
 		if err != nil {
+			return nil, err
+		}
+		if err := s.deliverNew(r, c.SealedSecrets); err != nil {
 			return nil, err
 		}
 		out[i] = r
@@ -91,11 +128,15 @@ func (s *Server) Create(ctx context.Context, req *connect.Request[nodev1.CreateR
 	if err != nil {
 		return nil, ToWire(err)
 	}
+	if err := s.deliverNew(r, req.Msg.SealedSecrets); err != nil {
+		return nil, ToWire(err)
+	}
 	return sandboxReply(s.node.Create(ctx, r))
 }
 
 func (s *Server) Clone(ctx context.Context, req *connect.Request[nodev1.CloneRequest]) (*connect.Response[nodev1.CloneReply], error) {
-	kids, err := children(req.Msg.Children)
+	s.deliver(req.Msg.ParentId, req.Msg.ParentSecretEnv)
+	kids, err := s.children(req.Msg.Children)
 	if err != nil {
 		return nil, ToWire(err)
 	}
@@ -103,7 +144,8 @@ func (s *Server) Clone(ctx context.Context, req *connect.Request[nodev1.CloneReq
 }
 
 func (s *Server) CloneSnapshot(ctx context.Context, req *connect.Request[nodev1.CloneSnapshotRequest]) (*connect.Response[nodev1.CloneReply], error) {
-	kids, err := children(req.Msg.Children)
+	s.deliver(s.snapshotSandbox(ctx, req.Msg.SnapshotId), req.Msg.ParentSecretEnv)
+	kids, err := s.children(req.Msg.Children)
 	if err != nil {
 		return nil, ToWire(err)
 	}
@@ -131,6 +173,7 @@ func (s *Server) DeleteSnapshot(ctx context.Context, req *connect.Request[nodev1
 }
 
 func (s *Server) Restore(ctx context.Context, req *connect.Request[nodev1.RestoreRequest]) (*connect.Response[nodev1.RestoreReply], error) {
+	s.deliver(s.snapshotSandbox(ctx, req.Msg.SnapshotId), req.Msg.SecretEnv)
 	snap, r, err := s.node.Restore(ctx, req.Msg.SnapshotId)
 	if err != nil {
 		return nil, ToWire(err)
@@ -150,6 +193,7 @@ func (s *Server) Lifecycle(ctx context.Context, req *connect.Request[nodev1.Life
 	id := req.Msg.SandboxId
 	switch req.Msg.Op {
 	case nodev1.Op_OP_START:
+		s.deliver(id, req.Msg.SecretEnv)
 		return sandboxReply(s.node.Start(ctx, id))
 	case nodev1.Op_OP_STOP:
 		if req.Msg.Reason != "" {
@@ -161,7 +205,11 @@ func (s *Server) Lifecycle(ctx context.Context, req *connect.Request[nodev1.Life
 	case nodev1.Op_OP_RESUME:
 		return sandboxReply(s.node.Resume(ctx, id))
 	case nodev1.Op_OP_DELETE:
-		return sandboxReply(s.node.Delete(ctx, id))
+		r, err := s.node.Delete(ctx, id)
+		if err == nil && s.secrets != nil {
+			s.secrets.forget(id)
+		}
+		return sandboxReply(r, err)
 	}
 	return nil, ToWire(fmt.Errorf("lifecycle op %v: %w", req.Msg.Op, errdefs.ErrInvalidArgument))
 }
@@ -184,7 +232,10 @@ func (s *Server) SetNetwork(ctx context.Context, req *connect.Request[nodev1.Set
 
 // NetBytes is the record's stored counters plus the live link's.
 func (s *Server) NetBytes(ctx context.Context, req *connect.Request[nodev1.NetBytesRequest]) (*connect.Response[nodev1.NetBytesReply], error) {
-	r, err := s.store.GetSandbox(ctx, req.Msg.SandboxId)
+	if s.secrets == nil {
+		return nil, ToWire(fmt.Errorf("this node keeps no store: %w", errdefs.ErrUnavailable))
+	}
+	r, err := s.secrets.GetSandbox(ctx, req.Msg.SandboxId)
 	if err != nil {
 		return nil, ToWire(err)
 	}

@@ -73,7 +73,7 @@ func (s *Server) getBrowser(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	exp := time.Now().Add(ttl).UTC().Truncate(time.Second)
-	tok := s.tokens.issue(rec.ID, rec.AccountID, key.ID, exp)
+	tok := s.tokens.issue(rec, key.ID, exp)
 	base := s.browserBase(r, rec)
 	cdp, err := viaProxy(v.WebSocketURL, wsScheme(base), tok)
 	if err != nil {

@@ -344,7 +344,7 @@ func (s *Server) access(w http.ResponseWriter, r *http.Request) {
 	exp := time.Now().Add(ttl).UTC().Truncate(time.Second)
 	writeJSON(w, http.StatusOK, api.Access{
 		URL:       url,
-		Token:     s.tokens.issue(rec.ID, rec.AccountID, key.ID, exp),
+		Token:     s.tokens.issue(rec, key.ID, exp),
 		ExpiresAt: exp,
 	})
 }

@@ -49,9 +49,13 @@ type Options struct {
 	// Metrics, when set, is served at GET /metrics and fed by the handlers.
 	Metrics *metrics.Metrics
 	// TokenKey, when set, signs and verifies data-plane tokens instead of
-	// the data dir's key: a node agent gets the control plane's at
-	// registration, so it verifies tokens offline.
+	// the data dir's key: a node agent gets its own at registration, so it
+	// verifies tokens offline.
 	TokenKey []byte
+	// TokenKeyFor, when set, is the key of the tokens of node host's
+	// sandboxes (a control plane: each node has its own, derived from the
+	// data dir's key, see internal/cluster's DataPlaneKey).
+	TokenKeyFor func(host string) []byte
 	// Cluster, when set, serves the admin API's nodes (a control plane
 	// with node agents).
 	Cluster Cluster
@@ -82,6 +86,7 @@ func New(opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
+	t.keyFor = opts.TokenKeyFor
 	plan, prices := DefaultPlan, metering.DefaultPrices
 	if opts.Plan != nil {
 		plan = *opts.Plan

@@ -1,16 +1,20 @@
 // The protocol between zeish's control plane and its node agents
-// (`zeishd node`), version 1. Two services, both over Connect on the node
-// token (Authorization: Bearer <ZEISH_NODE_TOKEN>):
+// (`zeishd node`), version 1. Two services over Connect, each direction on
+// its own credential (see internal/cluster/identity.go):
 //
 //   - Node, served by every node agent: the control plane asks a node to
-//     run, fork, snapshot and move its sandboxes.
-//   - Control, served by the control plane: a node agent registers and
-//     heartbeats.
+//     run, fork, snapshot and move its sandboxes. The control plane calls
+//     with the node's call key, derived for that node alone.
+//   - Control, served by the control plane: a node agent joins once (a
+//     join token for its own credential), then registers and heartbeats
+//     with that credential, as its own id only.
 //
 // Sandbox and snapshot state lives in the shared database; records cross
 // the wire in the store's JSON form (store.SandboxRecord,
 // store.SnapshotRecord), which the database holds too. Secrets have no JSON
-// form and travel in their own field. Errors carry zeish's stable codes
+// form: the control plane opens them and sends a node only the secrets of
+// the sandbox an operation configures, in the clear (over TLS between
+// hosts), with their sealed form for the rows the node writes. Errors carry zeish's stable codes
 // (errdefs) in the "zeish-code" error detail metadata, so a typed error
 // (node_full, invalid_state, …) is the same error on both sides.
 // Fields are only ever added: a change that breaks v1 is v2.
@@ -98,8 +102,9 @@ func (Op) EnumDescriptor() ([]byte, []int) {
 
 type CreateRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	RecordJson    []byte                 `protobuf:"bytes,1,opt,name=record_json,json=recordJson,proto3" json:"record_json,omitempty"` // store.SandboxRecord
+	RecordJson    []byte                 `protobuf:"bytes,1,opt,name=record_json,json=recordJson,proto3" json:"record_json,omitempty"` // store.SandboxRecord, its id chosen by the control plane
 	SecretEnv     map[string]string      `protobuf:"bytes,2,rep,name=secret_env,json=secretEnv,proto3" json:"secret_env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	SealedSecrets string                 `protobuf:"bytes,3,opt,name=sealed_secrets,json=sealedSecrets,proto3" json:"sealed_secrets,omitempty"` // secret_env sealed for the record's id
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -148,11 +153,20 @@ func (x *CreateRequest) GetSecretEnv() map[string]string {
 	return nil
 }
 
-// Child is one child of a fork: its record (names, overrides) and secrets.
+func (x *CreateRequest) GetSealedSecrets() string {
+	if x != nil {
+		return x.SealedSecrets
+	}
+	return ""
+}
+
+// Child is one child of a fork: its record (id, names, overrides) and the
+// sealed form of the secrets it inherits, for its id.
 type Child struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RecordJson    []byte                 `protobuf:"bytes,1,opt,name=record_json,json=recordJson,proto3" json:"record_json,omitempty"`
 	SecretEnv     map[string]string      `protobuf:"bytes,2,rep,name=secret_env,json=secretEnv,proto3" json:"secret_env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	SealedSecrets string                 `protobuf:"bytes,3,opt,name=sealed_secrets,json=sealedSecrets,proto3" json:"sealed_secrets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -201,12 +215,20 @@ func (x *Child) GetSecretEnv() map[string]string {
 	return nil
 }
 
+func (x *Child) GetSealedSecrets() string {
+	if x != nil {
+		return x.SealedSecrets
+	}
+	return ""
+}
+
 type CloneRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ParentId      string                 `protobuf:"bytes,1,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
-	Children      []*Child               `protobuf:"bytes,2,rep,name=children,proto3" json:"children,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	ParentId        string                 `protobuf:"bytes,1,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
+	Children        []*Child               `protobuf:"bytes,2,rep,name=children,proto3" json:"children,omitempty"`
+	ParentSecretEnv map[string]string      `protobuf:"bytes,3,rep,name=parent_secret_env,json=parentSecretEnv,proto3" json:"parent_secret_env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // the children inherit them
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CloneRequest) Reset() {
@@ -253,12 +275,20 @@ func (x *CloneRequest) GetChildren() []*Child {
 	return nil
 }
 
+func (x *CloneRequest) GetParentSecretEnv() map[string]string {
+	if x != nil {
+		return x.ParentSecretEnv
+	}
+	return nil
+}
+
 type CloneSnapshotRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SnapshotId    string                 `protobuf:"bytes,1,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
-	Children      []*Child               `protobuf:"bytes,2,rep,name=children,proto3" json:"children,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	SnapshotId      string                 `protobuf:"bytes,1,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	Children        []*Child               `protobuf:"bytes,2,rep,name=children,proto3" json:"children,omitempty"`
+	ParentSecretEnv map[string]string      `protobuf:"bytes,3,rep,name=parent_secret_env,json=parentSecretEnv,proto3" json:"parent_secret_env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // the snapshot's sandbox's
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CloneSnapshotRequest) Reset() {
@@ -301,6 +331,13 @@ func (x *CloneSnapshotRequest) GetSnapshotId() string {
 func (x *CloneSnapshotRequest) GetChildren() []*Child {
 	if x != nil {
 		return x.Children
+	}
+	return nil
+}
+
+func (x *CloneSnapshotRequest) GetParentSecretEnv() map[string]string {
+	if x != nil {
+		return x.ParentSecretEnv
 	}
 	return nil
 }
@@ -580,6 +617,7 @@ func (*DeleteSnapshotReply) Descriptor() ([]byte, []int) {
 type RestoreRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SnapshotId    string                 `protobuf:"bytes,1,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	SecretEnv     map[string]string      `protobuf:"bytes,2,rep,name=secret_env,json=secretEnv,proto3" json:"secret_env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // delivered again after the restore
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -619,6 +657,13 @@ func (x *RestoreRequest) GetSnapshotId() string {
 		return x.SnapshotId
 	}
 	return ""
+}
+
+func (x *RestoreRequest) GetSecretEnv() map[string]string {
+	if x != nil {
+		return x.SecretEnv
+	}
+	return nil
 }
 
 type RestoreReply struct {
@@ -677,7 +722,8 @@ type LifecycleRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
 	Op            Op                     `protobuf:"varint,2,opt,name=op,proto3,enum=zeish.node.v1.Op" json:"op,omitempty"`
-	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"` // state_reason of a stop (budget, timeout)
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`                                                                                                  // state_reason of a stop (budget, timeout)
+	SecretEnv     map[string]string      `protobuf:"bytes,4,rep,name=secret_env,json=secretEnv,proto3" json:"secret_env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // a start delivers them again
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -731,6 +777,13 @@ func (x *LifecycleRequest) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *LifecycleRequest) GetSecretEnv() map[string]string {
+	if x != nil {
+		return x.SecretEnv
+	}
+	return nil
 }
 
 type WaitRequest struct {
@@ -1188,9 +1241,9 @@ func (x *RegisterRequest) GetVersion() string {
 
 type RegisterReply struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
-	TokenKey        []byte                 `protobuf:"bytes,1,opt,name=token_key,json=tokenKey,proto3" json:"token_key,omitempty"`                       // verifies data-plane tokens
-	SecretsKey      []byte                 `protobuf:"bytes,2,opt,name=secrets_key,json=secretsKey,proto3" json:"secrets_key,omitempty"`                 // opens sealed secrets in the store
+	TokenKey        []byte                 `protobuf:"bytes,1,opt,name=token_key,json=tokenKey,proto3" json:"token_key,omitempty"`                       // verifies data-plane tokens for this node's sandboxes
 	HeartbeatMillis int64                  `protobuf:"varint,3,opt,name=heartbeat_millis,json=heartbeatMillis,proto3" json:"heartbeat_millis,omitempty"` // how often to heartbeat
+	CallKey         string                 `protobuf:"bytes,4,opt,name=call_key,json=callKey,proto3" json:"call_key,omitempty"`                          // the control plane calls this node with it (bearer)
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -1232,18 +1285,114 @@ func (x *RegisterReply) GetTokenKey() []byte {
 	return nil
 }
 
-func (x *RegisterReply) GetSecretsKey() []byte {
-	if x != nil {
-		return x.SecretsKey
-	}
-	return nil
-}
-
 func (x *RegisterReply) GetHeartbeatMillis() int64 {
 	if x != nil {
 		return x.HeartbeatMillis
 	}
 	return 0
+}
+
+func (x *RegisterReply) GetCallKey() string {
+	if x != nil {
+		return x.CallKey
+	}
+	return ""
+}
+
+type JoinRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JoinToken     string                 `protobuf:"bytes,1,opt,name=join_token,json=joinToken,proto3" json:"join_token,omitempty"`
+	NodeId        string                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinRequest) Reset() {
+	*x = JoinRequest{}
+	mi := &file_zeish_node_v1_node_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinRequest) ProtoMessage() {}
+
+func (x *JoinRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_zeish_node_v1_node_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
+func (*JoinRequest) Descriptor() ([]byte, []int) {
+	return file_zeish_node_v1_node_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *JoinRequest) GetJoinToken() string {
+	if x != nil {
+		return x.JoinToken
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type JoinReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Credential    string                 `protobuf:"bytes,1,opt,name=credential,proto3" json:"credential,omitempty"` // the node's own, kept in its data dir
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinReply) Reset() {
+	*x = JoinReply{}
+	mi := &file_zeish_node_v1_node_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinReply) ProtoMessage() {}
+
+func (x *JoinReply) ProtoReflect() protoreflect.Message {
+	mi := &file_zeish_node_v1_node_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinReply.ProtoReflect.Descriptor instead.
+func (*JoinReply) Descriptor() ([]byte, []int) {
+	return file_zeish_node_v1_node_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *JoinReply) GetCredential() string {
+	if x != nil {
+		return x.Credential
+	}
+	return ""
 }
 
 type HeartbeatRequest struct {
@@ -1257,7 +1406,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_zeish_node_v1_node_proto_msgTypes[21]
+	mi := &file_zeish_node_v1_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1269,7 +1418,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v1_node_proto_msgTypes[21]
+	mi := &file_zeish_node_v1_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1282,7 +1431,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v1_node_proto_rawDescGZIP(), []int{21}
+	return file_zeish_node_v1_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *HeartbeatRequest) GetNodeId() string {
@@ -1315,7 +1464,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_zeish_node_v1_node_proto_msgTypes[22]
+	mi := &file_zeish_node_v1_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1327,7 +1476,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v1_node_proto_msgTypes[22]
+	mi := &file_zeish_node_v1_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1340,7 +1489,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v1_node_proto_rawDescGZIP(), []int{22}
+	return file_zeish_node_v1_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *HeartbeatReply) GetDraining() bool {
@@ -1354,30 +1503,40 @@ var File_zeish_node_v1_node_proto protoreflect.FileDescriptor
 
 const file_zeish_node_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x18zeish/node/v1/node.proto\x12\rzeish.node.v1\"\xba\x01\n" +
+	"\x18zeish/node/v1/node.proto\x12\rzeish.node.v1\"\xe1\x01\n" +
 	"\rCreateRequest\x12\x1f\n" +
 	"\vrecord_json\x18\x01 \x01(\fR\n" +
 	"recordJson\x12J\n" +
 	"\n" +
-	"secret_env\x18\x02 \x03(\v2+.zeish.node.v1.CreateRequest.SecretEnvEntryR\tsecretEnv\x1a<\n" +
+	"secret_env\x18\x02 \x03(\v2+.zeish.node.v1.CreateRequest.SecretEnvEntryR\tsecretEnv\x12%\n" +
+	"\x0esealed_secrets\x18\x03 \x01(\tR\rsealedSecrets\x1a<\n" +
 	"\x0eSecretEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xaa\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd1\x01\n" +
 	"\x05Child\x12\x1f\n" +
 	"\vrecord_json\x18\x01 \x01(\fR\n" +
 	"recordJson\x12B\n" +
 	"\n" +
-	"secret_env\x18\x02 \x03(\v2#.zeish.node.v1.Child.SecretEnvEntryR\tsecretEnv\x1a<\n" +
+	"secret_env\x18\x02 \x03(\v2#.zeish.node.v1.Child.SecretEnvEntryR\tsecretEnv\x12%\n" +
+	"\x0esealed_secrets\x18\x03 \x01(\tR\rsealedSecrets\x1a<\n" +
 	"\x0eSecretEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"]\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xff\x01\n" +
 	"\fCloneRequest\x12\x1b\n" +
 	"\tparent_id\x18\x01 \x01(\tR\bparentId\x120\n" +
-	"\bchildren\x18\x02 \x03(\v2\x14.zeish.node.v1.ChildR\bchildren\"i\n" +
+	"\bchildren\x18\x02 \x03(\v2\x14.zeish.node.v1.ChildR\bchildren\x12\\\n" +
+	"\x11parent_secret_env\x18\x03 \x03(\v20.zeish.node.v1.CloneRequest.ParentSecretEnvEntryR\x0fparentSecretEnv\x1aB\n" +
+	"\x14ParentSecretEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x93\x02\n" +
 	"\x14CloneSnapshotRequest\x12\x1f\n" +
 	"\vsnapshot_id\x18\x01 \x01(\tR\n" +
 	"snapshotId\x120\n" +
-	"\bchildren\x18\x02 \x03(\v2\x14.zeish.node.v1.ChildR\bchildren\"R\n" +
+	"\bchildren\x18\x02 \x03(\v2\x14.zeish.node.v1.ChildR\bchildren\x12d\n" +
+	"\x11parent_secret_env\x18\x03 \x03(\v28.zeish.node.v1.CloneSnapshotRequest.ParentSecretEnvEntryR\x0fparentSecretEnv\x1aB\n" +
+	"\x14ParentSecretEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"R\n" +
 	"\n" +
 	"CloneReply\x12!\n" +
 	"\fpause_micros\x18\x01 \x01(\x03R\vpauseMicros\x12!\n" +
@@ -1394,19 +1553,29 @@ const file_zeish_node_v1_node_proto_rawDesc = "" +
 	"\x15DeleteSnapshotRequest\x12\x1f\n" +
 	"\vsnapshot_id\x18\x01 \x01(\tR\n" +
 	"snapshotId\"\x15\n" +
-	"\x13DeleteSnapshotReply\"1\n" +
+	"\x13DeleteSnapshotReply\"\xbc\x01\n" +
 	"\x0eRestoreRequest\x12\x1f\n" +
 	"\vsnapshot_id\x18\x01 \x01(\tR\n" +
-	"snapshotId\"T\n" +
+	"snapshotId\x12K\n" +
+	"\n" +
+	"secret_env\x18\x02 \x03(\v2,.zeish.node.v1.RestoreRequest.SecretEnvEntryR\tsecretEnv\x1a<\n" +
+	"\x0eSecretEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"T\n" +
 	"\fRestoreReply\x12#\n" +
 	"\rsnapshot_json\x18\x01 \x01(\fR\fsnapshotJson\x12\x1f\n" +
 	"\vrecord_json\x18\x02 \x01(\fR\n" +
-	"recordJson\"l\n" +
+	"recordJson\"\xf9\x01\n" +
 	"\x10LifecycleRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12!\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x11.zeish.node.v1.OpR\x02op\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"K\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12M\n" +
+	"\n" +
+	"secret_env\x18\x04 \x03(\v2..zeish.node.v1.LifecycleRequest.SecretEnvEntryR\tsecretEnv\x1a<\n" +
+	"\x0eSecretEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"K\n" +
 	"\vWaitRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1d\n" +
@@ -1448,10 +1617,17 @@ const file_zeish_node_v1_node_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"x\n" +
 	"\rRegisterReply\x12\x1b\n" +
-	"\ttoken_key\x18\x01 \x01(\fR\btokenKey\x12\x1f\n" +
-	"\vsecrets_key\x18\x02 \x01(\fR\n" +
-	"secretsKey\x12)\n" +
-	"\x10heartbeat_millis\x18\x03 \x01(\x03R\x0fheartbeatMillis\"z\n" +
+	"\ttoken_key\x18\x01 \x01(\fR\btokenKey\x12)\n" +
+	"\x10heartbeat_millis\x18\x03 \x01(\x03R\x0fheartbeatMillis\x12\x19\n" +
+	"\bcall_key\x18\x04 \x01(\tR\acallKeyJ\x04\b\x02\x10\x03\"E\n" +
+	"\vJoinRequest\x12\x1d\n" +
+	"\n" +
+	"join_token\x18\x01 \x01(\tR\tjoinToken\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"+\n" +
+	"\tJoinReply\x12\x1e\n" +
+	"\n" +
+	"credential\x18\x01 \x01(\tR\n" +
+	"credential\"z\n" +
 	"\x10HeartbeatRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x123\n" +
 	"\bcapacity\x18\x02 \x01(\v2\x17.zeish.node.v1.CapacityR\bcapacity\x12\x18\n" +
@@ -1477,8 +1653,9 @@ const file_zeish_node_v1_node_proto_rawDesc = "" +
 	"\rSetPortPublic\x12#.zeish.node.v1.SetPortPublicRequest\x1a\x1b.zeish.node.v1.SandboxReply\x12K\n" +
 	"\n" +
 	"SetNetwork\x12 .zeish.node.v1.SetNetworkRequest\x1a\x1b.zeish.node.v1.SandboxReply\x12H\n" +
-	"\bNetBytes\x12\x1e.zeish.node.v1.NetBytesRequest\x1a\x1c.zeish.node.v1.NetBytesReply2\xa0\x01\n" +
-	"\aControl\x12H\n" +
+	"\bNetBytes\x12\x1e.zeish.node.v1.NetBytesRequest\x1a\x1c.zeish.node.v1.NetBytesReply2\xde\x01\n" +
+	"\aControl\x12<\n" +
+	"\x04Join\x12\x1a.zeish.node.v1.JoinRequest\x1a\x18.zeish.node.v1.JoinReply\x12H\n" +
 	"\bRegister\x12\x1e.zeish.node.v1.RegisterRequest\x1a\x1c.zeish.node.v1.RegisterReply\x12K\n" +
 	"\tHeartbeat\x12\x1f.zeish.node.v1.HeartbeatRequest\x1a\x1d.zeish.node.v1.HeartbeatReplyB7Z5github.com/zeish/zeish/internal/nodeapi/nodev1;nodev1b\x06proto3"
 
@@ -1495,7 +1672,7 @@ func file_zeish_node_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_zeish_node_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_zeish_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_zeish_node_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_zeish_node_v1_node_proto_goTypes = []any{
 	(Op)(0),                       // 0: zeish.node.v1.Op
 	(*CreateRequest)(nil),         // 1: zeish.node.v1.CreateRequest
@@ -1519,52 +1696,64 @@ var file_zeish_node_v1_node_proto_goTypes = []any{
 	(*Capacity)(nil),              // 19: zeish.node.v1.Capacity
 	(*RegisterRequest)(nil),       // 20: zeish.node.v1.RegisterRequest
 	(*RegisterReply)(nil),         // 21: zeish.node.v1.RegisterReply
-	(*HeartbeatRequest)(nil),      // 22: zeish.node.v1.HeartbeatRequest
-	(*HeartbeatReply)(nil),        // 23: zeish.node.v1.HeartbeatReply
-	nil,                           // 24: zeish.node.v1.CreateRequest.SecretEnvEntry
-	nil,                           // 25: zeish.node.v1.Child.SecretEnvEntry
-	nil,                           // 26: zeish.node.v1.RegisterRequest.LabelsEntry
+	(*JoinRequest)(nil),           // 22: zeish.node.v1.JoinRequest
+	(*JoinReply)(nil),             // 23: zeish.node.v1.JoinReply
+	(*HeartbeatRequest)(nil),      // 24: zeish.node.v1.HeartbeatRequest
+	(*HeartbeatReply)(nil),        // 25: zeish.node.v1.HeartbeatReply
+	nil,                           // 26: zeish.node.v1.CreateRequest.SecretEnvEntry
+	nil,                           // 27: zeish.node.v1.Child.SecretEnvEntry
+	nil,                           // 28: zeish.node.v1.CloneRequest.ParentSecretEnvEntry
+	nil,                           // 29: zeish.node.v1.CloneSnapshotRequest.ParentSecretEnvEntry
+	nil,                           // 30: zeish.node.v1.RestoreRequest.SecretEnvEntry
+	nil,                           // 31: zeish.node.v1.LifecycleRequest.SecretEnvEntry
+	nil,                           // 32: zeish.node.v1.RegisterRequest.LabelsEntry
 }
 var file_zeish_node_v1_node_proto_depIdxs = []int32{
-	24, // 0: zeish.node.v1.CreateRequest.secret_env:type_name -> zeish.node.v1.CreateRequest.SecretEnvEntry
-	25, // 1: zeish.node.v1.Child.secret_env:type_name -> zeish.node.v1.Child.SecretEnvEntry
+	26, // 0: zeish.node.v1.CreateRequest.secret_env:type_name -> zeish.node.v1.CreateRequest.SecretEnvEntry
+	27, // 1: zeish.node.v1.Child.secret_env:type_name -> zeish.node.v1.Child.SecretEnvEntry
 	2,  // 2: zeish.node.v1.CloneRequest.children:type_name -> zeish.node.v1.Child
-	2,  // 3: zeish.node.v1.CloneSnapshotRequest.children:type_name -> zeish.node.v1.Child
-	0,  // 4: zeish.node.v1.LifecycleRequest.op:type_name -> zeish.node.v1.Op
-	26, // 5: zeish.node.v1.RegisterRequest.labels:type_name -> zeish.node.v1.RegisterRequest.LabelsEntry
-	19, // 6: zeish.node.v1.RegisterRequest.capacity:type_name -> zeish.node.v1.Capacity
-	19, // 7: zeish.node.v1.HeartbeatRequest.capacity:type_name -> zeish.node.v1.Capacity
-	1,  // 8: zeish.node.v1.Node.Create:input_type -> zeish.node.v1.CreateRequest
-	3,  // 9: zeish.node.v1.Node.Clone:input_type -> zeish.node.v1.CloneRequest
-	4,  // 10: zeish.node.v1.Node.CloneSnapshot:input_type -> zeish.node.v1.CloneSnapshotRequest
-	7,  // 11: zeish.node.v1.Node.CreateSnapshot:input_type -> zeish.node.v1.CreateSnapshotRequest
-	9,  // 12: zeish.node.v1.Node.DeleteSnapshot:input_type -> zeish.node.v1.DeleteSnapshotRequest
-	11, // 13: zeish.node.v1.Node.Restore:input_type -> zeish.node.v1.RestoreRequest
-	13, // 14: zeish.node.v1.Node.Lifecycle:input_type -> zeish.node.v1.LifecycleRequest
-	14, // 15: zeish.node.v1.Node.Wait:input_type -> zeish.node.v1.WaitRequest
-	15, // 16: zeish.node.v1.Node.SetPortPublic:input_type -> zeish.node.v1.SetPortPublicRequest
-	16, // 17: zeish.node.v1.Node.SetNetwork:input_type -> zeish.node.v1.SetNetworkRequest
-	17, // 18: zeish.node.v1.Node.NetBytes:input_type -> zeish.node.v1.NetBytesRequest
-	20, // 19: zeish.node.v1.Control.Register:input_type -> zeish.node.v1.RegisterRequest
-	22, // 20: zeish.node.v1.Control.Heartbeat:input_type -> zeish.node.v1.HeartbeatRequest
-	6,  // 21: zeish.node.v1.Node.Create:output_type -> zeish.node.v1.SandboxReply
-	5,  // 22: zeish.node.v1.Node.Clone:output_type -> zeish.node.v1.CloneReply
-	5,  // 23: zeish.node.v1.Node.CloneSnapshot:output_type -> zeish.node.v1.CloneReply
-	8,  // 24: zeish.node.v1.Node.CreateSnapshot:output_type -> zeish.node.v1.SnapshotReply
-	10, // 25: zeish.node.v1.Node.DeleteSnapshot:output_type -> zeish.node.v1.DeleteSnapshotReply
-	12, // 26: zeish.node.v1.Node.Restore:output_type -> zeish.node.v1.RestoreReply
-	6,  // 27: zeish.node.v1.Node.Lifecycle:output_type -> zeish.node.v1.SandboxReply
-	6,  // 28: zeish.node.v1.Node.Wait:output_type -> zeish.node.v1.SandboxReply
-	6,  // 29: zeish.node.v1.Node.SetPortPublic:output_type -> zeish.node.v1.SandboxReply
-	6,  // 30: zeish.node.v1.Node.SetNetwork:output_type -> zeish.node.v1.SandboxReply
-	18, // 31: zeish.node.v1.Node.NetBytes:output_type -> zeish.node.v1.NetBytesReply
-	21, // 32: zeish.node.v1.Control.Register:output_type -> zeish.node.v1.RegisterReply
-	23, // 33: zeish.node.v1.Control.Heartbeat:output_type -> zeish.node.v1.HeartbeatReply
-	21, // [21:34] is the sub-list for method output_type
-	8,  // [8:21] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	28, // 3: zeish.node.v1.CloneRequest.parent_secret_env:type_name -> zeish.node.v1.CloneRequest.ParentSecretEnvEntry
+	2,  // 4: zeish.node.v1.CloneSnapshotRequest.children:type_name -> zeish.node.v1.Child
+	29, // 5: zeish.node.v1.CloneSnapshotRequest.parent_secret_env:type_name -> zeish.node.v1.CloneSnapshotRequest.ParentSecretEnvEntry
+	30, // 6: zeish.node.v1.RestoreRequest.secret_env:type_name -> zeish.node.v1.RestoreRequest.SecretEnvEntry
+	0,  // 7: zeish.node.v1.LifecycleRequest.op:type_name -> zeish.node.v1.Op
+	31, // 8: zeish.node.v1.LifecycleRequest.secret_env:type_name -> zeish.node.v1.LifecycleRequest.SecretEnvEntry
+	32, // 9: zeish.node.v1.RegisterRequest.labels:type_name -> zeish.node.v1.RegisterRequest.LabelsEntry
+	19, // 10: zeish.node.v1.RegisterRequest.capacity:type_name -> zeish.node.v1.Capacity
+	19, // 11: zeish.node.v1.HeartbeatRequest.capacity:type_name -> zeish.node.v1.Capacity
+	1,  // 12: zeish.node.v1.Node.Create:input_type -> zeish.node.v1.CreateRequest
+	3,  // 13: zeish.node.v1.Node.Clone:input_type -> zeish.node.v1.CloneRequest
+	4,  // 14: zeish.node.v1.Node.CloneSnapshot:input_type -> zeish.node.v1.CloneSnapshotRequest
+	7,  // 15: zeish.node.v1.Node.CreateSnapshot:input_type -> zeish.node.v1.CreateSnapshotRequest
+	9,  // 16: zeish.node.v1.Node.DeleteSnapshot:input_type -> zeish.node.v1.DeleteSnapshotRequest
+	11, // 17: zeish.node.v1.Node.Restore:input_type -> zeish.node.v1.RestoreRequest
+	13, // 18: zeish.node.v1.Node.Lifecycle:input_type -> zeish.node.v1.LifecycleRequest
+	14, // 19: zeish.node.v1.Node.Wait:input_type -> zeish.node.v1.WaitRequest
+	15, // 20: zeish.node.v1.Node.SetPortPublic:input_type -> zeish.node.v1.SetPortPublicRequest
+	16, // 21: zeish.node.v1.Node.SetNetwork:input_type -> zeish.node.v1.SetNetworkRequest
+	17, // 22: zeish.node.v1.Node.NetBytes:input_type -> zeish.node.v1.NetBytesRequest
+	22, // 23: zeish.node.v1.Control.Join:input_type -> zeish.node.v1.JoinRequest
+	20, // 24: zeish.node.v1.Control.Register:input_type -> zeish.node.v1.RegisterRequest
+	24, // 25: zeish.node.v1.Control.Heartbeat:input_type -> zeish.node.v1.HeartbeatRequest
+	6,  // 26: zeish.node.v1.Node.Create:output_type -> zeish.node.v1.SandboxReply
+	5,  // 27: zeish.node.v1.Node.Clone:output_type -> zeish.node.v1.CloneReply
+	5,  // 28: zeish.node.v1.Node.CloneSnapshot:output_type -> zeish.node.v1.CloneReply
+	8,  // 29: zeish.node.v1.Node.CreateSnapshot:output_type -> zeish.node.v1.SnapshotReply
+	10, // 30: zeish.node.v1.Node.DeleteSnapshot:output_type -> zeish.node.v1.DeleteSnapshotReply
+	12, // 31: zeish.node.v1.Node.Restore:output_type -> zeish.node.v1.RestoreReply
+	6,  // 32: zeish.node.v1.Node.Lifecycle:output_type -> zeish.node.v1.SandboxReply
+	6,  // 33: zeish.node.v1.Node.Wait:output_type -> zeish.node.v1.SandboxReply
+	6,  // 34: zeish.node.v1.Node.SetPortPublic:output_type -> zeish.node.v1.SandboxReply
+	6,  // 35: zeish.node.v1.Node.SetNetwork:output_type -> zeish.node.v1.SandboxReply
+	18, // 36: zeish.node.v1.Node.NetBytes:output_type -> zeish.node.v1.NetBytesReply
+	23, // 37: zeish.node.v1.Control.Join:output_type -> zeish.node.v1.JoinReply
+	21, // 38: zeish.node.v1.Control.Register:output_type -> zeish.node.v1.RegisterReply
+	25, // 39: zeish.node.v1.Control.Heartbeat:output_type -> zeish.node.v1.HeartbeatReply
+	26, // [26:40] is the sub-list for method output_type
+	12, // [12:26] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_zeish_node_v1_node_proto_init() }
@@ -1578,7 +1767,7 @@ func file_zeish_node_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_zeish_node_v1_node_proto_rawDesc), len(file_zeish_node_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

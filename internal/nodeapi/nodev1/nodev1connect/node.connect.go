@@ -1,16 +1,20 @@
 // The protocol between zeish's control plane and its node agents
-// (`zeishd node`), version 1. Two services, both over Connect on the node
-// token (Authorization: Bearer <ZEISH_NODE_TOKEN>):
+// (`zeishd node`), version 1. Two services over Connect, each direction on
+// its own credential (see internal/cluster/identity.go):
 //
 //   - Node, served by every node agent: the control plane asks a node to
-//     run, fork, snapshot and move its sandboxes.
-//   - Control, served by the control plane: a node agent registers and
-//     heartbeats.
+//     run, fork, snapshot and move its sandboxes. The control plane calls
+//     with the node's call key, derived for that node alone.
+//   - Control, served by the control plane: a node agent joins once (a
+//     join token for its own credential), then registers and heartbeats
+//     with that credential, as its own id only.
 //
 // Sandbox and snapshot state lives in the shared database; records cross
 // the wire in the store's JSON form (store.SandboxRecord,
 // store.SnapshotRecord), which the database holds too. Secrets have no JSON
-// form and travel in their own field. Errors carry zeish's stable codes
+// form: the control plane opens them and sends a node only the secrets of
+// the sandbox an operation configures, in the clear (over TLS between
+// hosts), with their sealed form for the rows the node writes. Errors carry zeish's stable codes
 // (errdefs) in the "zeish-code" error detail metadata, so a typed error
 // (node_full, invalid_state, …) is the same error on both sides.
 // Fields are only ever added: a change that breaks v1 is v2.
@@ -74,6 +78,8 @@ const (
 	NodeSetNetworkProcedure = "/zeish.node.v1.Node/SetNetwork"
 	// NodeNetBytesProcedure is the fully-qualified name of the Node's NetBytes RPC.
 	NodeNetBytesProcedure = "/zeish.node.v1.Node/NetBytes"
+	// ControlJoinProcedure is the fully-qualified name of the Control's Join RPC.
+	ControlJoinProcedure = "/zeish.node.v1.Control/Join"
 	// ControlRegisterProcedure is the fully-qualified name of the Control's Register RPC.
 	ControlRegisterProcedure = "/zeish.node.v1.Control/Register"
 	// ControlHeartbeatProcedure is the fully-qualified name of the Control's Heartbeat RPC.
@@ -426,9 +432,12 @@ func (UnimplementedNodeHandler) NetBytes(context.Context, *connect.Request[nodev
 
 // ControlClient is a client for the zeish.node.v1.Control service.
 type ControlClient interface {
+	// Join trades a join token (made by an operator, used once) for the
+	// node's own credential. It is the one call without a credential.
+	Join(context.Context, *connect.Request[nodev1.JoinRequest]) (*connect.Response[nodev1.JoinReply], error)
 	// Register announces a node agent (again after every start); the reply
-	// carries the keys a node needs to serve the data plane and to read the
-	// sandboxes' sealed secrets.
+	// carries the keys of this node alone: its data-plane token key and the
+	// key the control plane calls it with.
 	Register(context.Context, *connect.Request[nodev1.RegisterRequest]) (*connect.Response[nodev1.RegisterReply], error)
 	// Heartbeat reports the node alive with its capacity; the reply says
 	// whether it is draining.
@@ -446,6 +455,12 @@ func NewControlClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 	baseURL = strings.TrimRight(baseURL, "/")
 	controlMethods := nodev1.File_zeish_node_v1_node_proto.Services().ByName("Control").Methods()
 	return &controlClient{
+		join: connect.NewClient[nodev1.JoinRequest, nodev1.JoinReply](
+			httpClient,
+			baseURL+ControlJoinProcedure,
+			connect.WithSchema(controlMethods.ByName("Join")),
+			connect.WithClientOptions(opts...),
+		),
 		register: connect.NewClient[nodev1.RegisterRequest, nodev1.RegisterReply](
 			httpClient,
 			baseURL+ControlRegisterProcedure,
@@ -463,8 +478,14 @@ func NewControlClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 
 // controlClient implements ControlClient.
 type controlClient struct {
+	join      *connect.Client[nodev1.JoinRequest, nodev1.JoinReply]
 	register  *connect.Client[nodev1.RegisterRequest, nodev1.RegisterReply]
 	heartbeat *connect.Client[nodev1.HeartbeatRequest, nodev1.HeartbeatReply]
+}
+
+// Join calls zeish.node.v1.Control.Join.
+func (c *controlClient) Join(ctx context.Context, req *connect.Request[nodev1.JoinRequest]) (*connect.Response[nodev1.JoinReply], error) {
+	return c.join.CallUnary(ctx, req)
 }
 
 // Register calls zeish.node.v1.Control.Register.
@@ -479,9 +500,12 @@ func (c *controlClient) Heartbeat(ctx context.Context, req *connect.Request[node
 
 // ControlHandler is an implementation of the zeish.node.v1.Control service.
 type ControlHandler interface {
+	// Join trades a join token (made by an operator, used once) for the
+	// node's own credential. It is the one call without a credential.
+	Join(context.Context, *connect.Request[nodev1.JoinRequest]) (*connect.Response[nodev1.JoinReply], error)
 	// Register announces a node agent (again after every start); the reply
-	// carries the keys a node needs to serve the data plane and to read the
-	// sandboxes' sealed secrets.
+	// carries the keys of this node alone: its data-plane token key and the
+	// key the control plane calls it with.
 	Register(context.Context, *connect.Request[nodev1.RegisterRequest]) (*connect.Response[nodev1.RegisterReply], error)
 	// Heartbeat reports the node alive with its capacity; the reply says
 	// whether it is draining.
@@ -495,6 +519,12 @@ type ControlHandler interface {
 // and JSON codecs. They also support gzip compression.
 func NewControlHandler(svc ControlHandler, opts ...connect.HandlerOption) (string, http.Handler) {
 	controlMethods := nodev1.File_zeish_node_v1_node_proto.Services().ByName("Control").Methods()
+	controlJoinHandler := connect.NewUnaryHandler(
+		ControlJoinProcedure,
+		svc.Join,
+		connect.WithSchema(controlMethods.ByName("Join")),
+		connect.WithHandlerOptions(opts...),
+	)
 	controlRegisterHandler := connect.NewUnaryHandler(
 		ControlRegisterProcedure,
 		svc.Register,
@@ -509,6 +539,8 @@ func NewControlHandler(svc ControlHandler, opts ...connect.HandlerOption) (strin
 	)
 	return "/zeish.node.v1.Control/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
+		case ControlJoinProcedure:
+			controlJoinHandler.ServeHTTP(w, r)
 		case ControlRegisterProcedure:
 			controlRegisterHandler.ServeHTTP(w, r)
 		case ControlHeartbeatProcedure:
@@ -521,6 +553,10 @@ func NewControlHandler(svc ControlHandler, opts ...connect.HandlerOption) (strin
 
 // UnimplementedControlHandler returns CodeUnimplemented from all methods.
 type UnimplementedControlHandler struct{}
+
+func (UnimplementedControlHandler) Join(context.Context, *connect.Request[nodev1.JoinRequest]) (*connect.Response[nodev1.JoinReply], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("zeish.node.v1.Control.Join is not implemented"))
+}
 
 func (UnimplementedControlHandler) Register(context.Context, *connect.Request[nodev1.RegisterRequest]) (*connect.Response[nodev1.RegisterReply], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("zeish.node.v1.Control.Register is not implemented"))
