@@ -25,7 +25,7 @@ import (
 	"github.com/zeish/zeish/internal/metrics"
 	"github.com/zeish/zeish/internal/node"
 	"github.com/zeish/zeish/internal/nodeapi"
-	"github.com/zeish/zeish/internal/nodeapi/nodev1"
+	"github.com/zeish/zeish/internal/nodeapi/nodev2"
 	"github.com/zeish/zeish/internal/secrets"
 	"github.com/zeish/zeish/internal/server"
 	"github.com/zeish/zeish/internal/store"
@@ -242,8 +242,8 @@ func runNode(ctx context.Context) error {
 	region := env("ZEISH_REGION", "local")
 	// Not healthy until it serves and its first heartbeat tells its
 	// capacity: nothing is placed on it before.
-	reg := &nodev1.RegisterRequest{Protocol: nodeapi.ProtocolVersion, NodeId: id, Region: region, Labels: labels,
-		Url: self, Healthy: false, Version: version.Version}
+	reg := &nodev2.RegisterRequest{Version: nodeapi.Ours(), NodeId: id, Region: region, Labels: labels,
+		Url: self, Healthy: false, Build: version.Version}
 	callKey := new(nodeapi.CallKey)
 	keys, err := joinAndRegister(ctx, log, ctl, dataDir, reg)
 	if err != nil {
@@ -315,13 +315,13 @@ func nodeLabels(s string) (map[string]string, error) {
 // if it has none) until the control plane answers (it may start after the
 // node) or ctx ends. A credential the control plane refuses (revoked) is
 // replaced when ZEISH_JOIN_TOKEN holds a new join token for this node.
-func joinAndRegister(ctx context.Context, log *slog.Logger, ctl *controls, dataDir string, req *nodev1.RegisterRequest) (*nodev1.RegisterReply, error) {
+func joinAndRegister(ctx context.Context, log *slog.Logger, ctl *controls, dataDir string, req *nodev2.RegisterRequest) (*nodev2.RegisterReply, error) {
 	cred, fromFile, err := nodeCredential(ctx, log, ctl, dataDir, req.NodeId)
 	if err != nil {
 		return nil, err
 	}
 	ctl.setCredential(cred)
-	register := func() (*connect.Response[nodev1.RegisterReply], error) {
+	register := func() (*connect.Response[nodev2.RegisterReply], error) {
 		return ctl.Register(ctx, connect.NewRequest(req))
 	}
 	rep, err := untilAnswered(ctx, log, "register with the control plane", register)
@@ -340,11 +340,11 @@ func joinAndRegister(ctx context.Context, log *slog.Logger, ctl *controls, dataD
 }
 
 // capacityOf is what the node can promise now.
-func capacityOf(loc *local, dataDir string) (*nodev1.Capacity, bool) {
+func capacityOf(loc *local, dataDir string) (*nodev2.Capacity, bool) {
 	c, err := loc.node.Capacity()
 	caps := loc.driver.Capabilities()
-	out := &nodev1.Capacity{MemoryBudgetMib: int64(c.BudgetMiB), MemoryCommittedMib: int64(c.CommittedMiB),
-		ImageRamMib: int64(c.ImageRAMMiB), Vcpus: int32(runtime.NumCPU()), Accel: string(caps.Accel), Vmm: caps.Name}
+	out := &nodev2.Capacity{MemoryBudgetMib: int64(c.BudgetMiB), MemoryCommittedMib: int64(c.CommittedMiB),
+		ImageRamMib: int64(c.ImageRAMMiB), ImageDiskMib: int64(c.ImageDiskMiB), Vcpus: int32(runtime.NumCPU()), Accel: string(caps.Accel), Vmm: caps.Name}
 	var fs syscall.Statfs_t
 	if syscall.Statfs(dataDir, &fs) == nil {
 		out.DiskFreeMib = int64(fs.Bavail * uint64(fs.Bsize) >> 20)
@@ -355,13 +355,13 @@ func capacityOf(loc *local, dataDir string) (*nodev1.Capacity, bool) {
 // heartbeat reports the node alive every interval, registers again when
 // the control plane no longer knows it, and rejoins the sandboxes marked
 // lost while it was away.
-func heartbeat(ctx context.Context, log *slog.Logger, ctl *controls, reg *nodev1.RegisterRequest, callKey *nodeapi.CallKey, loc *local, dataDir string, every time.Duration) {
+func heartbeat(ctx context.Context, log *slog.Logger, ctl *controls, reg *nodev2.RegisterRequest, callKey *nodeapi.CallKey, loc *local, dataDir string, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	draining := false
 	for {
 		c, healthy := capacityOf(loc, dataDir)
-		rep, err := ctl.Heartbeat(ctx, connect.NewRequest(&nodev1.HeartbeatRequest{NodeId: reg.NodeId, Capacity: c, Healthy: healthy}))
+		rep, err := ctl.Heartbeat(ctx, connect.NewRequest(&nodev2.HeartbeatRequest{NodeId: reg.NodeId, Capacity: c, Healthy: healthy}))
 		switch {
 		case err == nil:
 			if rep.Msg.Draining != draining {
@@ -430,7 +430,7 @@ func nodeStates(nodes store.NodeStore, lostAfter time.Duration) func(context.Con
 		for _, n := range list {
 			c := n.Capacity
 			out = append(out, metrics.NodeState{ID: n.ID, Region: n.Region, VCPUs: c.VCPUs,
-				Capacity: metrics.Capacity{BudgetMiB: c.MemoryBudgetMiB, CommittedMiB: c.MemoryCommittedMiB, ImageRAMMiB: c.ImageRAMMiB},
+				Capacity: metrics.Capacity{BudgetMiB: c.MemoryBudgetMiB, CommittedMiB: c.MemoryCommittedMiB, ImageRAMMiB: c.ImageRAMMiB, ImageDiskMiB: c.ImageDiskMiB},
 				Healthy:  n.Healthy, Live: cluster.Live(n, now, lostAfter), Draining: n.Draining,
 				SecondsSinceBeat: now.Sub(n.HeartbeatAt).Seconds()})
 		}

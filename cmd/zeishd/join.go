@@ -17,7 +17,7 @@ import (
 	"github.com/zeish/zeish/internal/cluster"
 	"github.com/zeish/zeish/internal/datadir"
 	"github.com/zeish/zeish/internal/nodeapi"
-	"github.com/zeish/zeish/internal/nodeapi/nodev1"
+	"github.com/zeish/zeish/internal/nodeapi/nodev2"
 	"github.com/zeish/zeish/internal/store"
 )
 
@@ -145,8 +145,8 @@ func join(ctx context.Context, log *slog.Logger, ctl *controls, dataDir, id stri
 	if tok == "" {
 		return "", fmt.Errorf("node %s has no credential (%s in its data dir): make a join token where the control plane's database is reachable (zeishd join-token --node %s) and start the node with ZEISH_JOIN_TOKEN (or ZEISH_JOIN_TOKEN_FILE) set to it", id, credentialFile, id)
 	}
-	rep, err := untilAnswered(ctx, log, "join the control plane", func() (*connect.Response[nodev1.JoinReply], error) {
-		return ctl.Join(ctx, connect.NewRequest(&nodev1.JoinRequest{JoinToken: tok, NodeId: id}))
+	rep, err := untilAnswered(ctx, log, "join the control plane", func() (*connect.Response[nodev2.JoinReply], error) {
+		return ctl.Join(ctx, connect.NewRequest(&nodev2.JoinRequest{JoinToken: tok, NodeId: id}))
 	})
 	if err != nil {
 		return "", err

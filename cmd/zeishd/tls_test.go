@@ -14,7 +14,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/zeish/zeish/internal/cluster"
-	"github.com/zeish/zeish/internal/nodeapi/nodev1"
+	"github.com/zeish/zeish/internal/nodeapi"
+	"github.com/zeish/zeish/internal/nodeapi/nodev2"
 	"github.com/zeish/zeish/internal/testenv"
 )
 
@@ -67,14 +68,14 @@ func TestJoinAndRegisterOverTLS(t *testing.T) {
 	}
 	// A client that does not trust the cluster's CA.
 	stranger := newControls([]string{base}, (hostTLS{}).rpcClient())
-	if _, err := stranger.Join(ctx, connect.NewRequest(&nodev1.JoinRequest{JoinToken: token, NodeId: "n1"})); err == nil ||
+	if _, err := stranger.Join(ctx, connect.NewRequest(&nodev2.JoinRequest{JoinToken: token, NodeId: "n1"})); err == nil ||
 		!strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("a client without the CA: %v", err)
 	}
 	ctl := newControls([]string{base}, hosts.rpcClient())
 	dataDir := t.TempDir()
 	t.Setenv("ZEISH_JOIN_TOKEN", token)
-	regReq := &nodev1.RegisterRequest{Protocol: 1, NodeId: "n1", Url: "https://127.0.0.1:7421", Region: "eu"}
+	regReq := &nodev2.RegisterRequest{Version: nodeapi.Ours(), NodeId: "n1", Url: "https://127.0.0.1:7421", Region: "eu"}
 	rep, err := joinAndRegister(ctx, slog.Default(), ctl, dataDir, regReq)
 	if err != nil {
 		t.Fatal(err)

@@ -13,8 +13,8 @@ import (
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/nodeapi"
-	"github.com/zeish/zeish/internal/nodeapi/nodev1"
-	"github.com/zeish/zeish/internal/nodeapi/nodev1/nodev1connect"
+	"github.com/zeish/zeish/internal/nodeapi/nodev2"
+	"github.com/zeish/zeish/internal/nodeapi/nodev2/nodev2connect"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/internal/testenv"
 	"github.com/zeish/zeish/sandbox"
@@ -26,7 +26,7 @@ type registry struct {
 	st    store.NodeStore
 	reg   *Registry
 	url   string
-	ctl   nodev1connect.ControlClient // without a credential
+	ctl   nodev2connect.ControlClient // without a credential
 	clock time.Time
 }
 
@@ -37,12 +37,12 @@ func newRegistry(t *testing.T, allowHTTP bool) *registry {
 	mux.Handle(reg.Handler())
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return &registry{t: t, st: st, reg: reg, url: srv.URL, ctl: nodev1connect.NewControlClient(http.DefaultClient, srv.URL)}
+	return &registry{t: t, st: st, reg: reg, url: srv.URL, ctl: nodev2connect.NewControlClient(http.DefaultClient, srv.URL)}
 }
 
 // as is the Control service called with credential cred.
-func (g *registry) as(cred string) nodev1connect.ControlClient {
-	return nodev1connect.NewControlClient(http.DefaultClient, g.url, connect.WithInterceptors(nodeapi.Bearer(cred)))
+func (g *registry) as(cred string) nodev2connect.ControlClient {
+	return nodev2connect.NewControlClient(http.DefaultClient, g.url, connect.WithInterceptors(nodeapi.Bearer(cred)))
 }
 
 // token makes a join token for node id ("" any), valid for ttl.
@@ -59,7 +59,7 @@ func (g *registry) token(id string, ttl time.Duration) string {
 }
 
 func (g *registry) join(token, id string) (string, error) {
-	rep, err := g.ctl.Join(context.Background(), connect.NewRequest(&nodev1.JoinRequest{JoinToken: token, NodeId: id}))
+	rep, err := g.ctl.Join(context.Background(), connect.NewRequest(&nodev2.JoinRequest{JoinToken: token, NodeId: id}))
 	if err != nil {
 		return "", nodeapi.FromWire("control", err)
 	}
@@ -76,9 +76,9 @@ func (g *registry) joined(id string) string {
 	return cred
 }
 
-func register(c nodev1connect.ControlClient, id, url string) (*nodev1.RegisterReply, error) {
-	rep, err := c.Register(context.Background(), connect.NewRequest(&nodev1.RegisterRequest{Protocol: nodeapi.ProtocolVersion,
-		NodeId: id, Url: url, Region: "eu", Healthy: true, Capacity: &nodev1.Capacity{MemoryBudgetMib: 4096}}))
+func register(c nodev2connect.ControlClient, id, url string) (*nodev2.RegisterReply, error) {
+	rep, err := c.Register(context.Background(), connect.NewRequest(&nodev2.RegisterRequest{Version: nodeapi.Ours(),
+		NodeId: id, Url: url, Region: "eu", Healthy: true, Capacity: &nodev2.Capacity{MemoryBudgetMib: 4096}}))
 	if err != nil {
 		return nil, nodeapi.FromWire("control", err)
 	}
@@ -152,14 +152,14 @@ func TestNodeActsAsItsOwnIDOnly(t *testing.T) {
 	if _, err := register(g.as(attacker), "victim", "http://evil:7421"); !errors.Is(err, errdefs.ErrForbidden) {
 		t.Fatalf("register as another node: %v", err)
 	}
-	beat := func(c nodev1connect.ControlClient, id string) error {
-		_, err := c.Heartbeat(ctx, connect.NewRequest(&nodev1.HeartbeatRequest{NodeId: id, Healthy: false}))
+	beat := func(c nodev2connect.ControlClient, id string) error {
+		_, err := c.Heartbeat(ctx, connect.NewRequest(&nodev2.HeartbeatRequest{NodeId: id, Healthy: false}))
 		return nodeapi.FromWire("control", err)
 	}
 	if err := beat(g.as(attacker), "victim"); !errors.Is(err, errdefs.ErrForbidden) {
 		t.Fatalf("heartbeat as another node: %v", err)
 	}
-	for name, c := range map[string]nodev1connect.ControlClient{
+	for name, c := range map[string]nodev2connect.ControlClient{
 		"no credential":  g.ctl,
 		"made up":        g.as("znc_victim.made-up"),
 		"not one at all": g.as("e2e-cluster-node-token-0123456789"),
@@ -259,10 +259,10 @@ func TestNodeCannotCallAnotherAsTheControlPlane(t *testing.T) {
 	serveNode("b")
 	ctx := context.Background()
 	rec := &store.SandboxRecord{Sandbox: sandbox.Sandbox{Name: "x", AccountID: "acc_victim", MemoryMiB: 128}}
-	if _, err := nodeapi.NewRemoteNode("a", urlA, CallKey(master, "b"), nil).Create(ctx, rec); !errors.Is(err, errdefs.ErrInternal) || !strings.Contains(err.Error(), "refused") {
+	if _, err := nodeapi.NewRemoteNode("a", urlA, CallKey(master, "b"), nodeapi.ProtocolMinor, nil).Create(ctx, rec); !errors.Is(err, errdefs.ErrInternal) || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("node b's key on node a: %v", err)
 	}
-	if _, err := nodeapi.NewRemoteNode("a", urlA, CallKey(master, "a"), nil).Create(ctx, rec); err != nil {
+	if _, err := nodeapi.NewRemoteNode("a", urlA, CallKey(master, "a"), nodeapi.ProtocolMinor, nil).Create(ctx, rec); err != nil {
 		t.Fatalf("the control plane's key for a: %v", err)
 	}
 	// The forwarded public routes take the same key.

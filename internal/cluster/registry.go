@@ -14,8 +14,8 @@ import (
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/nodeapi"
-	"github.com/zeish/zeish/internal/nodeapi/nodev1"
-	"github.com/zeish/zeish/internal/nodeapi/nodev1/nodev1connect"
+	"github.com/zeish/zeish/internal/nodeapi/nodev2"
+	"github.com/zeish/zeish/internal/nodeapi/nodev2/nodev2connect"
 	"github.com/zeish/zeish/internal/store"
 )
 
@@ -38,18 +38,10 @@ type Registry struct {
 // Handler mounts the Control service: Join on a join token, every other
 // call on the calling node's credential.
 func (g *Registry) Handler() (string, http.Handler) {
-	return nodev1connect.NewControlHandler(g, connect.WithInterceptors(g.authenticate()))
+	return nodev2connect.NewControlHandler(g, connect.WithInterceptors(g.authenticate()))
 }
 
 var nodeIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
-
-func capacity(c *nodev1.Capacity) store.NodeCapacity {
-	if c == nil {
-		return store.NodeCapacity{}
-	}
-	return store.NodeCapacity{MemoryBudgetMiB: int(c.MemoryBudgetMib), MemoryCommittedMiB: int(c.MemoryCommittedMib),
-		ImageRAMMiB: int(c.ImageRamMib), VCPUs: int(c.Vcpus), DiskFreeMiB: int(c.DiskFreeMib), Accel: c.Accel, VMM: c.Vmm}
-}
 
 // callerKey carries the node id a call's credential belongs to.
 type callerKey struct{}
@@ -66,7 +58,7 @@ func caller(ctx context.Context) string {
 func (g *Registry) authenticate() connect.Interceptor {
 	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			if req.Spec().Procedure == nodev1connect.ControlJoinProcedure {
+			if req.Spec().Procedure == nodev2connect.ControlJoinProcedure {
 				return next(ctx, req)
 			}
 			bearer, _ := strings.CutPrefix(req.Header().Get("Authorization"), "Bearer ")
@@ -95,7 +87,7 @@ func actsAs(ctx context.Context, id string) error {
 }
 
 // Join trades a join token for the node's credential (see identity.go).
-func (g *Registry) Join(ctx context.Context, req *connect.Request[nodev1.JoinRequest]) (*connect.Response[nodev1.JoinReply], error) {
+func (g *Registry) Join(ctx context.Context, req *connect.Request[nodev2.JoinRequest]) (*connect.Response[nodev2.JoinReply], error) {
 	m := req.Msg
 	if !nodeIDPattern.MatchString(m.NodeId) {
 		return nil, nodeapi.ToWire(fmt.Errorf("node id %q: want lower-case letters, digits, '.', '_' or '-': %w", m.NodeId, errdefs.ErrInvalidArgument))
@@ -120,7 +112,7 @@ func (g *Registry) Join(ctx context.Context, req *connect.Request[nodev1.JoinReq
 		return nil, nodeapi.ToWire(err)
 	}
 	g.log().Info("node joined", "node", m.NodeId, "join_token", tokenID)
-	return connect.NewResponse(&nodev1.JoinReply{Credential: cred}), nil
+	return connect.NewResponse(&nodev2.JoinReply{Credential: cred}), nil
 }
 
 // checkURL refuses a node URL the control plane should not call.
@@ -136,33 +128,35 @@ func (g *Registry) checkURL(raw string) error {
 	return nil
 }
 
-func (g *Registry) Register(ctx context.Context, req *connect.Request[nodev1.RegisterRequest]) (*connect.Response[nodev1.RegisterReply], error) {
+func (g *Registry) Register(ctx context.Context, req *connect.Request[nodev2.RegisterRequest]) (*connect.Response[nodev2.RegisterReply], error) {
 	m := req.Msg
 	if err := actsAs(ctx, m.NodeId); err != nil {
 		return nil, nodeapi.ToWire(err)
 	}
-	if m.Protocol != nodeapi.ProtocolVersion {
-		return nil, nodeapi.ToWire(fmt.Errorf("node protocol %d, this control plane speaks %d: %w", m.Protocol, nodeapi.ProtocolVersion, errdefs.ErrInvalidArgument))
+	minor, err := nodeapi.Agree(m.Version)
+	if err != nil {
+		return nil, nodeapi.ToWire(err)
 	}
 	if err := g.checkURL(m.Url); err != nil {
 		return nil, nodeapi.ToWire(err)
 	}
 	now := time.Now().UTC()
-	_, err := g.Nodes.UpdateNode(ctx, m.NodeId, func(n *store.NodeRecord) error {
-		n.Region, n.Labels, n.URL, n.Version = m.Region, m.Labels, m.Url, m.Version
-		n.Capacity, n.Healthy = capacity(m.Capacity), m.Healthy
+	protocol := nodeapi.Format(nodeapi.ProtocolMajor, minor)
+	_, err = g.Nodes.UpdateNode(ctx, m.NodeId, func(n *store.NodeRecord) error {
+		n.Region, n.Labels, n.URL, n.Version, n.Protocol = m.Region, m.Labels, m.Url, m.Build, protocol
+		n.Capacity, n.Healthy = nodeapi.CapacityFromWire(m.Capacity), m.Healthy
 		n.RegisteredAt, n.HeartbeatAt = now, now // Draining is kept: a restart does not undo a drain
 		return nil
 	})
 	if err != nil {
 		return nil, nodeapi.ToWire(fmt.Errorf("store: %w: %w", errdefs.ErrUnavailable, err))
 	}
-	g.log().Info("node registered", "node", m.NodeId, "region", m.Region, "url", m.Url, "labels", m.Labels)
-	return connect.NewResponse(&nodev1.RegisterReply{TokenKey: DataPlaneKey(g.Key, m.NodeId), CallKey: CallKey(g.Key, m.NodeId),
-		HeartbeatMillis: g.Every.Milliseconds()}), nil
+	g.log().Info("node registered", "node", m.NodeId, "region", m.Region, "url", m.Url, "labels", m.Labels, "protocol", protocol)
+	return connect.NewResponse(&nodev2.RegisterReply{Version: &nodev2.Version{Major: nodeapi.ProtocolMajor, Minor: minor},
+		TokenKey: DataPlaneKey(g.Key, m.NodeId), CallKey: CallKey(g.Key, m.NodeId), HeartbeatMillis: g.Every.Milliseconds()}), nil
 }
 
-func (g *Registry) Heartbeat(ctx context.Context, req *connect.Request[nodev1.HeartbeatRequest]) (*connect.Response[nodev1.HeartbeatReply], error) {
+func (g *Registry) Heartbeat(ctx context.Context, req *connect.Request[nodev2.HeartbeatRequest]) (*connect.Response[nodev2.HeartbeatReply], error) {
 	m := req.Msg
 	if err := actsAs(ctx, m.NodeId); err != nil {
 		return nil, nodeapi.ToWire(err)
@@ -171,13 +165,13 @@ func (g *Registry) Heartbeat(ctx context.Context, req *connect.Request[nodev1.He
 		return nil, nodeapi.ToWire(fmt.Errorf("node %s: register first: %w", m.NodeId, err))
 	}
 	n, err := g.Nodes.UpdateNode(ctx, m.NodeId, func(n *store.NodeRecord) error {
-		n.Capacity, n.Healthy, n.HeartbeatAt = capacity(m.Capacity), m.Healthy, time.Now().UTC()
+		n.Capacity, n.Healthy, n.HeartbeatAt = nodeapi.CapacityFromWire(m.Capacity), m.Healthy, time.Now().UTC()
 		return nil
 	})
 	if err != nil {
 		return nil, nodeapi.ToWire(fmt.Errorf("store: %w: %w", errdefs.ErrUnavailable, err))
 	}
-	return connect.NewResponse(&nodev1.HeartbeatReply{Draining: n.Draining}), nil
+	return connect.NewResponse(&nodev2.HeartbeatReply{Draining: n.Draining}), nil
 }
 
 func (g *Registry) log() *slog.Logger {

@@ -46,7 +46,7 @@ type Router struct {
 	o       Options
 	log     *slog.Logger
 	mu      sync.Mutex
-	clients map[string]*nodeapi.RemoteNode // by node id + URL
+	clients map[string]*nodeapi.RemoteNode // by node id, URL and protocol
 }
 
 // NewRouter makes a Router.
@@ -70,12 +70,12 @@ func NewRouter(o Options) *Router {
 const DefaultLostAfter = 30 * time.Second
 
 func (r *Router) client(n store.NodeRecord) *nodeapi.RemoteNode {
-	key := n.ID + " " + n.URL
+	key := n.ID + " " + n.URL + " " + n.Protocol
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c := r.clients[key]
 	if c == nil {
-		c = nodeapi.NewRemoteNode(n.ID, n.URL, CallKey(r.o.Key, n.ID), r.o.HTTP)
+		c = nodeapi.NewRemoteNode(n.ID, n.URL, CallKey(r.o.Key, n.ID), nodeapi.ParseMinor(n.Protocol), r.o.HTTP)
 		r.clients[key] = c
 	}
 	return c
@@ -255,7 +255,7 @@ func (r *Router) CloneSnapshot(ctx context.Context, snapID string, children []*s
 	if err := r.sealChildren(children, parent.SecretEnv); err != nil {
 		return nil, err
 	}
-	return c.CloneSnapshot(ctx, snapID, parent.SecretEnv, children)
+	return c.CloneSnapshot(ctx, snapID, parent.ID, parent.SecretEnv, children)
 }
 
 func (r *Router) CreateSnapshot(ctx context.Context, id, name string) (*store.SnapshotRecord, error) {
@@ -281,7 +281,7 @@ func (r *Router) Restore(ctx context.Context, snapID string) (*store.SnapshotRec
 	if err != nil {
 		return nil, nil, err
 	}
-	return c.Restore(ctx, snapID, rec.SecretEnv)
+	return c.Restore(ctx, snapID, rec.ID, rec.SecretEnv)
 }
 
 func (r *Router) call(ctx context.Context, id string, f func(*nodeapi.RemoteNode) (*store.SandboxRecord, error)) (*store.SandboxRecord, error) {

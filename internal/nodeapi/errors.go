@@ -88,3 +88,8 @@ func connectCode(c errdefs.Class) connect.Code {
 	}
 	return connect.CodeInternal
 }
+
+// unreadable is an answer of node that this side cannot read.
+func unreadable(node string, err error) error {
+	return fmt.Errorf("node %s answered what this control plane cannot read: %v: %w", node, err, errdefs.ErrInternal)
+}

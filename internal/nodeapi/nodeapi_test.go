@@ -72,7 +72,7 @@ func TestErrorsSurviveTheWire(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			url := serve(t, &fakeNode{err: c.err}, "tok")
-			n := NewRemoteNode("n1", url, "tok", nil)
+			n := NewRemoteNode("n1", url, "tok", ProtocolMinor, nil)
 			_, err := n.Pause(context.Background(), "sbx_a")
 			if !errors.Is(err, c.want) || errdefs.Of(err) != c.want {
 				t.Fatalf("got %v (%s), want %s", err, errdefs.Of(err).Code, c.want.Code)
@@ -86,16 +86,16 @@ func TestErrorsSurviveTheWire(t *testing.T) {
 
 func TestTransportErrors(t *testing.T) {
 	url := serve(t, &fakeNode{}, "right")
-	if _, err := NewRemoteNode("n1", url, "wrong", nil).Pause(context.Background(), "sbx_a"); errdefs.Of(err) != errdefs.ErrInternal {
+	if _, err := NewRemoteNode("n1", url, "wrong", ProtocolMinor, nil).Pause(context.Background(), "sbx_a"); errdefs.Of(err) != errdefs.ErrInternal {
 		t.Fatalf("wrong token: %v", err)
 	}
-	if _, err := NewRemoteNode("n1", url, "", nil).Pause(context.Background(), "sbx_a"); errdefs.Of(err) != errdefs.ErrInternal {
+	if _, err := NewRemoteNode("n1", url, "", ProtocolMinor, nil).Pause(context.Background(), "sbx_a"); errdefs.Of(err) != errdefs.ErrInternal {
 		t.Fatalf("no token: %v", err)
 	}
 	// Nobody listens there: the node is unavailable, not the request bad.
 	dead := httptest.NewServer(http.NotFoundHandler())
 	dead.Close()
-	if _, err := NewRemoteNode("n1", dead.URL, "right", nil).Pause(context.Background(), "sbx_a"); !errors.Is(err, errdefs.ErrUnavailable) {
+	if _, err := NewRemoteNode("n1", dead.URL, "right", ProtocolMinor, nil).Pause(context.Background(), "sbx_a"); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("unreachable node: %v", err)
 	}
 }
@@ -106,7 +106,7 @@ func TestTransportErrors(t *testing.T) {
 // refused (the node could not record them).
 func TestRecordsCross(t *testing.T) {
 	f := &fakeNode{}
-	n := NewRemoteNode("n1", serve(t, f, "tok"), "tok", nil)
+	n := NewRemoteNode("n1", serve(t, f, "tok"), "tok", ProtocolMinor, nil)
 	in := &store.SandboxRecord{Sandbox: sandbox.Sandbox{Name: "a", MemoryMiB: 256, Env: map[string]string{"A": "1"}}, SecretEnv: map[string]string{"TOKEN": "s3"}}
 	if _, err := n.Create(context.Background(), in); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("secrets without an id and their sealed form: %v", err)

@@ -39,6 +39,7 @@ type NodeCapacity struct {
 	ImageRAMMiB        int    `json:"image_ram_mib"`
 	VCPUs              int    `json:"vcpus"`
 	DiskFreeMiB        int    `json:"disk_free_mib"`
+	ImageDiskMiB       int    `json:"image_disk_mib,omitempty"` // images moved to disk (cold); 0 from nodes of protocol 2.0
 	Accel              string `json:"accel"`
 	VMM                string `json:"vmm"`
 }
