@@ -271,13 +271,13 @@ func runNode(ctx context.Context) error {
 		return err
 	}
 	mux := http.NewServeMux()
-	mux.Handle(nodeapi.Handler(loc.node, st, callKey))
+	// The control plane's calls, on its call key for this node; they
+	// include the guest reads and template builds of the public API.
+	mux.Handle(nodeapi.Handler(loc.node, st, callKey, loc.cat))
 	// The data plane of this node's sandboxes, on tokens the control plane
 	// signed: exec and file bytes never pass through the control plane.
 	h := srv.Handler()
 	mux.Handle(api.DataPath+"/", h)
-	// The guest-backed public routes the control plane forwards here.
-	mux.Handle(nodeapi.ForwardPrefix+"/", http.StripPrefix(nodeapi.ForwardPrefix, srv.ForwardedHandler(callKey.Check)))
 	// E2B's envd for this node's sandboxes, on tokens the control plane signed.
 	mux.Handle(e2b.Prefix+"/envd/", e2b.New(e2b.Options{Backend: srv, Templates: loc.cat, Logger: log}).EnvdHandler())
 	mux.Handle("GET /healthz", h)

@@ -56,25 +56,23 @@ func caller(ctx context.Context) string {
 // matches the hash on its row (a revoked or replaced one does not), and
 // names that node as the caller.
 func (g *Registry) authenticate() connect.Interceptor {
-	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			if req.Spec().Procedure == nodev2connect.ControlJoinProcedure {
-				return next(ctx, req)
-			}
-			bearer, _ := strings.CutPrefix(req.Header().Get("Authorization"), "Bearer ")
-			id, secret, err := parseCredential(bearer)
-			if err != nil {
-				return nil, nodeapi.ToWire(err)
-			}
-			n, err := g.Nodes.GetNode(ctx, id)
-			if err != nil && !errdefs.Is(err, errdefs.ClassNotFound) {
-				return nil, nodeapi.ToWire(fmt.Errorf("store: %w: %w", errdefs.ErrUnavailable, err))
-			}
-			if err != nil || !sameHash(secret, n.CredentialHash) {
-				return nil, nodeapi.ToWire(fmt.Errorf("the credential of node %s is not valid (revoked, replaced by a new join, or never issued): join again with a join token: %w", id, errdefs.ErrUnauthenticated))
-			}
-			return next(context.WithValue(ctx, callerKey{}, id), req)
+	return nodeapi.Authenticate(func(ctx context.Context, procedure string, h http.Header) (context.Context, error) {
+		if procedure == nodev2connect.ControlJoinProcedure {
+			return ctx, nil
 		}
+		bearer, _ := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
+		id, secret, err := parseCredential(bearer)
+		if err != nil {
+			return ctx, nodeapi.ToWire(err)
+		}
+		n, err := g.Nodes.GetNode(ctx, id)
+		if err != nil && !errdefs.Is(err, errdefs.ClassNotFound) {
+			return ctx, nodeapi.ToWire(fmt.Errorf("store: %w: %w", errdefs.ErrUnavailable, err))
+		}
+		if err != nil || !sameHash(secret, n.CredentialHash) {
+			return ctx, nodeapi.ToWire(fmt.Errorf("the credential of node %s is not valid (revoked, replaced by a new join, or never issued): join again with a join token: %w", id, errdefs.ErrUnauthenticated))
+		}
+		return context.WithValue(ctx, callerKey{}, id), nil
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/control"
+	"github.com/zeish/zeish/internal/guestread"
 	"github.com/zeish/zeish/internal/nodeapi"
 	"github.com/zeish/zeish/internal/server"
 	"github.com/zeish/zeish/internal/store"
@@ -20,9 +21,11 @@ import (
 
 // The Router is a node to the control plane and a cluster to the admin API.
 var (
-	_ control.Node         = (*Router)(nil)
-	_ server.Cluster       = (*Router)(nil)
-	_ server.NodeForwarder = (*Router)(nil)
+	_ control.Node          = (*Router)(nil)
+	_ server.Cluster        = (*Router)(nil)
+	_ server.DataPlaneProxy = (*Router)(nil)
+	_ server.NodeTemplates  = (*Router)(nil)
+	_ guestread.Reads       = (*Router)(nil)
 )
 
 // fakeNode records the sandboxes it makes in the store as a node would,
@@ -64,7 +67,7 @@ func TestRouter(t *testing.T) {
 		key := new(nodeapi.CallKey)
 		key.Set(CallKey(master, c.id))
 		mux := http.NewServeMux()
-		mux.Handle(nodeapi.Handler(f, nodeapi.NewDelivered(st), key))
+		mux.Handle(nodeapi.Handler(f, nodeapi.NewDelivered(st), key, nil))
 		srv := httptest.NewServer(mux)
 		defer srv.Close()
 		st.UpdateNode(ctx, c.id, func(n *store.NodeRecord) error {

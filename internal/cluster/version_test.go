@@ -3,15 +3,23 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/nodeapi"
 	"github.com/zeish/zeish/internal/nodeapi/nodev2"
 	"github.com/zeish/zeish/internal/nodeapi/nodev2/nodev2connect"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
 )
 
 // oldRegister is a RegisterRequest as a node of protocol 2.0 encodes it:
@@ -68,5 +76,47 @@ func TestPreviousMinorNodeRegisters(t *testing.T) {
 	n, err := g.st.GetNode(context.Background(), "old")
 	if err != nil || n.Protocol != "2.0" || n.Capacity.MemoryBudgetMiB != 2048 || n.Capacity.ImageDiskMiB != 0 || n.Version != "zeishd 2.0" {
 		t.Fatalf("the 2.0 node's row: %+v %v", n, err)
+	}
+}
+
+// oldNode is a node agent of protocol 2.0: the calls of 2.0 only, every
+// other unimplemented (as a 2.0 build's generated handler answers).
+type oldNode struct {
+	nodev2connect.UnimplementedNodeHandler
+	now nodev2connect.NodeHandler
+}
+
+func (o oldNode) Create(ctx context.Context, req *connect.Request[nodev2.CreateRequest]) (*connect.Response[nodev2.SandboxReply], error) {
+	return o.now.Create(ctx, req)
+}
+
+// The router asks a 2.0 node only what 2.0 has: a create goes through; a
+// call of 2.1 is refused before it is sent, saying what to upgrade.
+func TestRouterAsksOnlyWhatTheNodesVersionHas(t *testing.T) {
+	g := newRegistry(t, true)
+	ctx := context.Background()
+	key := new(nodeapi.CallKey)
+	key.Set(CallKey(master, "old"))
+	path, h := nodev2connect.NewNodeHandler(oldNode{now: nodeapi.NewServer(&fakeNode{id: "old", st: g.st}, nodeapi.NewDelivered(g.st), nil)},
+		connect.WithInterceptors(key.ServerAuth()))
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	cred := g.joined("old")
+	req, _ := http.NewRequest("POST", g.url+nodev2connect.ControlRegisterProcedure, bytes.NewReader(oldRegister("old", srv.URL)))
+	req.Header.Set("Content-Type", "application/proto")
+	req.Header.Set("Authorization", "Bearer "+cred)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("register the 2.0 node: %v %v", resp, err)
+	}
+	r := NewRouter(Options{Store: g.st, Nodes: g.st, Key: master})
+	made, err := r.Create(ctx, &store.SandboxRecord{Sandbox: sandbox.Sandbox{AccountID: "acc_a", MemoryMiB: 256}})
+	if err != nil || made.Host != "old" {
+		t.Fatalf("a create on the 2.0 node: %+v %v", made, err)
+	}
+	_, err = r.ListeningPorts(ctx, made)
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "node protocol 2.0") || !strings.Contains(err.Error(), "needs 2.1") {
+		t.Fatalf("listing ports on a 2.0 node: %v", err)
 	}
 }

@@ -16,14 +16,65 @@ import (
 // credential it got when it joined; the control plane calls a node with
 // that node's call key, which the node learns when it registers.
 
-// Bearer sends secret as the bearer credential of every call.
+// Bearer sends secret as the bearer credential of every call, unary and
+// streamed.
 func Bearer(secret string) connect.Interceptor {
-	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			req.Header().Set("Authorization", "Bearer "+secret)
-			return next(ctx, req)
+	return bearer{"Bearer " + secret}
+}
+
+type bearer struct{ value string }
+
+func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", b.value)
+		return next(ctx, req)
+	}
+}
+
+func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", b.value)
+		return conn
+	}
+}
+
+func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// Authenticate checks every call a service gets, unary and streamed alike
+// (connect's UnaryInterceptorFunc would let streamed calls through
+// unchecked): check sees the procedure and the request's headers, and
+// returns the context the call goes on with.
+func Authenticate(check func(ctx context.Context, procedure string, h http.Header) (context.Context, error)) connect.Interceptor {
+	return authenticate(check)
+}
+
+type authenticate func(ctx context.Context, procedure string, h http.Header) (context.Context, error)
+
+func (a authenticate) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		ctx, err := a(ctx, req.Spec().Procedure, req.Header())
+		if err != nil {
+			return nil, err
 		}
-	})
+		return next(ctx, req)
+	}
+}
+
+func (a authenticate) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (a authenticate) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		ctx, err := a(ctx, conn.Spec().Procedure, conn.RequestHeader())
+		if err != nil {
+			return err
+		}
+		return next(ctx, conn)
+	}
 }
 
 // CallKey is, on a node agent, the key the control plane calls it with.
@@ -46,26 +97,13 @@ func (k *CallKey) check(header string) error {
 	return nil
 }
 
-// ServerAuth refuses calls without the key as their bearer credential.
+// ServerAuth refuses calls, unary and streamed, without the key as their
+// bearer credential.
 func (k *CallKey) ServerAuth() connect.Interceptor {
-	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			if err := k.check(req.Header().Get("Authorization")); err != nil {
-				return nil, connect.NewError(connect.CodeUnauthenticated, err)
-			}
-			return next(ctx, req)
+	return Authenticate(func(ctx context.Context, _ string, h http.Header) (context.Context, error) {
+		if err := k.check(h.Get("Authorization")); err != nil {
+			return ctx, connect.NewError(connect.CodeUnauthenticated, err)
 		}
+		return ctx, nil
 	})
 }
-
-// Check reports whether an HTTP request carries the key as its bearer
-// credential (the forwarded routes, which are not Connect calls).
-func (k *CallKey) Check(r *http.Request) error { return k.check(r.Header.Get("Authorization")) }
-
-// ProtocolVersion is the version of proto/zeish/node/v1 this build speaks.
-const ProtocolVersion = 1
-
-// ForwardPrefix is where a node agent serves the public API's guest
-// routes the control plane forwards to it (server.ForwardedHandler), on
-// its call key.
-const ForwardPrefix = "/node/v1/forward"

@@ -46,7 +46,7 @@ func serve(t *testing.T, f *fakeNode, key string) string {
 	ck := new(CallKey)
 	ck.Set(key)
 	mux := http.NewServeMux()
-	mux.Handle(Handler(f, nil, ck))
+	mux.Handle(Handler(f, nil, ck, nil))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv.URL

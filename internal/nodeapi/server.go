@@ -17,16 +17,24 @@ import (
 
 // Server serves a node's operations (the Node service) to the control plane.
 type Server struct {
-	nodev2connect.UnimplementedNodeHandler
-	node    control.Node
-	secrets *Delivered
+	node      control.Node
+	secrets   *Delivered
+	templates Templates
 }
+
+var _ nodev2connect.NodeHandler = (*Server)(nil)
 
 // Handler mounts the Node service for local, behind the control plane's
 // call key for this node; st is the store local writes to, which keeps the
-// secrets each call delivers.
-func Handler(local control.Node, st *Delivered, key *CallKey) (string, http.Handler) {
-	return nodev2connect.NewNodeHandler(&Server{node: local, secrets: st}, connect.WithInterceptors(key.ServerAuth()))
+// secrets each call delivers; templates builds templates (nil: none).
+func Handler(local control.Node, st *Delivered, key *CallKey, templates Templates) (string, http.Handler) {
+	path, h := nodev2connect.NewNodeHandler(NewServer(local, st, templates), connect.WithInterceptors(key.ServerAuth()))
+	return path, undeadlined(h)
+}
+
+// NewServer is the Node service of local, unmounted (Handler mounts it).
+func NewServer(local control.Node, st *Delivered, templates Templates) *Server {
+	return &Server{node: local, secrets: st, templates: templates}
 }
 
 // deliver keeps the secrets a call brought for sandbox id.

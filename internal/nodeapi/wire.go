@@ -6,10 +6,13 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/catalog"
 	"github.com/zeish/zeish/internal/nodeapi/nodev2"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
+	"github.com/zeish/zeish/template"
 )
 
 // The one mapping between the wire's messages (proto/zeish/node/v2) and
@@ -217,4 +220,103 @@ func CapacityFromWire(c *nodev2.Capacity) store.NodeCapacity {
 	return store.NodeCapacity{MemoryBudgetMiB: int(c.MemoryBudgetMib), MemoryCommittedMiB: int(c.MemoryCommittedMib),
 		ImageRAMMiB: int(c.ImageRamMib), VCPUs: int(c.Vcpus), DiskFreeMiB: int(c.DiskFreeMib), Accel: c.Accel, VMM: c.Vmm,
 		ImageDiskMiB: int(c.ImageDiskMib)}
+}
+
+// TemplateToWire is what crosses of t: the template as the API shows it,
+// never its files' paths on the node.
+func TemplateToWire(t sandbox.Template) *nodev2.Template {
+	m := &nodev2.Template{Id: t.ID, Name: t.Name, AccountId: t.AccountID, Builtin: t.Builtin, State: string(t.State),
+		StateReason: t.StateReason, Source: t.Source, Digest: t.Digest, Host: t.Host, Hash: t.Hash, DiskMib: int32(t.DiskMiB),
+		Env: t.Env, WorkingDir: t.WorkingDir, User: t.User, StartCmd: t.StartCmd, ReadyCmd: t.ReadyCmd,
+		ReadyTimeoutSeconds: int32(t.ReadyTimeoutSeconds), Cold: t.Cold, Vcpus: int32(t.VCPUs), MemoryMib: int32(t.MemoryMiB),
+		LayerBytes: t.LayerBytes, Features: t.Features, CreatedAt: timeToWire(t.CreatedAt), UpdatedAt: timeToWire(t.UpdatedAt)}
+	if w := t.Warm; w != nil {
+		m.Warm = &nodev2.TemplateWarm{Image: w.Image, Vcpus: int32(w.VCPUs), MemoryMib: int32(w.MemoryMiB), DiskMib: int32(w.DiskMiB), BuildMs: w.BuildMS}
+	}
+	return m
+}
+
+// TemplateFromWire is m in process.
+func TemplateFromWire(m *nodev2.Template) sandbox.Template {
+	if m == nil {
+		return sandbox.Template{}
+	}
+	t := sandbox.Template{ID: m.Id, Name: m.Name, AccountID: m.AccountId, Builtin: m.Builtin, State: sandbox.TemplateState(m.State),
+		StateReason: m.StateReason, Source: m.Source, Digest: m.Digest, Host: m.Host, Hash: m.Hash, DiskMiB: int(m.DiskMib),
+		Env: m.Env, WorkingDir: m.WorkingDir, User: m.User, StartCmd: m.StartCmd, ReadyCmd: m.ReadyCmd,
+		ReadyTimeoutSeconds: int(m.ReadyTimeoutSeconds), Cold: m.Cold, VCPUs: int(m.Vcpus), MemoryMiB: int(m.MemoryMib),
+		LayerBytes: m.LayerBytes, Features: m.Features, CreatedAt: timeFromWire(m.CreatedAt), UpdatedAt: timeFromWire(m.UpdatedAt)}
+	if w := m.Warm; w != nil {
+		t.Warm = &sandbox.TemplateWarm{Image: w.Image, VCPUs: int(w.Vcpus), MemoryMiB: int(w.MemoryMib), DiskMiB: int(w.DiskMib), BuildMS: w.BuildMs}
+	}
+	return t
+}
+
+// BuildSpecToWire is a build request on the wire (its upload streams after).
+func BuildSpecToWire(r catalog.BuildRequest) *nodev2.BuildSpec {
+	return &nodev2.BuildSpec{AccountId: r.AccountID, Name: r.Name, Transport: r.Source.Transport, Ref: r.Source.Ref,
+		Username: r.Source.Username, Password: r.Source.Password, Token: r.Source.Token, DiskMib: int32(r.DiskMiB),
+		StartCmd: r.StartCmd, ReadyCmd: r.ReadyCmd, ReadyTimeoutSeconds: int32(r.ReadyTimeoutSeconds), Cold: r.Cold,
+		Vcpus: int32(r.VCPUs), MemoryMib: int32(r.MemoryMiB), RegistrySecret: r.RegistrySecret, Upload: r.Upload != nil}
+}
+
+// BuildSpecFromWire is m as a build request (without its upload).
+func BuildSpecFromWire(m *nodev2.BuildSpec) catalog.BuildRequest {
+	return catalog.BuildRequest{AccountID: m.AccountId, Name: m.Name,
+		Source:  template.Source{Transport: m.Transport, Ref: m.Ref, Username: m.Username, Password: m.Password, Token: m.Token},
+		DiskMiB: int(m.DiskMib), StartCmd: m.StartCmd, ReadyCmd: m.ReadyCmd, ReadyTimeoutSeconds: int(m.ReadyTimeoutSeconds),
+		Cold: m.Cold, VCPUs: int(m.Vcpus), MemoryMiB: int(m.MemoryMib), RegistrySecret: m.RegistrySecret}
+}
+
+// EventToWire and EventFromWire map a build log's event.
+func EventToWire(e catalog.Event) *nodev2.TemplateEvent {
+	m := &nodev2.TemplateEvent{Time: timeToWire(e.Time), Type: e.Type, Message: e.Message}
+	if p := e.Progress; p != nil {
+		m.Progress = &nodev2.TemplateProgress{Step: p.Step, Layer: int32(p.Layer), Layers: int32(p.Layers), Bytes: p.Bytes, Total: p.Total, Message: p.Message}
+	}
+	if e.Template != nil {
+		m.Template = TemplateToWire(*e.Template)
+	}
+	return m
+}
+
+func EventFromWire(m *nodev2.TemplateEvent) catalog.Event {
+	e := catalog.Event{Time: timeFromWire(m.Time), Type: m.Type, Message: m.Message}
+	if p := m.Progress; p != nil {
+		e.Progress = &template.Progress{Step: p.Step, Layer: int(p.Layer), Layers: int(p.Layers), Bytes: p.Bytes, Total: p.Total, Message: p.Message}
+	}
+	if m.Template != nil {
+		t := TemplateFromWire(m.Template)
+		e.Template = &t
+	}
+	return e
+}
+
+// GitStatusToWire and GitStatusFromWire map a clone's status.
+func GitStatusToWire(s api.GitStatus) *nodev2.GitStatusReply {
+	m := &nodev2.GitStatusReply{Repo: s.Repo, Path: s.Path, Branch: s.Branch, Head: s.Head, Detached: s.Detached, Truncated: s.Truncated}
+	for _, f := range s.Dirty {
+		m.Dirty = append(m.Dirty, &nodev2.GitFile{Path: f.Path, Status: f.Status})
+	}
+	return m
+}
+
+func GitStatusFromWire(m *nodev2.GitStatusReply) api.GitStatus {
+	s := api.GitStatus{Repo: m.Repo, Path: m.Path, Branch: m.Branch, Head: m.Head, Detached: m.Detached, Truncated: m.Truncated,
+		Dirty: []api.GitFile{}}
+	for _, f := range m.Dirty {
+		s.Dirty = append(s.Dirty, api.GitFile{Path: f.Path, Status: f.Status})
+	}
+	return s
+}
+
+// DesktopToWire and DesktopFromWire map a desktop's status.
+func DesktopToWire(s api.DesktopStatus) *nodev2.DesktopStatusReply {
+	return &nodev2.DesktopStatusReply{Running: s.Running, Display: s.Display, Width: int32(s.Width), Height: int32(s.Height),
+		Depth: int32(s.Depth), WindowManager: s.WindowManager, User: s.User}
+}
+
+func DesktopFromWire(m *nodev2.DesktopStatusReply) api.DesktopStatus {
+	return api.DesktopStatus{Running: m.Running, Display: m.Display, Width: int(m.Width), Height: int(m.Height),
+		Depth: int(m.Depth), WindowManager: m.WindowManager, User: m.User}
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/internal/catalog"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 )
@@ -69,6 +71,8 @@ func fill(t *testing.T, v reflect.Value, skip map[string]string) {
 			f.Set(reflect.ValueOf(map[string]string{"k": sf.Name}))
 		case sf.Type == reflect.TypeOf([]string{}):
 			f.Set(reflect.ValueOf([]string{"a-" + sf.Name, "b"}))
+		case sf.Type == reflect.TypeOf([]api.GitFile{}):
+			f.Set(reflect.ValueOf([]api.GitFile{{Path: "a", Status: " M"}, {Path: "b", Status: "??"}}))
 		case sf.Type == reflect.TypeOf([]int{}):
 			f.Set(reflect.ValueOf([]int{80, 8000 + i}))
 		default:
@@ -108,6 +112,37 @@ func TestWireCarriesEverySharedField(t *testing.T) {
 	fill(t, reflect.ValueOf(c).Elem(), nil)
 	if back := CapacityFromWire(CapacityToWire(*c)); back != *c {
 		t.Fatalf("capacity changed on the wire: %+v, got %+v", *c, back)
+	}
+}
+
+// The 2.1 messages carry every field of what they map, but the paths of a
+// template's files on its node and an upload's reader.
+func TestWireCarriesTemplatesAndGuestReads(t *testing.T) {
+	tpl := new(sandbox.Template)
+	fill(t, reflect.ValueOf(tpl).Elem(), map[string]string{"Kernel": "a path on the node", "Initrd": "a path on the node",
+		"BaseDisk": "a path on the node", "KernelArgs": "the node's", "Dir": "a path on the node"})
+	if back := TemplateFromWire(TemplateToWire(*tpl)); !reflect.DeepEqual(back, *tpl) {
+		t.Fatalf("a template changed on the wire:\n sent %+v\n  got %+v", *tpl, back)
+	}
+	req := new(catalog.BuildRequest)
+	fill(t, reflect.ValueOf(req).Elem(), map[string]string{"Upload": "streams after the spec"})
+	if back := BuildSpecFromWire(BuildSpecToWire(*req)); !reflect.DeepEqual(back, *req) {
+		t.Fatalf("a build spec changed on the wire:\n sent %+v\n  got %+v", *req, back)
+	}
+	ev := new(catalog.Event)
+	fill(t, reflect.ValueOf(ev).Elem(), map[string]string{"Kernel": "-", "Initrd": "-", "BaseDisk": "-", "KernelArgs": "-", "Dir": "-"})
+	if back := EventFromWire(EventToWire(*ev)); !reflect.DeepEqual(back, *ev) {
+		t.Fatalf("a build event changed on the wire:\n sent %+v\n  got %+v", *ev, back)
+	}
+	git := new(api.GitStatus)
+	fill(t, reflect.ValueOf(git).Elem(), nil)
+	if back := GitStatusFromWire(GitStatusToWire(*git)); !reflect.DeepEqual(back, *git) {
+		t.Fatalf("a git status changed on the wire:\n sent %+v\n  got %+v", *git, back)
+	}
+	desk := new(api.DesktopStatus)
+	fill(t, reflect.ValueOf(desk).Elem(), nil)
+	if back := DesktopFromWire(DesktopToWire(*desk)); back != *desk {
+		t.Fatalf("a desktop status changed on the wire: %+v, got %+v", *desk, back)
 	}
 }
 

@@ -190,9 +190,17 @@ func (s *Server) routes() []route {
 		{"GET " + d + "/terminals/connect", queryToken(s.withToken(s.newTerminal))},
 		{"GET " + d + "/terminals/{pid}/connect", queryToken(s.withToken(s.attachTerminal))},
 	}
-	for _, n := range s.nodeRoutes() {
-		rs = append(rs, route{n.pattern, s.withAccount(s.onNode(n))})
-	}
+	// Served where the guest or the template's files are: on this host,
+	// or through typed calls to the sandbox's (the template's) node.
+	rs = append(rs,
+		route{"GET " + p + "/sandboxes/{id}/ports", s.withAccount(s.listPorts)},
+		route{"GET " + p + "/sandboxes/{id}/browser", s.withAccount(s.getBrowser)},
+		route{"GET " + p + "/sandboxes/{id}/git", s.withAccount(s.gitStatus)},
+		route{"GET " + p + "/sandboxes/{id}/desktop", s.withAccount(s.desktopStatus)},
+		route{"POST " + p + "/templates", s.withAccount(s.createTemplate)},
+		route{"DELETE " + p + "/templates/{id}", s.withAccount(s.deleteTemplate)},
+		route{"GET " + p + "/templates/{id}/events", s.withAccount(s.templateEvents)},
+	)
 	return rs
 }
 

@@ -2095,6 +2095,7 @@ type DesktopStatusReply struct {
 	Height        int32                  `protobuf:"varint,4,opt,name=height,proto3" json:"height,omitempty"`
 	Depth         int32                  `protobuf:"varint,5,opt,name=depth,proto3" json:"depth,omitempty"`
 	WindowManager string                 `protobuf:"bytes,6,opt,name=window_manager,json=windowManager,proto3" json:"window_manager,omitempty"`
+	User          string                 `protobuf:"bytes,7,opt,name=user,proto3" json:"user,omitempty"` // whose session the desktop runs
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2167,6 +2168,13 @@ func (x *DesktopStatusReply) GetDepth() int32 {
 func (x *DesktopStatusReply) GetWindowManager() string {
 	if x != nil {
 		return x.WindowManager
+	}
+	return ""
+}
+
+func (x *DesktopStatusReply) GetUser() string {
+	if x != nil {
+		return x.User
 	}
 	return ""
 }
@@ -2337,12 +2345,17 @@ func (x *BuildSpec) GetUpload() bool {
 	return false
 }
 
+// BuildTemplateRequest is one message of a build: the spec first, then
+// the upload's chunks, then its end. A stream that ends without the end
+// (the control plane's client went away) is an upload cut short, never a
+// whole one.
 type BuildTemplateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Part:
 	//
 	//	*BuildTemplateRequest_Spec
 	//	*BuildTemplateRequest_Chunk
+	//	*BuildTemplateRequest_End
 	Part          isBuildTemplateRequest_Part `protobuf_oneof:"part"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2403,6 +2416,15 @@ func (x *BuildTemplateRequest) GetChunk() []byte {
 	return nil
 }
 
+func (x *BuildTemplateRequest) GetEnd() *UploadEnd {
+	if x != nil {
+		if x, ok := x.Part.(*BuildTemplateRequest_End); ok {
+			return x.End
+		}
+	}
+	return nil
+}
+
 type isBuildTemplateRequest_Part interface {
 	isBuildTemplateRequest_Part()
 }
@@ -2415,9 +2437,59 @@ type BuildTemplateRequest_Chunk struct {
 	Chunk []byte `protobuf:"bytes,2,opt,name=chunk,proto3,oneof"`
 }
 
+type BuildTemplateRequest_End struct {
+	End *UploadEnd `protobuf:"bytes,3,opt,name=end,proto3,oneof"`
+}
+
 func (*BuildTemplateRequest_Spec) isBuildTemplateRequest_Part() {}
 
 func (*BuildTemplateRequest_Chunk) isBuildTemplateRequest_Part() {}
+
+func (*BuildTemplateRequest_End) isBuildTemplateRequest_Part() {}
+
+type UploadEnd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bytes         int64                  `protobuf:"varint,1,opt,name=bytes,proto3" json:"bytes,omitempty"` // the upload's length, checked by the node
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadEnd) Reset() {
+	*x = UploadEnd{}
+	mi := &file_zeish_node_v2_node_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadEnd) ProtoMessage() {}
+
+func (x *UploadEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_zeish_node_v2_node_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadEnd.ProtoReflect.Descriptor instead.
+func (*UploadEnd) Descriptor() ([]byte, []int) {
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *UploadEnd) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
 
 type TemplateWarm struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2432,7 +2504,7 @@ type TemplateWarm struct {
 
 func (x *TemplateWarm) Reset() {
 	*x = TemplateWarm{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[31]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2444,7 +2516,7 @@ func (x *TemplateWarm) String() string {
 func (*TemplateWarm) ProtoMessage() {}
 
 func (x *TemplateWarm) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[31]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2457,7 +2529,7 @@ func (x *TemplateWarm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateWarm.ProtoReflect.Descriptor instead.
 func (*TemplateWarm) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{31}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TemplateWarm) GetImage() string {
@@ -2529,7 +2601,7 @@ type Template struct {
 
 func (x *Template) Reset() {
 	*x = Template{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[32]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2541,7 +2613,7 @@ func (x *Template) String() string {
 func (*Template) ProtoMessage() {}
 
 func (x *Template) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[32]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2554,7 +2626,7 @@ func (x *Template) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Template.ProtoReflect.Descriptor instead.
 func (*Template) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{32}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Template) GetId() string {
@@ -2741,7 +2813,7 @@ type TemplateReply struct {
 
 func (x *TemplateReply) Reset() {
 	*x = TemplateReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[33]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2753,7 +2825,7 @@ func (x *TemplateReply) String() string {
 func (*TemplateReply) ProtoMessage() {}
 
 func (x *TemplateReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[33]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2766,7 +2838,7 @@ func (x *TemplateReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateReply.ProtoReflect.Descriptor instead.
 func (*TemplateReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{33}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TemplateReply) GetTemplate() *Template {
@@ -2786,7 +2858,7 @@ type DeleteTemplateRequest struct {
 
 func (x *DeleteTemplateRequest) Reset() {
 	*x = DeleteTemplateRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[34]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2798,7 +2870,7 @@ func (x *DeleteTemplateRequest) String() string {
 func (*DeleteTemplateRequest) ProtoMessage() {}
 
 func (x *DeleteTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[34]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2811,7 +2883,7 @@ func (x *DeleteTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTemplateRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{34}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteTemplateRequest) GetAccountId() string {
@@ -2838,7 +2910,7 @@ type TemplateEventsRequest struct {
 
 func (x *TemplateEventsRequest) Reset() {
 	*x = TemplateEventsRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[35]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2850,7 +2922,7 @@ func (x *TemplateEventsRequest) String() string {
 func (*TemplateEventsRequest) ProtoMessage() {}
 
 func (x *TemplateEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[35]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2863,7 +2935,7 @@ func (x *TemplateEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateEventsRequest.ProtoReflect.Descriptor instead.
 func (*TemplateEventsRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{35}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TemplateEventsRequest) GetTemplateId() string {
@@ -2894,7 +2966,7 @@ type TemplateProgress struct {
 
 func (x *TemplateProgress) Reset() {
 	*x = TemplateProgress{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[36]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2906,7 +2978,7 @@ func (x *TemplateProgress) String() string {
 func (*TemplateProgress) ProtoMessage() {}
 
 func (x *TemplateProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[36]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2919,7 +2991,7 @@ func (x *TemplateProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateProgress.ProtoReflect.Descriptor instead.
 func (*TemplateProgress) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{36}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TemplateProgress) GetStep() string {
@@ -2977,7 +3049,7 @@ type TemplateEvent struct {
 
 func (x *TemplateEvent) Reset() {
 	*x = TemplateEvent{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[37]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2989,7 +3061,7 @@ func (x *TemplateEvent) String() string {
 func (*TemplateEvent) ProtoMessage() {}
 
 func (x *TemplateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[37]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3002,7 +3074,7 @@ func (x *TemplateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateEvent.ProtoReflect.Descriptor instead.
 func (*TemplateEvent) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{37}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TemplateEvent) GetTime() *timestamppb.Timestamp {
@@ -3057,7 +3129,7 @@ type Capacity struct {
 
 func (x *Capacity) Reset() {
 	*x = Capacity{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[38]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3069,7 +3141,7 @@ func (x *Capacity) String() string {
 func (*Capacity) ProtoMessage() {}
 
 func (x *Capacity) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[38]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3082,7 +3154,7 @@ func (x *Capacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capacity.ProtoReflect.Descriptor instead.
 func (*Capacity) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{38}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Capacity) GetMemoryBudgetMib() int64 {
@@ -3151,7 +3223,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[39]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3163,7 +3235,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[39]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3176,7 +3248,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{39}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *JoinRequest) GetJoinToken() string {
@@ -3202,7 +3274,7 @@ type JoinReply struct {
 
 func (x *JoinReply) Reset() {
 	*x = JoinReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[40]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3214,7 +3286,7 @@ func (x *JoinReply) String() string {
 func (*JoinReply) ProtoMessage() {}
 
 func (x *JoinReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[40]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3227,7 +3299,7 @@ func (x *JoinReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinReply.ProtoReflect.Descriptor instead.
 func (*JoinReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{40}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *JoinReply) GetCredential() string {
@@ -3253,7 +3325,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[41]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3265,7 +3337,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[41]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3278,7 +3350,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{41}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RegisterRequest) GetVersion() *Version {
@@ -3349,7 +3421,7 @@ type RegisterReply struct {
 
 func (x *RegisterReply) Reset() {
 	*x = RegisterReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[42]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3361,7 +3433,7 @@ func (x *RegisterReply) String() string {
 func (*RegisterReply) ProtoMessage() {}
 
 func (x *RegisterReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[42]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3374,7 +3446,7 @@ func (x *RegisterReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterReply.ProtoReflect.Descriptor instead.
 func (*RegisterReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{42}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RegisterReply) GetVersion() *Version {
@@ -3416,7 +3488,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[43]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3428,7 +3500,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[43]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3441,7 +3513,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{43}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *HeartbeatRequest) GetNodeId() string {
@@ -3474,7 +3546,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[44]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3486,7 +3558,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[44]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3499,7 +3571,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{44}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *HeartbeatReply) GetDraining() bool {
@@ -3710,14 +3782,15 @@ const file_zeish_node_v2_node_proto_rawDesc = "" +
 	"\x10protocol_version\x18\x02 \x01(\tR\x0fprotocolVersion\x12\x1d\n" +
 	"\n" +
 	"user_agent\x18\x03 \x01(\tR\tuserAgent\x12#\n" +
-	"\rwebsocket_url\x18\x04 \x01(\tR\fwebsocketUrl\"\xb3\x01\n" +
+	"\rwebsocket_url\x18\x04 \x01(\tR\fwebsocketUrl\"\xc7\x01\n" +
 	"\x12DesktopStatusReply\x12\x18\n" +
 	"\arunning\x18\x01 \x01(\bR\arunning\x12\x18\n" +
 	"\adisplay\x18\x02 \x01(\tR\adisplay\x12\x14\n" +
 	"\x05width\x18\x03 \x01(\x05R\x05width\x12\x16\n" +
 	"\x06height\x18\x04 \x01(\x05R\x06height\x12\x14\n" +
 	"\x05depth\x18\x05 \x01(\x05R\x05depth\x12%\n" +
-	"\x0ewindow_manager\x18\x06 \x01(\tR\rwindowManager\"\xcf\x03\n" +
+	"\x0ewindow_manager\x18\x06 \x01(\tR\rwindowManager\x12\x12\n" +
+	"\x04user\x18\a \x01(\tR\x04user\"\xcf\x03\n" +
 	"\tBuildSpec\x12\x1d\n" +
 	"\n" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x12\n" +
@@ -3737,11 +3810,14 @@ const file_zeish_node_v2_node_proto_rawDesc = "" +
 	"\n" +
 	"memory_mib\x18\x0e \x01(\x05R\tmemoryMib\x12'\n" +
 	"\x0fregistry_secret\x18\x0f \x01(\tR\x0eregistrySecret\x12\x16\n" +
-	"\x06upload\x18\x10 \x01(\bR\x06upload\"f\n" +
+	"\x06upload\x18\x10 \x01(\bR\x06upload\"\x94\x01\n" +
 	"\x14BuildTemplateRequest\x12.\n" +
 	"\x04spec\x18\x01 \x01(\v2\x18.zeish.node.v2.BuildSpecH\x00R\x04spec\x12\x16\n" +
-	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\x06\n" +
-	"\x04part\"\x8f\x01\n" +
+	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunk\x12,\n" +
+	"\x03end\x18\x03 \x01(\v2\x18.zeish.node.v2.UploadEndH\x00R\x03endB\x06\n" +
+	"\x04part\"!\n" +
+	"\tUploadEnd\x12\x14\n" +
+	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\"\x8f\x01\n" +
 	"\fTemplateWarm\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x14\n" +
 	"\x05vcpus\x18\x02 \x01(\x05R\x05vcpus\x12\x1d\n" +
@@ -3900,7 +3976,7 @@ func file_zeish_node_v2_node_proto_rawDescGZIP() []byte {
 }
 
 var file_zeish_node_v2_node_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_zeish_node_v2_node_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_zeish_node_v2_node_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_zeish_node_v2_node_proto_goTypes = []any{
 	(State)(0),                    // 0: zeish.node.v2.State
 	(Op)(0),                       // 1: zeish.node.v2.Op
@@ -3935,124 +4011,126 @@ var file_zeish_node_v2_node_proto_goTypes = []any{
 	(*DesktopStatusReply)(nil),    // 30: zeish.node.v2.DesktopStatusReply
 	(*BuildSpec)(nil),             // 31: zeish.node.v2.BuildSpec
 	(*BuildTemplateRequest)(nil),  // 32: zeish.node.v2.BuildTemplateRequest
-	(*TemplateWarm)(nil),          // 33: zeish.node.v2.TemplateWarm
-	(*Template)(nil),              // 34: zeish.node.v2.Template
-	(*TemplateReply)(nil),         // 35: zeish.node.v2.TemplateReply
-	(*DeleteTemplateRequest)(nil), // 36: zeish.node.v2.DeleteTemplateRequest
-	(*TemplateEventsRequest)(nil), // 37: zeish.node.v2.TemplateEventsRequest
-	(*TemplateProgress)(nil),      // 38: zeish.node.v2.TemplateProgress
-	(*TemplateEvent)(nil),         // 39: zeish.node.v2.TemplateEvent
-	(*Capacity)(nil),              // 40: zeish.node.v2.Capacity
-	(*JoinRequest)(nil),           // 41: zeish.node.v2.JoinRequest
-	(*JoinReply)(nil),             // 42: zeish.node.v2.JoinReply
-	(*RegisterRequest)(nil),       // 43: zeish.node.v2.RegisterRequest
-	(*RegisterReply)(nil),         // 44: zeish.node.v2.RegisterReply
-	(*HeartbeatRequest)(nil),      // 45: zeish.node.v2.HeartbeatRequest
-	(*HeartbeatReply)(nil),        // 46: zeish.node.v2.HeartbeatReply
-	nil,                           // 47: zeish.node.v2.Sandbox.NodeLabelsEntry
-	nil,                           // 48: zeish.node.v2.Sandbox.EnvEntry
-	nil,                           // 49: zeish.node.v2.Sandbox.MetadataEntry
-	nil,                           // 50: zeish.node.v2.CreateRequest.SecretEnvEntry
-	nil,                           // 51: zeish.node.v2.CloneRequest.ParentSecretEnvEntry
-	nil,                           // 52: zeish.node.v2.CloneSnapshotRequest.ParentSecretEnvEntry
-	nil,                           // 53: zeish.node.v2.RestoreRequest.SecretEnvEntry
-	nil,                           // 54: zeish.node.v2.LifecycleRequest.SecretEnvEntry
-	nil,                           // 55: zeish.node.v2.RegisterRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 56: google.protobuf.Timestamp
+	(*UploadEnd)(nil),             // 33: zeish.node.v2.UploadEnd
+	(*TemplateWarm)(nil),          // 34: zeish.node.v2.TemplateWarm
+	(*Template)(nil),              // 35: zeish.node.v2.Template
+	(*TemplateReply)(nil),         // 36: zeish.node.v2.TemplateReply
+	(*DeleteTemplateRequest)(nil), // 37: zeish.node.v2.DeleteTemplateRequest
+	(*TemplateEventsRequest)(nil), // 38: zeish.node.v2.TemplateEventsRequest
+	(*TemplateProgress)(nil),      // 39: zeish.node.v2.TemplateProgress
+	(*TemplateEvent)(nil),         // 40: zeish.node.v2.TemplateEvent
+	(*Capacity)(nil),              // 41: zeish.node.v2.Capacity
+	(*JoinRequest)(nil),           // 42: zeish.node.v2.JoinRequest
+	(*JoinReply)(nil),             // 43: zeish.node.v2.JoinReply
+	(*RegisterRequest)(nil),       // 44: zeish.node.v2.RegisterRequest
+	(*RegisterReply)(nil),         // 45: zeish.node.v2.RegisterReply
+	(*HeartbeatRequest)(nil),      // 46: zeish.node.v2.HeartbeatRequest
+	(*HeartbeatReply)(nil),        // 47: zeish.node.v2.HeartbeatReply
+	nil,                           // 48: zeish.node.v2.Sandbox.NodeLabelsEntry
+	nil,                           // 49: zeish.node.v2.Sandbox.EnvEntry
+	nil,                           // 50: zeish.node.v2.Sandbox.MetadataEntry
+	nil,                           // 51: zeish.node.v2.CreateRequest.SecretEnvEntry
+	nil,                           // 52: zeish.node.v2.CloneRequest.ParentSecretEnvEntry
+	nil,                           // 53: zeish.node.v2.CloneSnapshotRequest.ParentSecretEnvEntry
+	nil,                           // 54: zeish.node.v2.RestoreRequest.SecretEnvEntry
+	nil,                           // 55: zeish.node.v2.LifecycleRequest.SecretEnvEntry
+	nil,                           // 56: zeish.node.v2.RegisterRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 57: google.protobuf.Timestamp
 }
 var file_zeish_node_v2_node_proto_depIdxs = []int32{
-	56, // 0: zeish.node.v2.Interval.start:type_name -> google.protobuf.Timestamp
-	56, // 1: zeish.node.v2.Interval.end:type_name -> google.protobuf.Timestamp
+	57, // 0: zeish.node.v2.Interval.start:type_name -> google.protobuf.Timestamp
+	57, // 1: zeish.node.v2.Interval.end:type_name -> google.protobuf.Timestamp
 	0,  // 2: zeish.node.v2.Sandbox.state:type_name -> zeish.node.v2.State
 	3,  // 3: zeish.node.v2.Sandbox.network:type_name -> zeish.node.v2.Network
-	47, // 4: zeish.node.v2.Sandbox.node_labels:type_name -> zeish.node.v2.Sandbox.NodeLabelsEntry
-	48, // 5: zeish.node.v2.Sandbox.env:type_name -> zeish.node.v2.Sandbox.EnvEntry
-	49, // 6: zeish.node.v2.Sandbox.metadata:type_name -> zeish.node.v2.Sandbox.MetadataEntry
-	56, // 7: zeish.node.v2.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	56, // 8: zeish.node.v2.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
-	56, // 9: zeish.node.v2.Sandbox.destroyed_at:type_name -> google.protobuf.Timestamp
-	56, // 10: zeish.node.v2.Sandbox.timeout_at:type_name -> google.protobuf.Timestamp
+	48, // 4: zeish.node.v2.Sandbox.node_labels:type_name -> zeish.node.v2.Sandbox.NodeLabelsEntry
+	49, // 5: zeish.node.v2.Sandbox.env:type_name -> zeish.node.v2.Sandbox.EnvEntry
+	50, // 6: zeish.node.v2.Sandbox.metadata:type_name -> zeish.node.v2.Sandbox.MetadataEntry
+	57, // 7: zeish.node.v2.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	57, // 8: zeish.node.v2.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
+	57, // 9: zeish.node.v2.Sandbox.destroyed_at:type_name -> google.protobuf.Timestamp
+	57, // 10: zeish.node.v2.Sandbox.timeout_at:type_name -> google.protobuf.Timestamp
 	4,  // 11: zeish.node.v2.Sandbox.running:type_name -> zeish.node.v2.Interval
-	56, // 12: zeish.node.v2.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	57, // 12: zeish.node.v2.Snapshot.created_at:type_name -> google.protobuf.Timestamp
 	5,  // 13: zeish.node.v2.CreateRequest.sandbox:type_name -> zeish.node.v2.Sandbox
-	50, // 14: zeish.node.v2.CreateRequest.secret_env:type_name -> zeish.node.v2.CreateRequest.SecretEnvEntry
+	51, // 14: zeish.node.v2.CreateRequest.secret_env:type_name -> zeish.node.v2.CreateRequest.SecretEnvEntry
 	5,  // 15: zeish.node.v2.Child.sandbox:type_name -> zeish.node.v2.Sandbox
 	9,  // 16: zeish.node.v2.CloneRequest.children:type_name -> zeish.node.v2.Child
-	51, // 17: zeish.node.v2.CloneRequest.parent_secret_env:type_name -> zeish.node.v2.CloneRequest.ParentSecretEnvEntry
+	52, // 17: zeish.node.v2.CloneRequest.parent_secret_env:type_name -> zeish.node.v2.CloneRequest.ParentSecretEnvEntry
 	9,  // 18: zeish.node.v2.CloneSnapshotRequest.children:type_name -> zeish.node.v2.Child
-	52, // 19: zeish.node.v2.CloneSnapshotRequest.parent_secret_env:type_name -> zeish.node.v2.CloneSnapshotRequest.ParentSecretEnvEntry
+	53, // 19: zeish.node.v2.CloneSnapshotRequest.parent_secret_env:type_name -> zeish.node.v2.CloneSnapshotRequest.ParentSecretEnvEntry
 	5,  // 20: zeish.node.v2.CloneReply.children:type_name -> zeish.node.v2.Sandbox
 	5,  // 21: zeish.node.v2.SandboxReply.sandbox:type_name -> zeish.node.v2.Sandbox
 	6,  // 22: zeish.node.v2.SnapshotReply.snapshot:type_name -> zeish.node.v2.Snapshot
-	53, // 23: zeish.node.v2.RestoreRequest.secret_env:type_name -> zeish.node.v2.RestoreRequest.SecretEnvEntry
+	54, // 23: zeish.node.v2.RestoreRequest.secret_env:type_name -> zeish.node.v2.RestoreRequest.SecretEnvEntry
 	6,  // 24: zeish.node.v2.RestoreReply.snapshot:type_name -> zeish.node.v2.Snapshot
 	5,  // 25: zeish.node.v2.RestoreReply.sandbox:type_name -> zeish.node.v2.Sandbox
 	1,  // 26: zeish.node.v2.LifecycleRequest.op:type_name -> zeish.node.v2.Op
-	54, // 27: zeish.node.v2.LifecycleRequest.secret_env:type_name -> zeish.node.v2.LifecycleRequest.SecretEnvEntry
+	55, // 27: zeish.node.v2.LifecycleRequest.secret_env:type_name -> zeish.node.v2.LifecycleRequest.SecretEnvEntry
 	0,  // 28: zeish.node.v2.WaitRequest.want:type_name -> zeish.node.v2.State
 	3,  // 29: zeish.node.v2.SetNetworkRequest.network:type_name -> zeish.node.v2.Network
 	25, // 30: zeish.node.v2.ListeningPortsReply.ports:type_name -> zeish.node.v2.ListeningPort
 	27, // 31: zeish.node.v2.GitStatusReply.dirty:type_name -> zeish.node.v2.GitFile
 	31, // 32: zeish.node.v2.BuildTemplateRequest.spec:type_name -> zeish.node.v2.BuildSpec
-	33, // 33: zeish.node.v2.Template.warm:type_name -> zeish.node.v2.TemplateWarm
-	56, // 34: zeish.node.v2.Template.created_at:type_name -> google.protobuf.Timestamp
-	56, // 35: zeish.node.v2.Template.updated_at:type_name -> google.protobuf.Timestamp
-	34, // 36: zeish.node.v2.TemplateReply.template:type_name -> zeish.node.v2.Template
-	56, // 37: zeish.node.v2.TemplateEvent.time:type_name -> google.protobuf.Timestamp
-	38, // 38: zeish.node.v2.TemplateEvent.progress:type_name -> zeish.node.v2.TemplateProgress
-	34, // 39: zeish.node.v2.TemplateEvent.template:type_name -> zeish.node.v2.Template
-	2,  // 40: zeish.node.v2.RegisterRequest.version:type_name -> zeish.node.v2.Version
-	55, // 41: zeish.node.v2.RegisterRequest.labels:type_name -> zeish.node.v2.RegisterRequest.LabelsEntry
-	40, // 42: zeish.node.v2.RegisterRequest.capacity:type_name -> zeish.node.v2.Capacity
-	2,  // 43: zeish.node.v2.RegisterReply.version:type_name -> zeish.node.v2.Version
-	40, // 44: zeish.node.v2.HeartbeatRequest.capacity:type_name -> zeish.node.v2.Capacity
-	8,  // 45: zeish.node.v2.Node.Create:input_type -> zeish.node.v2.CreateRequest
-	10, // 46: zeish.node.v2.Node.Clone:input_type -> zeish.node.v2.CloneRequest
-	11, // 47: zeish.node.v2.Node.CloneSnapshot:input_type -> zeish.node.v2.CloneSnapshotRequest
-	14, // 48: zeish.node.v2.Node.CreateSnapshot:input_type -> zeish.node.v2.CreateSnapshotRequest
-	16, // 49: zeish.node.v2.Node.DeleteSnapshot:input_type -> zeish.node.v2.DeleteSnapshotRequest
-	18, // 50: zeish.node.v2.Node.Restore:input_type -> zeish.node.v2.RestoreRequest
-	20, // 51: zeish.node.v2.Node.Lifecycle:input_type -> zeish.node.v2.LifecycleRequest
-	21, // 52: zeish.node.v2.Node.Wait:input_type -> zeish.node.v2.WaitRequest
-	22, // 53: zeish.node.v2.Node.SetPortPublic:input_type -> zeish.node.v2.SetPortPublicRequest
-	23, // 54: zeish.node.v2.Node.SetNetwork:input_type -> zeish.node.v2.SetNetworkRequest
-	7,  // 55: zeish.node.v2.Node.NetBytes:input_type -> zeish.node.v2.SandboxRef
-	7,  // 56: zeish.node.v2.Node.ListeningPorts:input_type -> zeish.node.v2.SandboxRef
-	7,  // 57: zeish.node.v2.Node.GitStatus:input_type -> zeish.node.v2.SandboxRef
-	7,  // 58: zeish.node.v2.Node.BrowserVersion:input_type -> zeish.node.v2.SandboxRef
-	7,  // 59: zeish.node.v2.Node.DesktopStatus:input_type -> zeish.node.v2.SandboxRef
-	32, // 60: zeish.node.v2.Node.BuildTemplate:input_type -> zeish.node.v2.BuildTemplateRequest
-	36, // 61: zeish.node.v2.Node.DeleteTemplate:input_type -> zeish.node.v2.DeleteTemplateRequest
-	37, // 62: zeish.node.v2.Node.TemplateEvents:input_type -> zeish.node.v2.TemplateEventsRequest
-	41, // 63: zeish.node.v2.Control.Join:input_type -> zeish.node.v2.JoinRequest
-	43, // 64: zeish.node.v2.Control.Register:input_type -> zeish.node.v2.RegisterRequest
-	45, // 65: zeish.node.v2.Control.Heartbeat:input_type -> zeish.node.v2.HeartbeatRequest
-	13, // 66: zeish.node.v2.Node.Create:output_type -> zeish.node.v2.SandboxReply
-	12, // 67: zeish.node.v2.Node.Clone:output_type -> zeish.node.v2.CloneReply
-	12, // 68: zeish.node.v2.Node.CloneSnapshot:output_type -> zeish.node.v2.CloneReply
-	15, // 69: zeish.node.v2.Node.CreateSnapshot:output_type -> zeish.node.v2.SnapshotReply
-	17, // 70: zeish.node.v2.Node.DeleteSnapshot:output_type -> zeish.node.v2.DeleteSnapshotReply
-	19, // 71: zeish.node.v2.Node.Restore:output_type -> zeish.node.v2.RestoreReply
-	13, // 72: zeish.node.v2.Node.Lifecycle:output_type -> zeish.node.v2.SandboxReply
-	13, // 73: zeish.node.v2.Node.Wait:output_type -> zeish.node.v2.SandboxReply
-	13, // 74: zeish.node.v2.Node.SetPortPublic:output_type -> zeish.node.v2.SandboxReply
-	13, // 75: zeish.node.v2.Node.SetNetwork:output_type -> zeish.node.v2.SandboxReply
-	24, // 76: zeish.node.v2.Node.NetBytes:output_type -> zeish.node.v2.NetBytesReply
-	26, // 77: zeish.node.v2.Node.ListeningPorts:output_type -> zeish.node.v2.ListeningPortsReply
-	28, // 78: zeish.node.v2.Node.GitStatus:output_type -> zeish.node.v2.GitStatusReply
-	29, // 79: zeish.node.v2.Node.BrowserVersion:output_type -> zeish.node.v2.BrowserVersionReply
-	30, // 80: zeish.node.v2.Node.DesktopStatus:output_type -> zeish.node.v2.DesktopStatusReply
-	35, // 81: zeish.node.v2.Node.BuildTemplate:output_type -> zeish.node.v2.TemplateReply
-	35, // 82: zeish.node.v2.Node.DeleteTemplate:output_type -> zeish.node.v2.TemplateReply
-	39, // 83: zeish.node.v2.Node.TemplateEvents:output_type -> zeish.node.v2.TemplateEvent
-	42, // 84: zeish.node.v2.Control.Join:output_type -> zeish.node.v2.JoinReply
-	44, // 85: zeish.node.v2.Control.Register:output_type -> zeish.node.v2.RegisterReply
-	46, // 86: zeish.node.v2.Control.Heartbeat:output_type -> zeish.node.v2.HeartbeatReply
-	66, // [66:87] is the sub-list for method output_type
-	45, // [45:66] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	33, // 33: zeish.node.v2.BuildTemplateRequest.end:type_name -> zeish.node.v2.UploadEnd
+	34, // 34: zeish.node.v2.Template.warm:type_name -> zeish.node.v2.TemplateWarm
+	57, // 35: zeish.node.v2.Template.created_at:type_name -> google.protobuf.Timestamp
+	57, // 36: zeish.node.v2.Template.updated_at:type_name -> google.protobuf.Timestamp
+	35, // 37: zeish.node.v2.TemplateReply.template:type_name -> zeish.node.v2.Template
+	57, // 38: zeish.node.v2.TemplateEvent.time:type_name -> google.protobuf.Timestamp
+	39, // 39: zeish.node.v2.TemplateEvent.progress:type_name -> zeish.node.v2.TemplateProgress
+	35, // 40: zeish.node.v2.TemplateEvent.template:type_name -> zeish.node.v2.Template
+	2,  // 41: zeish.node.v2.RegisterRequest.version:type_name -> zeish.node.v2.Version
+	56, // 42: zeish.node.v2.RegisterRequest.labels:type_name -> zeish.node.v2.RegisterRequest.LabelsEntry
+	41, // 43: zeish.node.v2.RegisterRequest.capacity:type_name -> zeish.node.v2.Capacity
+	2,  // 44: zeish.node.v2.RegisterReply.version:type_name -> zeish.node.v2.Version
+	41, // 45: zeish.node.v2.HeartbeatRequest.capacity:type_name -> zeish.node.v2.Capacity
+	8,  // 46: zeish.node.v2.Node.Create:input_type -> zeish.node.v2.CreateRequest
+	10, // 47: zeish.node.v2.Node.Clone:input_type -> zeish.node.v2.CloneRequest
+	11, // 48: zeish.node.v2.Node.CloneSnapshot:input_type -> zeish.node.v2.CloneSnapshotRequest
+	14, // 49: zeish.node.v2.Node.CreateSnapshot:input_type -> zeish.node.v2.CreateSnapshotRequest
+	16, // 50: zeish.node.v2.Node.DeleteSnapshot:input_type -> zeish.node.v2.DeleteSnapshotRequest
+	18, // 51: zeish.node.v2.Node.Restore:input_type -> zeish.node.v2.RestoreRequest
+	20, // 52: zeish.node.v2.Node.Lifecycle:input_type -> zeish.node.v2.LifecycleRequest
+	21, // 53: zeish.node.v2.Node.Wait:input_type -> zeish.node.v2.WaitRequest
+	22, // 54: zeish.node.v2.Node.SetPortPublic:input_type -> zeish.node.v2.SetPortPublicRequest
+	23, // 55: zeish.node.v2.Node.SetNetwork:input_type -> zeish.node.v2.SetNetworkRequest
+	7,  // 56: zeish.node.v2.Node.NetBytes:input_type -> zeish.node.v2.SandboxRef
+	7,  // 57: zeish.node.v2.Node.ListeningPorts:input_type -> zeish.node.v2.SandboxRef
+	7,  // 58: zeish.node.v2.Node.GitStatus:input_type -> zeish.node.v2.SandboxRef
+	7,  // 59: zeish.node.v2.Node.BrowserVersion:input_type -> zeish.node.v2.SandboxRef
+	7,  // 60: zeish.node.v2.Node.DesktopStatus:input_type -> zeish.node.v2.SandboxRef
+	32, // 61: zeish.node.v2.Node.BuildTemplate:input_type -> zeish.node.v2.BuildTemplateRequest
+	37, // 62: zeish.node.v2.Node.DeleteTemplate:input_type -> zeish.node.v2.DeleteTemplateRequest
+	38, // 63: zeish.node.v2.Node.TemplateEvents:input_type -> zeish.node.v2.TemplateEventsRequest
+	42, // 64: zeish.node.v2.Control.Join:input_type -> zeish.node.v2.JoinRequest
+	44, // 65: zeish.node.v2.Control.Register:input_type -> zeish.node.v2.RegisterRequest
+	46, // 66: zeish.node.v2.Control.Heartbeat:input_type -> zeish.node.v2.HeartbeatRequest
+	13, // 67: zeish.node.v2.Node.Create:output_type -> zeish.node.v2.SandboxReply
+	12, // 68: zeish.node.v2.Node.Clone:output_type -> zeish.node.v2.CloneReply
+	12, // 69: zeish.node.v2.Node.CloneSnapshot:output_type -> zeish.node.v2.CloneReply
+	15, // 70: zeish.node.v2.Node.CreateSnapshot:output_type -> zeish.node.v2.SnapshotReply
+	17, // 71: zeish.node.v2.Node.DeleteSnapshot:output_type -> zeish.node.v2.DeleteSnapshotReply
+	19, // 72: zeish.node.v2.Node.Restore:output_type -> zeish.node.v2.RestoreReply
+	13, // 73: zeish.node.v2.Node.Lifecycle:output_type -> zeish.node.v2.SandboxReply
+	13, // 74: zeish.node.v2.Node.Wait:output_type -> zeish.node.v2.SandboxReply
+	13, // 75: zeish.node.v2.Node.SetPortPublic:output_type -> zeish.node.v2.SandboxReply
+	13, // 76: zeish.node.v2.Node.SetNetwork:output_type -> zeish.node.v2.SandboxReply
+	24, // 77: zeish.node.v2.Node.NetBytes:output_type -> zeish.node.v2.NetBytesReply
+	26, // 78: zeish.node.v2.Node.ListeningPorts:output_type -> zeish.node.v2.ListeningPortsReply
+	28, // 79: zeish.node.v2.Node.GitStatus:output_type -> zeish.node.v2.GitStatusReply
+	29, // 80: zeish.node.v2.Node.BrowserVersion:output_type -> zeish.node.v2.BrowserVersionReply
+	30, // 81: zeish.node.v2.Node.DesktopStatus:output_type -> zeish.node.v2.DesktopStatusReply
+	36, // 82: zeish.node.v2.Node.BuildTemplate:output_type -> zeish.node.v2.TemplateReply
+	36, // 83: zeish.node.v2.Node.DeleteTemplate:output_type -> zeish.node.v2.TemplateReply
+	40, // 84: zeish.node.v2.Node.TemplateEvents:output_type -> zeish.node.v2.TemplateEvent
+	43, // 85: zeish.node.v2.Control.Join:output_type -> zeish.node.v2.JoinReply
+	45, // 86: zeish.node.v2.Control.Register:output_type -> zeish.node.v2.RegisterReply
+	47, // 87: zeish.node.v2.Control.Heartbeat:output_type -> zeish.node.v2.HeartbeatReply
+	67, // [67:88] is the sub-list for method output_type
+	46, // [46:67] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_zeish_node_v2_node_proto_init() }
@@ -4063,6 +4141,7 @@ func file_zeish_node_v2_node_proto_init() {
 	file_zeish_node_v2_node_proto_msgTypes[30].OneofWrappers = []any{
 		(*BuildTemplateRequest_Spec)(nil),
 		(*BuildTemplateRequest_Chunk)(nil),
+		(*BuildTemplateRequest_End)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4070,7 +4149,7 @@ func file_zeish_node_v2_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_zeish_node_v2_node_proto_rawDesc), len(file_zeish_node_v2_node_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   54,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -146,7 +146,7 @@ type NodeClient interface {
 	DesktopStatus(context.Context, *connect.Request[nodev2.SandboxRef]) (*connect.Response[nodev2.DesktopStatusReply], error)
 	// 2.1: templates built from images live on the node that built them.
 	// BuildTemplate's first message is the spec; an upload follows in
-	// chunks, as the client sends it.
+	// chunks, as the client sends it, and its end.
 	BuildTemplate(context.Context) *connect.ClientStreamForClient[nodev2.BuildTemplateRequest, nodev2.TemplateReply]
 	DeleteTemplate(context.Context, *connect.Request[nodev2.DeleteTemplateRequest]) (*connect.Response[nodev2.TemplateReply], error)
 	// TemplateEvents replays a build's log from event `from` and follows it
@@ -416,7 +416,7 @@ type NodeHandler interface {
 	DesktopStatus(context.Context, *connect.Request[nodev2.SandboxRef]) (*connect.Response[nodev2.DesktopStatusReply], error)
 	// 2.1: templates built from images live on the node that built them.
 	// BuildTemplate's first message is the spec; an upload follows in
-	// chunks, as the client sends it.
+	// chunks, as the client sends it, and its end.
 	BuildTemplate(context.Context, *connect.ClientStream[nodev2.BuildTemplateRequest]) (*connect.Response[nodev2.TemplateReply], error)
 	DeleteTemplate(context.Context, *connect.Request[nodev2.DeleteTemplateRequest]) (*connect.Response[nodev2.TemplateReply], error)
 	// TemplateEvents replays a build's log from event `from` and follows it
