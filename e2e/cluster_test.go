@@ -368,9 +368,10 @@ func TestCluster(t *testing.T) {
 	if st := cp.do(t, "GET", api.DataPath+"/sandboxes/"+one.ID+"/files/list?path=/root", acc.Token, nil, nil); st != http.StatusBadRequest {
 		t.Fatalf("the control plane's data plane for a node's sandbox: %d", st)
 	}
-	// Nor does another node, with the same token.
+	// Nor does another node, with the same token: it is signed with the
+	// key of the sandbox's node, which no other node holds.
 	wrong := "http://" + l.nodes[two.Host].Addr + api.DataPath + "/sandboxes/" + one.ID + "/files/list?path=/root"
-	if st := cp.do(t, "GET", wrong, acc.Token, nil, nil); st != http.StatusNotFound {
+	if st := cp.do(t, "GET", wrong, acc.Token, nil, nil); st != http.StatusUnauthorized {
 		t.Fatalf("another node's data plane for %s: %d", one.ID, st)
 	}
 

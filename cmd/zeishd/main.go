@@ -20,10 +20,12 @@
 // ZEISH_PRICE_DISK_GIB_SECOND_MICROS (0.04).
 //
 // `zeishd control` (or ZEISH_ROLE=control) is a control-plane replica
-// without VMs and `zeishd node` a node agent that registers with it
-// (ZEISH_CONTROL_URL, ZEISH_NODE_TOKEN, ZEISH_NODE_ID, ZEISH_REGION,
-// ZEISH_NODE_LABELS, ZEISH_NODE_URL; ZEISH_NODE_LOST_AFTER on the control
-// plane), all on one PostgreSQL database: see cluster.go and the README.
+// without VMs and `zeishd node` a node agent that joins it once
+// (ZEISH_JOIN_TOKEN from `zeishd join-token`) and registers with it
+// (ZEISH_CONTROL_URL, ZEISH_NODE_ID, ZEISH_REGION, ZEISH_NODE_LABELS,
+// ZEISH_NODE_URL; ZEISH_NODE_LOST_AFTER on the control plane), all on one
+// PostgreSQL database, over TLS between hosts (ZEISH_TLS_CERT,
+// ZEISH_TLS_KEY, ZEISH_CLUSTER_CA): see cluster.go, join.go and the README.
 //
 // SIGINT/SIGTERM stop the API and drop agent connections; running sandboxes
 // keep running, and the next zeishd finds them again.
