@@ -18,16 +18,9 @@ func (s *Store) UpdateNode(ctx context.Context, id string, fn func(*store.NodeRe
 		return store.NodeRecord{}, err
 	}
 	defer tx.Rollback()
-	n := store.NodeRecord{ID: id}
-	var data string
-	switch err := tx.QueryRowContext(ctx, `SELECT data FROM nodes WHERE id = ?`, id).Scan(&data); {
-	case errors.Is(err, sql.ErrNoRows):
-	case err != nil:
+	n, err := readNode(ctx, tx, id)
+	if err != nil {
 		return n, err
-	default:
-		if err := json.Unmarshal([]byte(data), &n); err != nil {
-			return n, err
-		}
 	}
 	if err := fn(&n); err != nil {
 		return n, err
@@ -105,14 +98,8 @@ func (s *Store) JoinNode(ctx context.Context, tokenID, nodeID string, fn func(*s
 	if err := json.Unmarshal([]byte(data), &t); err != nil {
 		return n, err
 	}
-	switch err := tx.QueryRowContext(ctx, `SELECT data FROM nodes WHERE id = ?`, nodeID).Scan(&data); {
-	case errors.Is(err, sql.ErrNoRows):
-	case err != nil:
+	if n, err = readNode(ctx, tx, nodeID); err != nil {
 		return n, err
-	default:
-		if err := json.Unmarshal([]byte(data), &n); err != nil {
-			return n, err
-		}
 	}
 	if err := fn(&t, &n); err != nil {
 		return n, err
@@ -133,4 +120,20 @@ func (s *Store) JoinNode(ctx context.Context, tokenID, nodeID string, fn func(*s
 		return n, err
 	}
 	return n, tx.Commit()
+}
+
+// readNode reads node id in tx; a new one is a zero record with its ID.
+func readNode(ctx context.Context, tx *sql.Tx, id string) (store.NodeRecord, error) {
+	n := store.NodeRecord{ID: id}
+	var data string
+	switch err := tx.QueryRowContext(ctx, `SELECT data FROM nodes WHERE id = ?`, id).Scan(&data); {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return n, err
+	default:
+		if err := json.Unmarshal([]byte(data), &n); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
