@@ -261,7 +261,8 @@ func TestCluster(t *testing.T) {
 		return string(b)
 	}
 	if m := scrape(l.control.Addr); !strings.Contains(m, `zeish_node_up{node="node-a",region="lab"} 1`) ||
-		!strings.Contains(m, `zeish_node_memory_budget_mib{node="node-b"} 1152`) || !strings.Contains(m, `zeish_sandboxes{state="running"}`) {
+		!strings.Contains(m, `zeish_node_memory_budget_mib{node="node-b"} 1152`) || !strings.Contains(m, `zeish_sandboxes{state="running"}`) ||
+		!strings.Contains(m, `zeish_node_image_disk_mib{node="node-a"} 0`) {
 		t.Fatalf("control plane /metrics:\n%s", m)
 	}
 	if m := scrape(l.nodes["node-a"].Addr); !strings.Contains(m, `zeish_node_memory_budget_mib{node="node-a"} 1280`) {

@@ -291,6 +291,7 @@ func runNode(ctx context.Context) error {
 
 	caps := loc.driver.Capabilities()
 	log.Info("zeishd node agent listening", "addr", self, "node", id, "region", region, "labels", labels, "control", controlURL,
+		"protocol", nodeapi.Format(keys.Version.GetMajor(), keys.Version.GetMinor()),
 		"accel", caps.Accel, "memory_budget_mib", loc.budget, "data_dir", dataDir, "version", version.Version)
 	return serve(ctx, log, ln, mux, hosts)
 }
