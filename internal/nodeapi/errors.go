@@ -1,7 +1,10 @@
 // Package nodeapi is the control plane ↔ node protocol
-// (proto/zeish/node/v1): Server serves a local node's operations and
-// RemoteNode calls them, both over Connect on the node token; the Control
-// service (registration, heartbeats) is served by the cluster package.
+// (proto/zeish/node/v2): Server serves a local node's operations and
+// RemoteNode calls them, over Connect on the node's call key, with typed
+// messages mapped to the in-process types in wire.go and the version
+// agreed at registration (version.go); Delivered keeps, on a node, the
+// secrets each call brings. The Control service (join, registration,
+// heartbeats) is served by the cluster package.
 package nodeapi
 
 import (
