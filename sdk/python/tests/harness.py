@@ -289,7 +289,7 @@ class Harness:
             try:
                 p.wait(30)
             except subprocess.TimeoutExpired:
-                print(f"harness: {p.args[2:3]} did not exit within 30s of SIGTERM; killing it", file=sys.stderr)
+                print(f"harness: {p.args!r} did not exit within 30s of SIGTERM; killing it", file=sys.stderr)
                 p.kill()
                 p.wait()
         self._procs = []
