@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json as jsonlib
-from collections.abc import AsyncIterable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import httpx
 
+from .._wire import SSEParser
 from ..errors import ZeishError, error_from_response, make_error
 
 QueryValue: TypeAlias = str | int | float | bool | None
@@ -100,6 +101,18 @@ class AsyncTransport:
             finally:
                 await resp.aclose()
         return resp
+
+    async def events(self, path: str) -> AsyncIterator[Any]:
+        """The ``data`` of each server-sent event of GET path, decoded, until the stream ends."""
+        resp = await self.send("GET", path, headers={"accept": "text/event-stream"}, stream=True)
+        parser = SSEParser()
+        try:
+            async for line in resp.aiter_lines():
+                ev = parser.line(line)
+                if ev is not None:
+                    yield ev
+        finally:
+            await resp.aclose()
 
     async def json(self, method: str, path: str, **kw: Any) -> Any:
         """send() and the decoded JSON body (None for an empty one)."""

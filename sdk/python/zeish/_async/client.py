@@ -13,8 +13,7 @@ from typing import Any, BinaryIO, Literal, cast
 import httpx
 
 from .._config import api_key_from_env, api_url_from_env
-from .._wire import SSEParser, body, time_param
-from ..errors import ZeishError
+from .._wire import body, time_param
 from ..schema import (
     Account,
     APIKey,
@@ -33,6 +32,7 @@ from ..schema import (
 )
 from ._dataplane import quote
 from ._http import DEFAULT_TIMEOUT, AsyncTransport
+from ._resource import AsyncResource
 from .sandbox import DEFAULT_WAIT, AsyncSandbox, wait_for_state, wait_sandbox
 
 
@@ -128,21 +128,13 @@ class AsyncSandboxes:
         return await wait_for_state(self._t, ref, state, timeout)
 
 
-class AsyncTemplate:
+class AsyncTemplate(AsyncResource):
     """A template. As a context manager (one the caller built), deleted at the end."""
 
     def __init__(self, transport: AsyncTransport, info: TemplateInfo) -> None:
         self._t = transport
         #: The template as the API returned it last.
-        self.info = info
-
-    @property
-    def id(self) -> str:
-        return self.info["id"]
-
-    @property
-    def name(self) -> str:
-        return self.info["name"]
+        self.info: TemplateInfo = info
 
     @property
     def state(self) -> str:
@@ -161,15 +153,8 @@ class AsyncTemplate:
     async def events(self) -> AsyncIterator[TemplateEvent]:
         """The build's log from the start, then as it goes (``progress``, ``log``,
         ``state`` events); ends once the build has ended."""
-        resp = await self._t.send("GET", f"/public/templates/{self._ref()}/events", headers={"accept": "text/event-stream"}, stream=True)
-        parser = SSEParser()
-        try:
-            async for line in resp.aiter_lines():
-                ev = parser.line(line)
-                if ev is not None:
-                    yield cast(TemplateEvent, ev)
-        finally:
-            await resp.aclose()
+        async for ev in self._t.events(f"/public/templates/{self._ref()}/events"):
+            yield cast(TemplateEvent, ev)
 
     async def wait(self, on_event: Callable[[TemplateEvent], None] | None = None) -> TemplateInfo:
         """Follows the build to its end (each event to on_event) and returns the
@@ -183,18 +168,6 @@ class AsyncTemplate:
         """Deletes the template; sandboxes already booted from it keep working."""
         self.info = cast(TemplateInfo, await self._t.json("DELETE", f"/public/templates/{self._ref()}"))
         return self.info
-
-    async def __aenter__(self) -> AsyncTemplate:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        try:
-            await self.delete()
-        except ZeishError as e:
-            if e.code != "not_found":
-                raise
 
 
 class AsyncTemplates:

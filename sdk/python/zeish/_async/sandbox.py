@@ -9,7 +9,7 @@ from types import TracebackType
 from typing import Any, Literal, cast
 from urllib.parse import urlencode
 
-from .._wire import TRANSITIONS, ExecChunk, ExecResult, SSEParser, body, exec_request, term_query
+from .._wire import TRANSITIONS, ExecChunk, ExecResult, body, exec_request, term_query
 from ..errors import SandboxStateError, ZeishError, ZeishTimeoutError
 from ..schema import (
     Access,
@@ -30,6 +30,7 @@ from ..schema import (
 from ._dataplane import AsyncDataPlane, quote
 from ._http import AsyncTransport
 from ._io import run_all
+from ._resource import AsyncResource
 from .desktop import AsyncDesktop
 from .execution import AsyncExecution
 from .files import AsyncFiles, AsyncProcesses
@@ -108,11 +109,13 @@ class AsyncCloneResult:
         await self.delete()
 
 
-async def children(
-    t: AsyncTransport, resp: CloneResponse, wait: bool, wait_timeout: float, ttl: int | None
+async def fork_at(
+    t: AsyncTransport, path: str, req: dict[str, Any], wait: bool, wait_timeout: float, ttl: int | None
 ) -> AsyncCloneResult:
-    """The clone result of a clone answer; with wait, once every child runs
-    (those that do not are deleted and the first failure raised)."""
+    """POSTs a clone request (a sandbox's or a snapshot's) and, with wait,
+    waits until every child runs (if one does not, all are deleted and the
+    first failure raised)."""
+    resp = cast(CloneResponse, await t.json("POST", path, json=req))
     kids = [AsyncSandbox(t, info, ttl) for info in resp["sandboxes"]]
     result = AsyncCloneResult(resp["pause_ms"], kids)
     if wait:
@@ -124,21 +127,13 @@ async def children(
     return result
 
 
-class AsyncSnapshot:
+class AsyncSnapshot(AsyncResource):
     """One snapshot of a sandbox. As a context manager, deleted at the end."""
 
     def __init__(self, info: SnapshotInfo, sandbox: AsyncSandbox) -> None:
         #: The snapshot as the API returned it.
-        self.info = info
+        self.info: SnapshotInfo = info
         self._sandbox = sandbox
-
-    @property
-    def id(self) -> str:
-        return self.info["id"]
-
-    @property
-    def name(self) -> str:
-        return self.info["name"]
 
     async def restore(self, *, wait: bool = True, wait_timeout: float = DEFAULT_WAIT) -> SandboxInfo:
         """Rolls the sandbox back to this snapshot."""
@@ -150,18 +145,6 @@ class AsyncSnapshot:
 
     async def delete(self) -> None:
         await self._sandbox.snapshots.delete(self.id)
-
-    async def __aenter__(self) -> AsyncSnapshot:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        try:
-            await self.delete()
-        except ZeishError as e:
-            if e.code != "not_found":
-                raise
 
     def __repr__(self) -> str:
         return f"Snapshot({self.id!r}, name={self.name!r})"
@@ -222,15 +205,12 @@ class AsyncSnapshots:
     ) -> AsyncCloneResult:
         """New sandboxes from the snapshot: fork children of the sandbox as it
         was when the snapshot was taken; the sandbox itself is untouched."""
-        req = body(
-            count=count, name=name, git_branch=git_branch, pr_number=pr_number, max_cost_micros=max_cost_micros,
-            browser=browser, desktop=desktop, network=network,
-        )
-        resp = cast(CloneResponse, await self._t.json("POST", self._path(ref) + "/clone", json=req))
-        return await children(self._t, resp, wait, wait_timeout, self._sb._ttl)
+        req = body(count=count, name=name, git_branch=git_branch, pr_number=pr_number, max_cost_micros=max_cost_micros)
+        req.update(body(browser=browser, desktop=desktop, network=network))
+        return await fork_at(self._t, self._path(ref) + "/clone", req, wait, wait_timeout, self._sb._ttl)
 
 
-class AsyncSandbox:
+class AsyncSandbox(AsyncResource):
     """One sandbox. Get one from ``zeish.sandboxes.create(…)`` or ``.get(…)``.
 
     ``info`` is the API's ``Sandbox`` object as last seen (``refresh()``
@@ -241,7 +221,7 @@ class AsyncSandbox:
         self._t = transport
         self._ttl = token_ttl
         #: The sandbox as last seen (snake_case, exactly the ``Sandbox`` schema).
-        self.info = info
+        self.info: SandboxInfo = info
         self._dp = AsyncDataPlane(transport, info["id"], token_ttl)
         #: Files inside the sandbox.
         self.files = AsyncFiles(self._dp)
@@ -251,14 +231,6 @@ class AsyncSandbox:
         self.snapshots = AsyncSnapshots(self)
         #: The desktop (sandboxes created or forked with ``desktop=True``).
         self.desktop = AsyncDesktop(transport, self._dp)
-
-    @property
-    def id(self) -> str:
-        return self.info["id"]
-
-    @property
-    def name(self) -> str:
-        return self.info["name"]
 
     @property
     def state(self) -> State:
@@ -318,22 +290,6 @@ class AsyncSandbox:
             return await self.wait(timeout=wait_timeout)
         return self.info
 
-    async def _delete_quietly(self) -> None:
-        """delete(), where a sandbox already gone is no error."""
-        try:
-            await self.delete()
-        except ZeishError as e:
-            if e.code != "not_found":
-                raise
-
-    async def __aenter__(self) -> AsyncSandbox:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self._delete_quietly()
-
     async def set_timeout(self, seconds: int, on_timeout: Literal["delete", "pause", "stop"] | None = None) -> SandboxInfo:
         """The sandbox's time is up ``seconds`` from now (0 clears it); then on_timeout happens."""
         self.info = cast(
@@ -360,12 +316,9 @@ class AsyncSandbox:
         """Forks the sandbox while it runs: ``count`` children (1–16) carry on
         from this instant, copy-on-write. By default waits until every child
         runs. Fields left out keep the parent's value."""
-        req = body(
-            count=count, name=name, git_branch=git_branch, pr_number=pr_number, max_cost_micros=max_cost_micros,
-            browser=browser, desktop=desktop, network=network,
-        )
-        resp = cast(CloneResponse, await self._t.json("POST", self._path("/clone"), json=req))
-        return await children(self._t, resp, wait, wait_timeout, self._ttl)
+        req = body(count=count, name=name, git_branch=git_branch, pr_number=pr_number, max_cost_micros=max_cost_micros)
+        req.update(body(browser=browser, desktop=desktop, network=network))
+        return await fork_at(self._t, self._path("/clone"), req, wait, wait_timeout, self._ttl)
 
     fork = clone
 
@@ -417,15 +370,8 @@ class AsyncSandbox:
 
     async def events(self) -> AsyncIterator[Event]:
         """Follows the sandbox's state (server-sent events): the sandbox now, then after every change."""
-        resp = await self._t.send("GET", self._path("/events"), headers={"accept": "text/event-stream"}, stream=True)
-        parser = SSEParser()
-        try:
-            async for line in resp.aiter_lines():
-                ev = parser.line(line)
-                if ev is not None:
-                    yield cast(Event, ev)
-        finally:
-            await resp.aclose()
+        async for ev in self._t.events(self._path("/events")):
+            yield cast(Event, ev)
 
     # ---- exec ------------------------------------------------------------------
 

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import json as jsonlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import httpx
 
+from .._wire import SSEParser
 from ..errors import ZeishError, error_from_response, make_error
 
 QueryValue: TypeAlias = str | int | float | bool | None
@@ -101,6 +102,18 @@ class Transport:
             finally:
                 resp.close()
         return resp
+
+    def events(self, path: str) -> Iterator[Any]:
+        """The ``data`` of each server-sent event of GET path, decoded, until the stream ends."""
+        resp = self.send("GET", path, headers={"accept": "text/event-stream"}, stream=True)
+        parser = SSEParser()
+        try:
+            for line in resp.iter_lines():
+                ev = parser.line(line)
+                if ev is not None:
+                    yield ev
+        finally:
+            resp.close()
 
     def json(self, method: str, path: str, **kw: Any) -> Any:
         """send() and the decoded JSON body (None for an empty one)."""

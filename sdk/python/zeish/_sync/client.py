@@ -14,8 +14,7 @@ from typing import Any, BinaryIO, Literal, cast
 import httpx
 
 from .._config import api_key_from_env, api_url_from_env
-from .._wire import SSEParser, body, time_param
-from ..errors import ZeishError
+from .._wire import body, time_param
 from ..schema import (
     Account,
     APIKey,
@@ -34,6 +33,7 @@ from ..schema import (
 )
 from ._dataplane import quote
 from ._http import DEFAULT_TIMEOUT, Transport
+from ._resource import Resource
 from .sandbox import DEFAULT_WAIT, Sandbox, wait_for_state, wait_sandbox
 
 
@@ -129,21 +129,13 @@ class Sandboxes:
         return wait_for_state(self._t, ref, state, timeout)
 
 
-class Template:
+class Template(Resource):
     """A template. As a context manager (one the caller built), deleted at the end."""
 
     def __init__(self, transport: Transport, info: TemplateInfo) -> None:
         self._t = transport
         #: The template as the API returned it last.
-        self.info = info
-
-    @property
-    def id(self) -> str:
-        return self.info["id"]
-
-    @property
-    def name(self) -> str:
-        return self.info["name"]
+        self.info: TemplateInfo = info
 
     @property
     def state(self) -> str:
@@ -162,15 +154,8 @@ class Template:
     def events(self) -> Iterator[TemplateEvent]:
         """The build's log from the start, then as it goes (``progress``, ``log``,
         ``state`` events); ends once the build has ended."""
-        resp = self._t.send("GET", f"/public/templates/{self._ref()}/events", headers={"accept": "text/event-stream"}, stream=True)
-        parser = SSEParser()
-        try:
-            for line in resp.iter_lines():
-                ev = parser.line(line)
-                if ev is not None:
-                    yield cast(TemplateEvent, ev)
-        finally:
-            resp.close()
+        for ev in self._t.events(f"/public/templates/{self._ref()}/events"):
+            yield cast(TemplateEvent, ev)
 
     def wait(self, on_event: Callable[[TemplateEvent], None] | None = None) -> TemplateInfo:
         """Follows the build to its end (each event to on_event) and returns the
@@ -184,18 +169,6 @@ class Template:
         """Deletes the template; sandboxes already booted from it keep working."""
         self.info = cast(TemplateInfo, self._t.json("DELETE", f"/public/templates/{self._ref()}"))
         return self.info
-
-    def __enter__(self) -> Template:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        try:
-            self.delete()
-        except ZeishError as e:
-            if e.code != "not_found":
-                raise
 
 
 class Templates:

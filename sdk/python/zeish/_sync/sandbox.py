@@ -10,7 +10,7 @@ from types import TracebackType
 from typing import Any, Literal, cast
 from urllib.parse import urlencode
 
-from .._wire import TRANSITIONS, ExecChunk, ExecResult, SSEParser, body, exec_request, term_query
+from .._wire import TRANSITIONS, ExecChunk, ExecResult, body, exec_request, term_query
 from ..errors import SandboxStateError, ZeishError, ZeishTimeoutError
 from ..schema import (
     Access,
@@ -31,6 +31,7 @@ from ..schema import (
 from ._dataplane import DataPlane, quote
 from ._http import Transport
 from ._io import run_all
+from ._resource import Resource
 from .desktop import Desktop
 from .execution import Execution
 from .files import Files, Processes
@@ -109,11 +110,13 @@ class CloneResult:
         self.delete()
 
 
-def children(
-    t: Transport, resp: CloneResponse, wait: bool, wait_timeout: float, ttl: int | None
+def fork_at(
+    t: Transport, path: str, req: dict[str, Any], wait: bool, wait_timeout: float, ttl: int | None
 ) -> CloneResult:
-    """The clone result of a clone answer; with wait, once every child runs
-    (those that do not are deleted and the first failure raised)."""
+    """POSTs a clone request (a sandbox's or a snapshot's) and, with wait,
+    waits until every child runs (if one does not, all are deleted and the
+    first failure raised)."""
+    resp = cast(CloneResponse, t.json("POST", path, json=req))
     kids = [Sandbox(t, info, ttl) for info in resp["sandboxes"]]
     result = CloneResult(resp["pause_ms"], kids)
     if wait:
@@ -125,21 +128,13 @@ def children(
     return result
 
 
-class Snapshot:
+class Snapshot(Resource):
     """One snapshot of a sandbox. As a context manager, deleted at the end."""
 
     def __init__(self, info: SnapshotInfo, sandbox: Sandbox) -> None:
         #: The snapshot as the API returned it.
-        self.info = info
+        self.info: SnapshotInfo = info
         self._sandbox = sandbox
-
-    @property
-    def id(self) -> str:
-        return self.info["id"]
-
-    @property
-    def name(self) -> str:
-        return self.info["name"]
 
     def restore(self, *, wait: bool = True, wait_timeout: float = DEFAULT_WAIT) -> SandboxInfo:
         """Rolls the sandbox back to this snapshot."""
@@ -151,18 +146,6 @@ class Snapshot:
 
     def delete(self) -> None:
         self._sandbox.snapshots.delete(self.id)
-
-    def __enter__(self) -> Snapshot:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        try:
-            self.delete()
-        except ZeishError as e:
-            if e.code != "not_found":
-                raise
 
     def __repr__(self) -> str:
         return f"Snapshot({self.id!r}, name={self.name!r})"
@@ -223,15 +206,12 @@ class Snapshots:
     ) -> CloneResult:
         """New sandboxes from the snapshot: fork children of the sandbox as it
         was when the snapshot was taken; the sandbox itself is untouched."""
-        req = body(
-            count=count, name=name, git_branch=git_branch, pr_number=pr_number, max_cost_micros=max_cost_micros,
-            browser=browser, desktop=desktop, network=network,
-        )
-        resp = cast(CloneResponse, self._t.json("POST", self._path(ref) + "/clone", json=req))
-        return children(self._t, resp, wait, wait_timeout, self._sb._ttl)
+        req = body(count=count, name=name, git_branch=git_branch, pr_number=pr_number, max_cost_micros=max_cost_micros)
+        req.update(body(browser=browser, desktop=desktop, network=network))
+        return fork_at(self._t, self._path(ref) + "/clone", req, wait, wait_timeout, self._sb._ttl)
 
 
-class Sandbox:
+class Sandbox(Resource):
     """One sandbox. Get one from ``zeish.sandboxes.create(…)`` or ``.get(…)``.
 
     ``info`` is the API's ``Sandbox`` object as last seen (``refresh()``
@@ -242,7 +222,7 @@ class Sandbox:
         self._t = transport
         self._ttl = token_ttl
         #: The sandbox as last seen (snake_case, exactly the ``Sandbox`` schema).
-        self.info = info
+        self.info: SandboxInfo = info
         self._dp = DataPlane(transport, info["id"], token_ttl)
         #: Files inside the sandbox.
         self.files = Files(self._dp)
@@ -252,14 +232,6 @@ class Sandbox:
         self.snapshots = Snapshots(self)
         #: The desktop (sandboxes created or forked with ``desktop=True``).
         self.desktop = Desktop(transport, self._dp)
-
-    @property
-    def id(self) -> str:
-        return self.info["id"]
-
-    @property
-    def name(self) -> str:
-        return self.info["name"]
 
     @property
     def state(self) -> State:
@@ -319,22 +291,6 @@ class Sandbox:
             return self.wait(timeout=wait_timeout)
         return self.info
 
-    def _delete_quietly(self) -> None:
-        """delete(), where a sandbox already gone is no error."""
-        try:
-            self.delete()
-        except ZeishError as e:
-            if e.code != "not_found":
-                raise
-
-    def __enter__(self) -> Sandbox:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._delete_quietly()
-
     def set_timeout(self, seconds: int, on_timeout: Literal["delete", "pause", "stop"] | None = None) -> SandboxInfo:
         """The sandbox's time is up ``seconds`` from now (0 clears it); then on_timeout happens."""
         self.info = cast(
@@ -361,12 +317,9 @@ class Sandbox:
         """Forks the sandbox while it runs: ``count`` children (1–16) carry on
         from this instant, copy-on-write. By default waits until every child
         runs. Fields left out keep the parent's value."""
-        req = body(
-            count=count, name=name, git_branch=git_branch, pr_number=pr_number, max_cost_micros=max_cost_micros,
-            browser=browser, desktop=desktop, network=network,
-        )
-        resp = cast(CloneResponse, self._t.json("POST", self._path("/clone"), json=req))
-        return children(self._t, resp, wait, wait_timeout, self._ttl)
+        req = body(count=count, name=name, git_branch=git_branch, pr_number=pr_number, max_cost_micros=max_cost_micros)
+        req.update(body(browser=browser, desktop=desktop, network=network))
+        return fork_at(self._t, self._path("/clone"), req, wait, wait_timeout, self._ttl)
 
     fork = clone
 
@@ -418,15 +371,8 @@ class Sandbox:
 
     def events(self) -> Iterator[Event]:
         """Follows the sandbox's state (server-sent events): the sandbox now, then after every change."""
-        resp = self._t.send("GET", self._path("/events"), headers={"accept": "text/event-stream"}, stream=True)
-        parser = SSEParser()
-        try:
-            for line in resp.iter_lines():
-                ev = parser.line(line)
-                if ev is not None:
-                    yield cast(Event, ev)
-        finally:
-            resp.close()
+        for ev in self._t.events(self._path("/events")):
+            yield cast(Event, ev)
 
     # ---- exec ------------------------------------------------------------------
 
