@@ -206,6 +206,8 @@ class Harness:
             ZEISH_UPLINK=self.lab.uplink,
             ZEISH_DNS_UPSTREAM=f"{GATEWAY}:53",
             ZEISH_NET_CIDR="10.214.0.0/24",
+            # The lab's internet is in the benchmarking range, blocked by default.
+            ZEISH_NET_ALLOW_RANGES="198.18.0.0/15",
             ZEISH_SANDBOXD=str(REPO / "bin" / "sandboxd"),
             ZEISH_TEMPLATE_CACHE=str(cache_dir() / "templates"),
             # The debian template (git, python3) from the cache the Go tests
