@@ -125,6 +125,9 @@ def test_sse_parser() -> None:
     p = SSEParser()
     got = [p.line(x) for x in ["event: state", 'data: {"a":', "data: 1}", "", ": comment", ""]]
     assert got == [None, None, None, {"a": 1}, None, None]
+    # Lines as httpx 0.23 hands them out: with their endings.
+    got = [p.line(x) for x in ["event: state\n", 'data: {"b": 2}\r\n', "\n"]]
+    assert got == [None, None, {"b": 2}]
 
 
 def test_websocket_frames() -> None:

@@ -68,6 +68,10 @@ def test_exec_kill_stops_the_command(sbx: zeish.Sandbox) -> None:
     assert not _sleepers(sbx, "301")
     # processes.kill: a signal to any process.
     sbx.run("setsid sleep 302 >/dev/null 2>&1 < /dev/null &")
+    for _ in range(60):
+        if _sleepers(sbx, "302"):
+            break
+        time.sleep(0.5)
     (pid,) = _sleepers(sbx, "302")
     sbx.processes.kill(pid, "TERM")
     for _ in range(60):

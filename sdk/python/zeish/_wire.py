@@ -145,6 +145,8 @@ class SSEParser:
         self._data: list[str] = []
 
     def line(self, line: str) -> Any | None:
+        # httpx before 0.24 (Debian 12 has 0.23) hands lines out with their ending.
+        line = line.rstrip("\r\n")
         if line == "":
             if not self._data:
                 return None
