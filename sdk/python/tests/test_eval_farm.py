@@ -33,7 +33,7 @@ def test_eval_farm(client: zeish.Zeish, farm: dict[str, Any]) -> None:
     assert base.state == "running" and base.name == "eval-farm-baseline", "the baseline is kept"
     assert [r["sandbox"] for r in forked["rows"]] != [r["sandbox"] for r in naive["rows"]]
     lineage = base.lineage()
-    assert {d["id"] for d in lineage["descendants"]} == {r["sandbox"] for r in forked["rows"]}
+    assert {r["sandbox"] for r in forked["rows"]} <= {d["id"] for d in lineage["descendants"]}
     assert [s.id for s in client.sandboxes.list()] == [base.id], "nothing but the baseline is left"
     out = farm["stdout"]
     assert "naive / forked:" in out and f"forked  N={FARM_N}" in out and f"naive   N={FARM_N}" in out

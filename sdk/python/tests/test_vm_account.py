@@ -43,11 +43,11 @@ def test_bad_input_errors(server: Harness, client: zeish.Zeish) -> None:
     assert ei.value.code == "git_credentials_in_url"
     with pytest.raises(zeish.NotFoundError):
         client.request("DELETE", "/public/snapshots/snp_00000000000000000000")
-    with pytest.raises(zeish.AuthenticationError) as ei:
-        zeish.Zeish(server.api_url, "zk_wrong").sandboxes.list()
+    with zeish.Zeish(server.api_url, "zk_wrong") as wrong, pytest.raises(zeish.AuthenticationError) as ei:
+        wrong.sandboxes.list()
     assert (ei.value.status, ei.value.code) == (401, "unauthenticated")
-    with pytest.raises(zeish.AuthenticationError) as ei:
-        zeish.Zeish(server.api_url, "").sandboxes.list()
+    with zeish.Zeish(server.api_url, "") as none, pytest.raises(zeish.AuthenticationError) as ei:
+        none.sandboxes.list()
     assert "no API key" in ei.value.message
     assert [s.id for s in client.sandboxes.list()] == before, "refused calls left nothing behind"
 

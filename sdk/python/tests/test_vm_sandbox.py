@@ -20,18 +20,23 @@ import zeish
 
 
 def test_exec_streams_output_as_it_comes(sbx: zeish.Sandbox) -> None:
-    chunks: list[zeish.ExecChunk] = []
-    with sbx.exec("for i in 1 2 3; do echo line$i; sleep 0.3; done; echo oops >&2; exit 3") as ex:
+    # The command prints, then waits for a file the test writes only once it
+    # has that first line: output held back until the end would never come.
+    if sbx.files.exists("/tmp/py-go"):
+        sbx.files.remove("/tmp/py-go")
+    cmd = "echo line1; while [ ! -e /tmp/py-go ]; do sleep 0.1; done; echo line2; echo oops >&2; exit 3"
+    with sbx.exec(cmd, timeout=120) as ex:
         assert ex.result is None
-        for chunk in ex:
-            chunks.append(chunk)
-    out = [c for c in chunks if c.stream == "stdout"]
-    # Three writes a moment apart arrive as three chunks, not one at the end.
-    assert len(out) >= 3, chunks
-    assert "".join(c.text for c in out) == "line1\nline2\nline3\n"
-    assert "".join(c.text for c in chunks if c.stream == "stderr") == "oops\n"
+        chunks = iter(ex)
+        first = next(chunks)
+        assert (first.stream, first.text) == ("stdout", "line1\n")
+        sbx.files.write("/tmp/py-go", "")
+        rest = list(chunks)
+    assert "".join(c.text for c in rest if c.stream == "stdout") == "line2\n"
+    assert "".join(c.text for c in rest if c.stream == "stderr") == "oops\n"
     assert ex.result is not None and ex.exit_code == 3
-    assert (ex.result.stdout, ex.result.stderr, ex.result.timed_out) == ("line1\nline2\nline3\n", "oops\n", False)
+    assert (ex.result.stdout, ex.result.stderr, ex.result.timed_out) == ("line1\nline2\n", "oops\n", False)
+    sbx.files.remove("/tmp/py-go")
 
 
 def test_run_stdin_env_cwd_user_timeout(sbx: zeish.Sandbox) -> None:
