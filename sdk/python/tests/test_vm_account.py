@@ -173,5 +173,7 @@ def test_accounts_and_keys(server: Harness, client: zeish.Zeish) -> None:
         with pytest.raises(zeish.AuthenticationError) as ei:
             user.sandboxes.list()
         assert ei.value.code == "unauthenticated"
-    with pytest.raises(zeish.NotFoundError):
-        client.admin.list_nodes()  # a single zeishd has no node agents
+    # A single zeishd has no node agents.
+    for call in (client.admin.list_nodes, lambda: client.admin.drain_node("n1"), lambda: client.admin.undrain_node("n1")):
+        with pytest.raises(zeish.NotFoundError):
+            call()

@@ -26,8 +26,8 @@ def test_fork_and_lineage(client: zeish.Zeish, sbx: zeish.Sandbox) -> None:
         assert live == [k.id for k in kids]
         kid_lin = kids[0].lineage()
         assert kid_lin["ancestors"][0]["id"] == sbx.id
-        grand = client.sandboxes.get("py-kid-1")  # a name works wherever an id does
-        assert grand.id == kids[0].id
+        assert client.sandboxes.get("py-kid-1").id == kids[0].id  # a name works wherever an id does
+        assert client.sandboxes.delete("py-kid-2")["state"] == "destroyed"  # the with block skips it then
     # The context manager deleted the children; the parent carries on.
     assert [client.sandboxes.get(k.id).state for k in kids] == ["destroyed", "destroyed"]
     assert sbx.run("echo still-here").stdout == "still-here\n"
