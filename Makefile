@@ -55,7 +55,7 @@ test-python: build
 	$(GO) test -count=1 -run '^TestBuildDebian$$' ./template
 	cd sdk/python && $(PYTHON) -m mypy --strict zeish tools
 	cd examples/eval-farm/python && MYPYPATH=$(CURDIR)/sdk/python $(PYTHON) -m mypy --strict farm.py demo_repo.py
-	cd sdk/python && $(PYTHON) -m pytest -p no:cacheprovider -ra tests
+	cd sdk/python && $(PYTHON) -m pytest -p no:cacheprovider -ra --durations=20 tests
 
 # The console in real Chromium (Debian's /usr/bin/chromium, driven by
 # playwright-core) against a real zeishd (bin/) and real VMs; screenshots go

@@ -43,6 +43,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 _harness: Harness | None = None
 
 
+_farm_report: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The eval farm's table and wall times, which its test's output would hide."""
+    if _farm_report:
+        terminalreporter.section("eval-farm (examples/eval-farm/python)")
+        for line in _farm_report:
+            terminalreporter.write_line(line)
+
+
 @pytest.fixture(scope="session")
 def server() -> Iterator[Harness]:
     """The suite's zeishd; skips VM tests where they cannot run (never under CI)."""
@@ -92,6 +103,7 @@ def farm(server: Harness) -> dict[str, Any]:
     sys.stderr.write(r.stderr)
     print(r.stdout, file=sys.stderr)
     print(f"eval-farm N={FARM_N} (forked and naive): {took:.1f}s", file=sys.stderr)
+    _farm_report.extend(r.stdout.strip().splitlines()[:-1] + [f"the example ran {took:.1f}s (forked and naive, N = {FARM_N})"])
     lines = r.stdout.strip().splitlines()
     summary = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
     return {"returncode": r.returncode, "stdout": r.stdout, "stderr": r.stderr, "summary": summary, "seconds": took}

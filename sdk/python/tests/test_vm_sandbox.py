@@ -56,34 +56,28 @@ def test_run_stdin_env_cwd_user_timeout(sbx: zeish.Sandbox) -> None:
     assert nf.value.code == "file_not_found" and nf.value.status == 404 and nf.value.request_id
 
 
-def _sleepers(sbx: zeish.Sandbox, mark: str) -> list[int]:
-    return [p["pid"] for p in sbx.processes.list() if p["argv"][:2] == ["sleep", mark]]
+def _sleepers(sbx: zeish.Sandbox, mark: str, want: bool | None = None) -> list[int]:
+    """The pids of `sleep MARK`; with want, first waits (bounded) until there are some (True) or none (False)."""
+    for _ in range(120 if want is not None else 1):
+        pids = [p["pid"] for p in sbx.processes.list() if p["argv"][:2] == ["sleep", mark]]
+        if want is None or bool(pids) == want:
+            break
+        time.sleep(0.5)
+    return pids
 
 
 def test_exec_kill_stops_the_command(sbx: zeish.Sandbox) -> None:
     with sbx.exec("echo started; exec sleep 301") as ex:
         first = next(iter(ex))
         assert first.text == "started\n"
-        assert _sleepers(sbx, "301"), "the command runs"
+        assert _sleepers(sbx, "301", want=True), "the command runs"
         ex.kill()
-    for _ in range(60):  # the guest kills it when the stream closes
-        if not _sleepers(sbx, "301"):
-            break
-        time.sleep(0.5)
-    assert not _sleepers(sbx, "301")
+    assert not _sleepers(sbx, "301", want=False), "the guest killed it when the stream closed"
     # processes.kill: a signal to any process.
     sbx.run("setsid sleep 302 >/dev/null 2>&1 < /dev/null &")
-    for _ in range(60):
-        if _sleepers(sbx, "302"):
-            break
-        time.sleep(0.5)
-    (pid,) = _sleepers(sbx, "302")
+    (pid,) = _sleepers(sbx, "302", want=True)
     sbx.processes.kill(pid, "TERM")
-    for _ in range(60):
-        if not _sleepers(sbx, "302"):
-            break
-        time.sleep(0.5)
-    assert not _sleepers(sbx, "302")
+    assert not _sleepers(sbx, "302", want=False)
     with pytest.raises(zeish.NotFoundError):
         sbx.processes.kill(999999)
 
