@@ -68,10 +68,13 @@ def _sleepers(sbx: zeish.Sandbox, mark: str, want: bool | None = None) -> list[i
 
 def test_exec_kill_stops_the_command(sbx: zeish.Sandbox) -> None:
     with sbx.exec("echo started; exec sleep 301") as ex:
-        first = next(iter(ex))
+        first = next(iter(ex))  # a temporary iterator: dropping it leaves the command running
         assert first.text == "started\n"
         assert _sleepers(sbx, "301", want=True), "the command runs"
         ex.kill()
+    assert ex.result is None
+    with pytest.raises(zeish.ServerError):
+        ex.wait()  # killed: it has no result
     assert not _sleepers(sbx, "301", want=False), "the guest killed it when the stream closed"
     # processes.kill: a signal to any process.
     sbx.run("setsid sleep 302 >/dev/null 2>&1 < /dev/null &")

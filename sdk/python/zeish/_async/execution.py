@@ -24,7 +24,7 @@ class AsyncExecution:
     def __init__(self, response: httpx.Response) -> None:
         self._resp = response
         self._dec = ExecDecoder()
-        self._started = False
+        self._gen: AsyncIterator[ExecChunk] | None = None
         self._closed = False
 
     @property
@@ -38,12 +38,14 @@ class AsyncExecution:
         return self._dec.result.exit_code if self._dec.result else None
 
     def __aiter__(self) -> AsyncIterator[ExecChunk]:
-        return self._chunks()
+        # One iterator for the execution's life: a loop that stops early and
+        # a later one (or wait()) carry on where it stopped, and dropping a
+        # temporary iterator does not close the stream (which kills the command).
+        if self._gen is None:
+            self._gen = self._chunks()
+        return self._gen
 
     async def _chunks(self) -> AsyncIterator[ExecChunk]:
-        if self._started:
-            raise RuntimeError("an execution's output can be iterated once")
-        self._started = True
         try:
             async for line in self._resp.aiter_lines():
                 chunk = self._dec.line(line)
@@ -62,9 +64,9 @@ class AsyncExecution:
         raise self._dec.ended_early()
 
     async def wait(self) -> ExecResult:
-        """Reads the rest of the output and returns the result."""
-        if not self._started:
-            async for _ in self._chunks():
+        """Reads the rest of the output (what was not iterated yet) and returns the result."""
+        if self._dec.result is None and not self._closed:
+            async for _ in self:
                 pass
         if self._dec.result is None:
             raise self._dec.ended_early()

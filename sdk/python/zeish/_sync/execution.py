@@ -25,7 +25,7 @@ class Execution:
     def __init__(self, response: httpx.Response) -> None:
         self._resp = response
         self._dec = ExecDecoder()
-        self._started = False
+        self._gen: Iterator[ExecChunk] | None = None
         self._closed = False
 
     @property
@@ -39,12 +39,14 @@ class Execution:
         return self._dec.result.exit_code if self._dec.result else None
 
     def __iter__(self) -> Iterator[ExecChunk]:
-        return self._chunks()
+        # One iterator for the execution's life: a loop that stops early and
+        # a later one (or wait()) carry on where it stopped, and dropping a
+        # temporary iterator does not close the stream (which kills the command).
+        if self._gen is None:
+            self._gen = self._chunks()
+        return self._gen
 
     def _chunks(self) -> Iterator[ExecChunk]:
-        if self._started:
-            raise RuntimeError("an execution's output can be iterated once")
-        self._started = True
         try:
             for line in self._resp.iter_lines():
                 chunk = self._dec.line(line)
@@ -63,9 +65,9 @@ class Execution:
         raise self._dec.ended_early()
 
     def wait(self) -> ExecResult:
-        """Reads the rest of the output and returns the result."""
-        if not self._started:
-            for _ in self._chunks():
+        """Reads the rest of the output (what was not iterated yet) and returns the result."""
+        if self._dec.result is None and not self._closed:
+            for _ in self:
                 pass
         if self._dec.result is None:
             raise self._dec.ended_early()
