@@ -64,7 +64,9 @@ func citesOutside(line string) bool {
 	if strings.Contains(line, "../shared/") || strings.Contains(line, "QEMU-NOTES") {
 		return true
 	}
-	word := func(c byte) bool { return c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }
+	word := func(c byte) bool {
+		return c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+	}
 	for i := strings.Index(line, "SPEC"); i >= 0; {
 		end := i + len("SPEC")
 		if (i == 0 || !word(line[i-1])) && (end == len(line) || !word(line[end])) {

@@ -50,9 +50,11 @@ func main() {
 		fmt.Println("zeishd", version.Version)
 		return
 	}
+	// The first argument is a role, or a command that is not one.
 	probe := len(os.Args) > 1 && os.Args[1] == "--accel-probe"
+	admin := len(os.Args) > 1 && isAdminCommand(os.Args[1])
 	args := os.Args[1:]
-	if probe {
+	if probe || admin {
 		args = nil
 	}
 	cfg, err := config.FromEnvironment(args, thisHost())
@@ -61,6 +63,12 @@ func main() {
 		os.Exit(2)
 	}
 	switch {
+	case admin:
+		if err := adminCommand(ctx, cfg, os.Args[1:], os.Stdout); err != nil {
+			slog.Error("zeishd "+os.Args[1], "err", err)
+			os.Exit(1)
+		}
+		return
 	case probe:
 		err = probeAccel(ctx, cfg)
 	case cfg.Role == config.RoleControl:
@@ -105,6 +113,10 @@ func logger(cfg *config.Config) *slog.Logger {
 func run(ctx context.Context, cfg *config.Config) error {
 	log := logger(cfg)
 	slog.SetDefault(log)
+	hosts, err := loadHostTLS(cfg)
+	if err != nil {
+		return err
+	}
 	unlock, err := openDataDir(cfg)
 	if err != nil {
 		return err
@@ -163,9 +175,9 @@ func run(ctx context.Context, cfg *config.Config) error {
 	apiHandler := srv.Handler()
 	facade := e2b.New(e2b.Options{App: ctl, Logger: log, Domain: cfg.E2BDomain}) // E2B's SDKs, under /e2b
 	caps := driver.Capabilities()
-	log.Info("zeishd listening", "addr", "http://"+ln.Addr().String(), "data_dir", dataDir, "node", nodeID,
+	log.Info("zeishd listening", "addr", hosts.scheme()+"://"+ln.Addr().String(), "data_dir", dataDir, "node", nodeID,
 		"vmm", caps.Name, "accel", caps.Accel, "accel_reason", caps.AccelReason, "accel_probe_ms", caps.AccelProbeMS, "confinement", caps.Confinement, "memory_budget_mib", cfg.MemoryBudgetMiB, "plan", fmt.Sprintf("%+v", plan), "admin_key", keyPath, "version", version.Version)
-	return serve(ctx, log, cfg, ln, facade.Mount(apiHandler), facade.IsStream, srv.IsHostPort)
+	return serve(ctx, log, cfg, ln, facade.Mount(apiHandler), hosts, facade.IsStream, srv.IsHostPort)
 }
 
 // planOf is the quota plan every account gets.

@@ -29,7 +29,8 @@ const (
 
 // Config is zeishd's configuration. Fields are in README's order.
 type Config struct {
-	// `control`: API and database only; `node`: a node agent (see *Many hosts*)
+	// `control`: API and database only; `node`: a node agent (see *Many hosts*); `zeishd join-token`
+	// and `zeishd revoke-node ID` are an operator's commands
 	//
 	// Default: `all` (or the first argument: `zeishd control`, `zeishd node`).
 	Role string `env:"ZEISH_ROLE" default:"all" enum:"all,control,node" roles:"all,control,node"`
@@ -43,6 +44,13 @@ type Config struct {
 	//
 	// Default: `127.0.0.1:7420`; a node agent `127.0.0.1:7421`.
 	Listen string `env:"ZEISH_LISTEN" roles:"all,control,node"`
+
+	// PEM certificate chain: the listener serves HTTPS (HTTP/1.1 and HTTP/2), in every role; with
+	// `ZEISH_TLS_KEY`, both or neither
+	TLSCert string `env:"ZEISH_TLS_CERT" roles:"all,control,node"`
+
+	// the PEM key of `ZEISH_TLS_CERT`
+	TLSKey string `env:"ZEISH_TLS_KEY" roles:"all,control,node"`
 
 	// `postgres://user@host/db` keeps all state in PostgreSQL (schema migrated at start, once even
 	// when replicas start together); required for `control` and `node`
@@ -304,22 +312,36 @@ type Config struct {
 	// Default: none.
 	PublicDomain string `env:"ZEISH_PUBLIC_DOMAIN" roles:"all,control,node"`
 
-	// the shared node token (16+ characters, the same on the control plane and every node agent);
-	// required for `control` and `node`
+	// the join token of the node's first start (`zeishd join-token`); not needed once
+	// `node.credential` is in its data dir
 	//
 	// Default: none.
-	NodeToken string `env:"ZEISH_NODE_TOKEN" roles:"control,node"`
+	JoinToken string `env:"ZEISH_JOIN_TOKEN" roles:"node"`
+
+	// a file holding the join token (a mounted secret with one token per host; a missing file is no
+	// token)
+	//
+	// Default: none.
+	JoinTokenFile string `env:"ZEISH_JOIN_TOKEN_FILE" roles:"node"`
+
+	// PEM CA bundle the other hosts' certificates are checked against
+	//
+	// Default: the system's roots.
+	ClusterCA string `env:"ZEISH_CLUSTER_CA" roles:"control,node"`
+
+	// `on`: accept `http://` node and control URLs (a private network, tests)
+	ClusterAllowHTTP bool `env:"ZEISH_CLUSTER_ALLOW_HTTP" default:"off" roles:"control,node"`
 
 	// silence after which a node's sandboxes are `node_lost`
 	NodeLostAfter time.Duration `env:"ZEISH_NODE_LOST_AFTER" default:"30s" min:"1s" roles:"control"`
 
-	// the control plane's address; replicas comma-separated (registration and heartbeats go to the
-	// next one when one does not answer); required for `node`
+	// the control plane's address (`https://`); replicas comma-separated (registration and
+	// heartbeats go to the next one when one does not answer); required for `node`
 	//
 	// Default: none.
 	ControlURL []string `env:"ZEISH_CONTROL_URL" roles:"node"`
 
-	// the node's id
+	// the node's id; its credential is bound to it
 	//
 	// Default: from the host name (kept in `node.id`).
 	NodeID string `env:"ZEISH_NODE_ID" roles:"node"`
@@ -334,7 +356,7 @@ type Config struct {
 
 	// how the control plane and clients reach the node
 	//
-	// Default: `http://` + its listen address.
+	// Default: `https://` (with `ZEISH_TLS_CERT`, else `http://`) + its listen address.
 	NodeURL string `env:"ZEISH_NODE_URL" roles:"node"`
 
 	// Desktop is ZEISH_DESKTOP_SIZE, parsed.

@@ -97,7 +97,7 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("desktop %+v, role set %v", c.Desktop, c.Set("ZEISH_ROLE"))
 	}
 	// Defaults that follow the host and the role.
-	root, err := Load([]string{"node"}, env("ZEISH_DATABASE_URL=postgres://db/z", "ZEISH_NODE_TOKEN=0123456789abcdef",
+	root, err := Load([]string{"node"}, env("ZEISH_DATABASE_URL=postgres://db/z",
 		"ZEISH_CONTROL_URL=http://a:1, http://b:2,"), Host{Root: true, DataDir: "/var/lib/zeish", MemoryMiB: 1024})
 	if err != nil {
 		t.Fatal(err)
@@ -151,9 +151,10 @@ func TestBadValues(t *testing.T) {
 		{nil, []string{"ZEISH_DATABASE_URL=mysql://x"}, `ZEISH_DATABASE_URL: want postgres://`},
 		{nil, []string{"ZEISH_ROLE=edge"}, `ZEISH_ROLE="edge": want all, control, node`},
 		{[]string{"edge"}, nil, `role "edge" (the first argument): want all, control, node`},
-		{[]string{"control"}, []string{"ZEISH_DATABASE_URL=postgres://db/z", "ZEISH_NODE_TOKEN=short"}, `ZEISH_NODE_TOKEN: set the same secret of 16 or more`},
-		{[]string{"node"}, []string{"ZEISH_NODE_TOKEN=0123456789abcdef"}, `ZEISH_DATABASE_URL: a control plane and its node agents share`},
-		{[]string{"node"}, []string{"ZEISH_DATABASE_URL=postgres://db/z", "ZEISH_NODE_TOKEN=0123456789abcdef"}, `ZEISH_CONTROL_URL: the control plane's address`},
+		{[]string{"control"}, nil, `ZEISH_DATABASE_URL: a control plane and its node agents share`},
+		{[]string{"node"}, []string{"ZEISH_DATABASE_URL=postgres://db/z"}, `ZEISH_CONTROL_URL: the control plane's address`},
+		{nil, []string{"ZEISH_TLS_CERT=/etc/zeish/cert.pem"}, `ZEISH_TLS_CERT and ZEISH_TLS_KEY: set both`},
+		{nil, []string{"ZEISH_CLUSTER_ALLOW_HTTP=yes"}, `ZEISH_CLUSTER_ALLOW_HTTP="yes": want on or off`},
 	}
 	for _, c := range cases {
 		t.Run(c.want, func(t *testing.T) {

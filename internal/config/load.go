@@ -110,12 +110,12 @@ func (l *Config) check() []error {
 		if l.DatabaseURL == "" {
 			bad("ZEISH_DATABASE_URL", "a control plane and its node agents share one PostgreSQL database (postgres://…)")
 		}
-		if len(l.NodeToken) < 16 {
-			bad("ZEISH_NODE_TOKEN", "set the same secret of 16 or more characters on the control plane and every node agent")
-		}
+	}
+	if (l.TLSCert == "") != (l.TLSKey == "") {
+		bad("ZEISH_TLS_CERT and ZEISH_TLS_KEY", "set both (PEM files: the certificate chain and its key) or neither")
 	}
 	if l.Role == RoleNode && len(l.ControlURL) == 0 {
-		bad("ZEISH_CONTROL_URL", "the control plane's address (http://host:port; replicas comma-separated)")
+		bad("ZEISH_CONTROL_URL", "the control plane's address (https://host:port; replicas comma-separated)")
 	}
 	var err error
 	if l.Desktop, err = desktop.ParseSize(l.DesktopSize); err != nil {

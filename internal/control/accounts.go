@@ -75,17 +75,6 @@ func (c *Control) AuthenticateHash(ctx context.Context, hash string) (Caller, er
 	return Caller{Account: accountView(a), keyHash: hash}, nil
 }
 
-// Forwarded is the caller a control plane forwarded a request for: the
-// account and API key it authenticated (the node trusts it on the node
-// token).
-func (c *Control) Forwarded(ctx context.Context, accountID, keyID string) (Caller, error) {
-	a, err := c.store.GetAccount(ctx, accountID)
-	if err != nil {
-		return Caller{}, storeErr(err)
-	}
-	return Caller{Account: accountView(a), keyID: keyID}, nil
-}
-
 // KeyID is the id of the API key the caller came with.
 func (c *Control) KeyID(ctx context.Context, who Caller) (string, error) {
 	if who.keyID != "" || who.keyHash == "" {

@@ -36,8 +36,13 @@ type Options struct {
 	// sandbox's cost, and so its budget, is measured with it.
 	Prices metering.Prices
 	// TokenKey signs and verifies data-plane tokens (TokenKey(dataDir)
-	// makes and keeps one; a node agent gets its control plane's).
+	// makes and keeps one; a node agent gets its own at registration, so
+	// it verifies tokens offline).
 	TokenKey []byte
+	// TokenKeyFor, when set, is the key of the tokens of node host's
+	// sandboxes (a control plane: each node has its own, derived from the
+	// data dir's key, see internal/cluster's DataPlaneKey).
+	TokenKeyFor func(host string) []byte
 	// Cluster, when set, is the control plane's registry of node agents
 	// (the admin API's nodes).
 	Cluster Cluster
@@ -86,7 +91,7 @@ func New(o Options) *Control {
 	q := newQuotas(o.Plan, o.Store)
 	q.log = o.Logger
 	c := &Control{store: o.Store, node: o.Node, catalog: o.Catalog, quotas: q, prices: o.Prices,
-		tokens: tokenSigner{key: o.TokenKey}, calls: newCallLimiter(MaxCallsPerSandbox), cluster: o.Cluster,
+		tokens: tokenSigner{key: o.TokenKey, keyFor: o.TokenKeyFor}, calls: newCallLimiter(MaxCallsPerSandbox), cluster: o.Cluster,
 		metrics: o.Metrics, log: o.Logger, replica: o.Replica}
 	c.cost = c.costAt
 	return c

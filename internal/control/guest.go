@@ -2,20 +2,28 @@ package control
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
-	"github.com/zeish/zeish/internal/gitws"
 	"github.com/zeish/zeish/internal/guestports"
+	"github.com/zeish/zeish/internal/guestread"
 	"github.com/zeish/zeish/sandbox"
 )
 
-// Control-plane calls that read a sandbox's guest through its agent: its
-// listening ports, its git clone, its desktop, its browser. In a cluster
-// they run on the sandbox's node.
+// Control-plane calls that read a sandbox's guest: its listening ports,
+// its git clone, its desktop, its browser. Only the node that runs the VM
+// reaches the guest's agent: guestread.Local on this host, or the
+// cluster's Router, whose calls of the node protocol run them there.
+
+// guests reads sandboxes' guests: on this host, or on each sandbox's node.
+func (c *Control) guests() guestread.Reads {
+	if g, ok := c.node.(guestread.Reads); ok {
+		return g
+	}
+	return guestread.Local{Node: c.node}
+}
 
 // Ports are the caller's sandbox ref and the TCP ports its guest listens
 // on (read from the guest kernel's tables). A sandbox that is not running
@@ -28,11 +36,7 @@ func (c *Control) Ports(ctx context.Context, who Caller, ref string) (sandbox.Sa
 	if !sandbox.Allows(r.State, sandbox.OpAccess) {
 		return c.view(r), nil, nil
 	}
-	agent, err := c.node.Agent(ctx, r)
-	if err != nil {
-		return sandbox.Sandbox{}, nil, err
-	}
-	listening, err := guestports.Listening(ctx, agent)
+	listening, err := c.guests().ListeningPorts(ctx, r)
 	if err != nil {
 		return sandbox.Sandbox{}, nil, err
 	}
@@ -49,19 +53,12 @@ func (c *Control) GitStatus(ctx context.Context, who Caller, ref string) (api.Gi
 	if !sandbox.HasClone(r.Sandbox) {
 		return api.GitStatus{}, fmt.Errorf("sandbox %s has no git_repo: %w", r.ID, errdefs.ErrNoGitRepo)
 	}
-	agent, release, err := c.agent(ctx, r)
+	release, err := c.calls.acquire(r.ID)
 	if err != nil {
 		return api.GitStatus{}, err
 	}
 	defer release()
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	st, err := gitws.Status(ctx, agent, r.Sandbox)
-	if gerr := (*gitws.Error)(nil); errors.As(err, &gerr) || errors.Is(err, gitws.NoGit) {
-		// The clone is the guest's: its processes may have removed or broken it.
-		err = fmt.Errorf("in %s: %v: %w", r.GitPath, err, errdefs.ErrInvalidState)
-	}
-	return st, err
+	return c.guests().GitStatus(ctx, r)
 }
 
 // DesktopStatus is the desktop of the caller's sandbox ref: not running
@@ -77,18 +74,15 @@ func (c *Control) DesktopStatus(ctx context.Context, who Caller, ref string) (ap
 	if !sandbox.Allows(r.State, sandbox.OpAccess) {
 		return api.DesktopStatus{Running: false}, nil
 	}
-	agent, err := c.node.Agent(ctx, r)
-	if err != nil {
-		return api.DesktopStatus{}, err
-	}
-	return agent.DesktopStatus(ctx)
+	return c.guests().DesktopStatus(ctx, r)
 }
 
-// BrowserGrant is what a client needs to drive a sandbox's browser: where
-// its DevTools endpoint is reached from here, and a data-plane token.
+// BrowserGrant is what a client needs to drive a sandbox's browser: its
+// Chromium's version and DevTools URL (in the guest), and a data-plane
+// token.
 type BrowserGrant struct {
 	Target
-	Addr      string // the guest's DevTools host:port
+	Version   guestread.BrowserVersion
 	Token     string
 	ExpiresAt time.Time
 }
@@ -110,7 +104,7 @@ func (c *Control) Browser(ctx context.Context, who Caller, ref string, ttlSecond
 	if !r.Browser {
 		return BrowserGrant{}, noBrowser(r.ID)
 	}
-	addr, err := c.node.PortAddr(r, sandbox.BrowserPort)
+	v, err := c.guests().BrowserVersion(ctx, r)
 	if err != nil {
 		return BrowserGrant{}, err
 	}
@@ -119,5 +113,5 @@ func (c *Control) Browser(ctx context.Context, who Caller, ref string, ttlSecond
 		return BrowserGrant{}, err
 	}
 	exp := time.Now().Add(ttl).UTC().Truncate(time.Second)
-	return BrowserGrant{Target: Target{Sandbox: r.Sandbox, rec: r}, Addr: addr, Token: c.tokens.issue(r.ID, r.AccountID, keyID, exp), ExpiresAt: exp}, nil
+	return BrowserGrant{Target: Target{Sandbox: r.Sandbox, rec: r}, Version: v, Token: c.tokens.issue(r, keyID, exp), ExpiresAt: exp}, nil
 }

@@ -23,14 +23,38 @@ const (
 	maxReadyTimeoutSeconds = 3600
 )
 
+// NodeTemplates builds, deletes and follows templates on nodes (the
+// cluster's Router): a template built from an image lives on the node
+// that built it (its Host).
+type NodeTemplates interface {
+	// BuildTemplate builds req on the node with the most free disk,
+	// streaming its upload there.
+	BuildTemplate(ctx context.Context, req catalog.BuildRequest) (sandbox.Template, error)
+	DeleteTemplate(ctx context.Context, node, accountID, ref string) (sandbox.Template, error)
+	// FollowTemplate calls fn with template id's build log from event
+	// from on, until the build ends or ctx does.
+	FollowTemplate(ctx context.Context, node, id string, from int, fn func(catalog.Event) error) error
+}
+
+// templatesOn is where template t's build, log and delete are: its node's,
+// or this process's catalog (one zeishd; a template no node holds).
+func (c *Control) templatesOn(t sandbox.Template) (NodeTemplates, bool) {
+	nt, ok := c.node.(NodeTemplates)
+	return nt, ok && t.Host != ""
+}
+
 // BuildTemplate starts building req for the caller, from upload (an image
-// archive streamed in; nil when req.From names the image).
+// archive streamed in; nil when req.From names the image): here, or on a
+// node of the cluster, which keeps the files.
 func (c *Control) BuildTemplate(ctx context.Context, who Caller, req api.BuildTemplateRequest, upload io.Reader) (sandbox.Template, error) {
 	breq, err := c.buildRequest(ctx, who, req, upload != nil)
 	if err != nil {
 		return sandbox.Template{}, err
 	}
 	breq.Upload = upload
+	if nt, ok := c.node.(NodeTemplates); ok {
+		return nt.BuildTemplate(ctx, breq)
+	}
 	return c.catalog.Build(ctx, breq)
 }
 
@@ -123,22 +147,31 @@ func (c *Control) TemplateKnown(ctx context.Context, name string) error {
 }
 
 // DeleteTemplate hides the caller's template ref at once; its files are
-// swept when nothing uses them.
+// swept (on its node) when nothing uses them.
 func (c *Control) DeleteTemplate(ctx context.Context, who Caller, ref string) (sandbox.Template, error) {
+	t, err := c.catalog.Resolve(ctx, who.Account.ID, ref)
+	if err != nil {
+		return t, err
+	}
+	if nt, ok := c.templatesOn(t); ok {
+		return nt.DeleteTemplate(ctx, t.Host, who.Account.ID, ref)
+	}
 	return c.catalog.Delete(ctx, who.Account.ID, ref)
 }
 
-// TemplateEvents are the events of template id's build from the from-th
-// on, and a channel closed when there are more.
-func (c *Control) TemplateEvents(id string, from int) ([]api.TemplateEvent, <-chan struct{}) {
-	events, more := c.catalog.Events(id, from)
-	out := make([]api.TemplateEvent, 0, len(events))
-	for _, e := range events {
+// FollowTemplate calls fn with the build log of template t (the caller's,
+// from Template) from event from on, until the build ends, fn fails or
+// ctx ends.
+func (c *Control) FollowTemplate(ctx context.Context, t sandbox.Template, from int, fn func(api.TemplateEvent) error) error {
+	each := func(e catalog.Event) error {
 		ev := api.TemplateEvent{Type: e.Type, Time: e.Time.Format(time.RFC3339Nano), Message: e.Message, Template: e.Template}
 		if p := e.Progress; p != nil {
 			ev.Progress = &api.TemplateProgress{Step: p.Step, Layer: p.Layer, Layers: p.Layers, Bytes: p.Bytes, Total: p.Total, Message: p.Message}
 		}
-		out = append(out, ev)
+		return fn(ev)
 	}
-	return out, more
+	if nt, ok := c.templatesOn(t); ok {
+		return nt.FollowTemplate(ctx, t.Host, t.ID, from, each)
+	}
+	return c.catalog.Follow(ctx, t.ID, from, each)
 }

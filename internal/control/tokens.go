@@ -32,7 +32,22 @@ const (
 	MaxTokenTTL     = time.Hour
 )
 
-type tokenSigner struct{ key []byte }
+type tokenSigner struct {
+	key []byte
+	// keyFor, when set, is the key of the sandboxes of node host: a
+	// control plane signs each node's tokens with that node's own key
+	// (internal/cluster's DataPlaneKey), so no node can mint a token
+	// another node accepts.
+	keyFor func(host string) []byte
+}
+
+// keyOf is the key of the tokens of sandbox r.
+func (t tokenSigner) keyOf(r *store.SandboxRecord) []byte {
+	if t.keyFor != nil {
+		return t.keyFor(r.Host)
+	}
+	return t.key
+}
 
 // TokenKey is the data dir's data-plane token key, made on first use: a
 // control plane hands it to its node agents at registration, replicas
@@ -55,27 +70,34 @@ func TokenKey(dataDir string) ([]byte, error) {
 	return b, nil
 }
 
-func (t tokenSigner) mac(payload string) string {
-	m := hmac.New(sha256.New, t.key)
+func (t tokenSigner) mac(payload string) string { return macWith(t.key, payload) }
+
+func macWith(key []byte, payload string) string {
+	m := hmac.New(sha256.New, key)
 	m.Write([]byte(payload))
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-func (t tokenSigner) issue(sandboxID, accountID, keyID string, exp time.Time) string {
-	payload := fmt.Sprintf("%s.%s.%s.%d", sandboxID, accountID, keyID, exp.Unix())
-	return tokenPrefix + payload + "." + t.mac(payload)
+// issue signs a token for sandbox r, of its account, issued to API key keyID.
+func (t tokenSigner) issue(r *store.SandboxRecord, keyID string, exp time.Time) string {
+	payload := fmt.Sprintf("%s.%s.%s.%d", r.ID, r.AccountID, keyID, exp.Unix())
+	return tokenPrefix + payload + "." + macWith(t.keyOf(r), payload)
 }
 
 // verify checks a token for sandboxID and returns its account and the API
 // key that asked for it.
 func (t tokenSigner) verify(token, sandboxID string, now time.Time) (accountID, keyID string, err error) {
+	return t.verifyWith(t.key, token, sandboxID, now)
+}
+
+func (t tokenSigner) verifyWith(key []byte, token, sandboxID string, now time.Time) (accountID, keyID string, err error) {
 	rest, ok := strings.CutPrefix(token, tokenPrefix)
 	parts := strings.Split(rest, ".")
 	if !ok || len(parts) != 5 {
 		return "", "", fmt.Errorf("malformed data-plane token: %w", errdefs.ErrUnauthenticated)
 	}
 	payload := strings.Join(parts[:4], ".")
-	if !hmac.Equal([]byte(parts[4]), []byte(t.mac(payload))) {
+	if !hmac.Equal([]byte(parts[4]), []byte(macWith(key, payload))) {
 		return "", "", fmt.Errorf("data-plane token signature is not valid: %w", errdefs.ErrUnauthenticated)
 	}
 	if parts[0] != sandboxID {
@@ -94,7 +116,13 @@ func (t tokenSigner) verify(token, sandboxID string, now time.Time) (accountID, 
 // checkToken verifies a data-plane token for sandboxID and that the API key
 // it was issued to is still live; it returns the token's account.
 func (c *Control) checkToken(ctx context.Context, token, sandboxID string) (string, error) {
-	acct, keyID, err := c.tokens.verify(token, sandboxID, time.Now())
+	key := c.tokens.key
+	if c.tokens.keyFor != nil {
+		if r, err := c.store.GetSandbox(ctx, sandboxID); err == nil {
+			key = c.tokens.keyOf(r)
+		}
+	}
+	acct, keyID, err := c.tokens.verifyWith(key, token, sandboxID, time.Now())
 	if err == nil {
 		err = c.keyLive(ctx, acct, keyID)
 	}
@@ -127,7 +155,7 @@ func (c *Control) Token(ctx context.Context, who Caller, id string, ttl time.Dur
 		return "", time.Time{}, err
 	}
 	exp := time.Now().Add(ttl).UTC().Truncate(time.Second)
-	return c.tokens.issue(id, r.AccountID, keyID, exp), exp, nil
+	return c.tokens.issue(r, keyID, exp), exp, nil
 }
 
 // dataPlaneLocator is a Node whose sandboxes' data plane is served
@@ -173,5 +201,5 @@ func (c *Control) Access(ctx context.Context, who Caller, ref string, req api.Ac
 		return api.Access{}, err
 	}
 	exp := time.Now().Add(ttl).UTC().Truncate(time.Second)
-	return api.Access{URL: url, Token: c.tokens.issue(r.ID, r.AccountID, keyID, exp), ExpiresAt: exp}, nil
+	return api.Access{URL: url, Token: c.tokens.issue(r, keyID, exp), ExpiresAt: exp}, nil
 }

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
@@ -29,14 +27,6 @@ import (
 // rewrites the listed URLs to lead through itself. CDP clients cannot all
 // send headers, so the token may come in the query (?token=).
 
-// browserVersion is what /json/version answers.
-type browserVersion struct {
-	Browser         string `json:"Browser"`
-	ProtocolVersion string `json:"Protocol-Version"`
-	UserAgent       string `json:"User-Agent"`
-	WebSocketURL    string `json:"webSocketDebuggerUrl"`
-}
-
 // getBrowser is GET /public/sandboxes/{id}/browser.
 func (s *Server) getBrowser(w http.ResponseWriter, r *http.Request) {
 	ttl := 0
@@ -53,12 +43,13 @@ func (s *Server) getBrowser(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	v, err := fetchBrowserVersion(r.Context(), g.Addr)
+	base, err := s.ctl.DataURL(r.Context(), g.Sandbox, s.publicURL(r)+api.DataPath)
 	if err != nil {
-		writeError(w, r, fmt.Errorf("the browser of sandbox %s does not answer: %v: %w", g.ID, err, errdefs.ErrUnavailable))
+		writeError(w, r, err)
 		return
 	}
-	base := s.browserBase(r, g.ID)
+	base += "/browser"
+	v := g.Version
 	cdp, err := viaProxy(v.WebSocketURL, wsScheme(base), g.Token)
 	if err != nil {
 		writeError(w, r, fmt.Errorf("the browser of sandbox %s: %v: %w", g.ID, err, errdefs.ErrUnavailable))
@@ -95,28 +86,6 @@ func viaProxy(chromeURL, base, tok string) (string, error) {
 		out += "?token=" + url.QueryEscape(tok)
 	}
 	return out, nil
-}
-
-var browserClient = &http.Client{Timeout: 15 * time.Second}
-
-func fetchBrowserVersion(ctx context.Context, addr string) (browserVersion, error) {
-	var v browserVersion
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/json/version", nil)
-	if err != nil {
-		return v, err
-	}
-	resp, err := browserClient.Do(req)
-	if err != nil {
-		return v, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return v, fmt.Errorf("/json/version: %s", resp.Status)
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&v); err != nil {
-		return v, fmt.Errorf("/json/version: %w", err)
-	}
-	return v, nil
 }
 
 // browserProxy is …/sandboxes/{id}/browser/{path...} on the data plane.

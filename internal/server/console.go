@@ -234,14 +234,9 @@ func (s *Server) consoleUpload(w http.ResponseWriter, r *http.Request) {
 	r2.Header.Del("Cookie")
 	r2.Header.Set("Authorization", "Bearer "+tok)
 	r2.Body = http.MaxBytesReader(w, r.Body, consoleMaxUpload)
-	if s.opts.Forwarder != nil {
+	if s.opts.Proxy != nil {
 		// A control plane: the sandbox's node serves its data plane.
-		base, err := s.ctl.DataURL(r.Context(), sb, s.publicURL(r)+api.DataPath)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		proxyData(w, r2, base+"/files")
+		s.opts.Proxy.ProxyToNode(w, r2, sb.Host, r2.URL.Path)
 		return
 	}
 	s.withToken(s.writeFile)(w, r2)

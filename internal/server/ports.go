@@ -90,10 +90,10 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 // reachable from there): path-form and host-form port URLs, E2B's port
 // hosts and raw TCP all work through a replica. It reports whether it did.
 func (s *Server) onOtherNode(w http.ResponseWriter, r *http.Request, node, path string) bool {
-	if s.opts.Forwarder == nil {
+	if s.opts.Proxy == nil {
 		return false
 	}
-	s.opts.Forwarder.ProxyToNode(w, r, node, path)
+	s.opts.Proxy.ProxyToNode(w, r, node, path)
 	return true
 }
 
@@ -217,11 +217,11 @@ func (s *Server) setPort(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.portInfo(r, sb, req.Port))
+	writeJSON(w, http.StatusOK, s.portInfo(s.publicURL(r)+api.DataPath+"/sandboxes/"+sb.ID, sb, req.Port))
 }
 
-func (s *Server) portInfo(r *http.Request, sb sandbox.Sandbox, port int) api.Port {
-	base := s.publicURL(r) + api.DataPath + "/sandboxes/" + sb.ID
+// portInfo is port of sandbox sb, whose data plane is at base.
+func (s *Server) portInfo(base string, sb sandbox.Sandbox, port int) api.Port {
 	out := api.Port{Port: port, Public: slices.Contains(sb.PublicPorts, port),
 		URL: fmt.Sprintf("%s/ports/%d/", base, port), TCPURL: fmt.Sprintf("%s/tcp/%d", base, port)}
 	out.TCPURL = "ws" + strings.TrimPrefix(out.TCPURL, "http")
@@ -239,15 +239,20 @@ func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	base, err := s.ctl.DataURL(r.Context(), sb, s.publicURL(r)+api.DataPath)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
 	out := api.PortList{Ports: []api.ListedPort{}}
 	seen := map[int]bool{}
 	for _, l := range listening {
 		seen[l.Port] = true
-		out.Ports = append(out.Ports, api.ListedPort{Port: s.portInfo(r, sb, l.Port), Listening: true, Loopback: l.Loopback})
+		out.Ports = append(out.Ports, api.ListedPort{Port: s.portInfo(base, sb, l.Port), Listening: true, Loopback: l.Loopback})
 	}
 	for _, p := range sb.PublicPorts {
 		if !seen[p] {
-			out.Ports = append(out.Ports, api.ListedPort{Port: s.portInfo(r, sb, p)})
+			out.Ports = append(out.Ports, api.ListedPort{Port: s.portInfo(base, sb, p)})
 		}
 	}
 	slices.SortFunc(out.Ports, func(a, b api.ListedPort) int { return a.Port.Port - b.Port.Port })

@@ -23,10 +23,10 @@ import (
 type Options struct {
 	// Control is the application every handler calls.
 	Control *control.Control
-	// Forwarder, on a control plane with node agents, sends the routes
-	// that read a guest, and guest-port traffic, to the sandbox's node.
-	Forwarder NodeForwarder
-	Version   string
+	// Proxy, on a control plane with node agents, hands data-plane
+	// traffic (guest ports, the console's upload) to the sandbox's node.
+	Proxy   DataPlaneProxy
+	Version string
 	// PublicURL is the server's address as clients reach it (for data-plane
 	// URLs); empty: the address the client connected to (see publicURL).
 	PublicURL string
@@ -144,9 +144,18 @@ func (s *Server) routes() []route {
 		{"GET " + d + "/terminals/connect", queryToken(s.withToken(s.newTerminal))},
 		{"GET " + d + "/terminals/{pid}/connect", queryToken(s.withToken(s.attachTerminal))},
 	}
-	for _, n := range s.nodeRoutes() {
-		rs = append(rs, route{n.pattern, s.withAccount(s.onNode(n))})
-	}
+	// Served where the guest or the template's files are: on this host,
+	// or through internal/control's typed calls to the sandbox's (the
+	// template's) node.
+	rs = append(rs,
+		route{"GET " + p + "/sandboxes/{id}/ports", s.withAccount(s.listPorts)},
+		route{"GET " + p + "/sandboxes/{id}/browser", s.withAccount(s.getBrowser)},
+		route{"GET " + p + "/sandboxes/{id}/git", s.withAccount(s.gitStatus)},
+		route{"GET " + p + "/sandboxes/{id}/desktop", s.withAccount(s.desktopStatus)},
+		route{"POST " + p + "/templates", s.withAccount(s.createTemplate)},
+		route{"DELETE " + p + "/templates/{id}", s.withAccount(s.deleteTemplate)},
+		route{"GET " + p + "/templates/{id}/events", s.withAccount(s.templateEvents)},
+	)
 	return rs
 }
 

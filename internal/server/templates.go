@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +13,6 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/api"
-	"github.com/zeish/zeish/sandbox"
 )
 
 // maxUploadBytes bounds an uploaded image archive.
@@ -92,32 +92,41 @@ func (s *Server) templateEvents(w http.ResponseWriter, r *http.Request) {
 		rc.Flush()
 		return
 	}
+	// The log is followed in its own goroutine, so the wait for its next
+	// event and the keep-alive share this one writer.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	events := make(chan api.TemplateEvent)
+	followed := make(chan error, 1)
+	go func() {
+		followed <- s.ctl.FollowTemplate(ctx, t, 0, func(e api.TemplateEvent) error {
+			select {
+			case events <- e:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+	}()
 	keepAlive := time.NewTicker(15 * time.Second)
 	defer keepAlive.Stop()
-	seen := 0
 	for {
-		events, more := s.ctl.TemplateEvents(t.ID, seen)
-		seen += len(events)
-		done := false
-		for _, e := range events {
+		select {
+		case e := <-events:
 			b, _ := jsonLine(e)
-			if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", e.Type, b); err != nil {
+			if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", e.Type, b); err != nil || rc.Flush() != nil {
 				return
 			}
-			if e.Template != nil && e.Template.State != sandbox.TemplateBuilding {
-				done = true
+		case err := <-followed:
+			if err != nil && ctx.Err() == nil {
+				s.log.Warn("template events", "template", t.ID, "err", err)
 			}
-		}
-		if rc.Flush() != nil || done {
 			return
-		}
-		select {
-		case <-more:
 		case <-keepAlive.C:
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
 				return
 			}
-		case <-r.Context().Done():
+		case <-ctx.Done():
 			return
 		}
 	}
