@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/internal/store/sqlite"
 	"github.com/zeish/zeish/sandbox"
@@ -71,18 +72,18 @@ func TestReserveCountsImageRAM(t *testing.T) {
 	release()
 	release() // twice is once
 
-	id, dir, unpin, err := n.newImageDir()
+	id, dir, lease, err := n.images.Create()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unpin()
+	defer lease.Release()
 	ram := make([]byte, 8<<20)
 	rand.Read(ram)
-	m := &imageMeta{ID: id, VM: &vmm.Image{Dir: dir, MemFile: filepath.Join(dir, "ram"), StateFile: filepath.Join(dir, "state"), MemoryMiB: 8}}
+	m := &images.Meta{ID: id, VM: &vmm.Image{Dir: dir, MemFile: filepath.Join(dir, "ram"), StateFile: filepath.Join(dir, "state"), MemoryMiB: 8}}
 	if err := os.WriteFile(m.VM.MemFile, ram, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.writeImage(m); err != nil {
+	if err := n.images.Write(m); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := n.reserve(r, 1); !errors.Is(err, errdefs.ErrNodeFull) {
@@ -144,16 +145,16 @@ func TestAccountImageRAMCap(t *testing.T) {
 	}
 	a := mk("sbx_aaaaaaaaaaaaaaaaaaaa", "acc_a")
 	b := mk("sbx_bbbbbbbbbbbbbbbbbbbb", "acc_b")
-	id, dir, unpin, err := n.newImageDir()
+	id, dir, lease, err := n.images.Create()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unpin()
+	defer lease.Release()
 	ram := make([]byte, 8<<20)
 	rand.Read(ram)
-	m := &imageMeta{ID: id, SandboxID: a.ID, VM: &vmm.Image{Dir: dir, MemFile: filepath.Join(dir, "ram"), MemoryMiB: 10}}
+	m := &images.Meta{ID: id, SandboxID: a.ID, VM: &vmm.Image{Dir: dir, MemFile: filepath.Join(dir, "ram"), MemoryMiB: 10}}
 	os.WriteFile(m.VM.MemFile, ram, 0o600)
-	if err := n.writeImage(m); err != nil {
+	if err := n.images.Write(m); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := n.CreateSnapshot(ctx, a.ID, "one-more"); !errors.Is(err, errdefs.ErrLimitReached) {

@@ -3,12 +3,9 @@ package node
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
-	"github.com/zeish/zeish/internal/datadir"
+	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 )
@@ -24,13 +21,12 @@ import (
 // VMs launched from it).
 //
 // The second image is the node's own: the template's record does not name
-// it. A file in the warm image's folder does (cardlessFile), so it lives
+// it. The warm image names it as its twin (images.Store.Twin), so it lives
 // exactly as long as the warm image it was made beside: gc keeps it while
 // the template is warm with that image, and a rebuilt or deleted template
 // leaves it to gc like any image no record needs.
 
 const (
-	cardlessFile   = "cardless" // in a warm image's folder: its card-less twin's id
 	cardlessSuffix = "-cardless"
 )
 
@@ -43,26 +39,16 @@ func cardlessRecord(r *store.SandboxRecord) bool {
 	return r.Network != nil && !r.Network.Enabled
 }
 
-// cardlessID is the id of the card-less image made beside warm image id,
-// "" if there is none.
-func (n *Node) cardlessID(warm string) string {
-	b, err := os.ReadFile(filepath.Join(n.imageDir(warm), cardlessFile))
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-}
-
 // cardlessImage is tpl's card-less warm image.
-func (n *Node) cardlessImage(tpl sandbox.Template) (*imageMeta, error) {
+func (n *Node) cardlessImage(tpl sandbox.Template) (*images.Meta, error) {
 	if tpl.Warm == nil {
 		return nil, fmt.Errorf("template %s is not warm", tpl.ID)
 	}
-	id := n.cardlessID(tpl.Warm.Image)
+	id := n.images.Twin(tpl.Warm.Image)
 	if id == "" {
 		return nil, fmt.Errorf("template %s has no card-less image", tpl.ID)
 	}
-	return n.readMachine(id)
+	return n.images.ReadMachine(id)
 }
 
 // makeCardless builds tpl's card-less warm image and names it in the warm
@@ -76,9 +62,9 @@ func (n *Node) makeCardless(ctx context.Context, tpl sandbox.Template) error {
 	if err != nil {
 		return fmt.Errorf("card-less warm build: %w", err)
 	}
-	// Pinned until named: gc reads the name.
-	defer w.unpin()
-	if err := datadir.WriteFile(filepath.Join(n.imageDir(tpl.Warm.Image), cardlessFile), []byte(w.meta.ID+"\n")); err != nil {
+	// Leased until named: gc reads the name.
+	defer w.lease.Release()
+	if err := n.images.SetTwin(tpl.Warm.Image, w.meta.ID); err != nil {
 		return fmt.Errorf("name the card-less image: %w", err) // gc takes it
 	}
 	n.log.Info("template warmed without a network card", "template", tpl.ID, "image", w.meta.ID, "beside", tpl.Warm.Image,

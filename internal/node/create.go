@@ -13,6 +13,7 @@ import (
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
 	"github.com/zeish/zeish/internal/gitws"
+	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
@@ -113,10 +114,10 @@ func newAddress() string {
 
 // boot starts the first VM of a new sandbox from its template.
 func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
-	var unpin func() // a warm image, until the record names it
+	var lease *images.Lease // a warm image, until the record names it
 	defer func() {
-		if unpin != nil {
-			unpin()
+		if lease != nil {
+			lease.Release()
 		}
 	}()
 	var clone func(context.Context) error
@@ -149,7 +150,7 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 			return nil
 		}
 		// A fork of the template's saved machine (warm.go).
-		unpin = n.pin(meta.ID)
+		lease = n.images.Lease(meta.ID)
 		n.ready.note(kindOf(r))
 		r.Layers = append(append([]string(nil), meta.Layers...), meta.ID)
 		spec.BaseDisk, spec.From = meta.Disk, meta.VM
@@ -284,10 +285,10 @@ func (n *Node) nextVM(ctx context.Context, r *store.SandboxRecord) (vmm.Spec, er
 // the VM's files, so recovery finds the VM even if the store write is lost).
 func (n *Node) startVM(ctx context.Context, undo *rollback.Stack, r *store.SandboxRecord, spec vmm.Spec) (*vmm.Handle, error) {
 	if spec.From != nil && spec.From.MemFile != "" {
-		// Pinned until the VM maps it: the cold sweeper must not move the
+		// Leased until the VM maps it: the cold sweeper must not move the
 		// image back to disk in between.
-		defer n.pin(filepath.Base(spec.From.Dir))()
-		if err := n.thaw(spec.From); err != nil {
+		defer n.images.Lease(filepath.Base(spec.From.Dir)).Release()
+		if err := n.images.Thaw(ctx, spec.From); err != nil {
 			return nil, err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
@@ -29,11 +30,11 @@ import (
 
 // captured is what capture produced.
 type captured struct {
-	image *imageMeta
+	image *images.Meta
 	pause time.Duration
-	// unpin lets gc see the image again; call it once a record (children,
+	// lease keeps the image from gc; release it once a record (children,
 	// a snapshot) needs the image, or the operation failed.
-	unpin func()
+	lease *images.Lease
 }
 
 // capture freezes sandbox r (running, paused or stopped) into an image and
@@ -43,8 +44,8 @@ func (n *Node) capture(ctx context.Context, id string, op sandbox.Op) (*captured
 	if err != nil {
 		return nil, err
 	}
-	if cap.unpin == nil {
-		cap.unpin = n.pin(cap.image.ID)
+	if cap.lease == nil {
+		cap.lease = n.images.Lease(cap.image.ID)
 	}
 	// One line per capture with the whole pause (promotion included): the
 	// bench reads snapshot pauses from it.
@@ -63,7 +64,7 @@ func (n *Node) captureAny(ctx context.Context, id string, op sandbox.Op) (*captu
 	wasPaused := r.State == sandbox.StatePaused
 	if wasPaused && r.Pristine && h.Spec.From != nil && h.Spec.From.MemFile != "" {
 		// Paused since it was loaded from its image: it still is that image.
-		if meta, err := n.readImage(filepath.Base(h.Spec.From.Dir)); err == nil && meta.VM != nil && meta.Disk != "" {
+		if meta, err := n.images.Read(filepath.Base(h.Spec.From.Dir)); err == nil && meta.VM != nil && meta.Disk != "" {
 			n.log.Info("captured (pristine)", logSandbox, id, "image", meta.ID)
 			return &captured{image: meta}, nil
 		}
@@ -109,13 +110,13 @@ func (n *Node) captureAny(ctx context.Context, id string, op sandbox.Op) (*captu
 // RAM file, which it does not touch until it loads the image. So the pause
 // is only: stop, write device state, quit, load it, go on.
 func (n *Node) captureRunning(ctx context.Context, r *store.SandboxRecord, h *vmm.Handle, wasPaused bool) (*captured, error) {
-	imgID, dir, unpin, err := n.newImageDir()
+	imgID, dir, lease, err := n.images.Create()
 	if err != nil {
 		return nil, err
 	}
-	defer unpin() // the continuation maps the image from the capture on
-	meta := &imageMeta{ID: imgID, SandboxID: r.ID, CreatedAt: time.Now().UTC(),
-		Disk: n.layerPath(imgID), Layers: append([]string(nil), r.Layers...)}
+	defer lease.Release() // the continuation maps the image from the capture on
+	meta := &images.Meta{ID: imgID, SandboxID: r.ID, CreatedAt: time.Now().UTC(),
+		Disk: n.images.LayerPath(imgID), Layers: append([]string(nil), r.Layers...)}
 	if err := os.Link(r.Disk, meta.Disk); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("link disk into image: %w", err)
@@ -147,9 +148,9 @@ func (n *Node) captureRunning(ctx context.Context, r *store.SandboxRecord, h *vm
 	// a failure leaves it stopped on that image, never lost.
 	meta.VM = img
 	os.Remove(r.Disk) // the layer keeps the data under its new name
-	os.Chmod(meta.Disk, 0o400)
+	images.ReadOnly(meta.Disk)
 	n.removeOldVM(h)
-	if err := n.writeImage(meta); err != nil {
+	if err := n.images.Write(meta); err != nil {
 		n.opts.Driver.Destroy(context.WithoutCancel(ctx), nh)
 		return nil, n.lost(ctx, r, err)
 	}
@@ -171,7 +172,7 @@ func (n *Node) captureRunning(ctx context.Context, r *store.SandboxRecord, h *vm
 
 // stranded handles a continuation that failed to start after the capture:
 // the sandbox becomes stopped on the image, which its next start loads.
-func (n *Node) stranded(ctx context.Context, r *store.SandboxRecord, meta *imageMeta, cause error) error {
+func (n *Node) stranded(ctx context.Context, r *store.SandboxRecord, meta *images.Meta, cause error) error {
 	r.Disk = n.diskPath(r.ID, r.Gen+1)
 	r.DiskBase, r.ResumeImage = meta.Disk, meta.ID
 	n.saveVM(ctx, r, nil)
@@ -191,7 +192,7 @@ func (n *Node) lost(ctx context.Context, r *store.SandboxRecord, cause error) er
 // which then holds memory, device state and disk: a complete image. The
 // sandbox gets a fresh overlay on it at its next start.
 func (n *Node) captureStopped(ctx context.Context, r *store.SandboxRecord) (*captured, error) {
-	meta, err := n.readImage(r.ResumeImage)
+	meta, err := n.images.Read(r.ResumeImage)
 	if err != nil {
 		return nil, err
 	}
@@ -203,10 +204,10 @@ func (n *Node) captureStopped(ctx context.Context, r *store.SandboxRecord) (*cap
 		// content is that layer's.
 		return nil, fmt.Errorf("sandbox %s: capture of an unstarted restore: %w", r.ID, errdefs.ErrInvalidState)
 	}
-	if err := n.freezeDisk(meta, r.Disk, r.Layers); err != nil {
+	if err := n.images.FreezeDisk(meta, r.Disk, r.Layers); err != nil {
 		return nil, err
 	}
-	if err := n.writeImage(meta); err != nil {
+	if err := n.images.Write(meta); err != nil {
 		return nil, err
 	}
 	r.Layers = append(append([]string(nil), meta.Layers...), meta.ID)
@@ -247,7 +248,7 @@ func (n *Node) Clone(ctx context.Context, parentID string, children []*store.San
 		return 0, nil, err
 	}
 	parent, _ = n.opts.Store.GetSandbox(ctx, parentID)
-	if err := n.startChildren(ctx, parent, cap.image, cap.unpin, children); err != nil {
+	if err := n.startChildren(ctx, parent, cap.image, cap.lease, children); err != nil {
 		return cap.pause, nil, err
 	}
 	return cap.pause, children, nil
@@ -274,13 +275,13 @@ func (n *Node) CloneSnapshot(ctx context.Context, snapID string, children []*sto
 		return nil, err
 	}
 	defer release()
-	unpin := n.pin(snap.Image)
-	meta, err := n.readMachine(snap.Image)
+	lease := n.images.Lease(snap.Image)
+	meta, err := n.images.ReadMachine(snap.Image)
 	if err != nil {
-		unpin()
+		lease.Release()
 		return nil, fmt.Errorf("snapshot %s has no complete image (%v): %w", snapID, err, errdefs.ErrInternal)
 	}
-	if err := n.startChildren(ctx, parent, meta, unpin, children); err != nil {
+	if err := n.startChildren(ctx, parent, meta, lease, children); err != nil {
 		return nil, err
 	}
 	return children, nil
@@ -303,9 +304,9 @@ func (n *Node) admitChildren(ctx context.Context, parent *store.SandboxRecord, c
 }
 
 // startChildren records children of parent and boots each from image in
-// the background; unpin is called once every child is past its boot (or at
+// the background; lease is released once every child is past its boot (or at
 // once on failure, when no record was written).
-func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, image *imageMeta, unpin func(), children []*store.SandboxRecord) error {
+func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, image *images.Meta, lease *images.Lease, children []*store.SandboxRecord) error {
 	now := time.Now().UTC()
 	picked := make([]bool, len(children))
 	for i, c := range children {
@@ -317,8 +318,8 @@ func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, i
 		c.SecretEnv, c.MAC = parent.SecretEnv, sandbox.NewMAC()
 		if err := n.childNetwork(parent, c); err != nil {
 			n.releaseNetworks(children)
-			unpin()
-			n.gc(ctx)
+			lease.Release()
+			n.images.Collect(ctx)
 			return err
 		}
 		c.Kernel, c.Initrd, c.KernelArgs = parent.Kernel, parent.Initrd, parent.KernelArgs
@@ -332,8 +333,8 @@ func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, i
 	// checked refuses the clone (the parent was captured, and carries on unharmed).
 	if err := n.createRecords(ctx, picked, children...); err != nil {
 		n.releaseNetworks(children)
-		unpin()
-		n.gc(ctx)
+		lease.Release()
+		n.images.Collect(ctx)
 		return err
 	}
 	remaining := len(children)
@@ -350,7 +351,7 @@ func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, i
 			last := remaining == 0
 			n.mu.Unlock()
 			if last {
-				unpin()
+				lease.Release()
 			}
 		})
 	}
@@ -359,7 +360,7 @@ func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, i
 
 // bootFromImage starts a fork child from the image its parent was captured
 // into; ready (nil: none) is its git checkout.
-func (n *Node) bootFromImage(ctx context.Context, r *store.SandboxRecord, meta *imageMeta, ready func(context.Context) error) {
+func (n *Node) bootFromImage(ctx context.Context, r *store.SandboxRecord, meta *images.Meta, ready func(context.Context) error) {
 	n.bootNew(ctx, r, "fork", ready, func(_ context.Context, spec *vmm.Spec) error {
 		spec.BaseDisk, spec.From = meta.Disk, meta.VM
 		return nil

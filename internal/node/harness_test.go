@@ -211,12 +211,12 @@ func (h *harness) requireConsistent() {
 			h.t.Errorf("%s (%s): disk: %v", r.ID, r.State, err)
 		}
 		for _, l := range r.Layers {
-			if m, err := h.n.readImage(l); err != nil || m.Disk == "" {
+			if m, err := h.n.images.Read(l); err != nil || m.Disk == "" {
 				h.t.Errorf("%s: layer %s: %v", r.ID, l, err)
 			}
 		}
 		if r.ResumeImage != "" {
-			if m, err := h.n.readImage(r.ResumeImage); err != nil || m.VM == nil {
+			if m, err := h.n.images.Read(r.ResumeImage); err != nil || m.VM == nil {
 				h.t.Errorf("%s: resume image %s: %v", r.ID, r.ResumeImage, err)
 			}
 		}
@@ -250,7 +250,7 @@ func (h *harness) requireNothingLeft() {
 	if vms := h.drv.VMs(); len(vms) > 0 {
 		h.t.Errorf("%d VMs left running", len(vms))
 	}
-	for _, dir := range []string{h.opts.ShmDir, filepath.Join(h.opts.DataDir, "sandboxes"), h.n.imagesDir()} {
+	for _, dir := range []string{h.opts.ShmDir, filepath.Join(h.opts.DataDir, "sandboxes"), h.n.images.Root()} {
 		entries, _ := os.ReadDir(dir)
 		var names []string
 		for _, e := range entries {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/datadir"
+	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
@@ -82,9 +83,6 @@ func (n *Node) Resume(ctx context.Context, id string) (*store.SandboxRecord, err
 	return out, err
 }
 
-// diskHeadroomMiB is data-dir space a write of guest memory must leave free.
-const diskHeadroomMiB = 256
-
 // Stop suspends a sandbox to disk: memory, device state and disk are kept,
 // the VMM exits and no compute is used until Start.
 func (n *Node) Stop(ctx context.Context, id string) (*store.SandboxRecord, error) {
@@ -97,9 +95,9 @@ func (n *Node) StopReason(ctx context.Context, id, reason string) (*store.Sandbo
 	// A stop writes the guest's whole RAM to the data dir: refuse it up
 	// front, the sandbox untouched, rather than fill the disk halfway.
 	if cur, err := n.opts.Store.GetSandbox(ctx, id); err == nil {
-		if free, ok := datadir.FreeMiB(n.opts.DataDir); ok && free < cur.MemoryMiB+diskHeadroomMiB {
+		if free, ok := datadir.FreeMiB(n.opts.DataDir); ok && free < cur.MemoryMiB+images.DiskHeadroomMiB {
 			return nil, fmt.Errorf("host %s has %d MiB free in its data dir; stopping %s needs %d MiB for its memory: %w",
-				n.opts.ID, free, id, cur.MemoryMiB+diskHeadroomMiB, errdefs.ErrStorageFull)
+				n.opts.ID, free, id, cur.MemoryMiB+images.DiskHeadroomMiB, errdefs.ErrStorageFull)
 		}
 	}
 	if caps := n.opts.Driver.Capabilities(); !caps.Suspend {
@@ -141,17 +139,17 @@ func (n *Node) suspend(ctx context.Context, id string) error {
 		return fmt.Errorf("sandbox %s has no VM: %w", id, errdefs.ErrInternal)
 	}
 	n.dropAgent(id)
-	imgID, dir, unpin, err := n.newImageDir()
+	imgID, dir, lease, err := n.images.Create()
 	if err != nil {
 		return err
 	}
-	defer unpin()
+	defer lease.Release()
 	img, _, err := n.opts.Driver.Capture(ctx, h, dir, true)
 	if err != nil {
 		os.RemoveAll(dir)
 		return err
 	}
-	if err := n.writeImage(&imageMeta{ID: imgID, SandboxID: id, VM: img, CreatedAt: time.Now().UTC()}); err != nil {
+	if err := n.images.Write(&images.Meta{ID: imgID, SandboxID: id, VM: img, CreatedAt: time.Now().UTC()}); err != nil {
 		return err
 	}
 	r.ResumeImage = imgID
@@ -159,7 +157,7 @@ func (n *Node) suspend(ctx context.Context, id string) error {
 		return err
 	}
 	os.RemoveAll(h.Spec.Dir)
-	n.gc(ctx)
+	n.images.Collect(ctx)
 	return nil
 }
 
@@ -208,7 +206,7 @@ func (n *Node) resumeStopped(ctx context.Context, id string) (err error) {
 	if err != nil {
 		return err
 	}
-	m, err := n.readImage(r.ResumeImage)
+	m, err := n.images.Read(r.ResumeImage)
 	if err != nil || m.VM == nil {
 		return fmt.Errorf("sandbox %s has no saved state to resume: %v: %w", id, err, errdefs.ErrInternal)
 	}
@@ -235,7 +233,7 @@ func (n *Node) resumeStopped(ctx context.Context, id string) (err error) {
 		return err
 	}
 	undo.Release()
-	n.gc(ctx)
+	n.images.Collect(ctx)
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/sparsecopy"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
@@ -92,7 +93,7 @@ func (m *merger) loop() {
 				m.n.log.Warn("merge disk layers", logSandbox, id, "err", err)
 			}
 		}
-		m.n.gc(m.n.life) // the layers the sandboxes left may be nobody's now
+		m.n.images.Collect(m.n.life) // the layers the sandboxes left may be nobody's now
 	}
 }
 
@@ -129,43 +130,43 @@ func (m *merger) mergeOne(ctx context.Context, id string) error {
 func (m *merger) mergeOnto(ctx context.Context, r *store.SandboxRecord, top string) error {
 	n, id := m.n, r.ID
 	var merged string
-	var unpin func()
-	if meta, err := n.readImage(top); err == nil && meta.MergedFrom != "" {
+	var lease *images.Lease
+	if meta, err := n.images.Read(top); err == nil && meta.MergedFrom != "" {
 		// A crash cut a rebase short: the record lists the merge after the
 		// layers it replaces, and the overlay names one or the other.
-		merged, unpin = top, n.pin(top)
+		merged, lease = top, n.images.Lease(top)
 	} else {
 		var err error
-		if merged, unpin, err = m.mergeOf(ctx, id, top, r.Layers[0]); err != nil || merged == "" {
+		if merged, lease, err = m.mergeOf(ctx, id, top, r.Layers[0]); err != nil || merged == "" {
 			return err
 		}
 	}
-	defer unpin()
+	defer lease.Release()
 	return n.do(ctx, id, func(ctx context.Context) error { return n.rebase(ctx, id, top, merged) })
 }
 
 // mergeOf returns the merge of the chain under layer top (down to the
 // backing of its bottom layer, the template's disk), making it if no
 // sibling did: "" if the chain has nothing to merge into. The merge is
-// pinned until unpin.
-func (m *merger) mergeOf(ctx context.Context, sandboxID, top, bottom string) (merged string, unpin func(), err error) {
+// leased until the caller releases lease.
+func (m *merger) mergeOf(ctx context.Context, sandboxID, top, bottom string) (merged string, lease *images.Lease, err error) {
 	n := m.n
 	m.loadMerged()
 	m.mu.Lock()
 	merged = m.merged[top]
 	m.mu.Unlock()
 	if merged != "" {
-		unpin = n.pin(merged)
-		if meta, err := n.readImage(merged); err == nil && meta.Disk != "" {
-			return merged, unpin, nil
+		lease = n.images.Lease(merged)
+		if meta, err := n.images.Read(merged); err == nil && meta.Disk != "" {
+			return merged, lease, nil
 		}
-		unpin() // collected since
+		lease.Release() // collected since
 	}
-	topMeta, err := n.readImage(top)
+	topMeta, err := n.images.Read(top)
 	if err != nil || topMeta.Disk == "" {
 		return "", nil, err
 	}
-	bottomMeta, err := n.readImage(bottom)
+	bottomMeta, err := n.images.Read(bottom)
 	if err != nil || bottomMeta.Disk == "" {
 		return "", nil, err
 	}
@@ -173,19 +174,19 @@ func (m *merger) mergeOf(ctx context.Context, sandboxID, top, bottom string) (me
 	if err != nil || base == "" {
 		return "", nil, err
 	}
-	id, dir, unpin, err := n.newImageDir()
+	id, dir, lease, err := n.images.Create()
 	if err != nil {
 		return "", nil, err
 	}
 	began := time.Now()
-	meta := &imageMeta{ID: id, SandboxID: sandboxID, Disk: n.layerPath(id), MergedFrom: top, CreatedAt: began.UTC()}
+	meta := &images.Meta{ID: id, SandboxID: sandboxID, Disk: n.images.LayerPath(id), MergedFrom: top, CreatedAt: began.UTC()}
 	if err := n.opts.Driver.MergeLayers(ctx, topMeta.Disk, base, meta.Disk); err != nil {
-		unpin()
+		lease.Release()
 		os.RemoveAll(dir)
 		return "", nil, err
 	}
-	if err := n.writeImage(meta); err != nil {
-		unpin()
+	if err := n.images.Write(meta); err != nil {
+		lease.Release()
 		os.RemoveAll(dir)
 		return "", nil, err
 	}
@@ -195,7 +196,7 @@ func (m *merger) mergeOf(ctx context.Context, sandboxID, top, bottom string) (me
 	m.mu.Lock()
 	m.merged[top] = id
 	m.mu.Unlock()
-	return id, unpin, nil
+	return id, lease, nil
 }
 
 // loadMerged fills the map of merges from the images on disk, once: a
@@ -207,9 +208,9 @@ func (m *merger) loadMerged() {
 		return
 	}
 	m.loaded = true
-	entries, _ := os.ReadDir(m.n.imagesDir())
+	entries, _ := os.ReadDir(m.n.images.Root())
 	for _, e := range entries {
-		if meta, err := m.n.readImage(e.Name()); err == nil && meta.MergedFrom != "" {
+		if meta, err := m.n.images.Read(e.Name()); err == nil && meta.MergedFrom != "" {
 			m.merged[meta.MergedFrom] = meta.ID
 		}
 	}
@@ -238,7 +239,7 @@ func (n *Node) rebase(ctx context.Context, id, top, merged string) error {
 		}
 	}
 	began := time.Now()
-	if err := n.opts.Driver.Rebase(ctx, h, n.layerPath(merged)); err != nil {
+	if err := n.opts.Driver.Rebase(ctx, h, n.images.LayerPath(merged)); err != nil {
 		// The overlay still names its old chain (its header is the last
 		// thing Rebase changes).
 		if top != merged {

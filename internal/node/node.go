@@ -16,6 +16,7 @@ import (
 	"github.com/zeish/zeish/guest"
 	"github.com/zeish/zeish/guest/desktop"
 	"github.com/zeish/zeish/internal/network"
+	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
@@ -103,20 +104,14 @@ type Node struct {
 	// connecting serialises agent connects per sandbox: the VMM's agent
 	// socket takes one client at a time.
 	connecting map[string]*sync.Mutex
-	pinned     map[string]int // images in use by operations in progress
 	// budgetMu makes a budget check and its reservation one step;
 	// reservedMiB is memory checked and promised to sandboxes whose records
 	// do not count yet.
 	budgetMu    sync.Mutex
 	reservedMiB int
-	// unpinned are images unpinned since the gc in progress began (nil
-	// when none runs).
-	unpinned map[string]bool
-	gcMu     sync.Mutex
-	// coldMu serialises moves of image RAM between tmpfs and disk.
-	coldMu sync.Mutex
-	ready  *readyPool
-	merger *merger
+	images      *images.Store
+	ready       *readyPool
+	merger      *merger
 }
 
 // op is one background operation on a sandbox; only one runs at a time.
@@ -153,8 +148,9 @@ func New(opts Options) *Node {
 		ops:        map[string]*op{},
 		agents:     map[string]*guest.Client{},
 		connecting: map[string]*sync.Mutex{},
-		pinned:     map[string]int{},
 	}
+	n.images = images.New(images.Options{Dir: filepath.Join(opts.DataDir, "images"), Driver: opts.Driver,
+		Referrers: imageRefs{n}, Host: opts.ID, ColdAfter: opts.ColdAfter, Logger: n.log})
 	n.ready = newReadyPool(n)
 	n.merger = newMerger(n)
 	n.wg.Add(1)
@@ -183,6 +179,11 @@ func (n *Node) Close() {
 
 func (n *Node) sandboxDir(id string) string {
 	return filepath.Join(n.opts.DataDir, "sandboxes", id)
+}
+
+// diskPath is the writable overlay of generation gen of sandbox id.
+func (n *Node) diskPath(id string, gen int) string {
+	return filepath.Join(n.sandboxDir(id), n.opts.Driver.DiskFile(fmt.Sprintf("disk-%d", gen)))
 }
 
 // run starts fn as the sandbox's background operation. It waits for any

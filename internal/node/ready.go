@@ -14,6 +14,7 @@ import (
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
@@ -86,7 +87,7 @@ type readyVM struct {
 	h       *vmm.Handle
 	c       *guest.Client // its agent, connected
 	address string        // its link's guest address on a node with networking
-	unpin   func()        // the image, while the VM maps it
+	lease   *images.Lease // the image, while the VM maps it
 }
 
 // readyPool keeps ready VMs per template (Options.ReadyVMs of each).
@@ -243,7 +244,7 @@ func (p *readyPool) round(ctx context.Context) {
 	}
 	p.mu.Unlock()
 	if p.trim(ctx, want) > 0 {
-		p.n.gc(ctx) // their images may have waited only for them
+		p.n.images.Collect(ctx) // their images may have waited only for them
 	}
 	for _, key := range want {
 		for ctx.Err() == nil {
@@ -283,7 +284,7 @@ func (p *readyPool) round(ctx context.Context) {
 			p.mu.Unlock()
 			if !keep {
 				p.destroy(v, true)
-				p.n.gc(ctx)
+				p.n.images.Collect(ctx)
 				break
 			}
 		}
@@ -300,7 +301,7 @@ func (p *readyPool) warmTemplate(ctx context.Context, key string) (sandbox.Templ
 // ("": none yet).
 func (p *readyPool) imageOf(k readyKind, tpl sandbox.Template) string {
 	if k.cardless {
-		return p.n.cardlessID(tpl.Warm.Image)
+		return p.n.images.Twin(tpl.Warm.Image)
 	}
 	return tpl.Warm.Image
 }
@@ -314,9 +315,9 @@ func (p *readyPool) current(ctx context.Context, k readyKind, image string) bool
 // image is the image VMs of kind k of tpl start from, built first for a
 // card-less kind whose template has none yet (a warm build: seconds to
 // minutes, during which the pool fills nothing else).
-func (p *readyPool) image(ctx context.Context, k readyKind, tpl sandbox.Template) (*imageMeta, error) {
+func (p *readyPool) image(ctx context.Context, k readyKind, tpl sandbox.Template) (*images.Meta, error) {
 	if !k.cardless {
-		return p.n.readMachine(tpl.Warm.Image)
+		return p.n.images.ReadMachine(tpl.Warm.Image)
 	}
 	if meta, err := p.n.cardlessImage(tpl); err == nil {
 		return meta, nil
@@ -388,7 +389,7 @@ func (p *readyPool) kinds() []readyKind {
 // its card-less one) as image reads it, left paused, for a placeholder sandbox id, in the
 // folder such a sandbox's first VM would have (so that a crash leaves
 // nothing the recovery's sweep misses).
-func (p *readyPool) launch(ctx context.Context, key readyKind, tpl sandbox.Template, meta *imageMeta) (_ *readyVM, err error) {
+func (p *readyPool) launch(ctx context.Context, key readyKind, tpl sandbox.Template, meta *images.Meta) (_ *readyVM, err error) {
 	n := p.n
 	// A ready VM holds no promise of memory (it writes a few MiB), but is
 	// kept only while a sandbox of its size would fit: it never crowds out
@@ -403,7 +404,7 @@ func (p *readyPool) launch(ctx context.Context, key readyKind, tpl sandbox.Templ
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	v := &readyVM{kind: key, image: meta.ID, unpin: n.pin(meta.ID)}
+	v := &readyVM{kind: key, image: meta.ID, lease: n.images.Lease(meta.ID)}
 	defer func() {
 		if err != nil {
 			p.destroy(v, true)
@@ -431,7 +432,7 @@ func (p *readyPool) launch(ctx context.Context, key readyKind, tpl sandbox.Templ
 	default:
 		network = n.guestNetwork(&store.SandboxRecord{Sandbox: sandbox.Sandbox{Address: newAddress()}, MAC: spec.MAC})
 	}
-	if err := n.thaw(meta.VM); err != nil {
+	if err := n.images.Thaw(ctx, meta.VM); err != nil {
 		return nil, err
 	}
 	began := time.Now()
@@ -487,8 +488,8 @@ func (p *readyPool) destroy(v *readyVM, withLink bool) {
 			p.n.log.Warn("ready vm: release link", "address", v.address, "err", err)
 		}
 	}
-	if v.unpin != nil {
-		v.unpin()
+	if v.lease != nil {
+		v.lease.Release()
 	}
 }
 
@@ -510,7 +511,7 @@ func (p *readyPool) closeAll() {
 	// next start.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p.n.gc(ctx)
+	p.n.images.Collect(ctx)
 }
 
 // adoptReady gives sandbox r the ready VM its create took, if it took one
@@ -532,8 +533,8 @@ func (n *Node) adoptReady(ctx context.Context, r *store.SandboxRecord, spec vmm.
 		n.ready.misses.Add(1)
 		return nil, nil
 	}
-	defer v.unpin() // the boot holds its own pin on the image
-	v.unpin = nil
+	defer v.lease.Release() // the boot holds its own lease on the image
+	v.lease = nil
 	placeholder := filepath.Dir(v.h.Spec.Dir)
 	h, err := n.opts.Driver.Adopt(ctx, v.h, spec)
 	if err != nil {

@@ -181,7 +181,7 @@ func TestReadyVMsCardless(t *testing.T) {
 		t.Fatalf("the first card-less create: %+v; want a cold boot without a card", vm.Spec)
 	}
 	h.waitReady(2)
-	twin := h.n.cardlessID(w.Image)
+	twin := h.n.images.Twin(w.Image)
 	if twin == "" || twin == w.Image {
 		t.Fatalf("card-less image %q beside warm image %s", twin, w.Image)
 	}
@@ -224,8 +224,8 @@ func TestReadyVMsCardless(t *testing.T) {
 	h.n.ready.note(readyKind{template: tpl.ID})
 	h.n.ready.wake()
 	h.waitReady(2)
-	if vms := readyOf(cardless); len(vms) != 1 || vms[0].image != twin || h.n.cardlessID(w.Image) != twin {
-		t.Fatalf("after a restart: card-less VMs %+v, image %q; want from %s", vms, h.n.cardlessID(w.Image), twin)
+	if vms := readyOf(cardless); len(vms) != 1 || vms[0].image != twin || h.n.images.Twin(w.Image) != twin {
+		t.Fatalf("after a restart: card-less VMs %+v, image %q; want from %s", vms, h.n.images.Twin(w.Image), twin)
 	}
 
 	// A deleted template takes both kinds' VMs along, and, once its
@@ -292,7 +292,7 @@ func TestReadyVMsCardlessBuildFails(t *testing.T) {
 	if got := tries.Load(); got != 1 {
 		t.Errorf("%d card-less builds tried, want 1", got)
 	}
-	if id := h.n.cardlessID(w.Image); id != "" {
+	if id := h.n.images.Twin(w.Image); id != "" {
 		t.Errorf("a card-less image %s is named", id)
 	}
 	if _, err := os.Stat(filepath.Join(h.opts.DataDir, "warm", tpl.ID+cardlessSuffix)); !os.IsNotExist(err) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/datadir"
+	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
@@ -71,9 +72,13 @@ func (n *Node) Recover(ctx context.Context) error {
 			h, _ := r.VMHandle()
 			return h, true
 		}})
-	n.recoverCold()
-	n.gc(ctx)
-	n.startColdSweeper()
+	n.images.Recover()
+	n.images.Collect(ctx)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.images.RunCold(n.life)
+	}()
 	n.ready.start()
 	return nil
 }
@@ -148,10 +153,10 @@ func (n *Node) recoverOne(ctx context.Context, r *store.SandboxRecord, h *vmm.Ha
 // memory in its state file, disk not yet frozen into it) and makes it r's
 // resume image, persisted. False when there is none.
 func (n *Node) adoptSuspendImage(ctx context.Context, r *store.SandboxRecord) bool {
-	entries, _ := os.ReadDir(n.imagesDir())
-	var best *imageMeta
+	entries, _ := os.ReadDir(n.images.Root())
+	var best *images.Meta
 	for _, e := range entries {
-		m, err := n.readImage(e.Name())
+		m, err := n.images.Read(e.Name())
 		// Only one made since the stop began: an older one (a stop since
 		// started) would pair old memory with a newer disk.
 		if err != nil || m.SandboxID != r.ID || m.VM == nil || m.VM.MemFile != "" || m.Disk != "" || m.CreatedAt.Before(r.UpdatedAt) {

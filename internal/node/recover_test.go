@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/internal/store/sqlite"
 	"github.com/zeish/zeish/sandbox"
@@ -165,7 +166,7 @@ func TestDeleteWinsOverAFailedFork(t *testing.T) {
 	defer n.Close()
 	for _, fail := range []func(r *store.SandboxRecord) error{
 		func(r *store.SandboxRecord) error {
-			return n.stranded(ctx, r, &imageMeta{ID: "img_x", Disk: "/nonexistent"}, context.Canceled)
+			return n.stranded(ctx, r, &images.Meta{ID: "img_x", Disk: "/nonexistent"}, context.Canceled)
 		},
 		func(r *store.SandboxRecord) error { return n.lost(ctx, r, context.Canceled) },
 	} {
@@ -294,16 +295,16 @@ func TestRecoverAdoptsACompletedStop(t *testing.T) {
 		if err := st.CreateSandboxes(ctx, r); err != nil {
 			t.Fatal(err)
 		}
-		id, idir, unpin, err := n.newImageDir()
+		id, idir, lease, err := n.images.Create()
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := &imageMeta{ID: id, SandboxID: tc.id, VM: &vmm.Image{Dir: idir, StateFile: filepath.Join(idir, "state")}, CreatedAt: tc.imageAt}
+		m := &images.Meta{ID: id, SandboxID: tc.id, VM: &vmm.Image{Dir: idir, StateFile: filepath.Join(idir, "state")}, CreatedAt: tc.imageAt}
 		os.WriteFile(m.VM.StateFile, []byte("ram and devices"), 0o600)
-		if err := n.writeImage(m); err != nil {
+		if err := n.images.Write(m); err != nil {
 			t.Fatal(err)
 		}
-		unpin()
+		lease.Release()
 	}
 	if err := n.Recover(ctx); err != nil {
 		t.Fatal(err)

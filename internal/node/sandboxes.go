@@ -73,7 +73,7 @@ func (n *Node) destroy(ctx context.Context, id string) {
 	if err := n.saveVM(ctx, r, nil); err != nil {
 		n.log.Error("destroy: release images", logSandbox, id, "err", err)
 	}
-	n.gc(ctx)
+	n.images.Collect(ctx)
 	now := time.Now().UTC()
 	n.transition(ctx, id, sandbox.OpDestroyed, "", func(r *store.SandboxRecord) { r.DestroyedAt = &now })
 }

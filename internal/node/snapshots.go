@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
@@ -45,19 +46,19 @@ func (n *Node) CreateSnapshot(ctx context.Context, id, name string) (*store.Snap
 		if err != nil {
 			return err
 		}
-		defer cap.unpin()
+		defer cap.lease.Release()
 		r, err := n.opts.Store.GetSandbox(ctx, id)
 		if err != nil {
 			return err
 		}
 		snap = &store.SnapshotRecord{
 			Snapshot: sandbox.Snapshot{ID: sandbox.NewID(sandbox.PrefixSnapshot), SandboxID: id, AccountID: r.AccountID,
-				Name: name, CreatedAt: time.Now().UTC(), IncludeRAM: true, SizeBytes: n.imageSize(cap.image)},
+				Name: name, CreatedAt: time.Now().UTC(), IncludeRAM: true, SizeBytes: images.Size(cap.image)},
 			Image: cap.image.ID,
 		}
 		err = n.opts.Store.CreateSnapshot(ctx, snap, sandbox.MaxSnapshots)
 		if err != nil {
-			n.gc(ctx)
+			n.images.Collect(ctx)
 		}
 		return err
 	})
@@ -65,7 +66,7 @@ func (n *Node) CreateSnapshot(ctx context.Context, id, name string) (*store.Snap
 }
 
 // imageSize is the bytes an image occupies: state, RAM pages and disk layer.
-func (n *Node) imageSize(m *imageMeta) int64 {
+func (n *Node) imageSize(m *images.Meta) int64 {
 	var total int64
 	for _, p := range []string{m.Disk, m.VM.StateFile, m.VM.MemFile} {
 		if p == "" {
@@ -84,7 +85,7 @@ func (n *Node) DeleteSnapshot(ctx context.Context, id string) error {
 	if err := n.opts.Store.DeleteSnapshot(ctx, id); err != nil {
 		return err
 	}
-	n.gc(ctx)
+	n.images.Collect(ctx)
 	return nil
 }
 
@@ -96,7 +97,7 @@ func (n *Node) Restore(ctx context.Context, snapID string) (*store.SnapshotRecor
 	if err != nil {
 		return nil, nil, err
 	}
-	meta, err := n.readMachine(snap.Image)
+	meta, err := n.images.ReadMachine(snap.Image)
 	if err != nil {
 		return nil, nil, fmt.Errorf("snapshot %s: its image is incomplete (%v): %w", snapID, err, errdefs.ErrInternal)
 	}
@@ -140,7 +141,7 @@ func (n *Node) Restore(ctx context.Context, snapID string) (*store.SnapshotRecor
 
 // restoreStopped points a stopped sandbox at the snapshot: its next start
 // loads the snapshot's memory on a fresh overlay of the snapshot's disk.
-func (n *Node) restoreStopped(ctx context.Context, id string, meta *imageMeta) error {
+func (n *Node) restoreStopped(ctx context.Context, id string, meta *images.Meta) error {
 	r, _, err := n.load(ctx, id, sandbox.OpRewind)
 	if err != nil {
 		return err
@@ -154,7 +155,7 @@ func (n *Node) restoreStopped(ctx context.Context, id string, meta *imageMeta) e
 		return err
 	}
 	os.Remove(old) // later work is lost, by definition
-	n.gc(ctx)
+	n.images.Collect(ctx)
 	return nil
 }
 
@@ -162,7 +163,7 @@ func (n *Node) restoreStopped(ctx context.Context, id string, meta *imageMeta) e
 // snapshot, and hands the guest its identity again (secrets included). The
 // old VM goes only once the new one answers: if the new one does not come
 // up, the sandbox keeps running on the old one (errKeptOldVM).
-func (n *Node) restoreRunning(ctx context.Context, id string, meta *imageMeta) (err error) {
+func (n *Node) restoreRunning(ctx context.Context, id string, meta *images.Meta) (err error) {
 	r, err := n.opts.Store.GetSandbox(ctx, id)
 	if err != nil {
 		return err
@@ -194,14 +195,14 @@ func (n *Node) restoreRunning(ctx context.Context, id string, meta *imageMeta) (
 	if old != "" && old != r.Disk {
 		os.Remove(old)
 	}
-	n.gc(ctx)
+	n.images.Collect(ctx)
 	return nil
 }
 
 // startRestored starts r's VM from the snapshot image and, once its agent
 // answers, destroys the VM it replaces (old, nil for none); on any failure
 // the new VM is undone and old, still running, is left as it is.
-func (n *Node) startRestored(ctx context.Context, r *store.SandboxRecord, meta *imageMeta, old *vmm.Handle) (err error) {
+func (n *Node) startRestored(ctx context.Context, r *store.SandboxRecord, meta *images.Meta, old *vmm.Handle) (err error) {
 	spec, err := n.nextVM(ctx, r)
 	if err != nil {
 		return err
