@@ -325,7 +325,7 @@ func (n *Node) saveVM(ctx context.Context, r *store.SandboxRecord, h *vmm.Handle
 		return nil
 	})
 	if err == nil && h != nil {
-		n.mergeLater(r.ID, len(r.Layers)) // a VM on a chain this deep has its layers merged
+		n.merger.Queue(r.ID, len(r.Layers)) // a VM on a chain this deep has its layers merged
 	}
 	return err
 }

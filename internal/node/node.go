@@ -17,6 +17,7 @@ import (
 	"github.com/zeish/zeish/guest/desktop"
 	"github.com/zeish/zeish/internal/network"
 	"github.com/zeish/zeish/internal/node/images"
+	"github.com/zeish/zeish/internal/node/merge"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
@@ -111,7 +112,7 @@ type Node struct {
 	reservedMiB int
 	images      *images.Store
 	ready       *readyPool
-	merger      *merger
+	merger      *merge.Merger
 }
 
 // op is one background operation on a sandbox; only one runs at a time.
@@ -152,9 +153,13 @@ func New(opts Options) *Node {
 	n.images = images.New(images.Options{Dir: filepath.Join(opts.DataDir, "images"), Driver: opts.Driver,
 		Referrers: imageRefs{n}, Host: opts.ID, ColdAfter: opts.ColdAfter, Logger: n.log})
 	n.ready = newReadyPool(n)
-	n.merger = newMerger(n)
+	n.merger = merge.New(merge.Options{MaxLayers: opts.DiskLayers, Images: n.images, Driver: opts.Driver,
+		Sandboxes: mergeSandboxes{n}, Logger: n.log})
 	n.wg.Add(1)
-	go n.merger.loop()
+	go func() {
+		defer n.wg.Done()
+		n.merger.Run(life)
+	}()
 	return n
 }
 

@@ -54,7 +54,7 @@ func (n *Node) Recover(ctx context.Context) error {
 		}
 		n.recoverOne(ctx, r, h, alive)
 		if alive {
-			n.mergeLater(r.ID, len(r.Layers))
+			n.merger.Queue(r.ID, len(r.Layers))
 		}
 	}
 	n.recoverNetwork(rows)
