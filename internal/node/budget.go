@@ -55,7 +55,7 @@ func (n *Node) Capacity() (metrics.Capacity, error) {
 	if err != nil {
 		return metrics.Capacity{}, err
 	}
-	ready, hits, misses := n.ready.count()
+	ready, hits, misses := n.ready.Count()
 	return metrics.Capacity{BudgetMiB: n.opts.MemoryBudgetMiB, CommittedMiB: used, ImageRAMMiB: n.images.RAMMiB(nil), ImageDiskMiB: n.images.ColdMiB(),
 		ReadyVMs: ready, ReadyHits: hits, ReadyMisses: misses}, nil
 }

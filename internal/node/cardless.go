@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/zeish/zeish/internal/node/images"
@@ -37,6 +38,40 @@ const whyNoCardless = "it has no network card and the warm image has one; the te
 // cardlessRecord says whether sandbox r has no network card.
 func cardlessRecord(r *store.SandboxRecord) bool {
 	return r.Network != nil && !r.Network.Enabled
+}
+
+// cardlessBuilds remembers the warm images whose card-less twin failed to
+// build (a template whose start or ready command needs the network, say):
+// not tried again for that image, since each try is a whole warm build;
+// until zeishd restarts, its card-less creates boot cold.
+type cardlessBuilds struct {
+	mu     sync.Mutex
+	failed map[string]error // by warm image
+}
+
+// build runs make for tpl unless it failed before for tpl's warm image.
+func (b *cardlessBuilds) build(ctx context.Context, tpl sandbox.Template, make func(context.Context, sandbox.Template) error) error {
+	if err := b.failedFor(tpl.Warm.Image); err != nil {
+		return fmt.Errorf("not tried again: %w", err)
+	}
+	err := make(ctx, tpl)
+	if err != nil && ctx.Err() == nil {
+		b.mu.Lock()
+		if b.failed == nil {
+			b.failed = map[string]error{}
+		}
+		b.failed[tpl.Warm.Image] = err
+		b.mu.Unlock()
+	}
+	return err
+}
+
+// failedFor is why the card-less build beside warm image failed (nil: it
+// did not).
+func (b *cardlessBuilds) failedFor(image string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.failed[image]
 }
 
 // cardlessImage is tpl's card-less warm image.

@@ -40,18 +40,18 @@ func (n *Node) Create(ctx context.Context, r *store.SandboxRecord) (*store.Sandb
 	r.State = sandbox.StateStarting
 	r.CreatedAt, r.UpdatedAt = now, now
 	r.MAC = sandbox.NewMAC()
-	ready := n.ready.take(r)
-	if ready != nil {
+	taken := n.ready.Take(r.ID, readyKind(r), sandbox.Size{VCPUs: r.VCPUs, MemoryMiB: r.MemoryMiB, DiskMiB: r.DiskMiB})
+	if taken != nil {
 		// The card and link the ready VM's guest was configured with: its
 		// reconfiguration then changes neither.
-		r.MAC = ready.h.Spec.MAC
+		r.MAC = taken.Handle.Spec.MAC
 	}
 	undo := func() {
-		n.ready.drop(r.ID, false) // before its link goes with the sandbox's
+		n.ready.Drop(r.ID, false) // before its link goes with the sandbox's
 		n.releaseNetwork(r)
 	}
-	if err := n.assignNetwork(r, ready); err != nil {
-		n.ready.drop(r.ID, true)
+	if err := n.assignNetwork(r, taken); err != nil {
+		n.ready.Drop(r.ID, true)
 		return nil, err
 	}
 	if r.Env == nil {
@@ -126,11 +126,11 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 	}
 	defer func() {
 		// What a boot that failed early left of a ready VM it took.
-		n.ready.drop(r.ID, false)
-		if c := n.ready.handedOver(r.ID); c != nil {
+		n.ready.Drop(r.ID, false)
+		if c := n.ready.HandedOver(r.ID); c != nil {
 			c.Close()
 		}
-		n.ready.wake() // a ready VM it took is replaced now that it runs
+		n.ready.Wake() // a ready VM it took is replaced now that it runs
 	}()
 	n.bootNew(ctx, r, "boot", clone, func(ctx context.Context, spec *vmm.Spec) error {
 		tpl, err := n.opts.Templates.Get(ctx, r.Template)
@@ -142,7 +142,7 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 		meta, why := n.warmImage(r, tpl)
 		if meta == nil {
 			if why == whyNoCardless {
-				n.ready.note(kindOf(r)) // the pool makes the image, and VMs from it
+				n.ready.Note(readyKind(r)) // the pool makes the image, and VMs from it
 			}
 			if why != "" {
 				n.log.Info("boot cold", logSandbox, r.ID, "template", tpl.Name, "why", why)
@@ -151,7 +151,7 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 		}
 		// A fork of the template's saved machine (warm.go).
 		lease = n.images.Lease(meta.ID)
-		n.ready.note(kindOf(r))
+		n.ready.Note(readyKind(r))
 		r.Layers = append(append([]string(nil), meta.Layers...), meta.ID)
 		spec.BaseDisk, spec.From = meta.Disk, meta.VM
 		n.log.Info("boot warm", logSandbox, r.ID, "template", tpl.Name, "image", meta.ID)
@@ -161,9 +161,9 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 
 // bootNew brings up the first VM of a new sandbox, created or forked:
 // prepare says what it starts from. It waits for the guest agent, then runs
-// ready (nil: nothing; the git checkout); any failure rolls back every step
+// checkout (nil: nothing; the git checkout); any failure rolls back every step
 // and leaves the sandbox in state error with the reason ("<what> failed: …").
-func (n *Node) bootNew(ctx context.Context, r *store.SandboxRecord, what string, ready func(context.Context) error,
+func (n *Node) bootNew(ctx context.Context, r *store.SandboxRecord, what string, checkout func(context.Context) error,
 	prepare func(context.Context, *vmm.Spec) error) {
 	start := time.Now()
 	var (
@@ -214,10 +214,10 @@ func (n *Node) bootNew(ctx context.Context, r *store.SandboxRecord, what string,
 			return nil
 		}},
 		rollback.Step{Name: "git", Do: func(ctx context.Context, _ *rollback.Stack) error {
-			if ready == nil {
+			if checkout == nil {
 				return nil
 			}
-			return ready(ctx)
+			return checkout(ctx)
 		}},
 		rollback.Step{Name: "browser", Do: func(ctx context.Context, _ *rollback.Stack) error { return n.syncBrowser(ctx, r) }},
 	)
@@ -339,7 +339,7 @@ func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
 	}
 	defer n.lockAgent(id)()
 	n.dropAgent(id)
-	c := n.ready.handedOver(id) // an adopted ready VM's, connected already
+	c := n.ready.HandedOver(id) // an adopted ready VM's, connected already
 	if c == nil {
 		if c, err = n.connectAgent(ctx, h); err != nil {
 			return err

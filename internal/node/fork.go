@@ -341,11 +341,11 @@ func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, i
 	for _, c := range children {
 		sw, switched := sandbox.ForkSwitch(parent.Sandbox, c.Sandbox)
 		n.run(c.ID, func(ctx context.Context) {
-			var ready func(context.Context) error
+			var checkout func(context.Context) error
 			if switched {
-				ready = func(ctx context.Context) error { return n.gitSwitch(ctx, c, sw) }
+				checkout = func(ctx context.Context) error { return n.gitSwitch(ctx, c, sw) }
 			}
-			n.bootFromImage(ctx, c, image, ready)
+			n.bootFromImage(ctx, c, image, checkout)
 			n.mu.Lock()
 			remaining--
 			last := remaining == 0
@@ -359,9 +359,9 @@ func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, i
 }
 
 // bootFromImage starts a fork child from the image its parent was captured
-// into; ready (nil: none) is its git checkout.
-func (n *Node) bootFromImage(ctx context.Context, r *store.SandboxRecord, meta *images.Meta, ready func(context.Context) error) {
-	n.bootNew(ctx, r, "fork", ready, func(_ context.Context, spec *vmm.Spec) error {
+// into; checkout (nil: none) is its git checkout.
+func (n *Node) bootFromImage(ctx context.Context, r *store.SandboxRecord, meta *images.Meta, checkout func(context.Context) error) {
+	n.bootNew(ctx, r, "fork", checkout, func(_ context.Context, spec *vmm.Spec) error {
 		spec.BaseDisk, spec.From = meta.Disk, meta.VM
 		return nil
 	})

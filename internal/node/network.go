@@ -9,6 +9,7 @@ import (
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/node/ready"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
@@ -27,7 +28,7 @@ func (n *Node) managedNet(r *store.SandboxRecord) bool {
 
 // assignNetwork gives a new sandbox (created or forked) its address: the
 // link of the ready VM it took (nil: none), else a new one.
-func (n *Node) assignNetwork(r *store.SandboxRecord, ready *readyVM) error {
+func (n *Node) assignNetwork(r *store.SandboxRecord, taken *ready.VM) error {
 	if n.opts.Network == nil {
 		if r.Network != nil && r.Network.Enabled {
 			return fmt.Errorf("networking is off on this node (ZEISH_NET=off): %w", errdefs.ErrInvalidArgument)
@@ -47,8 +48,8 @@ func (n *Node) assignNetwork(r *store.SandboxRecord, ready *readyVM) error {
 	if err := n.fillRates(r.Network); err != nil {
 		return err
 	}
-	if ready != nil && ready.address != "" {
-		r.Address = ready.address
+	if taken != nil && taken.Address != "" {
+		r.Address = taken.Address
 		return nil
 	}
 	l, err := n.opts.Network.Allocate()

@@ -18,6 +18,7 @@ import (
 	"github.com/zeish/zeish/internal/network"
 	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/node/merge"
+	"github.com/zeish/zeish/internal/node/ready"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
@@ -111,7 +112,8 @@ type Node struct {
 	budgetMu    sync.Mutex
 	reservedMiB int
 	images      *images.Store
-	ready       *readyPool
+	ready       *ready.Pool
+	cardless    cardlessBuilds
 	merger      *merge.Merger
 }
 

@@ -79,7 +79,11 @@ func (n *Node) Recover(ctx context.Context) error {
 		defer n.wg.Done()
 		n.images.RunCold(n.life)
 	}()
-	n.ready.start()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.ready.Run(n.life)
+	}()
 	return nil
 }
 

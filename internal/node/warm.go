@@ -12,6 +12,7 @@ import (
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
 	"github.com/zeish/zeish/internal/node/images"
+	"github.com/zeish/zeish/internal/node/ready"
 	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
@@ -63,9 +64,9 @@ func (n *Node) Warm(ctx context.Context, tpl sandbox.Template, progress func(str
 	out := &sandbox.TemplateWarm{Image: w.meta.ID, VCPUs: w.size.VCPUs, MemoryMiB: w.size.MemoryMiB, DiskMiB: w.size.DiskMiB,
 		BuildMS: time.Since(w.started).Milliseconds()}
 	n.log.Info("template warmed", "template", tpl.ID, "image", w.meta.ID, "ms", out.BuildMS)
-	n.ready.note(readyKind{template: tpl.Key()}) // its first creates find a VM ready once the record names the image
+	n.ready.Note(ready.Kind{Template: tpl.Key()}) // its first creates find a VM ready once the record names the image
 	// Once the record names the image, the ready pool can use it.
-	return out, func() { w.lease.Release(); n.ready.wake() }, nil
+	return out, func() { w.lease.Release(); n.ready.Wake() }, nil
 }
 
 // warmBuild runs the steps of a warm build of tpl, on a machine with no
@@ -244,7 +245,7 @@ func (w *warmRun) record(_ context.Context, _ *rollback.Stack) error {
 // CollectImages removes the images nothing needs any more: a deleted warm
 // template's, once no sandbox started from it is left.
 func (n *Node) CollectImages(ctx context.Context) {
-	n.ready.trim(ctx, n.ready.kinds()) // VMs of a deleted template go first: they lease its image
+	n.ready.Prune(ctx) // VMs of a deleted template go first: they lease its image
 	n.images.Collect(ctx)
 }
 
