@@ -5,49 +5,11 @@ import (
 	"fmt"
 
 	"github.com/zeish/zeish/errdefs"
-	"github.com/zeish/zeish/internal/datadir"
 	"github.com/zeish/zeish/internal/metrics"
 	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 )
-
-// reserve checks the host has memory for count more sandboxes like r and
-// holds it for them until release, which the caller calls once their
-// records count (or the operation failed). Check and hold are one step
-// under budgetMu, so concurrent creates and forks cannot both take the last
-// of the budget. Memory is what may run plus the RAM that images
-// (snapshots, stopped forks' parents) keep in tmpfs.
-func (n *Node) reserve(r *store.SandboxRecord, count int) (release func(), err error) {
-	need := count * r.MemoryMiB
-	n.budgetMu.Lock()
-	defer n.budgetMu.Unlock()
-	if free, ok := datadir.FreeMiB(n.opts.ShmDir); ok && free-n.reservedMiB < need+images.ShmHeadroomMiB {
-		return nil, fmt.Errorf("host %s has %d MiB left in %s; %d sandbox(es) of %d MiB need %d: %w",
-			n.opts.ID, max(0, free-n.reservedMiB), n.opts.ShmDir, count, r.MemoryMiB, need, errdefs.ErrStorageFull)
-	}
-	if n.opts.MemoryBudgetMiB > 0 {
-		used, err := n.committedMiB()
-		if err != nil {
-			return nil, err
-		}
-		used += n.images.RAMMiB(nil) + n.reservedMiB
-		if used+need > n.opts.MemoryBudgetMiB {
-			return nil, fmt.Errorf("host %s has %d MiB of its %d MiB budget free (saved images included); %d sandbox(es) of %d MiB need %d: %w",
-				n.opts.ID, max(0, n.opts.MemoryBudgetMiB-used), n.opts.MemoryBudgetMiB, count, r.MemoryMiB, need, errdefs.ErrNodeFull)
-		}
-	}
-	n.reservedMiB += need
-	released := false
-	return func() {
-		n.budgetMu.Lock()
-		defer n.budgetMu.Unlock()
-		if !released {
-			released = true
-			n.reservedMiB -= need
-		}
-	}, nil
-}
 
 // Capacity is the node's memory as it promises it, for metrics.
 func (n *Node) Capacity() (metrics.Capacity, error) {

@@ -43,7 +43,7 @@ func TestReserveIsAtomic(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := n.reserve(r, 1); err == nil {
+			if _, err := n.budget.Reserve(r.MemoryMiB, 1); err == nil {
 				mu.Lock()
 				granted++
 				mu.Unlock()
@@ -65,7 +65,7 @@ func TestReserveCountsImageRAM(t *testing.T) {
 	n := budgetNode(t, 16)
 	r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: "sbx_a", Name: "a", AccountID: "acc", MemoryMiB: 10,
 		State: sandbox.StateStopped, Host: "node-1", CreatedAt: time.Now()}}
-	release, err := n.reserve(r, 1)
+	release, err := n.budget.Reserve(r.MemoryMiB, 1)
 	if err != nil {
 		t.Fatalf("empty node: %v", err)
 	}
@@ -86,7 +86,7 @@ func TestReserveCountsImageRAM(t *testing.T) {
 	if err := n.images.Write(m); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.reserve(r, 1); !errors.Is(err, errdefs.ErrNodeFull) {
+	if _, err := n.budget.Reserve(r.MemoryMiB, 1); !errors.Is(err, errdefs.ErrNodeFull) {
 		t.Fatalf("10 MiB with 8 MiB of image RAM in a 16 MiB budget: %v, want node_full", err)
 	}
 	if err := n.opts.Store.CreateSandboxes(ctx, r); err != nil {
@@ -99,13 +99,13 @@ func TestReserveCountsImageRAM(t *testing.T) {
 		t.Fatalf("a refused start changed the sandbox: %s", got.State)
 	}
 	os.Remove(m.VM.MemFile)
-	if _, err := n.reserve(r, 1); err != nil {
+	if _, err := n.budget.Reserve(r.MemoryMiB, 1); err != nil {
 		t.Fatalf("after the image RAM went: %v", err)
 	}
 
 	huge := &store.SandboxRecord{Sandbox: sandbox.Sandbox{MemoryMiB: 1 << 30}}
 	n.opts.MemoryBudgetMiB = 0
-	if _, err := n.reserve(huge, 1); !errors.Is(err, errdefs.ErrStorageFull) {
+	if _, err := n.budget.Reserve(huge.MemoryMiB, 1); !errors.Is(err, errdefs.ErrStorageFull) {
 		t.Fatalf("more RAM than the tmpfs holds: %v, want storage_full", err)
 	}
 }

@@ -60,7 +60,7 @@ func (n *Node) Create(ctx context.Context, r *store.SandboxRecord) (*store.Sandb
 	if r.Metadata == nil {
 		r.Metadata = map[string]string{}
 	}
-	release, err := n.reserve(r, 1)
+	release, err := n.budget.Reserve(r.MemoryMiB, 1)
 	if err != nil {
 		undo()
 		return nil, err

@@ -292,7 +292,7 @@ func (n *Node) CloneSnapshot(ctx context.Context, snapID string, children []*sto
 // unique index at the insert); release gives the memory back
 // (once the children's records count it).
 func (n *Node) admitChildren(ctx context.Context, parent *store.SandboxRecord, children []*store.SandboxRecord) (release func(), err error) {
-	release, err = n.reserve(parent, len(children))
+	release, err = n.budget.Reserve(parent.MemoryMiB, len(children))
 	if err != nil {
 		return nil, err
 	}

@@ -170,7 +170,7 @@ func (n *Node) Start(ctx context.Context, id string) (*store.SandboxRecord, erro
 		return nil, err
 	}
 	if sandbox.Allows(cur.State, sandbox.OpStart) {
-		release, err := n.reserve(cur, 1)
+		release, err := n.budget.Reserve(cur.MemoryMiB, 1)
 		if err != nil {
 			return nil, err
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/zeish/zeish/guest"
 	"github.com/zeish/zeish/guest/desktop"
 	"github.com/zeish/zeish/internal/network"
+	"github.com/zeish/zeish/internal/node/budget"
 	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/node/merge"
 	"github.com/zeish/zeish/internal/node/ready"
@@ -106,15 +107,11 @@ type Node struct {
 	// connecting serialises agent connects per sandbox: the VMM's agent
 	// socket takes one client at a time.
 	connecting map[string]*sync.Mutex
-	// budgetMu makes a budget check and its reservation one step;
-	// reservedMiB is memory checked and promised to sandboxes whose records
-	// do not count yet.
-	budgetMu    sync.Mutex
-	reservedMiB int
-	images      *images.Store
-	ready       *ready.Pool
-	cardless    cardlessBuilds
-	merger      *merge.Merger
+	budget     *budget.Budget
+	images     *images.Store
+	ready      *ready.Pool
+	cardless   cardlessBuilds
+	merger     *merge.Merger
 }
 
 // op is one background operation on a sandbox; only one runs at a time.
@@ -154,6 +151,8 @@ func New(opts Options) *Node {
 	}
 	n.images = images.New(images.Options{Dir: filepath.Join(opts.DataDir, "images"), Driver: opts.Driver,
 		Referrers: imageRefs{n}, Host: opts.ID, ColdAfter: opts.ColdAfter, Logger: n.log})
+	n.budget = budget.New(budget.Options{Host: opts.ID, ShmDir: opts.ShmDir, LimitMiB: opts.MemoryBudgetMiB,
+		Committed: n.committedMiB, ImageRAM: func() int { return n.images.RAMMiB(nil) }})
 	n.ready = newReadyPool(n)
 	n.merger = merge.New(merge.Options{MaxLayers: opts.DiskLayers, Images: n.images, Driver: opts.Driver,
 		Sandboxes: mergeSandboxes{n}, Logger: n.log})

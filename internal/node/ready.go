@@ -142,7 +142,7 @@ func (rh readyHost) launch(ctx context.Context, k ready.Kind, tpl sandbox.Templa
 			// A ready VM holds no promise of memory (it writes a few MiB), but
 			// is kept only while a sandbox of its size would fit: it never
 			// crowds out a create on a full node.
-			release, err := n.reserve(&store.SandboxRecord{Sandbox: sandbox.Sandbox{MemoryMiB: tpl.Warm.MemoryMiB}}, 1)
+			release, err := n.budget.Reserve(tpl.Warm.MemoryMiB, 1)
 			if err != nil {
 				return err
 			}

@@ -131,7 +131,7 @@ func (w *warmRun) cleanup() {
 }
 
 func (w *warmRun) reserve(_ context.Context, _ *rollback.Stack) (err error) {
-	w.release, err = w.n.reserve(&store.SandboxRecord{Sandbox: sandbox.Sandbox{MemoryMiB: w.size.MemoryMiB}}, 1)
+	w.release, err = w.n.budget.Reserve(w.size.MemoryMiB, 1)
 	return err
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/datadir"
+	"github.com/zeish/zeish/internal/node/budget"
 	"github.com/zeish/zeish/internal/procscan"
 	"github.com/zeish/zeish/internal/sparsecopy"
 	"github.com/zeish/zeish/vmm"
@@ -36,10 +37,6 @@ const (
 	coldTemp   = coldFile + ".tmp"
 	thawSuffix = ".thaw" // beside the tmpfs path while a thaw copies
 )
-
-// ShmHeadroomMiB is tmpfs space a new RAM file must leave free: tmpfs full
-// means SIGBUS in every guest whose RAM lives there.
-const ShmHeadroomMiB = 256
 
 // DiskHeadroomMiB is data-dir space a write of guest memory must leave free.
 const DiskHeadroomMiB = 256
@@ -78,7 +75,7 @@ func (c *coldTier) Fetch(_ context.Context, img *vmm.Image) error {
 	if err != nil {
 		return fmt.Errorf("not on disk: %w", err)
 	}
-	if free, ok := datadir.FreeMiB(filepath.Dir(img.MemFile)); ok && int64(free) < alloc>>20+ShmHeadroomMiB {
+	if free, ok := datadir.FreeMiB(filepath.Dir(img.MemFile)); ok && int64(free) < alloc>>20+budget.ShmHeadroomMiB {
 		return fmt.Errorf("host %s has %d MiB left in %s; image %s needs %d MiB back there: %w",
 			c.s.opts.Host, free, filepath.Dir(img.MemFile), id, alloc>>20, errdefs.ErrStorageFull)
 	}
