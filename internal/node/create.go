@@ -48,9 +48,9 @@ func (n *Node) Create(ctx context.Context, r *store.SandboxRecord) (*store.Sandb
 	}
 	undo := func() {
 		n.ready.Drop(r.ID, false) // before its link goes with the sandbox's
-		n.releaseNetwork(r)
+		n.links.Release(r)
 	}
-	if err := n.assignNetwork(r, taken); err != nil {
+	if err := n.links.Assign(r, readyAddress(taken)); err != nil {
 		n.ready.Drop(r.ID, true)
 		return nil, err
 	}
@@ -98,18 +98,6 @@ func (n *Node) createRecords(ctx context.Context, picked []bool, rs ...*store.Sa
 			}
 		}
 	}
-}
-
-// newAddress picks the guest's address in 10.88.0.0/16. The NIC is isolated
-// (nothing routes to it yet), so the address is an identity, unique per
-// sandbox with high probability.
-func newAddress() string {
-	b := make([]byte, 2)
-	rand.Read(b)
-	if b[1] == 0 || b[1] == 255 {
-		b[1] = 1
-	}
-	return fmt.Sprintf("10.88.%d.%d", b[0], b[1])
 }
 
 // boot starts the first VM of a new sandbox from its template.
@@ -186,13 +174,13 @@ func (n *Node) bootNew(ctx context.Context, r *store.SandboxRecord, what string,
 			return prepare(ctx, &spec)
 		}},
 		rollback.Step{Name: "network", Do: func(ctx context.Context, undo *rollback.Stack) error {
-			if err := n.attachNetwork(r); err != nil {
+			if err := n.links.Attach(r); err != nil {
 				return err
 			}
 			undo.Add(func(ctx context.Context) error {
 				// The sandbox stays (in error) without an address, so that its
 				// delete never touches a link handed out again since.
-				err := n.releaseNetwork(r)
+				err := n.links.Release(r)
 				r.Address = ""
 				_, serr := n.opts.Store.UpdateSandbox(context.WithoutCancel(ctx), r.ID, func(cur *store.SandboxRecord) error {
 					cur.Address = ""
@@ -277,7 +265,7 @@ func (n *Node) nextVM(ctx context.Context, r *store.SandboxRecord) (vmm.Spec, er
 		Disk:    n.diskPath(r.ID, r.Gen),
 		DiskMiB: r.DiskMiB, MemoryMiB: r.MemoryMiB, VCPUs: r.VCPUs, MAC: r.MAC,
 	}
-	n.nicSpec(r, &spec)
+	n.links.NIC(r, &spec)
 	return spec, err
 }
 
@@ -346,7 +334,7 @@ func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
 		}
 	}
 	cfg := freshConfig(r.Hostname)
-	cfg.Env, cfg.Network, cfg.Git = guestEnv(r), n.guestNetwork(r), gitAuth(r)
+	cfg.Env, cfg.Network, cfg.Git = guestEnv(r), n.links.Guest(r), gitAuth(r)
 	if r.SecretsUnreadable() {
 		n.log.Warn("the sandbox's secrets cannot be opened with this data dir's secrets key; the guest gets none", logSandbox, id)
 	}

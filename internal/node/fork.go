@@ -316,8 +316,8 @@ func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, i
 		}
 		sandbox.Keep(&c.Sandbox, parent.Sandbox)
 		c.SecretEnv, c.MAC = parent.SecretEnv, sandbox.NewMAC()
-		if err := n.childNetwork(parent, c); err != nil {
-			n.releaseNetworks(children)
+		if err := n.links.Child(parent, c); err != nil {
+			n.links.ReleaseAll(children)
 			lease.Release()
 			n.images.Collect(ctx)
 			return err
@@ -332,7 +332,7 @@ func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, i
 	// All children or none: a name the caller gave that was taken since the control plane
 	// checked refuses the clone (the parent was captured, and carries on unharmed).
 	if err := n.createRecords(ctx, picked, children...); err != nil {
-		n.releaseNetworks(children)
+		n.links.ReleaseAll(children)
 		lease.Release()
 		n.images.Collect(ctx)
 		return err

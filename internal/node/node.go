@@ -20,6 +20,7 @@ import (
 	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/node/merge"
 	"github.com/zeish/zeish/internal/node/ready"
+	"github.com/zeish/zeish/internal/node/sandboxnet"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
@@ -107,11 +108,14 @@ type Node struct {
 	// connecting serialises agent connects per sandbox: the VMM's agent
 	// socket takes one client at a time.
 	connecting map[string]*sync.Mutex
-	budget     *budget.Budget
-	images     *images.Store
-	ready      *ready.Pool
-	cardless   cardlessBuilds
-	merger     *merge.Merger
+
+	// The node's jobs besides the lifecycle, each a package of its own.
+	images   *images.Store     // images: metadata, leases, gc, tiers
+	budget   *budget.Budget    // guest memory promised
+	links    *sandboxnet.Links // the sandboxes' network links
+	ready    *ready.Pool       // VMs launched ahead from warm templates
+	merger   *merge.Merger     // bounded disk chains
+	cardless cardlessBuilds    // warm images whose card-less build failed
 }
 
 // op is one background operation on a sandbox; only one runs at a time.
@@ -151,6 +155,8 @@ func New(opts Options) *Node {
 	}
 	n.images = images.New(images.Options{Dir: filepath.Join(opts.DataDir, "images"), Driver: opts.Driver,
 		Referrers: imageRefs{n}, Host: opts.ID, ColdAfter: opts.ColdAfter, Logger: n.log})
+	n.links = sandboxnet.New(opts.Network, n.log)
+	n.links = sandboxnet.New(opts.Network, n.log)
 	n.budget = budget.New(budget.Options{Host: opts.ID, ShmDir: opts.ShmDir, LimitMiB: opts.MemoryBudgetMiB,
 		Committed: n.committedMiB, ImageRAM: func() int { return n.images.RAMMiB(nil) }})
 	n.ready = newReadyPool(n)

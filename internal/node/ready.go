@@ -13,6 +13,7 @@ import (
 	"github.com/zeish/zeish/guest"
 	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/node/ready"
+	"github.com/zeish/zeish/internal/node/sandboxnet"
 	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
@@ -195,6 +196,14 @@ func (rh readyHost) launch(ctx context.Context, k ready.Kind, tpl sandbox.Templa
 	return v, nil
 }
 
+// readyAddress is the address of a ready VM's link ("": none taken).
+func readyAddress(v *ready.VM) string {
+	if v == nil {
+		return ""
+	}
+	return v.Address
+}
+
 // readyNetwork gives a ready VM of kind k its placeholder network: none
 // for a card-less kind, its own link, or an identity like any sandbox's
 // on a node without networking.
@@ -210,9 +219,9 @@ func (n *Node) readyNetwork(k ready.Kind, v *ready.VM, spec *vmm.Spec) (*guest.N
 		}
 		v.Address = l.Guest.String()
 		spec.NIC = &vmm.NIC{TAP: l.TAP, MAC: spec.MAC}
-		return n.linkNetwork(v.Address, spec.MAC), nil
+		return n.links.Link(v.Address, spec.MAC), nil
 	}
-	return n.guestNetwork(&store.SandboxRecord{Sandbox: sandbox.Sandbox{Address: newAddress()}, MAC: spec.MAC}), nil
+	return n.links.Guest(&store.SandboxRecord{Sandbox: sandbox.Sandbox{Address: sandboxnet.NewAddress()}, MAC: spec.MAC}), nil
 }
 
 // readyWarmup runs the warm-up execs in turn until one runs.

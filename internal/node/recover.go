@@ -57,7 +57,7 @@ func (n *Node) Recover(ctx context.Context) error {
 			n.merger.Queue(r.ID, len(r.Layers))
 		}
 	}
-	n.recoverNetwork(rows)
+	n.links.Recover(n.opts.ID, rows)
 	n.sweepDirs(ctx, live)
 	n.sweepWarm(ctx)
 	n.opts.Driver.Sweep(ctx, vmm.SweepScope{Root: filepath.Join(n.opts.DataDir, "sandboxes"), Live: vmDirs,

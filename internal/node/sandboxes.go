@@ -50,7 +50,7 @@ func (n *Node) destroy(ctx context.Context, id string) {
 		err = n.keepNetBytes(ctx, r)
 	}
 	if err == nil {
-		err = n.releaseNetwork(r)
+		err = n.links.Release(r)
 	}
 	if err == nil {
 		err = removeDir(n.sandboxDir(id))(ctx)

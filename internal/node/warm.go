@@ -180,7 +180,7 @@ func (w *warmRun) boot(ctx context.Context, undo *rollback.Stack) (err error) {
 func (w *warmRun) configure(ctx context.Context, _ *rollback.Stack) error {
 	cfg := freshConfig("warm")
 	if w.address != "" {
-		cfg.Network = w.n.linkNetwork(w.address, w.spec.MAC)
+		cfg.Network = w.n.links.Link(w.address, w.spec.MAC)
 	}
 	applyTemplate(&w.tpl, &cfg)
 	if len(cfg.StartCmd) > 0 {
