@@ -78,6 +78,7 @@ func TestChild(t *testing.T) {
 		{"card-less parent, card-less child", off, &sandbox.Network{Enabled: false}, nil, false},
 		{"card-less parent, child asks for a card", off, &sandbox.Network{Enabled: true}, errdefs.ErrInvalidArgument, false},
 		{"legacy parent, child asks for a network", nil, &sandbox.Network{Enabled: true}, errdefs.ErrInvalidArgument, false},
+		{"parent with a card, child asks for none", &sandbox.Network{Enabled: true}, &sandbox.Network{Enabled: false}, errdefs.ErrInvalidArgument, false},
 	}
 	l := New(nil, nil)
 	for _, tt := range tests {
