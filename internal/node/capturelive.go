@@ -13,6 +13,7 @@ import (
 
 	"github.com/zeish/zeish/internal/datadir"
 	"github.com/zeish/zeish/internal/node/images"
+	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
@@ -56,36 +57,53 @@ func (n *Node) writeJournal(id string, j liveJournal) error {
 }
 
 // captureLive captures r's VM h, whose RAM is not its own, while it runs on.
-func (n *Node) captureLive(ctx context.Context, r *store.SandboxRecord, h *vmm.Handle, wasPaused bool) (*captured, error) {
-	imgID, dir, lease, err := n.images.Create()
+func (n *Node) captureLive(ctx context.Context, r *store.SandboxRecord, h *vmm.Handle, wasPaused bool) (_ *captured, err error) {
+	var (
+		dir   string
+		lease *images.Lease
+		j     = liveJournal{OldDisk: h.Disk, Run: !wasPaused}
+		meta  *images.Meta
+		pause time.Duration
+	)
+	defer func() {
+		if err != nil {
+			lease.Release()
+		}
+	}()
+	err = rollback.Run(ctx,
+		rollback.Step{Name: "image", Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
+			if j.Image, dir, lease, err = n.images.Create(); err != nil {
+				return err
+			}
+			undo.Add(removeDir(dir))
+			return nil
+		}},
+		rollback.Step{Name: "generation", Do: func(ctx context.Context, _ *rollback.Stack) error {
+			r.Gen++
+			_, err := n.opts.Store.UpdateSandbox(context.WithoutCancel(ctx), r.ID, func(cur *store.SandboxRecord) error {
+				cur.Gen = r.Gen
+				return nil
+			})
+			return err
+		}},
+		rollback.Step{Name: "journal", Do: func(ctx context.Context, _ *rollback.Stack) error {
+			j.Swap = vmm.DiskSwap{Frozen: n.images.LayerPath(j.Image), Next: n.diskPath(r.ID, r.Gen)}
+			return n.writeJournal(r.ID, j)
+		}},
+		rollback.Step{Name: "capture", Do: func(ctx context.Context, undo *rollback.Stack) error {
+			// From here the journal decides what becomes of the image: kept
+			// as the frozen layer if the disk swapped, removed if not.
+			undo.Release()
+			img, p, err := n.opts.Driver.CaptureLive(ctx, h, dir, j.Swap)
+			m, rerr := n.recordSwap(ctx, r, h, j, img)
+			meta, pause = m, p
+			return errors.Join(err, rerr)
+		}},
+	)
 	if err != nil {
 		return nil, err
 	}
-	r.Gen++
-	if _, err := n.opts.Store.UpdateSandbox(context.WithoutCancel(ctx), r.ID, func(cur *store.SandboxRecord) error {
-		cur.Gen = r.Gen
-		return nil
-	}); err != nil {
-		lease.Release()
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	j := liveJournal{Image: imgID, OldDisk: h.Disk, Run: !wasPaused, Swap: vmm.DiskSwap{
-		Frozen: n.images.LayerPath(imgID),
-		Next:   n.diskPath(r.ID, r.Gen),
-	}}
-	if err := n.writeJournal(r.ID, j); err != nil {
-		lease.Release()
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	img, pause, err := n.opts.Driver.CaptureLive(ctx, h, dir, j.Swap)
-	meta, rerr := n.recordSwap(ctx, r, h, j, img)
-	if err = errors.Join(err, rerr); err != nil {
-		lease.Release()
-		return nil, err
-	}
-	n.log.Info("captured live", logSandbox, r.ID, "image", imgID, "pause_ms", pause.Milliseconds())
+	n.log.Info("captured live", logSandbox, r.ID, "image", j.Image, "pause_ms", pause.Milliseconds())
 	return &captured{image: meta, pause: pause, lease: lease}, nil
 }
 

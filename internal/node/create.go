@@ -40,34 +40,46 @@ func (n *Node) Create(ctx context.Context, r *store.SandboxRecord) (*store.Sandb
 	r.State = sandbox.StateStarting
 	r.CreatedAt, r.UpdatedAt = now, now
 	r.MAC = sandbox.NewMAC()
-	taken := n.ready.Take(r.ID, readyKind(r), sandbox.Size{VCPUs: r.VCPUs, MemoryMiB: r.MemoryMiB, DiskMiB: r.DiskMiB})
-	if taken != nil {
-		// The card and link the ready VM's guest was configured with: its
-		// reconfiguration then changes neither.
-		r.MAC = taken.Handle.Spec.MAC
-	}
-	undo := func() {
-		n.ready.Drop(r.ID, false) // before its link goes with the sandbox's
-		n.links.Release(r)
-	}
-	if err := n.links.Assign(r, readyAddress(taken)); err != nil {
-		n.ready.Drop(r.ID, true)
-		return nil, err
-	}
 	if r.Env == nil {
 		r.Env = map[string]string{}
 	}
 	if r.Metadata == nil {
 		r.Metadata = map[string]string{}
 	}
-	release, err := n.budget.Reserve(r.MemoryMiB, 1)
+	release, readyAddr := func() {}, ""
+	defer func() { release() }() // the record counts the memory from its write on
+	// Its refusals are the client's (network, room, names): as they are.
+	err := rollback.Run(ctx,
+		rollback.Step{Name: "ready VM", AsIs: true, Do: func(_ context.Context, undo *rollback.Stack) error {
+			taken := n.ready.Take(r.ID, readyKind(r), sandbox.Size{VCPUs: r.VCPUs, MemoryMiB: r.MemoryMiB, DiskMiB: r.DiskMiB})
+			if taken == nil {
+				return nil
+			}
+			// The card and link the ready VM's guest was configured with: its
+			// reconfiguration then changes neither.
+			r.MAC, readyAddr = taken.Handle.Spec.MAC, taken.Address
+			undo.Add(func(context.Context) error { n.ready.Drop(r.ID, true); return nil })
+			return nil
+		}},
+		rollback.Step{Name: "network", AsIs: true, Do: func(_ context.Context, undo *rollback.Stack) error {
+			if err := n.links.Assign(r, readyAddr); err != nil {
+				return err
+			}
+			undo.Add(func(context.Context) error {
+				n.ready.Drop(r.ID, false) // before its link goes with the sandbox's
+				return n.links.Release(r)
+			})
+			return nil
+		}},
+		rollback.Step{Name: "memory", AsIs: true, Do: func(context.Context, *rollback.Stack) (err error) {
+			release, err = n.budget.Reserve(r.MemoryMiB, 1)
+			return err
+		}},
+		rollback.Step{Name: "record", AsIs: true, Do: func(ctx context.Context, _ *rollback.Stack) error {
+			return n.createRecords(ctx, []bool{picked}, r)
+		}},
+	)
 	if err != nil {
-		undo()
-		return nil, err
-	}
-	defer release()
-	if err := n.createRecords(ctx, []bool{picked}, r); err != nil {
-		undo()
 		return nil, err
 	}
 	n.log.Info("create", logSandbox, r.ID, "name", r.Name, "template", r.Template, "memory_mib", r.MemoryMiB)
@@ -140,7 +152,7 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 		// A fork of the template's saved machine (warm.go).
 		lease = n.images.Lease(meta.ID)
 		n.ready.Note(readyKind(r))
-		r.Layers = append(append([]string(nil), meta.Layers...), meta.ID)
+		r.Layers = meta.Chain()
 		spec.BaseDisk, spec.From = meta.Disk, meta.VM
 		n.log.Info("boot warm", logSandbox, r.ID, "template", tpl.Name, "image", meta.ID)
 		return nil

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/node/images"
+	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
@@ -80,21 +82,9 @@ func (n *Node) captureAny(ctx context.Context, id string, op sandbox.Op) (*captu
 	var pause time.Duration
 	n.dropAgent(id)
 	if plan == vmm.CapturePromote {
-		spec, err := n.nextVM(ctx, r)
-		if err != nil {
+		if h, pause, err = n.promote(ctx, r, h); err != nil {
 			return nil, err
 		}
-		nh, downtime, err := n.opts.Driver.Promote(ctx, h, spec.Dir)
-		if err != nil {
-			os.RemoveAll(spec.Dir)
-			return nil, fmt.Errorf("promote: %w", err)
-		}
-		writeHandleFile(spec.Dir, nh)
-		if err := n.saveVM(ctx, r, nh); err != nil {
-			return nil, err
-		}
-		n.removeOldVM(h)
-		h, pause = nh, downtime
 	}
 	cap, err := n.captureRunning(ctx, r, h, wasPaused)
 	if err != nil {
@@ -104,71 +94,149 @@ func (n *Node) captureAny(ctx context.Context, id string, op sandbox.Op) (*captu
 	return cap, nil
 }
 
+// promote moves sandbox r's VM h, whose RAM is an image's, into a VM that
+// owns its RAM (the guest stopped for the copy), so that it can be
+// captured as one that does.
+func (n *Node) promote(ctx context.Context, r *store.SandboxRecord, h *vmm.Handle) (nh *vmm.Handle, downtime time.Duration, err error) {
+	var spec vmm.Spec
+	err = rollback.Run(ctx,
+		rollback.Step{Name: "folder", Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
+			spec, err = n.nextVM(ctx, r)
+			undo.Add(removeDir(spec.Dir))
+			return err
+		}},
+		rollback.Step{Name: "promote", Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
+			if nh, downtime, err = n.opts.Driver.Promote(ctx, h, spec.Dir); err != nil {
+				return err
+			}
+			undo.Release() // the old VM is gone: the new one in spec.Dir is the sandbox's
+			return nil
+		}},
+		rollback.Step{Name: "record", Do: func(ctx context.Context, _ *rollback.Stack) error {
+			writeHandleFile(spec.Dir, nh)
+			return n.saveVM(ctx, r, nh)
+		}},
+	)
+	if err != nil {
+		return nil, 0, err
+	}
+	n.removeOldVM(h)
+	return nh, downtime, nil
+}
+
 // captureRunning captures a VM that owns its RAM. The continuation is
 // launched before the parent stops, on top of the parent's disk (linked into
 // the image now, frozen once the parent is gone) and mapping the parent's
 // RAM file, which it does not touch until it loads the image. So the pause
 // is only: stop, write device state, quit, load it, go on.
+//
+// Two step lists: the capture (undone whole if it fails: the parent VM
+// runs on), and the continuation's resume, after which the parent VM is
+// gone and the sandbox lives on as the image: a failure there undoes only
+// the continuation and leaves the sandbox lost (no complete image) or
+// stopped on the image (the continuation did not load it).
 func (n *Node) captureRunning(ctx context.Context, r *store.SandboxRecord, h *vmm.Handle, wasPaused bool) (*captured, error) {
-	imgID, dir, lease, err := n.images.Create()
+	var (
+		meta      *images.Meta
+		dir       string
+		lease     *images.Lease
+		next      = *r
+		spec      vmm.Spec
+		nh        *vmm.Handle
+		stoppedAt time.Time
+		pause     time.Duration
+	)
+	defer func() { lease.Release() }() // the continuation maps the image from the capture on
+	err := rollback.Run(ctx,
+		rollback.Step{Name: "image", Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
+			var id string
+			if id, dir, lease, err = n.images.Create(); err != nil {
+				return err
+			}
+			undo.Add(removeDir(dir))
+			meta = &images.Meta{ID: id, SandboxID: r.ID, CreatedAt: time.Now().UTC(),
+				Disk: n.images.LayerPath(id), Layers: append([]string(nil), r.Layers...)}
+			return nil
+		}},
+		rollback.Step{Name: "link disk into image", Do: func(context.Context, *rollback.Stack) error {
+			return os.Link(r.Disk, meta.Disk)
+		}},
+		rollback.Step{Name: "continuation folder", Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
+			next.Layers, next.Pristine = meta.Chain(), wasPaused
+			spec, err = n.nextVM(ctx, &next)
+			undo.Add(removeDir(spec.Dir))
+			return err
+		}},
+		rollback.Step{Name: "launch continuation", Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
+			spec.BaseDisk, spec.Deferred, spec.Paused = meta.Disk, true, wasPaused
+			spec.From = &vmm.Image{Dir: dir, MemFile: h.MemFile, MemoryMiB: h.Spec.MemoryMiB}
+			if nh, err = n.opts.Driver.Start(ctx, spec); err != nil {
+				return err
+			}
+			undo.Add(func(ctx context.Context) error { return n.opts.Driver.Destroy(ctx, nh) })
+			return nil
+		}},
+		rollback.Step{Name: "capture", Do: func(ctx context.Context, _ *rollback.Stack) (err error) {
+			meta.VM, stoppedAt, err = n.opts.Driver.Capture(ctx, h, dir, false)
+			return err
+		}},
+	)
 	if err != nil {
-		return nil, err
-	}
-	defer lease.Release() // the continuation maps the image from the capture on
-	meta := &images.Meta{ID: imgID, SandboxID: r.ID, CreatedAt: time.Now().UTC(),
-		Disk: n.images.LayerPath(imgID), Layers: append([]string(nil), r.Layers...)}
-	if err := os.Link(r.Disk, meta.Disk); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("link disk into image: %w", err)
-	}
-	next := *r
-	next.Layers = append(append([]string(nil), meta.Layers...), imgID)
-	next.Pristine = wasPaused
-	spec, err := n.nextVM(ctx, &next)
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	spec.BaseDisk, spec.Deferred, spec.Paused = meta.Disk, true, wasPaused
-	spec.From = &vmm.Image{Dir: dir, MemFile: h.MemFile, MemoryMiB: h.Spec.MemoryMiB}
-	nh, err := n.opts.Driver.Start(ctx, spec)
-	if err != nil {
-		os.RemoveAll(dir)
-		os.RemoveAll(spec.Dir)
-		return nil, fmt.Errorf("launch continuation: %w", err)
-	}
-	img, stoppedAt, err := n.opts.Driver.Capture(ctx, h, dir, false)
-	if err != nil {
-		n.opts.Driver.Destroy(context.WithoutCancel(ctx), nh)
-		os.RemoveAll(dir)
-		os.RemoveAll(spec.Dir)
 		return nil, err
 	}
 	// The parent VM is gone: from here the sandbox lives on as the image, so
 	// a failure leaves it stopped on that image, never lost.
-	meta.VM = img
 	os.Remove(r.Disk) // the layer keeps the data under its new name
 	images.ReadOnly(meta.Disk)
 	n.removeOldVM(h)
-	if err := n.images.Write(meta); err != nil {
-		n.opts.Driver.Destroy(context.WithoutCancel(ctx), nh)
-		return nil, n.lost(ctx, r, err)
-	}
-	if err := n.opts.Driver.Load(ctx, nh, img, !wasPaused); err != nil {
-		n.opts.Driver.Destroy(context.WithoutCancel(ctx), nh)
-		os.RemoveAll(spec.Dir)
-		return nil, n.stranded(ctx, r, meta, err)
-	}
-	pause := time.Since(stoppedAt)
-	writeHandleFile(spec.Dir, nh)
-	next.Disk = nh.Disk
-	if err := n.saveVM(ctx, &next, nh); err != nil {
+	err = rollback.Run(ctx,
+		rollback.Step{Name: "record", Do: func(ctx context.Context, undo *rollback.Stack) error {
+			undo.Add(removeDir(spec.Dir))
+			undo.Add(func(ctx context.Context) error { return n.opts.Driver.Destroy(ctx, nh) })
+			if err := n.images.Write(meta); err != nil {
+				return &captureLost{err}
+			}
+			return nil
+		}},
+		rollback.Step{Name: "load", Do: func(ctx context.Context, _ *rollback.Stack) error {
+			if err := n.opts.Driver.Load(ctx, nh, meta.VM, !wasPaused); err != nil {
+				return &captureStranded{err}
+			}
+			pause = time.Since(stoppedAt)
+			return nil
+		}},
+		rollback.Step{Name: "save", Do: func(ctx context.Context, undo *rollback.Stack) error {
+			undo.Release() // the continuation runs the sandbox now
+			writeHandleFile(spec.Dir, nh)
+			next.Disk = nh.Disk
+			return n.saveVM(ctx, &next, nh)
+		}},
+	)
+	var lost *captureLost
+	var stranded *captureStranded
+	switch {
+	case errors.As(err, &lost):
+		return nil, n.lost(ctx, r, lost.err)
+	case errors.As(err, &stranded):
+		return nil, n.stranded(ctx, r, meta, stranded.err)
+	case err != nil:
 		return nil, err
 	}
 	*r = next
-	n.log.Info("captured", logSandbox, r.ID, "image", imgID, "pause_ms", pause.Milliseconds(), "pid", nh.PID)
+	n.log.Info("captured", logSandbox, r.ID, "image", meta.ID, "pause_ms", pause.Milliseconds(), "pid", nh.PID)
 	return &captured{image: meta, pause: pause}, nil
 }
+
+// captureLost and captureStranded are how a capture's resume failed: the
+// image could not be completed (nothing is left to run the sandbox from),
+// or the continuation did not load it (the sandbox can start from it).
+type (
+	captureLost     struct{ err error }
+	captureStranded struct{ err error }
+)
+
+func (e *captureLost) Error() string     { return e.err.Error() }
+func (e *captureStranded) Error() string { return e.err.Error() }
 
 // stranded handles a continuation that failed to start after the capture:
 // the sandbox becomes stopped on the image, which its next start loads.
@@ -210,7 +278,7 @@ func (n *Node) captureStopped(ctx context.Context, r *store.SandboxRecord) (*cap
 	if err := n.images.Write(meta); err != nil {
 		return nil, err
 	}
-	r.Layers = append(append([]string(nil), meta.Layers...), meta.ID)
+	r.Layers = meta.Chain()
 	r.Gen++
 	r.Disk = n.diskPath(r.ID, r.Gen)
 	r.DiskBase = meta.Disk
@@ -274,14 +342,25 @@ func (n *Node) CloneSnapshot(ctx context.Context, snapID string, children []*sto
 	if err != nil {
 		return nil, err
 	}
-	defer release()
-	lease := n.images.Lease(snap.Image)
-	meta, err := n.images.ReadMachine(snap.Image)
+	defer release() // the children's records count from here on
+	var (
+		lease *images.Lease
+		meta  *images.Meta
+	)
+	err = rollback.Run(ctx,
+		rollback.Step{Name: "image", AsIs: true, Do: func(_ context.Context, undo *rollback.Stack) (err error) {
+			lease = n.images.Lease(snap.Image)
+			undo.Add(func(context.Context) error { lease.Release(); return nil })
+			if meta, err = n.images.ReadMachine(snap.Image); err != nil {
+				return fmt.Errorf("snapshot %s has no complete image (%v): %w", snapID, err, errdefs.ErrInternal)
+			}
+			return nil
+		}},
+		rollback.Step{Name: "children", AsIs: true, Do: func(ctx context.Context, _ *rollback.Stack) error {
+			return n.startChildren(ctx, parent, meta, lease, children)
+		}},
+	)
 	if err != nil {
-		lease.Release()
-		return nil, fmt.Errorf("snapshot %s has no complete image (%v): %w", snapID, err, errdefs.ErrInternal)
-	}
-	if err := n.startChildren(ctx, parent, meta, lease, children); err != nil {
 		return nil, err
 	}
 	return children, nil
@@ -292,12 +371,19 @@ func (n *Node) CloneSnapshot(ctx context.Context, snapID string, children []*sto
 // unique index at the insert); release gives the memory back
 // (once the children's records count it).
 func (n *Node) admitChildren(ctx context.Context, parent *store.SandboxRecord, children []*store.SandboxRecord) (release func(), err error) {
-	release, err = n.budget.Reserve(parent.MemoryMiB, len(children))
+	err = rollback.Run(ctx,
+		rollback.Step{Name: "memory", AsIs: true, Do: func(_ context.Context, undo *rollback.Stack) (err error) {
+			if release, err = n.budget.Reserve(parent.MemoryMiB, len(children)); err != nil {
+				return err
+			}
+			undo.Add(func(context.Context) error { release(); return nil })
+			return nil
+		}},
+		rollback.Step{Name: "image RAM", AsIs: true, Do: func(ctx context.Context, _ *rollback.Stack) error {
+			return n.checkAccountImageRAM(ctx, parent)
+		}},
+	)
 	if err != nil {
-		return nil, err
-	}
-	if err := n.checkAccountImageRAM(ctx, parent); err != nil {
-		release()
 		return nil, err
 	}
 	return release, nil
@@ -307,34 +393,45 @@ func (n *Node) admitChildren(ctx context.Context, parent *store.SandboxRecord, c
 // the background; lease is released once every child is past its boot (or at
 // once on failure, when no record was written).
 func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, image *images.Meta, lease *images.Lease, children []*store.SandboxRecord) error {
-	now := time.Now().UTC()
 	picked := make([]bool, len(children))
-	for i, c := range children {
-		c.ID = sandbox.NewID(sandbox.PrefixSandbox)
-		if picked[i] = c.Name == ""; picked[i] {
-			c.Name = n.opts.Names()
-		}
-		sandbox.Keep(&c.Sandbox, parent.Sandbox)
-		c.SecretEnv, c.MAC = parent.SecretEnv, sandbox.NewMAC()
-		if err := n.links.Child(parent, c); err != nil {
-			n.links.ReleaseAll(children)
-			lease.Release()
-			n.images.Collect(ctx)
-			return err
-		}
-		c.Kernel, c.Initrd, c.KernelArgs = parent.Kernel, parent.Initrd, parent.KernelArgs
-		c.Layers = append(append([]string(nil), image.Layers...), image.ID)
-		c.State, c.CreatedAt, c.UpdatedAt = sandbox.StateStarting, now, now
-		if c.Metadata == nil {
-			c.Metadata = map[string]string{}
-		}
-	}
-	// All children or none: a name the caller gave that was taken since the control plane
-	// checked refuses the clone (the parent was captured, and carries on unharmed).
-	if err := n.createRecords(ctx, picked, children...); err != nil {
-		n.links.ReleaseAll(children)
-		lease.Release()
-		n.images.Collect(ctx)
+	// Its refusals are the client's (a child's network, a name): as they are.
+	err := rollback.Run(ctx,
+		rollback.Step{Name: "image", AsIs: true, Do: func(_ context.Context, undo *rollback.Stack) error {
+			// Without the children's records the image may be nobody's: gc
+			// takes it.
+			undo.Add(func(ctx context.Context) error { lease.Release(); n.images.Collect(ctx); return nil })
+			return nil
+		}},
+		rollback.Step{Name: "identities", AsIs: true, Do: func(_ context.Context, undo *rollback.Stack) error {
+			undo.Add(func(context.Context) error { n.links.ReleaseAll(children); return nil })
+			now := time.Now().UTC()
+			for i, c := range children {
+				c.ID = sandbox.NewID(sandbox.PrefixSandbox)
+				if picked[i] = c.Name == ""; picked[i] {
+					c.Name = n.opts.Names()
+				}
+				sandbox.Keep(&c.Sandbox, parent.Sandbox)
+				c.SecretEnv, c.MAC = parent.SecretEnv, sandbox.NewMAC()
+				if err := n.links.Child(parent, c); err != nil {
+					return err
+				}
+				c.Kernel, c.Initrd, c.KernelArgs = parent.Kernel, parent.Initrd, parent.KernelArgs
+				c.Layers = image.Chain()
+				c.State, c.CreatedAt, c.UpdatedAt = sandbox.StateStarting, now, now
+				if c.Metadata == nil {
+					c.Metadata = map[string]string{}
+				}
+			}
+			return nil
+		}},
+		// All children or none: a name the caller gave that was taken since
+		// the control plane checked refuses the clone (the parent was
+		// captured, and carries on unharmed).
+		rollback.Step{Name: "records", AsIs: true, Do: func(ctx context.Context, _ *rollback.Stack) error {
+			return n.createRecords(ctx, picked, children...)
+		}},
+	)
+	if err != nil {
 		return err
 	}
 	remaining := len(children)

@@ -139,21 +139,37 @@ func (n *Node) suspend(ctx context.Context, id string) error {
 		return fmt.Errorf("sandbox %s has no VM: %w", id, errdefs.ErrInternal)
 	}
 	n.dropAgent(id)
-	imgID, dir, lease, err := n.images.Create()
+	var (
+		meta  = &images.Meta{SandboxID: id}
+		dir   string
+		lease *images.Lease
+	)
+	defer func() { lease.Release() }()
+	err = rollback.Run(ctx,
+		rollback.Step{Name: "image", Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
+			if meta.ID, dir, lease, err = n.images.Create(); err != nil {
+				return err
+			}
+			undo.Add(removeDir(dir))
+			return nil
+		}},
+		rollback.Step{Name: "capture", Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
+			if meta.VM, _, err = n.opts.Driver.Capture(ctx, h, dir, true); err != nil {
+				return err
+			}
+			undo.Release() // the VM is gone: the image is the sandbox now
+			return nil
+		}},
+		rollback.Step{Name: "record", Do: func(context.Context, *rollback.Stack) error {
+			meta.CreatedAt = time.Now().UTC()
+			return n.images.Write(meta)
+		}},
+		rollback.Step{Name: "resume image", Do: func(ctx context.Context, _ *rollback.Stack) error {
+			r.ResumeImage = meta.ID
+			return n.saveVM(ctx, r, nil)
+		}},
+	)
 	if err != nil {
-		return err
-	}
-	defer lease.Release()
-	img, _, err := n.opts.Driver.Capture(ctx, h, dir, true)
-	if err != nil {
-		os.RemoveAll(dir)
-		return err
-	}
-	if err := n.images.Write(&images.Meta{ID: imgID, SandboxID: id, VM: img, CreatedAt: time.Now().UTC()}); err != nil {
-		return err
-	}
-	r.ResumeImage = imgID
-	if err := n.saveVM(ctx, r, nil); err != nil {
 		return err
 	}
 	os.RemoveAll(h.Spec.Dir)
@@ -201,7 +217,7 @@ func (n *Node) Start(ctx context.Context, id string) (*store.SandboxRecord, erro
 }
 
 // resumeStopped starts a VM from the sandbox's resume image on its disk.
-func (n *Node) resumeStopped(ctx context.Context, id string) (err error) {
+func (n *Node) resumeStopped(ctx context.Context, id string) error {
 	r, err := n.opts.Store.GetSandbox(ctx, id)
 	if err != nil {
 		return err
@@ -211,28 +227,34 @@ func (n *Node) resumeStopped(ctx context.Context, id string) (err error) {
 		return fmt.Errorf("sandbox %s has no saved state to resume: %v: %w", id, err, errdefs.ErrInternal)
 	}
 	saved := *r
-	var undo rollback.Stack
-	defer undo.OnError(ctx, &err)
-	undo.Add(func(ctx context.Context) error { return n.saveVM(ctx, &saved, nil) })
-	spec, err := n.nextVM(ctx, r)
+	var (
+		spec vmm.Spec
+		h    *vmm.Handle
+	)
+	err = rollback.Run(ctx,
+		rollback.Step{Name: "folder", Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
+			undo.Add(func(ctx context.Context) error { return n.saveVM(ctx, &saved, nil) })
+			spec, err = n.nextVM(ctx, r)
+			if err != nil {
+				return err
+			}
+			undo.Add(removeDir(spec.Dir))
+			return nil
+		}},
+		rollback.Step{Name: "vm", Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
+			spec.From, spec.Disk = m.VM, r.Disk
+			if r.DiskBase != "" {
+				spec.BaseDisk = r.DiskBase
+			}
+			r.DiskBase, r.ResumeImage = "", ""
+			h, err = n.startVM(ctx, undo, r, spec)
+			return err
+		}},
+		rollback.Step{Name: "agent", Do: func(ctx context.Context, _ *rollback.Stack) error { return n.attach(ctx, id, h) }},
+	)
 	if err != nil {
 		return err
 	}
-	undo.Add(removeDir(spec.Dir))
-	spec.From = m.VM
-	spec.Disk = r.Disk
-	if r.DiskBase != "" {
-		spec.BaseDisk = r.DiskBase
-	}
-	r.DiskBase, r.ResumeImage = "", ""
-	h, err := n.startVM(ctx, &undo, r, spec)
-	if err != nil {
-		return err
-	}
-	if err := n.attach(ctx, id, h); err != nil {
-		return err
-	}
-	undo.Release()
 	n.images.Collect(ctx)
 	return nil
 }

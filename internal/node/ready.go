@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -196,14 +195,6 @@ func (rh readyHost) launch(ctx context.Context, k ready.Kind, tpl sandbox.Templa
 	return v, nil
 }
 
-// readyAddress is the address of a ready VM's link ("": none taken).
-func readyAddress(v *ready.VM) string {
-	if v == nil {
-		return ""
-	}
-	return v.Address
-}
-
 // readyNetwork gives a ready VM of kind k its placeholder network: none
 // for a card-less kind, its own link, or an identity like any sandbox's
 // on a node without networking.
@@ -270,31 +261,40 @@ func (rh readyHost) Destroy(v *ready.VM, withLink bool) {
 // returns nil, nil when there is none to adopt (the caller starts a VM).
 func (n *Node) adoptReady(ctx context.Context, r *store.SandboxRecord, spec vmm.Spec) (*vmm.Handle, error) {
 	v := n.ready.Claimed(r.ID)
-	if spec.From == nil || spec.From.MemFile == "" || spec.Deferred {
-		if v != nil {
-			readyHost{n}.Destroy(v, false)
+	fromImage := spec.From != nil && spec.From.MemFile != "" && !spec.Deferred
+	switch {
+	case v == nil:
+		if fromImage {
+			n.ready.Missed()
 		}
 		return nil, nil
-	}
-	if v == nil || v.Image != filepath.Base(spec.From.Dir) {
-		if v != nil {
-			readyHost{n}.Destroy(v, false)
-		}
+	case !fromImage:
+		readyHost{n}.Destroy(v, false)
+		return nil, nil
+	case v.Image != filepath.Base(spec.From.Dir):
+		readyHost{n}.Destroy(v, false)
 		n.ready.Missed()
 		return nil, nil
 	}
 	defer v.Lease.Release() // the boot holds its own lease on the image
 	v.Lease = nil
-	placeholder := filepath.Dir(v.Handle.Spec.Dir)
-	h, err := n.opts.Driver.Adopt(ctx, v.Handle, spec)
+	var h *vmm.Handle
+	err := rollback.Run(ctx,
+		rollback.Step{Name: "adopt", Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
+			undo.Add(func(context.Context) error { readyHost{n}.Destroy(v, false); return nil })
+			placeholder := filepath.Dir(v.Handle.Spec.Dir)
+			if h, err = n.opts.Driver.Adopt(ctx, v.Handle, spec); err != nil {
+				return err
+			}
+			os.Remove(placeholder) // empty now: its VM folder and disk moved
+			undo.Release()         // the VM is h now, in the sandbox's folder
+			undo.Add(func(ctx context.Context) error { v.Agent.Close(); return n.opts.Driver.Destroy(ctx, h) })
+			return nil
+		}},
+		rollback.Step{Name: "resume", Do: func(ctx context.Context, _ *rollback.Stack) error { return n.opts.Driver.Resume(ctx, h) }},
+	)
 	if err != nil {
-		readyHost{n}.Destroy(v, false)
 		return nil, err
-	}
-	os.Remove(placeholder) // empty now: its VM folder and disk moved
-	if err := n.opts.Driver.Resume(ctx, h); err != nil {
-		v.Agent.Close()
-		return nil, errors.Join(err, n.opts.Driver.Destroy(context.WithoutCancel(ctx), h))
 	}
 	n.ready.HandOver(r.ID, v.Agent)
 	return h, nil

@@ -7,6 +7,7 @@ import (
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 )
@@ -42,27 +43,29 @@ func (n *Node) destroy(ctx context.Context, id string) {
 		n.log.Error("destroy: read", logSandbox, id, "err", err)
 		return
 	}
-	h, err := r.VMHandle()
-	if err == nil && h != nil {
-		err = n.opts.Driver.Destroy(ctx, h)
-	}
-	if err == nil {
-		err = n.keepNetBytes(ctx, r)
-	}
-	if err == nil {
-		err = n.links.Release(r)
-	}
-	if err == nil {
-		err = removeDir(n.sandboxDir(id))(ctx)
-	}
-	if err == nil {
-		if ferr := n.opts.Driver.Forget(id); ferr != nil {
-			n.log.Warn("destroy: driver files", logSandbox, id, "err", ferr)
-		}
-	}
-	if err == nil {
-		err = n.deleteSnapshotsOf(ctx, id)
-	}
+	// Nothing of a delete can be undone: a step that fails leaves the
+	// sandbox in error, for a delete to go on from there.
+	err = rollback.Run(ctx,
+		rollback.Step{Name: "vm", Do: func(ctx context.Context, _ *rollback.Stack) error {
+			h, err := r.VMHandle()
+			if err == nil && h != nil {
+				err = n.opts.Driver.Destroy(ctx, h)
+			}
+			return err
+		}},
+		rollback.Step{Name: "network usage", Do: func(ctx context.Context, _ *rollback.Stack) error { return n.keepNetBytes(ctx, r) }},
+		rollback.Step{Name: "network", Do: func(context.Context, *rollback.Stack) error { return n.links.Release(r) }},
+		rollback.Step{Name: "files", Do: func(ctx context.Context, _ *rollback.Stack) error {
+			if err := removeDir(n.sandboxDir(id))(ctx); err != nil {
+				return err
+			}
+			if err := n.opts.Driver.Forget(id); err != nil {
+				n.log.Warn("destroy: driver files", logSandbox, id, "err", err)
+			}
+			return nil
+		}},
+		rollback.Step{Name: "snapshots", Do: func(ctx context.Context, _ *rollback.Stack) error { return n.deleteSnapshotsOf(ctx, id) }},
+	)
 	if err != nil {
 		n.log.Error("destroy", logSandbox, id, "err", err)
 		n.fail(ctx, id, sandbox.OpDeleteFailed, sandbox.ErrDeleteFailed, "delete failed: "+err.Error(), "delete failed: "+err.Error(), nil)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"syscall"
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
@@ -22,62 +21,68 @@ import (
 func (n *Node) CreateSnapshot(ctx context.Context, id, name string) (*store.SnapshotRecord, error) {
 	var snap *store.SnapshotRecord
 	err := n.do(ctx, id, func(ctx context.Context) error {
-		// Check the limit and the name before pausing anything.
-		existing, err := n.opts.Store.ListSnapshots(ctx, id)
-		if err != nil {
-			return err
-		}
-		names := make([]string, len(existing))
-		for i, s := range existing {
-			names[i] = s.Name
-		}
-		if name == "" {
-			name = sandbox.DefaultSnapshotName(time.Now(), names)
-		}
-		if err := sandbox.CheckNewSnapshot(id, names, name); err != nil {
-			return err
-		}
-		if cur, err := n.opts.Store.GetSandbox(ctx, id); err == nil {
-			if err := n.checkAccountImageRAM(ctx, cur); err != nil {
+		var cap *captured
+		// Its refusals are the client's (limits, names, states): as they are.
+		return rollback.Run(ctx,
+			// The limit and the name, before pausing anything.
+			rollback.Step{Name: "check", AsIs: true, Do: func(ctx context.Context, _ *rollback.Stack) (err error) {
+				name, err = n.snapshotName(ctx, id, name)
 				return err
-			}
-		}
-		cap, err := n.capture(ctx, id, sandbox.OpSnapshot)
-		if err != nil {
-			return err
-		}
-		defer cap.lease.Release()
-		r, err := n.opts.Store.GetSandbox(ctx, id)
-		if err != nil {
-			return err
-		}
-		snap = &store.SnapshotRecord{
-			Snapshot: sandbox.Snapshot{ID: sandbox.NewID(sandbox.PrefixSnapshot), SandboxID: id, AccountID: r.AccountID,
-				Name: name, CreatedAt: time.Now().UTC(), IncludeRAM: true, SizeBytes: images.Size(cap.image)},
-			Image: cap.image.ID,
-		}
-		err = n.opts.Store.CreateSnapshot(ctx, snap, sandbox.MaxSnapshots)
-		if err != nil {
-			n.images.Collect(ctx)
-		}
-		return err
+			}},
+			rollback.Step{Name: "capture", AsIs: true, Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
+				if cap, err = n.capture(ctx, id, sandbox.OpSnapshot); err != nil {
+					return err
+				}
+				// Without its record the image is nobody's: gc takes it.
+				undo.Add(func(ctx context.Context) error { n.images.Collect(ctx); return nil })
+				undo.Add(func(context.Context) error { cap.lease.Release(); return nil })
+				return nil
+			}},
+			rollback.Step{Name: "record", AsIs: true, Do: func(ctx context.Context, _ *rollback.Stack) error {
+				r, err := n.opts.Store.GetSandbox(ctx, id)
+				if err != nil {
+					return err
+				}
+				snap = &store.SnapshotRecord{
+					Snapshot: sandbox.Snapshot{ID: sandbox.NewID(sandbox.PrefixSnapshot), SandboxID: id, AccountID: r.AccountID,
+						Name: name, CreatedAt: time.Now().UTC(), IncludeRAM: true, SizeBytes: images.Size(cap.image)},
+					Image: cap.image.ID,
+				}
+				if err := n.opts.Store.CreateSnapshot(ctx, snap, sandbox.MaxSnapshots); err != nil {
+					return err
+				}
+				cap.lease.Release()
+				return nil
+			}},
+		)
 	})
 	return snap, err
 }
 
-// imageSize is the bytes an image occupies: state, RAM pages and disk layer.
-func (n *Node) imageSize(m *images.Meta) int64 {
-	var total int64
-	for _, p := range []string{m.Disk, m.VM.StateFile, m.VM.MemFile} {
-		if p == "" {
-			continue
-		}
-		var st syscall.Stat_t
-		if syscall.Stat(p, &st) == nil {
-			total += st.Blocks * 512
+// snapshotName checks sandbox id may take another snapshot named name
+// ("": the default name, made unique) and keep its RAM, and says the
+// name.
+func (n *Node) snapshotName(ctx context.Context, id, name string) (string, error) {
+	existing, err := n.opts.Store.ListSnapshots(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	names := make([]string, len(existing))
+	for i, s := range existing {
+		names[i] = s.Name
+	}
+	if name == "" {
+		name = sandbox.DefaultSnapshotName(time.Now(), names)
+	}
+	if err := sandbox.CheckNewSnapshot(id, names, name); err != nil {
+		return "", err
+	}
+	if cur, err := n.opts.Store.GetSandbox(ctx, id); err == nil {
+		if err := n.checkAccountImageRAM(ctx, cur); err != nil {
+			return "", err
 		}
 	}
-	return total
+	return name, nil
 }
 
 // DeleteSnapshot forgets a snapshot and frees what only it needed.
@@ -150,7 +155,7 @@ func (n *Node) restoreStopped(ctx context.Context, id string, meta *images.Meta)
 	r.Gen++
 	r.Disk = n.diskPath(id, r.Gen)
 	r.DiskBase, r.ResumeImage = meta.Disk, meta.ID
-	r.Layers = append(append([]string(nil), meta.Layers...), meta.ID)
+	r.Layers = meta.Chain()
 	if err := n.saveVM(ctx, r, nil); err != nil {
 		return err
 	}
@@ -175,7 +180,7 @@ func (n *Node) restoreRunning(ctx context.Context, id string, meta *images.Meta)
 	prev := *r // the VM fields to put back if the new VM fails
 	prev.Layers = append([]string(nil), r.Layers...)
 	old := r.Disk
-	r.Layers = append(append([]string(nil), meta.Layers...), meta.ID)
+	r.Layers = meta.Chain()
 	r.DiskBase = ""
 	if err := n.startRestored(ctx, r, meta, h); err != nil {
 		if h == nil {
@@ -202,29 +207,32 @@ func (n *Node) restoreRunning(ctx context.Context, id string, meta *images.Meta)
 // startRestored starts r's VM from the snapshot image and, once its agent
 // answers, destroys the VM it replaces (old, nil for none); on any failure
 // the new VM is undone and old, still running, is left as it is.
-func (n *Node) startRestored(ctx context.Context, r *store.SandboxRecord, meta *images.Meta, old *vmm.Handle) (err error) {
-	spec, err := n.nextVM(ctx, r)
-	if err != nil {
-		return err
-	}
-	var undo rollback.Stack
-	defer undo.OnError(ctx, &err)
-	undo.Add(removeDir(spec.Dir))
-	spec.BaseDisk, spec.From = meta.Disk, meta.VM
-	nh, err := n.startVM(ctx, &undo, r, spec)
-	if err != nil {
-		return err
-	}
-	if err := n.attach(ctx, r.ID, nh); err != nil {
-		return err
-	}
-	if old != nil {
-		if err := n.opts.Driver.Destroy(context.WithoutCancel(ctx), old); err != nil {
-			return fmt.Errorf("destroy the VM it replaces: %w", err)
-		}
-	}
-	undo.Release()
-	return nil
+func (n *Node) startRestored(ctx context.Context, r *store.SandboxRecord, meta *images.Meta, old *vmm.Handle) error {
+	var (
+		spec vmm.Spec
+		nh   *vmm.Handle
+	)
+	return rollback.Run(ctx,
+		rollback.Step{Name: "folder", Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
+			if spec, err = n.nextVM(ctx, r); err != nil {
+				return err
+			}
+			undo.Add(removeDir(spec.Dir))
+			return nil
+		}},
+		rollback.Step{Name: "vm", Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
+			spec.BaseDisk, spec.From = meta.Disk, meta.VM
+			nh, err = n.startVM(ctx, undo, r, spec)
+			return err
+		}},
+		rollback.Step{Name: "agent", Do: func(ctx context.Context, _ *rollback.Stack) error { return n.attach(ctx, r.ID, nh) }},
+		rollback.Step{Name: "destroy the VM it replaces", Do: func(ctx context.Context, _ *rollback.Stack) error {
+			if old == nil {
+				return nil
+			}
+			return n.opts.Driver.Destroy(context.WithoutCancel(ctx), old)
+		}},
+	)
 }
 
 // errKeptOldVM: a restore whose new VM did not come up; the sandbox still

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/internal/node/images"
+	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/internal/sparsecopy"
 )
 
@@ -209,28 +210,36 @@ func (m *Merger) mergeOf(ctx context.Context, sandboxID, top, bottom string) (me
 	if err != nil || base == "" {
 		return "", nil, err
 	}
-	id, dir, lease, err := imgs.Create()
+	var (
+		meta  *images.Meta
+		began = time.Now()
+	)
+	err = rollback.Run(ctx,
+		rollback.Step{Name: "image", Do: func(_ context.Context, undo *rollback.Stack) error {
+			id, dir, l, err := imgs.Create()
+			if err != nil {
+				return err
+			}
+			lease = l
+			undo.Add(func(context.Context) error { l.Release(); return os.RemoveAll(dir) })
+			meta = &images.Meta{ID: id, SandboxID: sandboxID, Disk: imgs.LayerPath(id), MergedFrom: top, CreatedAt: began.UTC()}
+			return nil
+		}},
+		rollback.Step{Name: "merge", Do: func(ctx context.Context, _ *rollback.Stack) error {
+			return m.opts.Driver.MergeLayers(ctx, topMeta.Disk, base, meta.Disk)
+		}},
+		rollback.Step{Name: "record", Do: func(context.Context, *rollback.Stack) error { return imgs.Write(meta) }},
+	)
 	if err != nil {
-		return "", nil, err
-	}
-	began := time.Now()
-	meta := &images.Meta{ID: id, SandboxID: sandboxID, Disk: imgs.LayerPath(id), MergedFrom: top, CreatedAt: began.UTC()}
-	err = m.opts.Driver.MergeLayers(ctx, topMeta.Disk, base, meta.Disk)
-	if err == nil {
-		err = imgs.Write(meta)
-	}
-	if err != nil {
-		lease.Release()
-		os.RemoveAll(dir)
 		return "", nil, err
 	}
 	size, _ := sparsecopy.Allocated(meta.Disk)
-	m.log.Info("disk layers merged", "sandbox", sandboxID, "layer", top, "image", id,
+	m.log.Info("disk layers merged", "sandbox", sandboxID, "layer", top, "image", meta.ID,
 		"merge_ms", time.Since(began).Milliseconds(), "bytes", size)
 	m.mu.Lock()
-	m.merged[top] = id
+	m.merged[top] = meta.ID
 	m.mu.Unlock()
-	return id, lease, nil
+	return meta.ID, lease, nil
 }
 
 // loadMerged fills the map of merges from the images on disk, once: a
