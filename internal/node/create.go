@@ -237,9 +237,6 @@ func (n *Node) bootNew(ctx context.Context, r *store.SandboxRecord, what string,
 // errTemplate marks a boot that failed for want of its template.
 var errTemplate = errors.New("template unavailable")
 
-// vmWatchInterval is how often a boot checks that its VM still runs.
-const vmWatchInterval = 250 * time.Millisecond
-
 // consoleTailBytes is how much of a failed guest's console its error keeps.
 const consoleTailBytes = 2048
 
@@ -337,11 +334,11 @@ func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
 	if err != nil {
 		return err
 	}
-	defer n.lockAgent(id)()
-	n.dropAgent(id)
+	defer n.agents.Lock(id)()
+	n.agents.Drop(id)
 	c := n.ready.HandedOver(id) // an adopted ready VM's, connected already
 	if c == nil {
-		if c, err = n.connectAgent(ctx, h); err != nil {
+		if c, err = n.agents.Connect(ctx, h); err != nil {
 			return err
 		}
 	}
@@ -362,7 +359,7 @@ func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
 		c.Close()
 		return fmt.Errorf("configure guest: %w", err)
 	}
-	n.setAgent(id, c)
+	n.agents.Set(id, c)
 	return nil
 }
 
@@ -371,42 +368,8 @@ func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
 // again, and a connection a data-plane request made meanwhile is kept:
 // replacing it would end that request's session under it.
 func (n *Node) reattach(ctx context.Context, id string, h *vmm.Handle) error {
-	_, err := n.keepAgent(id, func() (*guest.Client, error) { return n.connectAgent(ctx, h) })
+	_, err := n.agents.Keep(id, func() (*guest.Client, error) { return n.agents.Connect(ctx, h) })
 	return err
-}
-
-// connectAgent connects to h's agent within the boot bound. A guest that
-// dies meanwhile (a kernel panic, a VMM that quits) ends the wait at once.
-// The caller holds the sandbox's agent lock.
-func (n *Node) connectAgent(ctx context.Context, h *vmm.Handle) (*guest.Client, error) {
-	cctx, cancel := context.WithTimeout(ctx, n.opts.BootTimeout)
-	defer cancel()
-	go func() {
-		tick := time.NewTicker(vmWatchInterval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-cctx.Done():
-				return
-			case <-tick.C:
-				if !n.opts.Driver.Alive(h) {
-					cancel()
-					return
-				}
-			}
-		}
-	}()
-	c, err := guest.Connect(cctx, dialer(n, h))
-	if err != nil {
-		if !n.opts.Driver.Alive(h) {
-			return nil, fmt.Errorf("the VM exited before its agent answered: %w", errdefs.ErrUnavailable)
-		}
-		if errors.Is(cctx.Err(), context.DeadlineExceeded) {
-			return nil, fmt.Errorf("the guest agent did not answer within %s: %w", n.opts.BootTimeout, errdefs.ErrTimeout)
-		}
-		return nil, err
-	}
-	return c, nil
 }
 
 // freshConfig is a guest's identity at a boot, fork or restore: its
@@ -416,26 +379,6 @@ func freshConfig(hostname string) guest.Config {
 	entropy := make([]byte, 64)
 	rand.Read(entropy)
 	return guest.Config{Hostname: hostname, Time: time.Now().UTC(), Entropy: entropy}
-}
-
-func (n *Node) setAgent(id string, c *guest.Client) {
-	n.mu.Lock()
-	old := n.agents[id]
-	n.agents[id] = c
-	n.mu.Unlock()
-	if old != nil {
-		old.Close()
-	}
-}
-
-func (n *Node) dropAgent(id string) {
-	n.mu.Lock()
-	c := n.agents[id]
-	delete(n.agents, id)
-	n.mu.Unlock()
-	if c != nil {
-		c.Close()
-	}
 }
 
 // guestEnv is the default environment of every exec: the sandbox's variables

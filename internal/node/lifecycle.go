@@ -138,7 +138,7 @@ func (n *Node) suspend(ctx context.Context, id string) error {
 	if err != nil || h == nil {
 		return fmt.Errorf("sandbox %s has no VM: %w", id, errdefs.ErrInternal)
 	}
-	n.dropAgent(id)
+	n.agents.Drop(id)
 	var (
 		meta  = &images.Meta{SandboxID: id}
 		dir   string

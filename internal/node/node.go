@@ -13,9 +13,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/zeish/zeish/guest"
 	"github.com/zeish/zeish/guest/desktop"
 	"github.com/zeish/zeish/internal/network"
+	"github.com/zeish/zeish/internal/node/agents"
 	"github.com/zeish/zeish/internal/node/budget"
 	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/node/merge"
@@ -102,14 +102,11 @@ type Node struct {
 	stop context.CancelFunc
 	wg   sync.WaitGroup
 
-	mu     sync.Mutex
-	ops    map[string]*op           // the operation in progress per sandbox
-	agents map[string]*guest.Client // live agent connections
-	// connecting serialises agent connects per sandbox: the VMM's agent
-	// socket takes one client at a time.
-	connecting map[string]*sync.Mutex
+	mu  sync.Mutex
+	ops map[string]*op // the operation in progress per sandbox
 
 	// The node's jobs besides the lifecycle, each a package of its own.
+	agents   *agents.Conns     // live guest-agent connections
 	images   *images.Store     // images: metadata, leases, gc, tiers
 	budget   *budget.Budget    // guest memory promised
 	links    *sandboxnet.Links // the sandboxes' network links
@@ -144,18 +141,16 @@ func New(opts Options) *Node {
 	opts.Driver = guardDriver(opts.Driver)
 	life, stop := context.WithCancel(context.Background())
 	n := &Node{
-		opts:       opts,
-		log:        opts.Logger.With(logNode, opts.ID),
-		watch:      newWatcher(),
-		life:       life,
-		stop:       stop,
-		ops:        map[string]*op{},
-		agents:     map[string]*guest.Client{},
-		connecting: map[string]*sync.Mutex{},
+		opts:  opts,
+		log:   opts.Logger.With(logNode, opts.ID),
+		watch: newWatcher(),
+		life:  life,
+		stop:  stop,
+		ops:   map[string]*op{},
 	}
 	n.images = images.New(images.Options{Dir: filepath.Join(opts.DataDir, "images"), Driver: opts.Driver,
 		Referrers: imageRefs{n}, Host: opts.ID, ColdAfter: opts.ColdAfter, Logger: n.log})
-	n.links = sandboxnet.New(opts.Network, n.log)
+	n.agents = agents.New(opts.Driver, opts.BootTimeout)
 	n.links = sandboxnet.New(opts.Network, n.log)
 	n.budget = budget.New(budget.Options{Host: opts.ID, ShmDir: opts.ShmDir, LimitMiB: opts.MemoryBudgetMiB,
 		Committed: n.committedMiB, ImageRAM: func() int { return n.images.RAMMiB(nil) }})
@@ -181,12 +176,7 @@ func (n *Node) Region() string { return n.opts.Region }
 func (n *Node) Close() {
 	n.stop()
 	n.wg.Wait()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for id, c := range n.agents {
-		c.Close()
-		delete(n.agents, id)
-	}
+	n.agents.CloseAll()
 }
 
 func (n *Node) sandboxDir(id string) string {
@@ -222,35 +212,6 @@ func (n *Node) run(id string, fn func(ctx context.Context)) {
 		}
 		n.mu.Unlock()
 	}()
-}
-
-// lockAgent holds the sandbox's agent-connect lock; call the returned func to release.
-func (n *Node) lockAgent(id string) func() {
-	n.mu.Lock()
-	m := n.connecting[id]
-	if m == nil {
-		m = new(sync.Mutex)
-		n.connecting[id] = m
-	}
-	n.mu.Unlock()
-	m.Lock()
-	return m.Unlock
-}
-
-// liveAgent returns the sandbox's agent connection unless it is missing or broken.
-func (n *Node) liveAgent(id string) *guest.Client {
-	n.mu.Lock()
-	c := n.agents[id]
-	n.mu.Unlock()
-	if c == nil {
-		return nil
-	}
-	select {
-	case <-c.Done():
-		return nil
-	default:
-		return c
-	}
 }
 
 // cancelOp cancels the operation in progress on id, if any.

@@ -170,7 +170,7 @@ func (rh readyHost) launch(ctx context.Context, k ready.Kind, tpl sandbox.Templa
 			return err
 		}},
 		rollback.Step{Name: "agent", Do: func(ctx context.Context, _ *rollback.Stack) (err error) {
-			v.Agent, err = n.connectAgent(ctx, v.Handle)
+			v.Agent, err = n.agents.Connect(ctx, v.Handle)
 			return err
 		}},
 		rollback.Step{Name: "configure", Do: func(ctx context.Context, _ *rollback.Stack) error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 
@@ -17,10 +16,6 @@ import (
 )
 
 const handleFile = "handle.json"
-
-func dialer(n *Node, h *vmm.Handle) func(ctx context.Context) (net.Conn, error) {
-	return func(ctx context.Context) (net.Conn, error) { return n.opts.Driver.DialAgent(ctx, h) }
-}
 
 // Recover reconciles the store with the VMs that really run, after zeishd
 // (re)starts: running VMs are re-attached, half-done operations are finished

@@ -37,7 +37,7 @@ func (n *Node) Delete(ctx context.Context, id string) (*store.SandboxRecord, err
 
 // destroy tears down the sandbox's VM and files and marks it destroyed.
 func (n *Node) destroy(ctx context.Context, id string) {
-	n.dropAgent(id)
+	n.agents.Drop(id)
 	r, err := n.opts.Store.GetSandbox(ctx, id)
 	if err != nil {
 		n.log.Error("destroy: read", logSandbox, id, "err", err)
@@ -123,36 +123,17 @@ func (n *Node) Agent(ctx context.Context, r *store.SandboxRecord) (*guest.Client
 	if _, err := sandbox.NextFor(id, r.State, sandbox.OpAccess); err != nil {
 		return nil, err
 	}
-	return n.keepAgent(id, func() (*guest.Client, error) {
+	return n.agents.Keep(id, func() (*guest.Client, error) {
 		h, err := r.VMHandle()
 		if err != nil || h == nil {
 			return nil, fmt.Errorf("sandbox %s has no VM: %w", id, errdefs.ErrUnavailable)
 		}
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		c, err := guest.Connect(cctx, dialer(n, h))
+		c, err := guest.Connect(cctx, n.agents.Dial(h))
 		if err != nil {
 			return nil, fmt.Errorf("reconnect to the agent of %s: %w", id, err)
 		}
 		return c, nil
 	})
-}
-
-// keepAgent returns the sandbox's live agent connection, or the one connect
-// makes (under the sandbox's agent lock, so one connection is made at a
-// time and a live one is never replaced).
-func (n *Node) keepAgent(id string, connect func() (*guest.Client, error)) (*guest.Client, error) {
-	if c := n.liveAgent(id); c != nil {
-		return c, nil
-	}
-	defer n.lockAgent(id)()
-	if c := n.liveAgent(id); c != nil {
-		return c, nil // connected while we waited for the lock
-	}
-	c, err := connect()
-	if err != nil {
-		return nil, err
-	}
-	n.setAgent(id, c)
-	return c, nil
 }

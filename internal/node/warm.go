@@ -171,7 +171,7 @@ func (w *warmRun) boot(ctx context.Context, undo *rollback.Stack) (err error) {
 	h := w.h
 	undo.Add(func(ctx context.Context) error { return n.opts.Driver.Destroy(ctx, h) })
 	writeHandleFile(w.spec.Dir, h) // for sweepWarm, should zeishd die now
-	if w.c, err = n.connectAgent(ctx, h); err != nil {
+	if w.c, err = n.agents.Connect(ctx, h); err != nil {
 		return fmt.Errorf("%w (console: %s)", err, n.opts.Driver.ConsoleTail(h, 512))
 	}
 	return nil
