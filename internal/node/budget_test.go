@@ -13,7 +13,6 @@ import (
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/store"
-	"github.com/zeish/zeish/internal/store/sqlite"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
 )
@@ -21,11 +20,7 @@ import (
 func budgetNode(t *testing.T, budgetMiB int) *Node {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "zeish.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t, dir)
 	n := New(Options{ID: "node-1", DataDir: dir, Store: st, MemoryBudgetMiB: budgetMiB, ShmDir: dir, Driver: &fakeDriver{}})
 	t.Cleanup(n.Close)
 	return n

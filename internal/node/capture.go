@@ -136,7 +136,7 @@ func (n *Node) promote(ctx context.Context, r *store.SandboxRecord, h *vmm.Handl
 // the continuation and leaves the sandbox lost (no complete image) or
 // stopped on the image (the continuation did not load it).
 func (n *Node) captureRunning(ctx context.Context, r *store.SandboxRecord, h *vmm.Handle, wasPaused bool) (*captured, error) {
-	c := &continuation{next: *r, wasPaused: wasPaused}
+	c := &continuation{meta: &images.Meta{}, next: *r, wasPaused: wasPaused}
 	defer func() { c.lease.Release() }() // the continuation maps the image from the capture on
 	if err := n.captureParent(ctx, r, h, c); err != nil {
 		return nil, err
@@ -162,6 +162,18 @@ func (n *Node) captureRunning(ctx context.Context, r *store.SandboxRecord, h *vm
 	return &captured{image: c.meta, pause: pause}, nil
 }
 
+// newImage is the step that makes a new image's folder, leased (the
+// caller releases *lease), and removes it if a later step fails.
+func (n *Node) newImage(id, dir *string, lease **images.Lease) rollback.Step {
+	return rollback.Step{Name: "image", Do: func(_ context.Context, undo *rollback.Stack) (err error) {
+		if *id, *dir, *lease, err = n.images.Create(); err != nil {
+			return err
+		}
+		undo.Add(removeDir(*dir))
+		return nil
+	}}
+}
+
 // continuation is what captureRunning's two step lists share.
 type continuation struct {
 	meta      *images.Meta
@@ -178,17 +190,10 @@ type continuation struct {
 // r into a new image; a failure undoes it all and leaves h running.
 func (n *Node) captureParent(ctx context.Context, r *store.SandboxRecord, h *vmm.Handle, c *continuation) error {
 	return rollback.Run(ctx,
-		rollback.Step{Name: "image", Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
-			var id string
-			if id, c.dir, c.lease, err = n.images.Create(); err != nil {
-				return err
-			}
-			undo.Add(removeDir(c.dir))
-			c.meta = &images.Meta{ID: id, SandboxID: r.ID, CreatedAt: time.Now().UTC(),
-				Disk: n.images.LayerPath(id), Layers: append([]string(nil), r.Layers...)}
-			return nil
-		}},
+		n.newImage(&c.meta.ID, &c.dir, &c.lease),
 		rollback.Step{Name: "link disk into image", Do: func(context.Context, *rollback.Stack) error {
+			c.meta.SandboxID, c.meta.CreatedAt = r.ID, time.Now().UTC()
+			c.meta.Disk, c.meta.Layers = n.images.LayerPath(c.meta.ID), append([]string(nil), r.Layers...)
 			return os.Link(r.Disk, c.meta.Disk)
 		}},
 		rollback.Step{Name: "continuation folder", Do: func(ctx context.Context, undo *rollback.Stack) (err error) {

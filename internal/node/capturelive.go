@@ -71,13 +71,7 @@ func (n *Node) captureLive(ctx context.Context, r *store.SandboxRecord, h *vmm.H
 		}
 	}()
 	err = rollback.Run(ctx,
-		rollback.Step{Name: "image", Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
-			if j.Image, dir, lease, err = n.images.Create(); err != nil {
-				return err
-			}
-			undo.Add(removeDir(dir))
-			return nil
-		}},
+		n.newImage(&j.Image, &dir, &lease),
 		rollback.Step{Name: "generation", Do: func(ctx context.Context, _ *rollback.Stack) error {
 			r.Gen++
 			_, err := n.opts.Store.UpdateSandbox(context.WithoutCancel(ctx), r.ID, func(cur *store.SandboxRecord) error {

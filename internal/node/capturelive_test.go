@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/internal/store"
-	"github.com/zeish/zeish/internal/store/sqlite"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
 )
@@ -48,11 +47,7 @@ func TestSettleCapture(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
 			dir := t.TempDir()
-			st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
+			st := openStore(t, dir)
 			drv := &settleDriver{swapped: c.swapped}
 			n := New(Options{ID: "node-1", DataDir: dir, Store: st, Driver: drv})
 			defer n.Close()

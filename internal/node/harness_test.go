@@ -65,11 +65,7 @@ func newHarness(t *testing.T, edit ...func(*Options)) *harness {
 	t.Helper()
 	ctx := context.Background()
 	dir, shm, art := t.TempDir(), t.TempDir(), t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t, dir)
 	drv, err := vmmfake.New(vmmfake.Options{ShmDir: shm})
 	if err != nil {
 		t.Fatal(err)
@@ -94,6 +90,17 @@ func newHarness(t *testing.T, edit ...func(*Options)) *harness {
 	h.n = New(h.opts)
 	t.Cleanup(func() { h.n.Close() })
 	return h
+}
+
+// openStore opens a SQLite store in dir, closed when the test ends.
+func openStore(t *testing.T, dir string) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "zeish.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }
 
 // restart replaces the node with a new one over the same store, driver and

@@ -9,7 +9,6 @@ import (
 
 	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/store"
-	"github.com/zeish/zeish/internal/store/sqlite"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
 )
@@ -22,11 +21,7 @@ import (
 func TestGC(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t, dir)
 	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Driver: &fakeDriver{}})
 	defer n.Close()
 

@@ -146,13 +146,7 @@ func (n *Node) suspend(ctx context.Context, id string) error {
 	)
 	defer func() { lease.Release() }()
 	err = rollback.Run(ctx,
-		rollback.Step{Name: "image", Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
-			if meta.ID, dir, lease, err = n.images.Create(); err != nil {
-				return err
-			}
-			undo.Add(removeDir(dir))
-			return nil
-		}},
+		n.newImage(&meta.ID, &dir, &lease),
 		rollback.Step{Name: "capture", Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
 			if meta.VM, _, err = n.opts.Driver.Capture(ctx, h, dir, true); err != nil {
 				return err

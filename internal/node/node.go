@@ -63,7 +63,7 @@ type Options struct {
 	// copy (a pause that grows with RAM), then captured. For comparison in
 	// bench; by default such sandboxes are captured live.
 	StoppedPromotion bool
-	// Network gives sandboxes routed links with egress policy (network.go);
+	// Network gives sandboxes routed links with egress policy (internal/node/sandboxnet);
 	// nil: the node runs without networking.
 	Network *network.Manager
 	// AccountImageRAMMiB caps the RAM one account's images (snapshots, fork
@@ -73,17 +73,17 @@ type Options struct {
 	// ColdAfter moves an image's RAM (a snapshot's, a fork base's, a warm
 	// template's) from ShmDir to the data dir's disk once nothing has
 	// mapped or used it for this long; a VM starting from it copies it
-	// back (cold.go). 0: images stay in ShmDir.
+	// back (internal/node/images: cold.go). 0: images stay in ShmDir.
 	ColdAfter time.Duration
 	// Desktop is the screen of sandboxes with desktop: true (zero:
 	// desktop's defaults, 1280x800x24 on :0).
 	Desktop desktop.Config
 	// ReadyVMs is how many VMs the node keeps launched and loaded, paused,
 	// for each warm template used lately, so that a create takes one
-	// instead of starting a VMM (ready.go). 0: none.
+	// instead of starting a VMM (internal/node/ready). 0: none.
 	ReadyVMs int
 	// DiskLayers is how many frozen layers a running sandbox's disk may
-	// stand on before the node merges them into one (merge.go). 0: never.
+	// stand on before the node merges them into one (internal/node/merge). 0: never.
 	DiskLayers int
 	// ReadyWarmup are the execs a ready VM tries until one runs (default
 	// DefaultReadyWarmup).

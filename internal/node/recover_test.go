@@ -15,7 +15,6 @@ import (
 
 	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/store"
-	"github.com/zeish/zeish/internal/store/sqlite"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
 )
@@ -86,11 +85,7 @@ func (f *fakeDriver) Pause(_ context.Context, h *vmm.Handle) error {
 func TestRecoverKeepsUserData(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t, dir)
 	drv := &fakeDriver{alive: map[string]bool{"sbx_silent": true}}
 	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Driver: drv, BootTimeout: 300 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -157,11 +152,7 @@ func TestRecoverKeepsUserData(t *testing.T) {
 func TestDeleteWinsOverAFailedFork(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t, dir)
 	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Driver: &fakeDriver{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	defer n.Close()
 	for _, fail := range []func(r *store.SandboxRecord) error{
@@ -193,11 +184,7 @@ func TestDeleteWinsOverAFailedFork(t *testing.T) {
 func TestVMExitedIsNoticed(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t, dir)
 	drv := &fakeDriver{alive: map[string]bool{"sbx_alive": true}}
 	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Driver: drv, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	defer n.Close()
@@ -235,11 +222,7 @@ func TestVMExitedIsNoticed(t *testing.T) {
 func TestRecoverResumesVMsCaughtPaused(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t, dir)
 	states := map[string]sandbox.State{"sbx_stopping": sandbox.StateStopping, "sbx_running": sandbox.StateRunning, "sbx_paused": sandbox.StatePaused}
 	drv := &fakeDriver{alive: map[string]bool{}, vmPaused: map[string]bool{}}
 	for id, state := range states {
@@ -272,11 +255,7 @@ func TestRecoverResumesVMsCaughtPaused(t *testing.T) {
 func TestRecoverAdoptsACompletedStop(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t, dir)
 	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Driver: &fakeDriver{alive: map[string]bool{}},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	defer n.Close()
