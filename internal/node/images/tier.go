@@ -19,6 +19,12 @@ import (
 // order, to bring back the memory of an image a VM is about to start from
 // and that is no longer in tmpfs, and tells each when gc releases an
 // image's memory.
+//
+// What a remote tier adds is whose job it is: Put is the upload (in the
+// background, once an image is complete; chunks and their addresses are
+// the tier's business), Fetch the download on a miss, Drop the delete. An
+// image another node captured has no folder here at all: bringing back
+// its record and layer too is for that tier to add to this interface.
 type Tier interface {
 	// Name names the tier in logs.
 	Name() string
