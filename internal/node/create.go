@@ -115,11 +115,7 @@ func (n *Node) createRecords(ctx context.Context, picked []bool, rs ...*store.Sa
 // boot starts the first VM of a new sandbox from its template.
 func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 	var lease *images.Lease // a warm image, until the record names it
-	defer func() {
-		if lease != nil {
-			lease.Release()
-		}
-	}()
+	defer func() { lease.Release() }()
 	var clone func(context.Context) error
 	if r.GitRepo != "" {
 		clone = func(ctx context.Context) error { return n.gitClone(ctx, r) }
