@@ -1,7 +1,14 @@
 // Package node runs sandboxes on one host: it boots them through a vmm.Driver,
-// keeps their guest-agent connections, moves them through their states
-// (persisting every step, so nothing is lost across a zeishd restart) and finds
-// its VMs again after a restart.
+// moves them through their states (persisting every step, so nothing is lost
+// across a zeishd restart), forks, snapshots and restores them, and finds its
+// VMs again after a restart. Each operation is a named step list with
+// rollback (internal/rollback), one at a time per sandbox.
+//
+// Its other jobs are packages of their own, each behind a small interface
+// the node implements where they need it: images (metadata, leases, gc, the
+// cold tier), ready (the ready-VM pool), merge (bounded disk chains), budget
+// (guest memory reservations), sandboxnet (the sandboxes' network links) and
+// agents (guest-agent connections).
 package node
 
 import (
