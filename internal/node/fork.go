@@ -131,7 +131,9 @@ func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, i
 			undo.Add(func(context.Context) error { n.links.ReleaseAll(children); return nil })
 			now := time.Now().UTC()
 			for i, c := range children {
-				c.ID = sandbox.NewID(sandbox.PrefixSandbox)
+				if c.ID == "" { // a control plane chose it (internal/cluster)
+					c.ID = sandbox.NewID(sandbox.PrefixSandbox)
+				}
 				if picked[i] = c.Name == ""; picked[i] {
 					c.Name = n.opts.Names()
 				}
