@@ -497,65 +497,6 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// injectAgent installs sandboxd and resize2fs (with its own libraries,
-// started through its own loader) under injectDir, and the folders the
-// guest's init mounts on, without replacing anything the image has.
-func injectAgent(root string, in *inputs) error {
-	base := filepath.Join(root, injectDir)
-	if _, err := os.Lstat(base); err == nil {
-		return fmt.Errorf("the image has %s, which zeish reserves: %w", injectDir, ErrBadImage)
-	}
-	if err := os.Mkdir(base, 0o755); err != nil {
-		return err
-	}
-	if err := writeGuestFile(root, injectDir+"/sandboxd", in.Sandboxd, 0o755); err != nil {
-		return err
-	}
-	for _, f := range in.Resize2fs {
-		dst := injectDir + "/lib/" + path.Base(f.GuestPath)
-		if f.GuestPath == "/sbin/resize2fs" {
-			dst = injectDir + "/resize2fs"
-		}
-		if err := writeGuestFile(root, dst, f.Data, 0o755); err != nil {
-			return err
-		}
-	}
-	// The initramfs moves /dev, /proc and /sys here; sandboxd mounts the
-	// rest. Missing ones are made, existing ones (even symlinks) kept.
-	for _, d := range []struct {
-		p    string
-		perm os.FileMode
-	}{{"dev", 0o755}, {"proc", 0o555}, {"sys", 0o555}, {"tmp", 0o777 | os.ModeSticky}, {"run", 0o755}, {"etc", 0o755}, {"root", 0o700}} {
-		p := filepath.Join(root, d.p)
-		if _, err := os.Lstat(p); err == nil {
-			continue
-		}
-		if err := os.Mkdir(p, d.perm); err != nil {
-			return err
-		}
-		if err := os.Chmod(p, d.perm); err != nil {
-			return err
-		}
-	}
-	// The agent rewrites hostname and hosts per sandbox; give images
-	// without them a start (never replacing the image's own).
-	for _, f := range etcFiles {
-		switch f.path {
-		case "/etc/hostname", "/etc/hosts", "/etc/resolv.conf":
-		default:
-			continue
-		}
-		p := filepath.Join(root, f.path)
-		if _, err := os.Lstat(p); err == nil {
-			continue
-		}
-		if err := os.WriteFile(p, []byte(f.data), 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // RegistryAuthError reports whether err is a registry refusing access.
 func RegistryAuthError(err error) bool { return errors.Is(err, ErrRegistryAuth) }
 
