@@ -46,6 +46,9 @@ var rootDirs = []struct {
 
 // stageRootfs fills dir with the tree that mkfs.ext4 -d copies into the image.
 func stageRootfs(ctx context.Context, dir string, in *inputs) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
 	root, err := inroot.Open(dir)
 	if err != nil {
 		return err

@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/template/inroot"
+	"github.com/zeish/zeish/template/ocisource"
 	"golang.org/x/sys/unix"
 )
 
 // ErrBadImage says the image itself is unusable: not an image, a layer that
 // escapes the root, more data than the disk holds. The message says which.
-var ErrBadImage = errors.New("bad image")
+var ErrBadImage = ocisource.ErrBadImage
 
 // OCI whiteout markers (image-spec layer.md).
 const (
