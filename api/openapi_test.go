@@ -238,6 +238,21 @@ func TestSizesAndStatesMatchGo(t *testing.T) {
 		}
 	}
 
+	// Every template error_code likewise.
+	var tplCodes []string
+	tplCode := schemas["Template"].Value.Properties["error_code"].Value
+	for _, v := range tplCode.Enum {
+		tplCodes = append(tplCodes, v.(string))
+	}
+	if !slices.Equal(tplCodes, sandbox.TemplateErrorCodes) {
+		t.Errorf("Template.error_code enum %v, want %v", tplCodes, sandbox.TemplateErrorCodes)
+	}
+	for _, c := range sandbox.TemplateErrorCodes {
+		if !strings.Contains(tplCode.Description, "`"+c+"`") {
+			t.Errorf("Template.error_code does not describe %s", c)
+		}
+	}
+
 	var presets []string
 	for _, v := range schemas["SizePreset"].Value.Enum {
 		presets = append(presets, v.(string))
