@@ -77,7 +77,10 @@ proto:
 # FUZZTIME (new inputs that fail land in the package's testdata/fuzz).
 FUZZTIME ?= 2m
 FUZZ_TARGETS := ./guest:FuzzFrameReader ./guest:FuzzReadChunk ./internal/server:FuzzRequestDecoders \
-	./internal/server:FuzzSnapshotName ./sandbox:FuzzCheckName ./sandbox:FuzzCheckID
+	./internal/server:FuzzSnapshotName ./sandbox:FuzzCheckName ./sandbox:FuzzCheckID \
+	./template:FuzzUnpackContained ./template:FuzzEntry ./template:FuzzCheckSymlink ./template/inroot:FuzzResolve \
+	./template/ocisource:FuzzIndexArchive ./template/ocisource:FuzzDecompress ./template/ocisource:FuzzParseManifest \
+	./internal/server:FuzzTemplateUpload
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		echo "== $$t ($(FUZZTIME))"; \

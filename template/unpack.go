@@ -131,7 +131,7 @@ func (u *unpacker) finish() {
 // cleanName turns a tar entry name into a slash path relative to root,
 // refusing one that climbs above it.
 func cleanName(name string) (string, error) {
-	c := path.Clean(strings.TrimPrefix(name, "/")) // "/etc" in a layer is root's etc
+	c := path.Clean(strings.TrimLeft(name, "/")) // "/etc" (or "//etc") in a layer is root's etc
 	if c == ".." || strings.HasPrefix(c, "../") {
 		return "", fmt.Errorf("layer entry %q climbs above the root: %w", name, ErrBadImage)
 	}

@@ -23,7 +23,8 @@ const (
 // tar) read in place: its files are found by name and read as sections of
 // the file, never copied out.
 type archive struct {
-	f     *os.File
+	r     io.ReaderAt
+	close func() error
 	files map[string]archiveFile
 }
 
@@ -43,10 +44,10 @@ func openArchive(ctx context.Context, p string) (*archive, error) {
 		f.Close()
 		return nil, err
 	}
-	return &archive{f: f, files: files}, nil
+	return &archive{r: f, close: f.Close, files: files}, nil
 }
 
-func (a *archive) Close() error { return a.f.Close() }
+func (a *archive) Close() error { return a.close() }
 
 // indexArchive lists where each regular file's data starts in a tar read
 // from f. archive/tar reads a header's blocks and no further, and skips
@@ -115,7 +116,7 @@ func (a *archive) open(name string) (io.ReadCloser, int64, error) {
 			return nil, 0, fmt.Errorf("the archive has no %s: %w", name, fs.ErrNotExist)
 		}
 		if e.link == "" {
-			return io.NopCloser(io.NewSectionReader(a.f, e.off, e.size)), e.size, nil
+			return io.NopCloser(io.NewSectionReader(a.r, e.off, e.size)), e.size, nil
 		}
 		if hops == maxArchiveLinks {
 			return nil, 0, fmt.Errorf("%s: too many links: %w", name, ErrBadImage)
