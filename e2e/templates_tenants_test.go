@@ -88,7 +88,7 @@ func TestTenantCannotPoisonAnotherTenantsTemplate(t *testing.T) {
 	evilMarker, _ := io.ReadAll(rc)
 	rc.Close()
 	store(realMarker, evilMarker)
-	crafted := tarFolder(t, layout)
+	crafted := ociimg.TarFolder(t, layout, filepath.Join(t.TempDir(), "crafted.tar"))
 	poisoned, err := b.BuildTemplateFrom(ctx, zeish.BuildTemplateRequest{Name: "crafted", DiskMiB: 64, Cold: true}, "oci-archive:"+crafted)
 	if err != nil {
 		t.Fatal(err)
@@ -153,40 +153,6 @@ func TestTenantCannotPoisonAnotherTenantsTemplate(t *testing.T) {
 	if blocked, err = a.WaitTemplate(ctx, blocked.ID, nil); err != nil || blocked.State != sandbox.TemplateError || blocked.ErrorCode != sandbox.TemplateRegistryBlocked {
 		t.Errorf("a pull from [::1]: %s %q %q %v, want error registry_blocked", blocked.State, blocked.ErrorCode, blocked.StateReason, err)
 	}
-}
-
-// tarFolder writes dir as a tar, as an OCI archive holds a layout.
-func tarFolder(t *testing.T, dir string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "crafted.tar")
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	tw := tar.NewWriter(f)
-	err = filepath.Walk(dir, func(path string, fi os.FileInfo, err error) error {
-		if err != nil || !fi.Mode().IsRegular() {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, path)
-		body, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		if err := tw.WriteHeader(&tar.Header{Name: filepath.ToSlash(rel), Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
-			return err
-		}
-		_, err = tw.Write(body)
-		return err
-	})
-	if err == nil {
-		err = tw.Close()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // serveRegistryOn serves an in-process registry on addr; it returns host:port.

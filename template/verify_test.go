@@ -63,32 +63,6 @@ func putBlob(t *testing.T, layout, d string, content []byte) {
 	}
 }
 
-// tarDir writes the folder dir as a tar (an OCI archive of a layout).
-func tarDir(t *testing.T, dir string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "archive.tar")
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	tw := tar.NewWriter(f)
-	filepath.Walk(dir, func(path string, fi os.FileInfo, err error) error {
-		if err != nil || !fi.Mode().IsRegular() {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, path)
-		b, _ := os.ReadFile(path)
-		tw.WriteHeader(&tar.Header{Name: filepath.ToSlash(rel), Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg})
-		tw.Write(b)
-		return nil
-	})
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // markerImage is a one-layer image whose /marker and start command say who
 // made it.
 func markerImage(t *testing.T, who string) v1.Image {
@@ -146,7 +120,7 @@ func TestBlobsAreCheckedAgainstTheirDigests(t *testing.T) {
 				c.tamper(t, layout)
 				ref := layout
 				if transport == "oci-archive" {
-					ref = tarDir(t, layout)
+					ref = ociimg.TarFolder(t, layout, filepath.Join(t.TempDir(), "archive.tar"))
 				}
 				cache := t.TempDir()
 				a, err := template.BuildOCI(context.Background(), template.OCIOptions{
@@ -259,7 +233,7 @@ func TestImageMetadataIsCapped(t *testing.T) {
 	}{
 		{"index.json", func(t *testing.T) template.Source { return template.Source{Transport: "oci", Ref: bigIndex(t)} }, "index.json is"},
 		{"index.json in an archive", func(t *testing.T) template.Source {
-			return template.Source{Transport: "oci-archive", Ref: tarDir(t, bigIndex(t))}
+			return template.Source{Transport: "oci-archive", Ref: ociimg.TarFolder(t, bigIndex(t), filepath.Join(t.TempDir(), "archive.tar"))}
 		}, "index.json is"},
 		{"config", func(t *testing.T) template.Source {
 			return template.Source{Transport: "oci", Ref: ociimg.WriteLayout(t, bigConfig, t.TempDir())}

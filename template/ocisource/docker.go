@@ -19,15 +19,7 @@ type dockerManifest struct {
 // manifest: the config is read by its file name (its digest computed from
 // the bytes read), and the layers are bound to it by their diff_ids.
 func openDocker(ctx context.Context, a *archive) (*Image, error) {
-	rc, size, err := a.open("manifest.json")
-	if err != nil {
-		return nil, fmt.Errorf("not a docker archive (no manifest.json): %w", ErrBadImage)
-	}
-	defer rc.Close()
-	if size > MaxManifestBytes {
-		return nil, fmt.Errorf("manifest.json is %d bytes, more than the %d MiB cap: %w", size, MaxManifestBytes>>20, ErrBadImage)
-	}
-	raw, err := readCapped(rc, "manifest.json", MaxManifestBytes)
+	raw, err := readFile(a, "manifest.json", "not a docker archive (no manifest.json)", MaxManifestBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -35,15 +27,7 @@ func openDocker(ctx context.Context, a *archive) (*Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	crc, csize, err := a.open(m.Config)
-	if err != nil {
-		return nil, fmt.Errorf("docker archive: config %q: %v: %w", m.Config, err, ErrBadImage)
-	}
-	defer crc.Close()
-	if csize > MaxConfigBytes {
-		return nil, fmt.Errorf("config is %d bytes, more than the %d MiB cap: %w", csize, MaxConfigBytes>>20, ErrBadImage)
-	}
-	craw, err := readCapped(crc, "config", MaxConfigBytes)
+	craw, err := readFile(a, m.Config, "docker archive: its config", MaxConfigBytes)
 	if err != nil {
 		return nil, err
 	}

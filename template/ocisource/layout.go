@@ -71,17 +71,23 @@ func (s layoutStore) blob(_ context.Context, d string) (io.ReadCloser, error) {
 	return rc, err
 }
 
-// openLayout resolves the linux/amd64 image of the layout in fs.
-func openLayout(ctx context.Context, fsys files) (*Image, error) {
-	rc, size, err := fsys.open("index.json")
+// readFile reads the file name of fsys whole, refusing one past limit
+// before reading it. missing says what a missing file means.
+func readFile(fsys files, name, missing string, limit int64) ([]byte, error) {
+	rc, size, err := fsys.open(name)
 	if err != nil {
-		return nil, fmt.Errorf("not an OCI image layout (no index.json): %v: %w", err, ErrBadImage)
+		return nil, fmt.Errorf("%s: %v: %w", missing, err, ErrBadImage)
 	}
 	defer rc.Close()
-	if size > MaxManifestBytes {
-		return nil, fmt.Errorf("index.json is %d bytes, more than the %d MiB cap: %w", size, MaxManifestBytes>>20, ErrBadImage)
+	if size > limit {
+		return nil, fmt.Errorf("%s is %d bytes, more than the %d MiB cap: %w", name, size, limit>>20, ErrBadImage)
 	}
-	raw, err := readCapped(rc, "index.json", MaxManifestBytes)
+	return readCapped(rc, name, limit)
+}
+
+// openLayout resolves the linux/amd64 image of the layout in fs.
+func openLayout(ctx context.Context, fsys files) (*Image, error) {
+	raw, err := readFile(fsys, "index.json", "not an OCI image layout (no index.json)", MaxManifestBytes)
 	if err != nil {
 		return nil, err
 	}
