@@ -56,4 +56,3 @@ func TestTemplateLimits(t *testing.T) {
 		}
 	}
 }
-
