@@ -37,7 +37,9 @@ func (d *digestReader) Read(p []byte) (int, error) {
 		return 0, d.verdict()
 	}
 	n, err := d.r.Read(p)
-	d.h.Write(p[:n])
+	if d.want != "" {
+		d.h.Write(p[:n])
+	}
 	d.n += int64(n)
 	if d.size >= 0 && d.n > d.size {
 		d.done, d.err = true, fmt.Errorf("%s %s is longer than the %d bytes its descriptor says: %w", d.what, d.want, d.size, ErrBadImage)
