@@ -9,6 +9,15 @@
 //	nettool push URL N     POST N bytes, print "N SECONDS" (60 s at most)
 //	nettool lookup NAME [SERVER]  resolve NAME (at SERVER host:port, else the
 //	                       system's resolver); exit 0 if it has an address
+//	nettool dnsflood SECONDS [QPS]  send A queries for random names over UDP
+//	                       to port 53 (any server: zeishd redirects it) as fast
+//	                       as it can (or QPS a second) for SECONDS; print
+//	                       "sent N answered N refused N"
+//	nettool dnslatency NAME N  resolve NAME N times, one after the other (2 s
+//	                       each at most); print "ok N p50_ms X p90_ms X max_ms X"
+//
+// dnsflood is the hostile guest of the DNS tests and load tests: run it in
+// one guest and dnslatency in another to see what a neighbour's flood costs.
 package main
 
 import (
@@ -54,6 +63,12 @@ func main() {
 		err := http.ListenAndServe(":"+os.Args[2], mux)
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
+	}
+	switch os.Args[1] {
+	case "dnsflood":
+		exit(dnsFlood(os.Args[2:]))
+	case "dnslatency":
+		exit(dnsLatency(os.Args[2:]))
 	}
 	limit := 4 * time.Second
 	if os.Args[1] == "fetch" || os.Args[1] == "push" {
@@ -164,4 +179,12 @@ type zeros struct{}
 func (zeros) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
+}
+
+func exit(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
 }
