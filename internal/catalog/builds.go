@@ -344,7 +344,7 @@ func (c *Catalog) spawn(t sandbox.Template, req BuildRequest) {
 			err = &timeoutError{limit: c.b.timeout, err: err}
 		}
 		bcancel()
-		c.pulled(t.ID)
+		defer c.pulled(t.ID) // once finish has recorded its layer_bytes
 		var warm *sandbox.TemplateWarm
 		if err == nil && !req.Cold && c.b.warmer != nil {
 			var unpin func()
