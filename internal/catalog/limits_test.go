@@ -75,8 +75,9 @@ func TestStalledBuildTimesOut(t *testing.T) {
 // range guests may not reach (loopback here, by address or by a name that
 // resolves there) fails with registry_blocked before anything is read,
 // unless ZEISH_REGISTRY_ALLOW_RANGES opens it (issue 27: builds pulled
-// from loopback, RFC 1918 and link-local hosts).
-func TestRegistryInBlockedRangeIsRefused(t *testing.T) {
+// from loopback, RFC 1918 and link-local hosts). An image past the
+// account's template bytes fails with template_quota_reached.
+func TestRegistryPullsAreContained(t *testing.T) {
 	testenv.RequireQEMU(t)
 	host := ociimg.Registry(t, "", "")
 	img := ociimg.Image(t, ociimgConfig, ociimg.Layer(t, ociimg.Entry{Name: "f", Body: "x"}))
@@ -86,17 +87,22 @@ func TestRegistryInBlockedRangeIsRefused(t *testing.T) {
 		name  string
 		ref   string
 		allow []string
+		quota int64 // template bytes per account
 		code  string
 	}{
-		{"loopback address", ref, nil, sandbox.TemplateRegistryBlocked},
-		{"name resolving to loopback", "localhost:" + port + "/internal/secret:latest", nil, sandbox.TemplateRegistryBlocked},
-		{"loopback opened", ref, []string{"127.0.0.0/8"}, ""},
+		{"loopback address", ref, nil, 0, sandbox.TemplateRegistryBlocked},
+		{"name resolving to loopback", "localhost:" + port + "/internal/secret:latest", nil, 0, sandbox.TemplateRegistryBlocked},
+		{"loopback opened", ref, []string{"127.0.0.0/8"}, 0, ""},
+		// Not a range at all: an image whose layers pass the account's
+		// template bytes fails before they are read.
+		{"layers past the bytes quota", ref, []string{"127.0.0.0/8"}, 16, sandbox.TemplateQuota},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, dir := newTestCatalog(t)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			if err := c.StartBuilds(ctx, BuildOptions{Dir: filepath.Join(dir, "builds"), RegistryGuard: guard(t, tc.allow...)}); err != nil {
+			if err := c.StartBuilds(ctx, BuildOptions{Dir: filepath.Join(dir, "builds"), RegistryGuard: guard(t, tc.allow...),
+				Quota: Quota{Bytes: tc.quota}}); err != nil {
 				t.Fatal(err)
 			}
 			defer c.Close()
@@ -109,7 +115,7 @@ func TestRegistryInBlockedRangeIsRefused(t *testing.T) {
 			switch {
 			case tc.code == "" && got.State != sandbox.TemplateReady:
 				t.Errorf("build: %s %q", got.State, got.StateReason)
-			case tc.code != "" && (got.State != sandbox.TemplateError || got.ErrorCode != tc.code || !strings.Contains(got.StateReason, "ZEISH_REGISTRY_ALLOW_RANGES")):
+			case tc.code != "" && (got.State != sandbox.TemplateError || got.ErrorCode != tc.code || !strings.Contains(got.StateReason, "ZEISH_")):
 				t.Errorf("build: %s %q %q, want %s", got.State, got.ErrorCode, got.StateReason, tc.code)
 			}
 		})
