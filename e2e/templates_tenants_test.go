@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"archive/tar"
+	"crypto/rand"
+	"errors"
 	"io"
 	"log"
 	"net"
@@ -18,6 +20,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/testenv/ociimg"
 	"github.com/zeish/zeish/sandbox"
 	zeish "github.com/zeish/zeish/sdk/go"
@@ -38,11 +41,13 @@ import (
 //   - A pull from a registry on IPv6 loopback (::1, not opened), which the
 //     registry client would otherwise pull from over plain HTTP, fails
 //     with registry_blocked: builds do not reach inside the network.
+//   - An upload past what B's template bytes quota has left is cut while
+//     it streams: 413 upload_too_large, and nothing is recorded.
 //
 // Before the fix, B's build succeeded under the real manifest's digest and
 // A's pull found it in the shared cache: A's sandbox read B's file.
 func TestTenantCannotPoisonAnotherTenantsTemplate(t *testing.T) {
-	s := startServer(t, "ZEISH_REGISTRY_ALLOW_RANGES=127.0.0.1/32")
+	s := startServer(t, "ZEISH_REGISTRY_ALLOW_RANGES=127.0.0.1/32", "ZEISH_PLAN_TEMPLATE_MIB=16")
 	ctx := ctxFor(t, 15*time.Minute)
 	tenant := func(name string) *zeish.Client {
 		acct, err := s.client.CreateAccount(ctx, name)
@@ -141,6 +146,16 @@ func TestTenantCannotPoisonAnotherTenantsTemplate(t *testing.T) {
 	if genuine.ConfigDigest != tpl.ConfigDigest || genuine.Hash == tpl.Hash {
 		t.Errorf("B's genuine upload: config %s (A's %s), build %s (A's %s): want the same image in a build of its own",
 			genuine.ConfigDigest, tpl.ConfigDigest, genuine.Hash, tpl.Hash)
+	}
+
+	// An upload past B's quota (16 MiB, about 1 MiB held) is cut as it streams.
+	_, err = b.UploadTemplate(ctx, zeish.BuildTemplateRequest{Name: "huge", From: "docker-archive"}, io.LimitReader(rand.Reader, 32<<20))
+	var apiErr *zeish.APIError
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusRequestEntityTooLarge || !errors.Is(err, errdefs.ErrUploadTooLarge) {
+		t.Errorf("a 32 MiB upload against 16 MiB: %v", err)
+	}
+	if list, _ := b.ListTemplates(ctx); slices.ContainsFunc(list, func(t zeish.Template) bool { return t.Name == "huge" }) {
+		t.Errorf("the refused upload was recorded")
 	}
 
 	// A registry inside the network, not opened: refused at the dial.
