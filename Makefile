@@ -58,7 +58,7 @@ test-e2b: build
 	cd sdk/e2b-compat && npm ci --no-audit --no-fund && npm test
 
 # Go code for our envd-compatible .proto files (internal/e2b/proto) and the
-# control plane ↔ node protocol (proto/zeish/node/v1 → internal/nodeapi): protoc
+# control plane ↔ node protocol (proto/zeish/node/v2 → internal/nodeapi): protoc
 # from Debian (scripts/deps.sh), the plugins at the versions go.mod pins.
 PROTO_PLUGINS := $(CURDIR)/bin/proto-plugins
 proto:
@@ -68,10 +68,10 @@ proto:
 		--go_out=../envdpb --go_opt=module=github.com/zeish/zeish/internal/e2b/envdpb \
 		--connect-go_out=../envdpb --connect-go_opt=module=github.com/zeish/zeish/internal/e2b/envdpb \
 		process/process.proto filesystem/filesystem.proto
-	cd proto && PATH=$(PROTO_PLUGINS):$$PATH protoc -I . \
+	cd proto && PATH=$(PROTO_PLUGINS):$$PATH protoc -I . -I /usr/include \
 		--go_out=../internal/nodeapi --go_opt=module=github.com/zeish/zeish/internal/nodeapi \
 		--connect-go_out=../internal/nodeapi --connect-go_opt=module=github.com/zeish/zeish/internal/nodeapi \
-		zeish/node/v1/node.proto
+		zeish/node/v2/node.proto
 
 # Fuzz targets run their seed corpus in `make test`; this runs each one for
 # FUZZTIME (new inputs that fail land in the package's testdata/fuzz).

@@ -21,10 +21,14 @@ import (
 
 // Create records a new sandbox in state starting and boots it in the
 // background. r comes validated from the API edge (name, size, template, env);
-// Create fills in what the node owns: id, host, hostname, MAC, address.
+// Create fills in what the node owns: host, hostname, MAC, address, and the
+// id unless the caller chose it (a control plane does: it seals the
+// sandbox's secrets for that id, see internal/cluster).
 func (n *Node) Create(ctx context.Context, r *store.SandboxRecord) (*store.SandboxRecord, error) {
 	now := time.Now().UTC()
-	r.ID = sandbox.NewID(sandbox.PrefixSandbox)
+	if r.ID == "" {
+		r.ID = sandbox.NewID(sandbox.PrefixSandbox)
+	}
 	picked := r.Name == ""
 	if picked {
 		r.Name = n.opts.Names()

@@ -309,7 +309,9 @@ func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, i
 	now := time.Now().UTC()
 	picked := make([]bool, len(children))
 	for i, c := range children {
-		c.ID = sandbox.NewID(sandbox.PrefixSandbox)
+		if c.ID == "" { // a control plane chose it (internal/cluster)
+			c.ID = sandbox.NewID(sandbox.PrefixSandbox)
+		}
 		if picked[i] = c.Name == ""; picked[i] {
 			c.Name = n.opts.Names()
 		}

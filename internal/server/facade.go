@@ -25,7 +25,7 @@ func (s *Server) IssueToken(ctx context.Context, sandboxID, apiKey string, ttl t
 	if err != nil || rec.AccountID != key.AccountID {
 		return "", fmt.Errorf("sandbox %s not found: %w", sandboxID, errdefs.ErrNotFound)
 	}
-	return s.tokens.issue(sandboxID, key.AccountID, key.ID, time.Now().Add(ttl).UTC().Truncate(time.Second)), nil
+	return s.tokens.issue(rec, key.ID, time.Now().Add(ttl).UTC().Truncate(time.Second)), nil
 }
 
 // SandboxAgent checks a data-plane token for sandbox id and returns the
