@@ -92,7 +92,10 @@ FUZZTIME ?= 2m
 FUZZ_TARGETS := ./guest:FuzzFrameReader ./guest:FuzzReadChunk ./internal/server:FuzzRequestDecoders \
 	./internal/server:FuzzSnapshotName ./sandbox:FuzzCheckName ./sandbox:FuzzCheckID \
 	./internal/network:FuzzServeDNS ./sandbox:FuzzParseRule ./guest:FuzzListReplies \
-	./internal/guestports:FuzzParse ./internal/server:FuzzTermControl
+	./internal/guestports:FuzzParse ./internal/server:FuzzTermControl \
+	./template:FuzzUnpackContained ./template:FuzzEntry ./template:FuzzCheckSymlink ./template/inroot:FuzzResolve \
+	./template/ocisource:FuzzIndexArchive ./template/ocisource:FuzzDecompress ./template/ocisource:FuzzParseManifest \
+	./internal/server:FuzzTemplateUpload
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		echo "== $$t ($(FUZZTIME))"; \

@@ -673,16 +673,18 @@ func (f *Facade) fork(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// templateAlias answers whether a template of that name exists; zeish
+// templateAlias answers whether a template of that name exists for the
+// caller (its own or a built-in, never another account's); zeish
 // templates are known by name, which is their id as well.
 func (f *Facade) templateAlias(w http.ResponseWriter, r *http.Request) {
 	key, _ := r.Context().Value(keyCtx{}).(string)
-	if _, err := f.backend.Authenticate(r.Context(), key); err != nil {
+	account, err := f.backend.Authenticate(r.Context(), key)
+	if err != nil {
 		writeError(w, http.StatusUnauthorized, err.Error())
 		return
 	}
 	alias := r.PathValue("alias")
-	if err := f.tpls.Known(r.Context(), alias); err != nil {
+	if err := f.tpls.Known(r.Context(), account, alias); err != nil {
 		writeError(w, http.StatusNotFound, err.Error())
 		return
 	}

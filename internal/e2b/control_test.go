@@ -303,7 +303,7 @@ func TestEnvdRouting(t *testing.T) {
 
 type fakeTemplates struct{}
 
-func (fakeTemplates) Known(ctx context.Context, name string) error {
+func (fakeTemplates) Known(ctx context.Context, accountID, name string) error {
 	if name != "base" {
 		return errdefs.ErrUnknownTemplate
 	}

@@ -54,7 +54,9 @@ type Backend interface {
 
 // Templates says which templates exist (internal/catalog).
 type Templates interface {
-	Known(ctx context.Context, name string) error
+	// Known answers for the account's own templates and the built-ins
+	// only: another account's are unknown.
+	Known(ctx context.Context, accountID, ref string) error
 }
 
 // Options configure the facade.
