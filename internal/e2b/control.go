@@ -201,10 +201,12 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request) {
 // with a data-plane token of the caller's key.
 func (f *Facade) created(ctx context.Context, sb sandbox.Sandbox) (map[string]any, error) {
 	key, _ := ctx.Value(keyCtx{}).(string)
-	token, err := f.backend.IssueToken(ctx, sb.ID, key, tokenTTL)
+	// On a whole hour, so signed URLs can be checked (sign.go).
+	token, err := f.backend.IssueTokenUntil(ctx, sb.ID, key, tokenExpiry(time.Now()))
 	if err != nil {
 		return nil, err
 	}
+	f.startSampling(sb.ID, token)
 	out := map[string]any{
 		"sandboxID":       sb.ID,
 		"templateID":      sb.Template,
@@ -305,21 +307,12 @@ func (f *Facade) get(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, f.detail(sb))
 }
 
-// metrics: zeish keeps no per-sandbox resource samples yet, so there are none
-// to return for a sandbox that exists.
-func (f *Facade) metrics(w http.ResponseWriter, r *http.Request) {
-	if _, err := f.lookup(r.Context(), r.PathValue("id")); err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, []any{})
-}
-
 func (f *Facade) kill(w http.ResponseWriter, r *http.Request) {
 	sb, err := f.lookup(r.Context(), r.PathValue("id"))
 	if err == nil {
 		err = f.call(r.Context(), http.MethodDelete, "/sandboxes/"+sb.ID+"?wait=true", nil, nil)
 		f.defaults.forget(sb.ID)
+		f.samples.forget(sb.ID)
 	}
 	if err != nil {
 		fail(w, err)

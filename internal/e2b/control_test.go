@@ -264,6 +264,25 @@ func (b *fakeBackend) Authenticate(ctx context.Context, key string) (string, err
 func (b *fakeBackend) IssueToken(ctx context.Context, id, key string, ttl time.Duration) (string, error) {
 	return "tok", nil
 }
+func (b *fakeBackend) IssueTokenUntil(ctx context.Context, id, key string, exp time.Time) (string, error) {
+	return "tok", nil
+}
+func (b *fakeBackend) SandboxTokens(ctx context.Context, id string, exps []time.Time) ([]string, error) {
+	if id != "sbx_signed" {
+		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	var out []string
+	for _, exp := range exps {
+		out = append(out, fmt.Sprintf("tok-%d", exp.Unix()))
+	}
+	return out, nil
+}
+func (b *fakeBackend) CheckToken(ctx context.Context, id, token string) error {
+	if token != "good-token" {
+		return fmt.Errorf("bad token: %w", errdefs.ErrUnauthenticated)
+	}
+	return nil
+}
 func (b *fakeBackend) SandboxAgent(ctx context.Context, id, token string) (*guest.Client, error) {
 	b.asked = append(b.asked, id+" "+token)
 	return nil, fmt.Errorf("sandbox %s is gone: %w", id, errdefs.ErrUnavailable)
