@@ -2005,6 +2005,8 @@ export interface components {
             account_id: components["schemas"]["AccountID"];
             /** @description The key (`zk_…`): shown this once only. */
             key: string;
+            /** @description The same key in the form E2B's SDKs accept (`e2b_` and the hex of its bytes; SDKs before 2.46 refuse any other), for `E2B_API_KEY`. Either form works wherever a key does; revoking the key revokes both. Shown this once only. */
+            e2b_key: string;
             prefix: string;
             /** Format: date-time */
             created_at: string;
