@@ -58,6 +58,12 @@ type Backend interface {
 	// (errdefs.ErrUnauthenticated if bad, errdefs.ErrNotFound when there
 	// is no such sandbox).
 	CheckToken(ctx context.Context, sandboxID, token string) error
+	// Sandbox reads a sandbox, whoever's it is (auto-resume decides from
+	// its state and lifecycle before any caller is known).
+	Sandbox(ctx context.Context, id string) (sandbox.Sandbox, error)
+	// Resume resumes a paused sandbox for its owner, waits until it runs
+	// and gives it timeoutSeconds (E2B's auto-resume).
+	Resume(ctx context.Context, id string, timeoutSeconds int) error
 	// SandboxTokens lists the tokens of a sandbox that expire at one of
 	// exps, for checking signed URLs (sign.go); errdefs.ErrNotFound when
 	// there is no such sandbox.
@@ -99,6 +105,7 @@ type Facade struct {
 	watchers *watcherTable
 	defaults defaultUsers
 	samples  *samplers
+	wakes    wakes
 	// envdLocal serves envd for the sandboxes this process runs.
 	envdLocal http.Handler
 }
@@ -149,6 +156,7 @@ func (f *Facade) routes() []route {
 		{"POST " + p + "/sandboxes/{id}/refreshes", f.withKey(f.refresh)},
 		{"POST " + p + "/sandboxes/{id}/pause", f.withKey(f.pause)},
 		{"POST " + p + "/sandboxes/{id}/resume", f.withKey(f.resume)},
+		{"POST " + p + "/sandboxes/{id}/connect", f.withKey(f.connect)}, // e2b ≤ 2.50
 		{"POST " + p + "/v2/sandboxes/{id}/connect", f.withKey(f.connect)},
 		{"POST " + p + "/sandboxes/{id}/fork", f.withKey(f.fork)},
 		{"GET " + p + "/templates/aliases/{alias}", f.withKey(f.templateAlias)},
@@ -198,6 +206,10 @@ func (f *Facade) Mount(next http.Handler) http.Handler {
 		case host == "api":
 			r = rewrite(r, Prefix+r.URL.Path)
 		case host != "" && port != envdPort:
+			// A paused sandbox created with autoResume wakes for its ports'
+			// traffic too.
+			n, _ := strconv.Atoi(port)
+			f.autoResume(r.Context(), host, r.Header.Get(trafficTokenHeader), n)
 			next.ServeHTTP(w, portRequest(r, host, port))
 			return
 		case host != "":

@@ -44,7 +44,7 @@ func (f *Facade) withSandbox(h http.Handler) http.Handler {
 			writeError(w, http.StatusBadGateway, "port "+p+" of sandbox "+id+" is not served here: only envd's "+envdPort)
 			return
 		}
-		agent, err := f.backend.SandboxAgent(r.Context(), id, r.Header.Get("X-Access-Token"))
+		agent, err := f.sandboxAgent(r.Context(), id, r.Header.Get("X-Access-Token"))
 		if err != nil {
 			status := http.StatusBadGateway
 			switch errdefs.Of(err).Class {

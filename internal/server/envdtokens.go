@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
 )
 
 // E2B's signed URLs (internal/e2b): the SDK signs a file's URL with a hash
@@ -68,4 +70,46 @@ func (s *Server) CheckToken(ctx context.Context, id, token string) error {
 		return fmt.Errorf("sandbox %s not found: %w", id, errdefs.ErrNotFound)
 	}
 	return nil
+}
+
+// Sandbox reads sandbox id whoever's it is (E2B's auto-resume decides from
+// its state and lifecycle before a caller is known).
+func (s *Server) Sandbox(ctx context.Context, id string) (sandbox.Sandbox, error) {
+	rec, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	return rec.Sandbox, nil
+}
+
+// Resume resumes a paused sandbox as its owner's own resume would (the
+// control plane admits it: a running slot), waits until it runs and gives
+// it timeoutSeconds from then: E2B's auto-resume, for traffic that reached
+// the sandbox.
+func (s *Server) Resume(ctx context.Context, id string, timeoutSeconds int) error {
+	rec, err := s.store.GetSandbox(ctx, id)
+	if err != nil {
+		return err
+	}
+	if rec, err = s.control.Lifecycle(ctx, sandbox.OpResume, rec); err != nil {
+		return err
+	}
+	if rec, err = s.node.Wait(ctx, rec.ID, ""); err != nil {
+		return err
+	}
+	if rec.State != sandbox.StateRunning {
+		return fmt.Errorf("sandbox %s is %s after resuming: %s: %w", id, rec.State, rec.ErrorMessage, errdefs.ErrUnavailable)
+	}
+	at, _, err := resolveTimeout(timeoutSeconds, "", time.Now())
+	if err != nil {
+		return err
+	}
+	_, err = s.store.UpdateSandbox(ctx, id, func(x *store.SandboxRecord) error {
+		if _, err := sandbox.NextFor(x.ID, x.State, sandbox.OpSetTimeout); err != nil {
+			return err
+		}
+		x.TimeoutAt = at
+		return nil
+	})
+	return err
 }
