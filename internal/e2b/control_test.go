@@ -161,7 +161,12 @@ func TestErrors(t *testing.T) {
 		{"GET", "/e2b/sandboxes/sbx_f", "good", http.StatusNotFound}, // failed
 		{"DELETE", "/e2b/sandboxes/sbx_d", "good", http.StatusNotFound},
 		{"POST", "/e2b/sandboxes/sbx_a/timeout", "good", http.StatusBadRequest}, // no body
-		{"GET", "/e2b/no/such/route", "good", http.StatusNotFound},
+		// What zeish does not serve is 501, never a 404 the SDK reads as "no such sandbox".
+		{"GET", "/e2b/no/such/route", "good", http.StatusNotImplemented},
+		{"PUT", "/e2b/sandboxes/sbx_a/network", "good", http.StatusNotImplemented},
+		{"POST", "/e2b/v3/templates", "good", http.StatusNotImplemented},
+		{"GET", "/e2b/volumes", "good", http.StatusNotImplemented},
+		{"GET", "/e2b/secrets", "good", http.StatusNotImplemented},
 	} {
 		w := serve(f, tc.method, tc.target, tc.key)
 		var body struct {

@@ -14,6 +14,7 @@ package e2b
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -173,10 +174,16 @@ func (f *Facade) Handler() http.Handler {
 		mux.HandleFunc(r.pattern, r.handler)
 	}
 	mux.Handle(Prefix+"/envd/", f.envdServer())
-	mux.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no such route: "+r.Method+" "+strings.TrimPrefix(r.URL.Path, Prefix))
-	})
+	mux.HandleFunc(Prefix+"/", notServed)
 	return mux
+}
+
+// notServed answers what E2B's API has and zeish does not (templates built
+// from a Dockerfile, volumes, secrets, updateNetwork, logs…): 501, in E2B's
+// shape, never a 404 an SDK would read as "no such sandbox".
+func notServed(w http.ResponseWriter, r *http.Request) {
+	writeError(w, http.StatusNotImplemented, fmt.Sprintf("%s %s is not served by zeish's E2B API (templates, volumes, secrets, updateNetwork and logs are not; see zeish's docs/e2b.md)",
+		r.Method, strings.TrimPrefix(r.URL.Path, Prefix)))
 }
 
 // EnvdHandler serves envd for the sandboxes this process runs: paths
@@ -190,6 +197,7 @@ func (f *Facade) newEnvdHandler() http.Handler {
 	envd.HandleFunc("GET /metrics", f.envdMetrics)
 	envd.HandleFunc("GET /files", f.readFile)
 	envd.HandleFunc("POST /files", f.writeFile)
+	envd.HandleFunc("/", notServed)
 	envd.Handle(processconnect.NewProcessHandler(&processService{f: f}))
 	envd.Handle(filesystemconnect.NewFilesystemHandler(&filesystemService{f: f}))
 	return http.StripPrefix(Prefix+"/envd", f.withSignature(f.withSeries(f.withSandbox(f.sampled(envd)))))

@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -60,7 +61,7 @@ func TestAutoResume(t *testing.T) {
 		"sbx_plain":   {ID: "sbx_plain", State: sandbox.StatePaused},
 		"sbx_awake":   {ID: "sbx_awake", State: sandbox.StateRunning, Metadata: marked},
 	}}
-	f := New(Options{API: &fakeAPI{}, Backend: b, Domain: "example.test"})
+	f := New(Options{API: &fakeAPI{}, Backend: b, Domain: "example.test", Logger: slog.New(slog.DiscardHandler)})
 	h := f.Mount(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	for _, tc := range []struct {
 		name, host, path, tokenHeader, token string
