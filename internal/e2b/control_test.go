@@ -287,9 +287,6 @@ func (b *fakeBackend) Authenticate(ctx context.Context, key string) (string, err
 	return "acc_1", nil
 }
 
-func (b *fakeBackend) IssueToken(ctx context.Context, id, key string, ttl time.Duration) (string, error) {
-	return "tok", nil
-}
 func (b *fakeBackend) IssueTokenUntil(ctx context.Context, id, key string, exp time.Time) (string, error) {
 	return "tok", nil
 }

@@ -98,13 +98,8 @@ type pauseBody struct {
 // 409 when it is already paused, as E2B answers (the SDK's false).
 func (f *Facade) pause(w http.ResponseWriter, r *http.Request) {
 	var req pauseBody
-	if err := decodeBody(r, &req); err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("Error when parsing request: %s", err))
-		return
-	}
-	sb, err := f.lookup(r.Context(), r.PathValue("id"))
-	if err != nil {
-		fail(w, err)
+	sb, ok := f.decodeFor(w, r, &req)
+	if !ok {
 		return
 	}
 	if st, _ := state(sb.State); st == "paused" {
@@ -225,15 +220,11 @@ func (f *Facade) connect(w http.ResponseWriter, r *http.Request) {
 // for a running one, E2B's "already running").
 func (f *Facade) resume(w http.ResponseWriter, r *http.Request) {
 	var req connectBody
-	if err := decodeBody(r, &req); err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("Error when parsing request: %s", err))
+	sb, ok := f.decodeFor(w, r, &req)
+	if !ok {
 		return
 	}
-	sb, err := f.lookup(r.Context(), r.PathValue("id"))
-	if err != nil {
-		fail(w, err)
-		return
-	}
+	var err error
 	if st, _ := state(sb.State); st != "paused" {
 		writeError(w, http.StatusConflict, fmt.Sprintf("Sandbox %s is already running", sb.ID))
 		return
@@ -247,6 +238,21 @@ func (f *Facade) resume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.answerSandbox(w, r, http.StatusCreated, sb)
+}
+
+// decodeFor reads a call's body into v and finds its sandbox, answering
+// the error itself when either fails.
+func (f *Facade) decodeFor(w http.ResponseWriter, r *http.Request, v any) (sandbox.Sandbox, bool) {
+	if err := decodeBody(r, v); err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("Error when parsing request: %s", err))
+		return sandbox.Sandbox{}, false
+	}
+	sb, err := f.lookup(r.Context(), r.PathValue("id"))
+	if err != nil {
+		fail(w, err)
+		return sb, false
+	}
+	return sb, true
 }
 
 func (f *Facade) answerSandbox(w http.ResponseWriter, r *http.Request, status int, sb sandbox.Sandbox) {

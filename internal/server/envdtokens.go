@@ -17,7 +17,9 @@ import (
 // key of the sandbox's account would carry for each of those expiries
 // (SandboxTokens): a few dozen HMACs, no token kept anywhere.
 
-// IssueTokenUntil is IssueToken with its expiry given.
+// IssueTokenUntil signs a data-plane token for one sandbox that expires at
+// exp, issued to the live API key apiKey, whose account must own the
+// sandbox.
 func (s *Server) IssueTokenUntil(ctx context.Context, sandboxID, apiKey string, exp time.Time) (string, error) {
 	key, err := s.store.KeyByHash(ctx, HashKey(apiKey))
 	if err != nil {

@@ -23,12 +23,7 @@ import (
 // not when they expire; tokens of the account's other keys live on.
 func TestRevokedKeyEndsItsTokens(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st, dir := sqliteStore(t)
 	acct := sandbox.NewID(sandbox.PrefixAccount)
 	if err := st.CreateAccount(ctx, store.Account{ID: acct, Name: "team", CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
@@ -109,12 +104,7 @@ func TestRevokedKeyEndsItsTokens(t *testing.T) {
 // account as the key, and revoking the key closes it too.
 func TestE2BFormOfAKey(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st, dir := sqliteStore(t)
 	s, err := New(Options{Store: st, DataDir: dir})
 	if err != nil {
 		t.Fatal(err)
@@ -169,4 +159,16 @@ func TestE2BFormOfAKey(t *testing.T) {
 			t.Errorf("%s… after revoking: %d, want 401", key[:6], code)
 		}
 	}
+}
+
+// sqliteStore is a fresh SQLite store in a test's own data dir.
+func sqliteStore(t *testing.T) (store.Store, string) {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "zeish.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st, dir
 }
