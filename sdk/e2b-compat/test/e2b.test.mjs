@@ -93,6 +93,8 @@ describe(`e2b ${version} on zeish`, { skip, timeout: 40 * 60_000 }, () => {
     assert.deepEqual(Buffer.from(await sbx.files.read("/root/a.txt", { format: "bytes" })), Buffer.from("alpha"));
     await sbx.files.write("rel.txt", "relative");
     assert.equal(await sbx.files.read("/root/rel.txt"), "relative", "relative paths are under root's home");
+    await sbx.files.write("/root/gz.txt", "zipped on the way", { gzip: true }); // octet-stream, Content-Encoding: gzip
+    assert.equal(await sbx.files.read("/root/gz.txt", { gzip: true }), "zipped on the way", "gzip both ways");
 
     const batch = await sbx.files.write([{ path: "/root/d/x.txt", data: "x" }, { path: "/root/d/e/y.txt", data: "yy" }]);
     assert.deepEqual(batch.map((e) => e.path).sort(), ["/root/d/e/y.txt", "/root/d/x.txt"]);
