@@ -97,9 +97,10 @@ func newSamplers(agent func(ctx context.Context, id, token string) (*guest.Clien
 func (s *samplers) touch(id, token string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.drop(time.Now())
 	sr := s.m[id]
 	if sr == nil {
+		// Old series go when a new one comes, not on every request.
+		s.drop(time.Now())
 		sr = &series{}
 		s.m[id] = sr
 	}
