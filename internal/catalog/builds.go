@@ -440,6 +440,29 @@ func (c *Catalog) Events(id string, from int) ([]Event, <-chan struct{}) {
 	return out, ch
 }
 
+// Follow calls fn with template id's build log from event from on, as
+// the events come, until the build ends (a state event with a settled
+// template), fn fails or ctx ends.
+func (c *Catalog) Follow(ctx context.Context, id string, from int, fn func(Event) error) error {
+	for seen := from; ; {
+		events, more := c.Events(id, seen)
+		seen += len(events)
+		for _, e := range events {
+			if err := fn(e); err != nil {
+				return err
+			}
+			if e.Template != nil && e.Template.State != sandbox.TemplateBuilding {
+				return nil
+			}
+		}
+		select {
+		case <-more:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // Resolve finds the template an account means by ref (an id or a name):
 // its own first, then the built-ins. Other accounts' templates and deleted
 // ones do not exist for it.

@@ -29,7 +29,7 @@ func (s *Server) IssueTokenUntil(ctx context.Context, sandboxID, apiKey string, 
 	if err != nil || rec.AccountID != key.AccountID {
 		return "", fmt.Errorf("sandbox %s not found: %w", sandboxID, errdefs.ErrNotFound)
 	}
-	return s.tokens.issue(sandboxID, key.AccountID, key.ID, exp.UTC().Truncate(time.Second)), nil
+	return s.tokens.issue(rec, key.ID, exp.UTC().Truncate(time.Second)), nil
 }
 
 // SandboxTokens lists the data-plane tokens of sandbox id that expire at
@@ -51,7 +51,7 @@ func (s *Server) SandboxTokens(ctx context.Context, id string, exps []time.Time)
 			continue
 		}
 		for _, exp := range exps {
-			out = append(out, s.tokens.issue(id, rec.AccountID, k.ID, exp.UTC().Truncate(time.Second)))
+			out = append(out, s.tokens.issue(rec, k.ID, exp.UTC().Truncate(time.Second)))
 		}
 	}
 	return out, nil

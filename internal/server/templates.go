@@ -64,7 +64,11 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	breq.Upload = upload
-	t, err := s.opts.Catalog.Build(r.Context(), breq)
+	build := s.opts.Catalog.Build
+	if nt, ok := s.node.(NodeTemplates); ok {
+		build = nt.BuildTemplate // on a node, which keeps the files
+	}
+	t, err := build(r.Context(), breq)
 	if err != nil {
 		if errors.As(err, new(*http.MaxBytesError)) {
 			err = invalid("upload larger than %d GiB", maxUploadBytes>>30)
@@ -161,7 +165,17 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
-	t, err := s.opts.Catalog.Delete(r.Context(), accountFrom(r.Context()).ID, r.PathValue("id"))
+	acct := accountFrom(r.Context()).ID
+	t, err := s.opts.Catalog.Resolve(r.Context(), acct, r.PathValue("id"))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if nt, ok := s.templatesOn(t); ok {
+		t, err = nt.DeleteTemplate(r.Context(), t.Host, acct, r.PathValue("id"))
+	} else {
+		t, err = s.opts.Catalog.Delete(r.Context(), acct, r.PathValue("id"))
+	}
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -187,36 +201,51 @@ func (s *Server) templateEvents(w http.ResponseWriter, r *http.Request) {
 		rc.Flush()
 		return
 	}
+	// The log is followed in its own goroutine, so the wait for its next
+	// event and the keep-alive share this one writer.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	events := make(chan catalog.Event)
+	followed := make(chan error, 1)
+	follow := s.opts.Catalog.Follow
+	if nt, ok := s.templatesOn(t); ok {
+		follow = func(ctx context.Context, id string, from int, fn func(catalog.Event) error) error {
+			return nt.FollowTemplate(ctx, t.Host, id, from, fn)
+		}
+	}
+	go func() {
+		followed <- follow(ctx, t.ID, 0, func(e catalog.Event) error {
+			select {
+			case events <- e:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+	}()
 	keepAlive := time.NewTicker(15 * time.Second)
 	defer keepAlive.Stop()
-	seen := 0
 	for {
-		events, more := s.opts.Catalog.Events(t.ID, seen)
-		seen += len(events)
-		done := false
-		for _, e := range events {
+		select {
+		case e := <-events:
 			ev := api.TemplateEvent{Type: e.Type, Time: e.Time.Format(time.RFC3339Nano), Message: e.Message, Template: e.Template}
 			if p := e.Progress; p != nil {
 				ev.Progress = &api.TemplateProgress{Step: p.Step, Layer: p.Layer, Layers: p.Layers, Bytes: p.Bytes, Total: p.Total, Message: p.Message}
 			}
 			b, _ := jsonLine(ev)
-			if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", e.Type, b); err != nil {
+			if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", e.Type, b); err != nil || rc.Flush() != nil {
 				return
 			}
-			if e.Template != nil && e.Template.State != sandbox.TemplateBuilding {
-				done = true
+		case err := <-followed:
+			if err != nil && ctx.Err() == nil {
+				s.log.Warn("template events", "template", t.ID, "err", err)
 			}
-		}
-		if rc.Flush() != nil || done {
 			return
-		}
-		select {
-		case <-more:
 		case <-keepAlive.C:
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
 				return
 			}
-		case <-r.Context().Done():
+		case <-ctx.Done():
 			return
 		}
 	}

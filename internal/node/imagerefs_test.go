@@ -7,42 +7,39 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/store"
-	"github.com/zeish/zeish/internal/store/sqlite"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
 )
 
-// TestGC checks which parts of which images gc keeps: an image's memory and
-// state live while a VM maps it, a stopped sandbox resumes from it or a
-// snapshot holds it; its disk layer lives while any disk chain goes through
-// it; what nothing needs goes.
+// TestGC checks which parts of which images gc keeps, as the node's records
+// refer to them (imageRefs): an image's memory and state live while a VM
+// maps it, a stopped sandbox resumes from it or a snapshot holds it; its
+// disk layer lives while any disk chain goes through it; what nothing
+// needs goes.
 func TestGC(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t, dir)
 	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Driver: &fakeDriver{}})
 	defer n.Close()
 
 	// mkImage makes an image with memory, state and a disk layer.
-	mkImage := func(layers ...string) *imageMeta {
-		id, idir, unpin, err := n.newImageDir()
+	mkImage := func(layers ...string) *images.Meta {
+		id, idir, lease, err := n.images.Create()
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer unpin()
-		m := &imageMeta{ID: id, VM: &vmm.Image{Dir: idir, MemFile: filepath.Join(idir, "ram"),
-			StateFile: filepath.Join(idir, "state"), MemoryMiB: 128}, Disk: n.layerPath(id), Layers: layers}
+		defer lease.Release()
+		m := &images.Meta{ID: id, VM: &vmm.Image{Dir: idir, MemFile: filepath.Join(idir, "ram"),
+			StateFile: filepath.Join(idir, "state"), MemoryMiB: 128}, Disk: n.images.LayerPath(id), Layers: layers}
 		for _, f := range []string{m.VM.MemFile, m.VM.StateFile, m.Disk} {
 			if err := os.WriteFile(f, []byte("x"), 0o600); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := n.writeImage(m); err != nil {
+		if err := n.images.Write(m); err != nil {
 			t.Fatal(err)
 		}
 		return m
@@ -72,22 +69,22 @@ func TestGC(t *testing.T) {
 		CreatedAt: time.Now()}, Image: snap.ID}, 20); err != nil {
 		t.Fatal(err)
 	}
-	unpin := n.pin(pinned.ID)
+	lease := n.images.Lease(pinned.ID)
 	// An image being written: a folder without image.json yet.
-	_, writing, unpinWriting, err := n.newImageDir()
+	_, writing, leaseWriting, err := n.images.Create()
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.gc(ctx)
+	n.images.Collect(ctx)
 	if _, err := os.Stat(writing); err != nil {
 		t.Errorf("gc removed an image folder still being written: %v", err)
 	}
-	unpinWriting()
+	leaseWriting.Release()
 
 	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
 	cases := []struct {
 		name         string
-		m            *imageMeta
+		m            *images.Meta
 		memory, disk bool
 	}{
 		{"layer under all", base, false, true},
@@ -110,7 +107,7 @@ func TestGC(t *testing.T) {
 	}
 
 	// Once the pin goes and the sandboxes are destroyed, everything goes.
-	unpin()
+	lease.Release()
 	for _, id := range []string{"sbx_a", "sbx_b"} {
 		st.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
 			r.State, r.Layers, r.ResumeImage, r.Handle = sandbox.StateDestroyed, nil, "", nil
@@ -118,41 +115,8 @@ func TestGC(t *testing.T) {
 		})
 	}
 	st.DeleteSnapshot(ctx, "snp_1")
-	n.gc(ctx)
-	if left, _ := os.ReadDir(n.imagesDir()); len(left) != 0 {
+	n.images.Collect(ctx)
+	if left, _ := os.ReadDir(n.images.Root()); len(left) != 0 {
 		t.Fatalf("images left after everything was deleted: %d", len(left))
-	}
-}
-
-// An image an operation is still writing has no image.json and no referrer
-// yet: gc must leave it alone until the operation lets go of it (it once
-// deleted a snapshot being taken), and only then may it count as garbage.
-func TestGCSparesImagesInTheMaking(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Driver: &fakeDriver{}})
-	defer n.Close()
-
-	_, idir, unpin, err := n.newImageDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ram := filepath.Join(idir, "ram")
-	if err := os.WriteFile(ram, []byte("guest memory"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	n.gc(ctx)
-	if _, err := os.Stat(ram); err != nil {
-		t.Fatalf("gc removed an image still being written: %v", err)
-	}
-	unpin()
-	n.gc(ctx)
-	if _, err := os.Stat(idir); !os.IsNotExist(err) {
-		t.Fatalf("an abandoned image (no image.json, no referrer) survived gc: %v", err)
 	}
 }
