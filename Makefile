@@ -63,7 +63,9 @@ test-python: build
 test-browser: build
 	cd internal/console/web && npm test
 
-# The unmodified npm `e2b` SDK against a real zeishd (bin/) and real VMs.
+# The unmodified npm `e2b` SDK, at each version package.json pins (2.45.0,
+# 2.49.1, 2.51.0), against a real zeishd (bin/) and real VMs; a table of
+# passed/failed tests by area and each run's wall time at the end.
 # The debian template goes into the shared test cache first (a cache hit once
 # built): the suite's zeishd runs in a network namespace and cannot build it.
 test-e2b: build

@@ -2027,6 +2027,8 @@ export interface components {
             account_id: components["schemas"]["AccountID"];
             /** @description The key (`zk_…`): shown this once only. */
             key: string;
+            /** @description The same key in the form E2B's SDKs accept (`e2b_` and the hex of its bytes; SDKs before 2.46 refuse any other), for `E2B_API_KEY`. Either form works wherever a key does; revoking the key revokes both. Shown this once only. */
+            e2b_key: string;
             prefix: string;
             /** Format: date-time */
             created_at: string;
@@ -2509,6 +2511,24 @@ export interface components {
             mod_time: string;
             /** @description The target, if the file is a symbolic link. */
             symlink?: string;
+            /** @description The owner's name in the guest (the uid as a number when it has no name). */
+            owner?: string;
+            /** @description The group's name in the guest (the gid as a number when it has no name). */
+            group?: string;
+            target?: components["schemas"]["LinkTarget"];
+            /** @description The file's user metadata (its `user.e2b.*` extended attributes); only in answers that ask for it (E2B's envd calls), never in this API's. */
+            metadata?: {
+                [key: string]: string;
+            };
+        };
+        /** @description Where a symbolic link finally leads, every link on the way followed. */
+        LinkTarget: {
+            /** @description The absolute path; empty when the link cannot be resolved (it dangles or loops). */
+            path: string;
+            /** @description What is there, like FileInfo's mode; absent when path is empty. */
+            mode?: string;
+            /** @description Its permission bits. */
+            perm?: number;
         };
         FileList: {
             files: components["schemas"]["FileInfo"][];
