@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/testskip"
 )
 
 // Entries as E2B's envd describes them: owner and group by name (the
@@ -21,7 +22,7 @@ import (
 // path, and the file's user metadata (user.e2b.* xattrs).
 func TestFileEntries(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("chown needs root")
+		testskip.Skip(t, "chown needs root")
 	}
 	dir := t.TempDir()
 	passwdFile, groupFile = filepath.Join(dir, "passwd"), filepath.Join(dir, "group")

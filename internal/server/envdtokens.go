@@ -99,7 +99,7 @@ func (s *Server) Resume(ctx context.Context, id string, timeoutSeconds int) erro
 	if rec, err = s.node.Wait(ctx, rec.ID, ""); err != nil {
 		return err
 	}
-	if rec.State != sandbox.StateRunning {
+	if !rec.State.Configured() { // not running: the resume failed
 		return fmt.Errorf("sandbox %s is %s after resuming: %s: %w", id, rec.State, rec.ErrorMessage, errdefs.ErrUnavailable)
 	}
 	at, _, err := resolveTimeout(timeoutSeconds, "", time.Now())
