@@ -32,6 +32,9 @@ const (
 	// ClassUnavailable: a dependency is not reachable or did not answer in
 	// time; the same call may succeed later.
 	ClassUnavailable
+	// ClassTooLarge: a request body larger than allowed, or than what the
+	// account has left of a quota.
+	ClassTooLarge
 )
 
 // Error is a sentinel: one stable API code in one class.

@@ -57,6 +57,7 @@ var wires = [...]Wire{
 	ClassExists:           {http.StatusConflict, RPCAlreadyExists, http.StatusConflict, ErrNameTaken},
 	ClassRateLimited:      {http.StatusTooManyRequests, RPCResourceExhausted, http.StatusTooManyRequests, ErrRateLimited},
 	ClassUnavailable:      {http.StatusServiceUnavailable, RPCUnavailable, http.StatusBadGateway, ErrUnavailable},
+	ClassTooLarge:         {http.StatusRequestEntityTooLarge, RPCResourceExhausted, http.StatusRequestEntityTooLarge, ErrUploadTooLarge},
 }
 
 // WireOf is class c's row of the table.

@@ -27,6 +27,7 @@ func TestWireTable(t *testing.T) {
 		{ClassExists, 409, connect.CodeAlreadyExists, 409, ErrNameTaken},
 		{ClassRateLimited, 429, connect.CodeResourceExhausted, 429, ErrRateLimited},
 		{ClassUnavailable, 503, connect.CodeUnavailable, 502, ErrUnavailable},
+		{ClassTooLarge, 413, connect.CodeResourceExhausted, 413, ErrUploadTooLarge},
 	}
 	if len(rows) != len(Classes()) {
 		t.Fatalf("%d rows for %d classes", len(rows), len(Classes()))
@@ -62,7 +63,7 @@ func TestEveryClassHasCodes(t *testing.T) {
 func TestFromHTTPStatus(t *testing.T) {
 	for status, want := range map[int]*Error{
 		400: ErrInvalidArgument, 401: ErrUnauthenticated, 403: ErrForbidden, 404: ErrNotFound, 409: ErrInvalidState,
-		429: ErrRateLimited, 503: ErrUnavailable, 502: ErrUnavailable, 504: ErrTimeout, 500: ErrInternal, 418: ErrInternal,
+		413: ErrUploadTooLarge, 429: ErrRateLimited, 503: ErrUnavailable, 502: ErrUnavailable, 504: ErrTimeout, 500: ErrInternal, 418: ErrInternal,
 	} {
 		if got := FromHTTPStatus(status); got != want {
 			t.Errorf("%d: %s, want %s", status, got.Code, want.Code)

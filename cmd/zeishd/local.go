@@ -9,6 +9,8 @@ import (
 
 	"github.com/zeish/zeish/internal/catalog"
 	"github.com/zeish/zeish/internal/config"
+	"github.com/zeish/zeish/internal/dialguard"
+	"github.com/zeish/zeish/internal/network"
 	"github.com/zeish/zeish/internal/node"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/template"
@@ -75,7 +77,12 @@ func openLocal(ctx context.Context, log *slog.Logger, cfg *config.Config, st sto
 	if shared {
 		host = nodeID
 	}
-	builds := catalog.BuildOptions{Dir: filepath.Join(cfg.DataDir, "template-builds"), Parallel: cfg.TemplateBuilds, Warmer: n, Host: host}
+	builds, err := buildOptions(cfg)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	builds.Dir, builds.Warmer, builds.Host = filepath.Join(cfg.DataDir, "template-builds"), n, host
 	if err := cat.StartBuilds(ctx, builds); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("template builds: %w", err)
@@ -130,4 +137,17 @@ func prepareBuiltins(ctx context.Context, cfg *config.Config, cat *catalog.Catal
 		cat.EnableDesktop(template.DesktopOptions(template.BaseOptions{}))
 		go cat.PrepareBuiltin(bg, catalog.DesktopName)
 	}
+}
+
+// buildOptions is what bounds template builds: how many run at once, the
+// registry ranges a pull may reach (the guests' blocked ranges, less
+// ZEISH_REGISTRY_ALLOW_RANGES), the build deadline and the per-account
+// template quotas.
+func buildOptions(cfg *config.Config) (catalog.BuildOptions, error) {
+	guard, err := dialguard.New(network.DefaultBlocked, cfg.RegistryAllowRanges)
+	if err != nil {
+		return catalog.BuildOptions{}, fmt.Errorf("ZEISH_REGISTRY_ALLOW_RANGES: %w", err)
+	}
+	return catalog.BuildOptions{Parallel: cfg.TemplateBuilds, RegistryGuard: guard, Timeout: cfg.TemplateBuildTimeout,
+		Quota: catalog.Quota{Templates: cfg.PlanTemplates, Bytes: cfg.PlanTemplateMiB << 20, Uploads: cfg.PlanTemplateUploads}}, nil
 }

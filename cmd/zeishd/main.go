@@ -174,6 +174,7 @@ func run(ctx context.Context, cfg *config.Config) error {
 	defer func() { stopWatch(); <-watchDone }()
 	apiHandler := srv.Handler()
 	facade := e2b.New(e2b.Options{App: ctl, Logger: log, Domain: cfg.E2BDomain}) // E2B's SDKs, under /e2b
+	defer facade.Close()
 	caps := driver.Capabilities()
 	log.Info("zeishd listening", "addr", hosts.scheme()+"://"+ln.Addr().String(), "data_dir", dataDir, "node", nodeID,
 		"vmm", caps.Name, "accel", caps.Accel, "accel_reason", caps.AccelReason, "accel_probe_ms", caps.AccelProbeMS, "confinement", caps.Confinement, "memory_budget_mib", cfg.MemoryBudgetMiB, "plan", fmt.Sprintf("%+v", plan), "admin_key", keyPath, "version", version.Version)

@@ -94,6 +94,32 @@ type Config struct {
 	// template builds from images that run at once (more wait their turn)
 	TemplateBuilds int `env:"ZEISH_TEMPLATE_BUILDS" default:"2" min:"1" roles:"all,node"`
 
+	// a template build's deadline from when it gets its slot (open, pull, unpack, disk; a warm
+	// build's boot and `ready_cmd` have their own bounds): past it the build ends in `error` with
+	// `error_code: build_timeout` and frees its slot
+	TemplateBuildTimeout time.Duration `env:"ZEISH_TEMPLATE_BUILD_TIMEOUT" default:"30m" min:"1ns" roles:"all,node"`
+
+	// CIDRs (IPv4 or IPv6, comma-separated) `registry:` builds may reach after all: by default a
+	// registry host is refused (`error_code: registry_blocked`) at the guests' blocked ranges
+	// (loopback, RFC 1918, CGNAT, link-local, reserved, multicast; IPv6 loopback, unique local,
+	// link-local, NAT64, 6to4, …), checked on every address dialled after name resolution
+	//
+	// Default: none.
+	RegistryAllowRanges []string `env:"ZEISH_REGISTRY_ALLOW_RANGES" roles:"all,node"`
+
+	// per account: templates kept (building, ready or failed); one more gets 409
+	// `template_quota_reached` before anything is stored; `0`: no cap. These three and the two above
+	// are read where builds run (on a cluster: each node agent, for the builds it runs)
+	PlanTemplates int `env:"ZEISH_PLAN_TEMPLATES" default:"20" min:"0" roles:"all,node"`
+
+	// per account: MiB of template images (an upload's archive while kept, counted as it streams; a
+	// registry image's layers): an upload past what is left is cut with 413 `upload_too_large`, a
+	// registry build past it ends with `error_code: template_quota_reached`; `0`: no cap
+	PlanTemplateMiB int64 `env:"ZEISH_PLAN_TEMPLATE_MIB" default:"65536" min:"0" roles:"all,node"`
+
+	// per account: template uploads streaming at once (more get 429 `too_many_uploads`); `0`: no cap
+	PlanTemplateUploads int `env:"ZEISH_PLAN_TEMPLATE_UPLOADS" default:"2" min:"0" roles:"all,node"`
+
 	// `on` builds the built-in `debian` template in the background at start (mmdebstrap from the
 	// host's apt sources; a minute or more the first time, then cached); once built it is the default
 	// template

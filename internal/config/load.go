@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"os"
 	"reflect"
 	"strconv"
@@ -116,6 +117,11 @@ func (l *Config) check() []error {
 	}
 	if l.Role == RoleNode && len(l.ControlURL) == 0 {
 		bad("ZEISH_CONTROL_URL", "the control plane's address (https://host:port; replicas comma-separated)")
+	}
+	for _, r := range l.RegistryAllowRanges {
+		if _, err := netip.ParsePrefix(r); err != nil {
+			bad("ZEISH_REGISTRY_ALLOW_RANGES", "%q: want CIDRs (10.0.0.0/8, fd00::/8), comma-separated", r)
+		}
 	}
 	var err error
 	if l.Desktop, err = desktop.ParseSize(l.DesktopSize); err != nil {

@@ -46,8 +46,12 @@ func NewAPIKey() (key, hash string) {
 	return key, HashKey(key)
 }
 
-// HashKey is how keys are stored: never in the clear.
+// HashKey is how keys are stored: never in the clear. A key's E2B form
+// (api.E2BKey) hashes as the key it spells.
 func HashKey(key string) string {
+	if zk, ok := api.ZeishKey(key); ok {
+		key = zk
+	}
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:])
 }
@@ -240,7 +244,11 @@ func (c *Control) CreateKey(ctx context.Context, who Caller, accountID string) (
 		return api.CreatedAPIKey{}, err
 	}
 	c.log.Info("API key created", "account", accountID, "key_id", k.ID)
-	return api.CreatedAPIKey{ID: k.ID, AccountID: accountID, Key: key, Prefix: k.Prefix, CreatedAt: k.CreatedAt}, nil
+	e2bKey, err := api.E2BKey(key)
+	if err != nil {
+		return api.CreatedAPIKey{}, err
+	}
+	return api.CreatedAPIKey{ID: k.ID, AccountID: accountID, Key: key, E2BKey: e2bKey, Prefix: k.Prefix, CreatedAt: k.CreatedAt}, nil
 }
 
 // Keys lists the API keys of account accountID ("": of every account).

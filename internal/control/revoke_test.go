@@ -79,3 +79,48 @@ func TestRevokedKeyEndsItsTokens(t *testing.T) {
 		t.Fatalf("old-format token: %v", err)
 	}
 }
+
+// A key's E2B form (what E2B's SDKs before 2.46 accept) opens the same
+// account as the key, and revoking the key closes it too.
+func TestE2BFormOfAKey(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st := testenv.SQLite(t)
+	s := New(Options{Store: st})
+	adminPath, err := EnsureAdmin(ctx, st, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminKey, err := readKeyFile(adminPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := s.Authenticate(ctx, adminKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acct := sandbox.NewID(sandbox.PrefixAccount)
+	if err := st.CreateAccount(ctx, store.Account{ID: acct, Name: "team", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	made, err := s.CreateKey(ctx, admin, acct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := api.E2BKey(made.Key); made.E2BKey != want || want == "" {
+		t.Fatalf("created key's E2B form %q, want %q", made.E2BKey, want)
+	}
+	for _, key := range []string{made.Key, made.E2BKey} {
+		if who, err := s.Authenticate(ctx, key); err != nil || who.Account.ID != acct {
+			t.Fatalf("%s…: %+v, %v; want %s", key[:6], who, err, acct)
+		}
+	}
+	if _, err := s.RevokeKey(ctx, admin, made.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{made.Key, made.E2BKey} {
+		if _, err := s.Authenticate(ctx, key); !errors.Is(err, errdefs.ErrUnauthenticated) {
+			t.Errorf("%s… after revoking: %v, want unauthenticated", key[:6], err)
+		}
+	}
+}

@@ -215,6 +215,50 @@ func (c *Control) Wake(ctx context.Context, who Caller, ref string) (sandbox.San
 	return c.view(r), woken, nil
 }
 
+// Peek reads sandbox id whoever's it is: for a front end that decides
+// from a sandbox's state before any caller is known (E2B's auto-resume by
+// traffic, which then checks the request's token or the sandbox's public
+// ports). It hands out nothing a token does not.
+func (c *Control) Peek(ctx context.Context, id string) (sandbox.Sandbox, error) {
+	r, err := c.store.GetSandbox(ctx, id)
+	if err != nil {
+		return sandbox.Sandbox{}, storeErr(err)
+	}
+	return c.view(r), nil
+}
+
+// ResumeForOwner resumes paused sandbox id as its owner's own resume would
+// (a running slot and budget left), waits until it runs and gives it
+// timeoutSeconds from then: E2B's auto-resume, for traffic that reached
+// the sandbox with its owner's token.
+func (c *Control) ResumeForOwner(ctx context.Context, id string, timeoutSeconds int) error {
+	at, _, err := resolveTimeout(timeoutSeconds, "", time.Now())
+	if err != nil {
+		return err
+	}
+	r, err := c.store.GetSandbox(ctx, id)
+	if err != nil {
+		return storeErr(err)
+	}
+	if r, err = c.lifecycle(ctx, sandbox.OpResume, r); err != nil {
+		return err
+	}
+	if r, err = c.node.Wait(ctx, r.ID, ""); err != nil {
+		return err
+	}
+	if !r.State.Configured() { // not running: the resume failed
+		return fmt.Errorf("sandbox %s is %s after resuming: %s: %w", id, r.State, r.ErrorMessage, errdefs.ErrUnavailable)
+	}
+	_, err = c.store.UpdateSandbox(ctx, id, func(x *store.SandboxRecord) error {
+		if _, err := sandbox.NextFor(x.ID, x.State, sandbox.OpSetTimeout); err != nil {
+			return err
+		}
+		x.TimeoutAt = at
+		return nil
+	})
+	return err
+}
+
 // SetTimeout moves the deadline of the caller's sandbox ref:
 // req.TimeoutSeconds from now, or none (0); req.OnTimeout, when given, is
 // what then happens.

@@ -140,10 +140,11 @@ func (c *Control) Template(ctx context.Context, who Caller, ref string) (sandbox
 	return c.catalog.Resolve(ctx, who.Account.ID, ref)
 }
 
-// TemplateKnown says whether a template of that name exists for anyone
-// (E2B's alias lookup).
-func (c *Control) TemplateKnown(ctx context.Context, name string) error {
-	return c.catalog.Known(ctx, name)
+// TemplateKnown says whether a template of that name exists for the
+// caller: its account's own or a built-in, never another account's (E2B's
+// alias lookup).
+func (c *Control) TemplateKnown(ctx context.Context, who Caller, name string) error {
+	return c.catalog.Known(ctx, who.Account.ID, name)
 }
 
 // DeleteTemplate hides the caller's template ref at once; its files are

@@ -146,16 +146,72 @@ func (c *Control) keyLive(ctx context.Context, accountID, keyID string) error {
 // Token signs a data-plane token of sandbox id (the caller's) for ttl,
 // issued to the caller's API key.
 func (c *Control) Token(ctx context.Context, who Caller, id string, ttl time.Duration) (string, time.Time, error) {
+	exp := time.Now().Add(ttl).UTC().Truncate(time.Second)
+	tok, err := c.TokenUntil(ctx, who, id, exp)
+	return tok, exp, err
+}
+
+// TokenUntil signs a data-plane token of sandbox id (the caller's) that
+// expires at exp, issued to the caller's API key.
+func (c *Control) TokenUntil(ctx context.Context, who Caller, id string, exp time.Time) (string, error) {
 	r, err := c.store.GetSandbox(ctx, id)
 	if err != nil || r.AccountID != who.Account.ID {
-		return "", time.Time{}, fmt.Errorf("sandbox %s not found: %w", id, errdefs.ErrNotFound)
+		return "", fmt.Errorf("sandbox %s not found: %w", id, errdefs.ErrNotFound)
 	}
 	keyID, err := c.KeyID(ctx, who)
 	if err != nil {
-		return "", time.Time{}, err
+		return "", err
 	}
-	exp := time.Now().Add(ttl).UTC().Truncate(time.Second)
-	return c.tokens.issue(r, keyID, exp), exp, nil
+	return c.tokens.issue(r, keyID, exp.UTC().Truncate(time.Second)), nil
+}
+
+// E2B's signed URLs (internal/e2b's sign.go): the SDK signs a file's URL
+// with a hash of the sandbox's access token, so the application must be
+// able to name the tokens it may have been made with. The facade gives its
+// tokens expiries on whole hours (TokenUntil), and asks for the tokens each
+// live API key of the sandbox's account would carry for each of those
+// expiries (SandboxTokens): a few dozen HMACs, no token kept anywhere.
+
+// SandboxTokens lists the data-plane tokens of sandbox id that expire at
+// one of exps, one for each live API key of its account (errdefs.ErrNotFound
+// when there is no such sandbox). Handing them out would hand out access:
+// they are for checking signatures made with them.
+func (c *Control) SandboxTokens(ctx context.Context, id string, exps []time.Time) ([]string, error) {
+	r, err := c.store.GetSandbox(ctx, id)
+	if err != nil {
+		return nil, storeErr(err)
+	}
+	keys, err := c.store.ListAPIKeys(ctx, r.AccountID)
+	if err != nil {
+		return nil, storeErr(err)
+	}
+	var out []string
+	for _, k := range keys {
+		if k.RevokedAt != nil {
+			continue
+		}
+		for _, exp := range exps {
+			out = append(out, c.tokens.issue(r, k.ID, exp.UTC().Truncate(time.Second)))
+		}
+	}
+	return out, nil
+}
+
+// CheckToken checks a data-plane token of sandbox id whatever the
+// sandbox's state (E2B's getMetrics reads a paused sandbox's samples).
+func (c *Control) CheckToken(ctx context.Context, id, token string) error {
+	acct, err := c.checkToken(ctx, token, id)
+	if err != nil {
+		return err
+	}
+	r, err := c.store.GetSandbox(ctx, id)
+	if err != nil && !errdefs.Is(err, errdefs.ClassNotFound) {
+		return storeErr(err)
+	}
+	if err != nil || r.AccountID != acct {
+		return fmt.Errorf("sandbox %s not found: %w", id, errdefs.ErrNotFound)
+	}
+	return nil
 }
 
 // dataPlaneLocator is a Node whose sandboxes' data plane is served

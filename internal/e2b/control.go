@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/zeish/zeish/errdefs"
-	"github.com/zeish/zeish/internal/control"
 	"io"
 	"net/http"
 	"time"
 
 	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/control"
 	"github.com/zeish/zeish/sandbox"
 )
 
@@ -20,8 +20,8 @@ import (
 
 type callerCtx struct{}
 
-// withKey authenticates X-API-KEY, a zeish API key, and hands the handler
-// its caller.
+// withKey authenticates X-API-KEY, a zeish API key (or its E2B form), and
+// hands the handler its caller.
 func (f *Facade) withKey(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("X-API-KEY")
@@ -52,29 +52,29 @@ type answer struct {
 
 func (e *answer) Error() string { return e.code + ": " + e.message }
 
-// fail answers err in E2B's shape: the status of errdefs's table and the
-// words a client may read (errdefs.Public); a server fault is logged with
-// its detail.
+// fail answers err in E2B's shape: {code, message, error_code?}, the
+// status of errdefs's table and the words a client may read
+// (errdefs.Public). E2B's error_code, "machine-readable, not a closed
+// set", carries zeish's code. A server fault is logged with its detail.
 func (f *Facade) fail(w http.ResponseWriter, err error) {
-	if a, ok := err.(*answer); ok {
-		msg := a.message
-		if a.code != "" {
-			msg = a.code + ": " + msg
-		}
-		writeError(w, a.status, msg)
-		return
-	}
+	status, code, msg := http.StatusInternalServerError, "", err.Error()
+	var a *answer
 	var coded *errdefs.Error
-	if !errors.As(err, &coded) {
-		// The facade's own words (a sandbox that did not come up).
-		writeError(w, http.StatusInternalServerError, err.Error())
-		return
+	switch {
+	case errors.As(err, &a):
+		status, code, msg = a.status, a.code, a.message
+	case errors.As(err, &coded):
+		if errdefs.ServerFault(err) {
+			f.log.Error("e2b: call failed", "err", err)
+		}
+		status = errdefs.HTTPStatus(err)
+		code, msg = errdefs.Public(err)
 	}
-	if errdefs.ServerFault(err) {
-		f.log.Error("e2b: call failed", "err", err)
+	body := map[string]any{"code": status, "message": msg}
+	if code != "" {
+		body["error_code"] = code
 	}
-	code, msg := errdefs.Public(err)
-	writeError(w, errdefs.HTTPStatus(err), code+": "+msg)
+	writeJSON(w, status, body)
 }
 
 // writeError answers E2B's error body: the HTTP status as a number and words.
@@ -96,6 +96,24 @@ func decodeBody(r *http.Request, v any) error {
 	return json.Unmarshal(b, v)
 }
 
+// The application's operations E2B's lifecycle (lifecycle.go) is written
+// against, as the caller of the request.
+
+// runOp carries out op (pause, resume, stop or start) on a sandbox of the
+// caller's and answers it once settled.
+func (f *Facade) runOp(ctx context.Context, id string, op sandbox.Op) (sandbox.Sandbox, error) {
+	sb, err := f.app.Lifecycle(ctx, callerFrom(ctx), op, id)
+	if err != nil {
+		return sb, err
+	}
+	return f.app.Settled(ctx, sb)
+}
+
+// setEnd sets a sandbox's timeout (and its action, when not "").
+func (f *Facade) setEnd(ctx context.Context, id string, seconds int, action string) (sandbox.Sandbox, error) {
+	return f.app.SetTimeout(ctx, callerFrom(ctx), id, api.TimeoutRequest{TimeoutSeconds: seconds, OnTimeout: action})
+}
+
 // newSandbox is the body of POST /sandboxes and /v2/sandboxes. Fields the
 // facade cannot honour (network rules, volumes, MCP) are ignored.
 type newSandbox struct {
@@ -103,7 +121,7 @@ type newSandbox struct {
 	Timeout    *int              `json:"timeout"`
 	Metadata   map[string]string `json:"metadata"`
 	EnvVars    map[string]string `json:"envVars"`
-	AutoPause  bool              `json:"autoPause"`
+	lifecycleRequest
 }
 
 // defaultTimeout is E2B's when a create names none.
@@ -111,13 +129,6 @@ const defaultTimeout = 15
 
 // bootAllowance is added to a create's timeout until the sandbox runs.
 const bootAllowance = 600
-
-func onTimeout(autoPause bool) string {
-	if autoPause {
-		return sandbox.OnTimeoutPause
-	}
-	return sandbox.OnTimeoutDelete
-}
 
 func (f *Facade) create(w http.ResponseWriter, r *http.Request) {
 	var req newSandbox
@@ -133,15 +144,20 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request) {
 		timeout = *req.Timeout
 	}
 	if timeout <= 0 {
-		writeError(w, http.StatusBadRequest, "timeout must be positive")
+		writeError(w, http.StatusBadRequest, "Timeout must be greater than 0")
 		return
 	}
+	action, err := req.onTimeout()
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	req.Metadata = req.withAutoResume(req.Metadata, timeout)
 	// E2B counts the timeout from when the sandbox is ready; zeish from the
 	// create. The create gets room for a slow boot, and the timeout is set
 	// again once the sandbox runs.
 	ctx, who := r.Context(), callerFrom(r.Context())
 	var sb sandbox.Sandbox
-	var err error
 	if isSnapshotID(req.TemplateID) {
 		// A snapshot seeds the sandbox (E2B's Sandbox.create(snapshotID)):
 		// its env and metadata are the snapshot's sandbox's.
@@ -149,7 +165,7 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request) {
 	} else {
 		sb, err = f.app.Create(ctx, who, api.CreateSandboxRequest{
 			Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata,
-			TimeoutSeconds: timeout + bootAllowance, OnTimeout: onTimeout(req.AutoPause),
+			TimeoutSeconds: timeout + bootAllowance, OnTimeout: action,
 		})
 		if err == nil {
 			sb, err = f.app.Settled(ctx, sb)
@@ -163,18 +179,18 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, fmt.Sprintf("sandbox %s did not start: %s: %s", sb.ID, sb.ErrorCode, sb.ErrorMessage))
 		return
 	}
-	if sb, err = f.app.SetTimeout(ctx, who, sb.ID, api.TimeoutRequest{TimeoutSeconds: timeout, OnTimeout: onTimeout(req.AutoPause)}); err != nil {
+	if sb, err = f.setEnd(ctx, sb.ID, timeout, action); err != nil {
 		f.fail(w, err)
 		return
 	}
-	f.answerCreated(r.Context(), w, http.StatusCreated, sb)
+	f.answerCreated(ctx, w, http.StatusCreated, sb)
 }
 
 // answerCreated answers created(sb) with status.
 func (f *Facade) answerCreated(ctx context.Context, w http.ResponseWriter, status int, sb sandbox.Sandbox) {
 	body, err := f.created(ctx, sb)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		f.fail(w, err)
 		return
 	}
 	writeJSON(w, status, body)
@@ -183,10 +199,12 @@ func (f *Facade) answerCreated(ctx context.Context, w http.ResponseWriter, statu
 // created is the answer of create, connect and fork: how to reach envd,
 // with a data-plane token of the caller's key.
 func (f *Facade) created(ctx context.Context, sb sandbox.Sandbox) (map[string]any, error) {
-	token, _, err := f.app.Token(ctx, callerFrom(ctx), sb.ID, tokenTTL)
+	// On a whole hour, so signed URLs can be checked (sign.go).
+	token, err := f.app.TokenUntil(ctx, callerFrom(ctx), sb.ID, tokenExpiry(time.Now()))
 	if err != nil {
 		return nil, err
 	}
+	f.startSampling(sb.ID, token)
 	out := map[string]any{
 		"sandboxID":       sb.ID,
 		"templateID":      sb.Template,
@@ -231,9 +249,11 @@ func (f *Facade) detail(sb sandbox.Sandbox) map[string]any {
 	if sb.OnTimeout == sandbox.OnTimeoutPause || sb.OnTimeout == sandbox.OnTimeoutStop {
 		action = "pause"
 	}
-	md := sb.Metadata
-	if md == nil {
-		md = map[string]string{}
+	md := map[string]string{}
+	for k, v := range sb.Metadata {
+		if k != autoResumeKey {
+			md[k] = v
+		}
 	}
 	out := map[string]any{
 		"sandboxID":   sb.ID,
@@ -248,7 +268,7 @@ func (f *Facade) detail(sb sandbox.Sandbox) map[string]any {
 		"diskSizeMB":  sb.DiskMiB,
 		"envdVersion": envdVersion,
 		"metadata":    md,
-		"lifecycle":   map[string]any{"onTimeout": action, "autoResume": false},
+		"lifecycle":   map[string]any{"onTimeout": action, "autoResume": autoResumes(sb) > 0},
 	}
 	if f.domain != "" {
 		out["domain"] = f.domain
@@ -261,20 +281,24 @@ func (f *Facade) detail(sb sandbox.Sandbox) map[string]any {
 func (f *Facade) lookup(ctx context.Context, id string) (sandbox.Sandbox, error) {
 	sb, err := f.app.Sandbox(ctx, callerFrom(ctx), id)
 	if err != nil {
-		return sb, notFoundIfInvalid(err)
+		return sb, notFoundIfInvalid(id, err)
 	}
 	if _, ok := state(sb.State); !ok {
-		return sb, &answer{status: http.StatusNotFound, code: "not_found", message: fmt.Sprintf("sandbox %s is %s", id, sb.State)}
+		return sb, sandboxNotFound(id)
 	}
 	return sb, nil
 }
 
+// sandboxNotFound is E2B's 404 for a sandbox, in its words.
+func sandboxNotFound(id string) error {
+	return &answer{status: http.StatusNotFound, code: errdefs.ErrNotFound.Code, message: fmt.Sprintf("Sandbox %q doesn't exist or you don't have access to it", id)}
+}
+
 // notFoundIfInvalid: an id that zeish cannot even parse names no sandbox,
-// which E2B reports as 404.
-func notFoundIfInvalid(err error) error {
-	if errdefs.Is(err, errdefs.ClassInvalid) {
-		_, msg := errdefs.Public(err)
-		return &answer{status: http.StatusNotFound, code: "not_found", message: msg}
+// which E2B reports as 404, as it does one that is not there.
+func notFoundIfInvalid(id string, err error) error {
+	if errdefs.Is(err, errdefs.ClassInvalid) || errdefs.Is(err, errdefs.ClassNotFound) {
+		return sandboxNotFound(id)
 	}
 	return err
 }
@@ -288,24 +312,16 @@ func (f *Facade) get(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, f.detail(sb))
 }
 
-// metrics: zeish keeps no per-sandbox resource samples yet, so there are none
-// to return for a sandbox that exists.
-func (f *Facade) metrics(w http.ResponseWriter, r *http.Request) {
-	if _, err := f.lookup(r.Context(), r.PathValue("id")); err != nil {
-		f.fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, []any{})
-}
-
 func (f *Facade) kill(w http.ResponseWriter, r *http.Request) {
-	sb, err := f.lookup(r.Context(), r.PathValue("id"))
+	ctx := r.Context()
+	sb, err := f.lookup(ctx, r.PathValue("id"))
 	if err == nil {
-		sb, err = f.app.Delete(r.Context(), callerFrom(r.Context()), sb.ID)
+		sb, err = f.app.Delete(ctx, callerFrom(ctx), sb.ID)
 		if err == nil {
-			_, err = f.app.Settled(r.Context(), sb)
+			_, err = f.app.Settled(ctx, sb)
 		}
 		f.defaults.forget(sb.ID)
+		f.samples.forget(sb.ID)
 	}
 	if err != nil {
 		f.fail(w, err)
@@ -314,11 +330,12 @@ func (f *Facade) kill(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// templateAlias answers whether a template of that name exists; zeish
+// templateAlias answers whether a template of that name exists for the
+// caller (its own or a built-in, never another account's); zeish
 // templates are known by name, which is their id as well.
 func (f *Facade) templateAlias(w http.ResponseWriter, r *http.Request) {
 	alias := r.PathValue("alias")
-	if err := f.app.TemplateKnown(r.Context(), alias); err != nil {
+	if err := f.app.TemplateKnown(r.Context(), callerFrom(r.Context()), alias); err != nil {
 		writeError(w, http.StatusNotFound, err.Error())
 		return
 	}

@@ -24,7 +24,8 @@ import (
 type fakeApp struct {
 	App
 	sandboxes []sandbox.Sandbox
-	asked     []string // OpenEnvd's
+	boxes     map[string]sandbox.Sandbox // what Peek reads
+	asked     []string                   // OpenEnvd's and ResumeForOwner's
 }
 
 func (a *fakeApp) Authenticate(_ context.Context, key string) (control.Caller, error) {
@@ -66,7 +67,41 @@ func (a *fakeApp) DeleteSnapshot(_ context.Context, _ control.Caller, ref contro
 	return nil
 }
 
-func (a *fakeApp) TemplateKnown(_ context.Context, name string) error {
+func (a *fakeApp) TokenUntil(context.Context, control.Caller, string, time.Time) (string, error) {
+	return "tok", nil
+}
+
+func (a *fakeApp) SandboxTokens(_ context.Context, id string, exps []time.Time) ([]string, error) {
+	if id != "sbx_signed" {
+		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	var out []string
+	for _, exp := range exps {
+		out = append(out, fmt.Sprintf("tok-%d", exp.Unix()))
+	}
+	return out, nil
+}
+
+func (a *fakeApp) Peek(_ context.Context, id string) (sandbox.Sandbox, error) {
+	if sb, ok := a.boxes[id]; ok {
+		return sb, nil
+	}
+	return sandbox.Sandbox{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+}
+
+func (a *fakeApp) ResumeForOwner(_ context.Context, id string, timeout int) error {
+	a.asked = append(a.asked, fmt.Sprintf("resume %s %d", id, timeout))
+	return nil
+}
+
+func (a *fakeApp) CheckToken(_ context.Context, id, token string) error {
+	if token != "good-token" {
+		return fmt.Errorf("bad token: %w", errdefs.ErrUnauthenticated)
+	}
+	return nil
+}
+
+func (a *fakeApp) TemplateKnown(_ context.Context, _ control.Caller, name string) error {
 	if name != "base" {
 		return errdefs.ErrUnknownTemplate
 	}
@@ -118,22 +153,38 @@ func ids(t *testing.T, w *httptest.ResponseRecorder) []string {
 	return out
 }
 
+// Sandbox.list as E2B's API answers it: filters (metadata, state,
+// template, startedAfter at or after), newest first unless order=asc, pages
+// of limit with a keyset nextToken (a removed sandbox does not break it).
 func TestList(t *testing.T) {
 	f := testFacade()
 	// The SDK encodes each key and value, then the pairs as a query.
 	team := "metadata=" + "team%3Dx%252520y"
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tok := func(id string, age int) string {
+		return cursor{t0.Add(time.Duration(age) * time.Minute), id}.token()
+	}
 	for _, tc := range []struct {
 		target string
 		want   []string
 		next   string
 	}{
 		{"/e2b/v2/sandboxes", []string{"sbx_e", "sbx_c", "sbx_b", "sbx_a"}, ""},
+		{"/e2b/v2/sandboxes?order=desc", []string{"sbx_e", "sbx_c", "sbx_b", "sbx_a"}, ""},
+		{"/e2b/v2/sandboxes?order=asc", []string{"sbx_a", "sbx_b", "sbx_c", "sbx_e"}, ""},
 		{"/e2b/v2/sandboxes?state=running", []string{"sbx_e", "sbx_a"}, ""},
 		{"/e2b/v2/sandboxes?state=paused", []string{"sbx_c", "sbx_b"}, ""},
 		{"/e2b/v2/sandboxes?" + team, []string{"sbx_b", "sbx_a"}, ""},
-		{"/e2b/v2/sandboxes?limit=2", []string{"sbx_e", "sbx_c"}, "sbx_c"},
-		{"/e2b/v2/sandboxes?limit=2&nextToken=sbx_c", []string{"sbx_b", "sbx_a"}, ""},
-		{"/e2b/v2/sandboxes?limit=1&state=paused&nextToken=sbx_c", []string{"sbx_b"}, ""},
+		{"/e2b/v2/sandboxes?limit=2", []string{"sbx_e", "sbx_c"}, tok("sbx_c", 3)},
+		{"/e2b/v2/sandboxes?limit=2&nextToken=" + tok("sbx_c", 3), []string{"sbx_b", "sbx_a"}, ""},
+		{"/e2b/v2/sandboxes?limit=1&state=paused&nextToken=" + tok("sbx_c", 3), []string{"sbx_b"}, ""},
+		{"/e2b/v2/sandboxes?limit=2&order=asc", []string{"sbx_a", "sbx_b"}, tok("sbx_b", 2)},
+		{"/e2b/v2/sandboxes?limit=2&order=asc&nextToken=" + tok("sbx_b", 2), []string{"sbx_c", "sbx_e"}, ""},
+		// The token's sandbox need not exist any more: the page goes on from its place.
+		{"/e2b/v2/sandboxes?nextToken=" + tok("sbx_gone", 4), []string{"sbx_c", "sbx_b", "sbx_a"}, ""},
+		{"/e2b/v2/sandboxes?startedAfter=" + t0.Add(2*time.Minute).Format(time.RFC3339Nano), []string{"sbx_e", "sbx_c", "sbx_b"}, ""},
+		{"/e2b/v2/sandboxes?startedAfter=" + t0.Add(2*time.Minute+time.Nanosecond).Format(time.RFC3339Nano), []string{"sbx_e", "sbx_c", "sbx_b"}, ""},
+		{"/e2b/v2/sandboxes?startedAfter=" + t0.Add(2*time.Minute+time.Millisecond).Format(time.RFC3339Nano), []string{"sbx_e", "sbx_c"}, ""},
 		{"/e2b/v2/sandboxes?template=other", []string{}, ""},
 		{"/e2b/sandboxes", []string{"sbx_e", "sbx_a"}, ""},
 		{"/e2b/sandboxes?" + team, []string{"sbx_a"}, ""},
@@ -161,12 +212,19 @@ func TestErrors(t *testing.T) {
 		{"GET", "/e2b/v2/sandboxes?limit=0", "good", http.StatusBadRequest},
 		{"GET", "/e2b/v2/sandboxes?state=gone", "good", http.StatusBadRequest},
 		{"GET", "/e2b/v2/sandboxes?nextToken=sbx_zz", "good", http.StatusBadRequest},
+		{"GET", "/e2b/v2/sandboxes?order=newest", "good", http.StatusBadRequest},
+		{"GET", "/e2b/v2/sandboxes?startedAfter=yesterday", "good", http.StatusBadRequest},
 		{"GET", "/e2b/sandboxes/sbx_nope", "good", http.StatusNotFound},
 		{"GET", "/e2b/sandboxes/sbx_d", "good", http.StatusNotFound}, // destroyed
 		{"GET", "/e2b/sandboxes/sbx_f", "good", http.StatusNotFound}, // failed
 		{"DELETE", "/e2b/sandboxes/sbx_d", "good", http.StatusNotFound},
 		{"POST", "/e2b/sandboxes/sbx_a/timeout", "good", http.StatusBadRequest}, // no body
-		{"GET", "/e2b/no/such/route", "good", http.StatusNotFound},
+		// What zeish does not serve is 501, never a 404 the SDK reads as "no such sandbox".
+		{"GET", "/e2b/no/such/route", "good", http.StatusNotImplemented},
+		{"PUT", "/e2b/sandboxes/sbx_a/network", "good", http.StatusNotImplemented},
+		{"POST", "/e2b/v3/templates", "good", http.StatusNotImplemented},
+		{"GET", "/e2b/volumes", "good", http.StatusNotImplemented},
+		{"GET", "/e2b/secrets", "good", http.StatusNotImplemented},
 	} {
 		w := serve(f, tc.method, tc.target, tc.key)
 		var body struct {
@@ -199,7 +257,7 @@ func TestDetail(t *testing.T) {
 }
 
 func TestHostRoute(t *testing.T) {
-	f := New(Options{Domain: "Example.Test"})
+	f := New(Options{App: &fakeApp{}, Domain: "Example.Test"})
 	for host, want := range map[string]string{
 		"api.example.test":                "api ",
 		"API.example.test:443":            "api ",
@@ -221,7 +279,7 @@ func TestHostRoute(t *testing.T) {
 			t.Errorf("%s: %q %q, want %q", host, id, port, want)
 		}
 	}
-	if got, _ := New(Options{}).hostRoute("api.example.test"); got != "" {
+	if got, _ := New(Options{App: &fakeApp{}}).hostRoute("api.example.test"); got != "" {
 		t.Errorf("no domain: %q", got)
 	}
 }
