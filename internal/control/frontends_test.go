@@ -16,7 +16,10 @@ import (
 // (the records, the templates, the node that runs sandboxes) they reach
 // only through it, so no rule can live in a front end unnoticed.
 var (
-	frontEnds = []string{"internal/server", "internal/e2b"}
+	// The REST server (and the console's session API in it), the E2B
+	// facade, and the clients that reach zeish through its API only: the
+	// MCP server, the console's web app and the CLI.
+	frontEnds = []string{"internal/server", "internal/e2b", "internal/mcp", "internal/console", "internal/cli"}
 	appOnly   = []string{
 		"github.com/zeish/zeish/internal/node",
 		"github.com/zeish/zeish/internal/store",
