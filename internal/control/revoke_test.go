@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -122,5 +123,77 @@ func TestE2BFormOfAKey(t *testing.T) {
 		if _, err := s.Authenticate(ctx, key); !errors.Is(err, errdefs.ErrUnauthenticated) {
 			t.Errorf("%s… after revoking: %v, want unauthenticated", key[:6], err)
 		}
+	}
+}
+
+// E2B's signed URLs are checked against the tokens a sandbox's live keys
+// would carry (SandboxTokens): a revoked key's are not among them, each
+// one checks (CheckToken) for its sandbox only, and a token TokenUntil
+// issued at one of the asked expiries is one of them.
+func TestSandboxTokens(t *testing.T) {
+	ctx := context.Background()
+	st := testenv.SQLite(t)
+	acct := sandbox.NewID(sandbox.PrefixAccount)
+	if err := st.CreateAccount(ctx, store.Account{ID: acct, Name: "team", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for i := 0; i < 2; i++ {
+		key, hash := NewAPIKey()
+		if err := st.CreateAPIKey(ctx, store.APIKey{ID: sandbox.NewID(sandbox.PrefixKey), AccountID: acct, Hash: hash, Prefix: key[:8], CreatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, key)
+	}
+	var boxes []string
+	for _, name := range []string{"a", "b"} {
+		sb := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: sandbox.NewID(sandbox.PrefixSandbox), Name: name, AccountID: acct,
+			State: sandbox.StatePaused, CreatedAt: time.Now()}}
+		if err := st.CreateSandboxes(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+		boxes = append(boxes, sb.ID)
+	}
+	key, err := TokenKey(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(Options{Store: st, TokenKey: key})
+	exps := []time.Time{time.Now().Add(time.Hour).Truncate(time.Hour), time.Now().Add(2 * time.Hour).Truncate(time.Hour)}
+	who, err := c.Authenticate(ctx, keys[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	issued, err := c.TokenUntil(ctx, who, boxes[0], exps[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks, err := c.SandboxTokens(ctx, boxes[0], exps)
+	if err != nil || len(toks) != 4 || !slices.Contains(toks, issued) {
+		t.Fatalf("two live keys, two expiries: %d tokens, %v; the issued one among them: %v", len(toks), err, slices.Contains(toks, issued))
+	}
+	for _, tok := range toks {
+		if err := c.CheckToken(ctx, boxes[0], tok); err != nil {
+			t.Errorf("a token of the sandbox's own (it is paused): %v", err)
+		}
+		if err := c.CheckToken(ctx, boxes[1], tok); !errors.Is(err, errdefs.ErrUnauthenticated) {
+			t.Errorf("a token of another sandbox: %v, want unauthenticated", err)
+		}
+	}
+	keyID, err := c.KeyID(ctx, who)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.RevokeAPIKey(ctx, keyID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if toks, err = c.SandboxTokens(ctx, boxes[0], exps); err != nil || len(toks) != 2 || slices.Contains(toks, issued) {
+		t.Fatalf("one key revoked: %d tokens, %v; the revoked key's among them: %v", len(toks), err, slices.Contains(toks, issued))
+	}
+	if err := c.CheckToken(ctx, boxes[0], issued); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Errorf("the revoked key's token: %v, want unauthenticated", err)
+	}
+	if _, err := c.SandboxTokens(ctx, sandbox.NewID(sandbox.PrefixSandbox), exps); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("no such sandbox: %v, want not_found", err)
 	}
 }
