@@ -36,9 +36,10 @@ const Prefix = "/e2b"
 // It stays below 0.6.2, which would promise file metadata.
 const envdVersion = "0.5.7"
 
-// tokenTTL is how long an envd access token from create or connect lasts;
-// connecting again issues a fresh one.
-const tokenTTL = 24 * time.Hour
+// tokenTTL is how long an envd access token from create or connect lasts,
+// as long as the native API's longest (a token opens the sandbox's ports
+// too); connecting again issues a fresh one.
+const tokenTTL = time.Hour
 
 // Backend is what the facade needs from zeish's server.
 type Backend interface {
@@ -46,8 +47,10 @@ type Backend interface {
 	// key apiKey (revoking the key ends the token).
 	IssueToken(ctx context.Context, sandboxID, apiKey string, ttl time.Duration) (string, error)
 	// SandboxAgent checks a token for a sandbox and returns its running
-	// agent (errdefs.ErrUnavailable when the sandbox is gone or not running).
-	SandboxAgent(ctx context.Context, id, token string) (*guest.Client, error)
+	// agent (errdefs.ErrUnavailable when the sandbox is gone or not
+	// running) and the release of the call's slot in the data plane's
+	// budget (errdefs.ClassRateLimited when it has none).
+	SandboxAgent(ctx context.Context, id, token string) (*guest.Client, func(), error)
 	// Authenticate checks an API key (errdefs.ErrUnauthenticated if bad).
 	Authenticate(ctx context.Context, key string) (accountID string, err error)
 }

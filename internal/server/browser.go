@@ -175,6 +175,15 @@ func (s *Server) browserProxy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	release, err := s.calls.acquire(rec.ID, rec.AccountID)
+	if err != nil {
+		refuseBusy(w, r, err)
+		return
+	}
+	defer release()
+	// Whatever listens on the browser's port is the guest's: never
+	// content of zeishd's origin (guestorigin.go).
+	w = &guestWriter{ResponseWriter: w}
 	addr, err := s.node.PortAddr(rec, sandbox.BrowserPort)
 	if err != nil {
 		writeError(w, r, err)
@@ -198,14 +207,16 @@ func (s *Server) browserProxy(w http.ResponseWriter, r *http.Request) {
 			pr.Out.Header.Del("Origin") // checked here by the token, not by Chromium's allow-list
 			pr.Out.Header.Del("Cookie")
 		},
+		Transport: s.browser,
 		ModifyResponse: func(resp *http.Response) error {
+			filterGuestHeaders(resp.Header, false, "")
 			if !strings.HasPrefix(path, "/json") || !strings.Contains(resp.Header.Get("Content-Type"), "json") {
 				return nil
 			}
 			return rewriteDevToolsJSON(resp, base, tok)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeError(w, r, fmt.Errorf("the browser of sandbox %s: %v: %w", rec.ID, err, errdefs.ErrUnavailable))
+			writeError(w, r, portError(sandbox.BrowserPort, rec.ID, s.data, err))
 		},
 	}
 	rp.ServeHTTP(w, r)
