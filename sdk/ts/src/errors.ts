@@ -34,7 +34,7 @@ export class AuthenticationError extends ZeishError {}
 export class NotFoundError extends ZeishError {}
 /** 409: `invalid_state`, `name_taken`, `file_exists`, `node_full`, `limit_reached`, `running_slots_full`, `storage_full`, `budget_exhausted`. */
 export class ConflictError extends ZeishError {}
-/** 429: `rate_limited` (see `retryAfter`), `daily_cap_reached`, `too_many_requests`. */
+/** 429: `rate_limited` (see `retryAfter`), `daily_cap_reached`, `too_many_requests`, `account_calls_full`. */
 export class RateLimitError extends ZeishError {}
 /** 503 `timeout`: an operation or wait did not finish in time. */
 export class TimeoutError extends ZeishError {}
@@ -91,6 +91,7 @@ const classByCode: Record<ErrorCode, new (s: number, c: ErrorCode, m: string, o?
   rate_limited: RateLimitError,
   daily_cap_reached: RateLimitError,
   too_many_requests: RateLimitError,
+  account_calls_full: RateLimitError,
   timeout: TimeoutError,
   unavailable: ServerError,
   desktop_not_enabled: InvalidArgumentError,
