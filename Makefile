@@ -77,7 +77,9 @@ proto:
 # FUZZTIME (new inputs that fail land in the package's testdata/fuzz).
 FUZZTIME ?= 2m
 FUZZ_TARGETS := ./guest:FuzzFrameReader ./guest:FuzzReadChunk ./internal/server:FuzzRequestDecoders \
-	./internal/server:FuzzSnapshotName ./sandbox:FuzzCheckName ./sandbox:FuzzCheckID
+	./internal/server:FuzzSnapshotName ./sandbox:FuzzCheckName ./sandbox:FuzzCheckID \
+	./internal/server:FuzzRewriteDevToolsJSON ./internal/server:FuzzHostPort ./internal/server:FuzzTokenVerify \
+	./internal/e2b:FuzzHostRoute ./guest:FuzzParseCredential
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		echo "== $$t ($(FUZZTIME))"; \

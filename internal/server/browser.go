@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -100,13 +101,15 @@ func wsScheme(u string) string {
 
 // viaProxy turns a WebSocket URL Chromium listed (ws://<guest>/devtools/…)
 // into one through the data plane under base, with tok in the query if
-// given.
+// given. The guest wrote it: a path that climbs out of /devtools/ (dot
+// segments) is refused, and the path goes out escaped, so none of it
+// reads as a query or a fragment.
 func viaProxy(chromeURL, base, tok string) (string, error) {
 	u, err := url.Parse(chromeURL)
-	if err != nil || !strings.HasPrefix(u.Path, "/devtools/") {
+	if err != nil || !strings.HasPrefix(u.Path, "/devtools/") || path.Clean(u.Path) != u.Path {
 		return "", fmt.Errorf("unexpected DevTools URL %q", chromeURL)
 	}
-	out := base + u.Path
+	out := base + (&url.URL{Path: u.Path}).EscapedPath()
 	if tok != "" {
 		out += "?token=" + url.QueryEscape(tok)
 	}
