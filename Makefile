@@ -31,7 +31,8 @@ vet:
 	@test -z "$$(gofmt -l .)" || (echo "gofmt needed:"; gofmt -l .; exit 1)
 
 # VM tests share two cores: -p 2 keeps at most two test binaries at once.
-test: deps vet
+# The console is bundled first: zeishd embeds it, and e2e tests drive it.
+test: deps vet console
 	$(GO) test -p 2 -timeout 30m ./...
 	$(MAKE) test-ts
 	$(MAKE) test-browser

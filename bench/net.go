@@ -460,8 +460,9 @@ func pairs(a, b []float64) []float64 {
 }
 
 // labServer starts a networked zeishd in the lab's node namespace, with no
-// default caps (a sandbox that asks for none is uncapped).
-func (e *benchEnv) labServer(ctx context.Context, lab *testenv.NetLab) (*zeish.Client, *testenv.Zeishd, func() error, error) {
+// default caps (a sandbox that asks for none is uncapped) unless env (more
+// settings, which win) gives some.
+func (e *benchEnv) labServer(ctx context.Context, lab *testenv.NetLab, env ...string) (*zeish.Client, *testenv.Zeishd, func() error, error) {
 	const listen = "127.0.0.1:7421"
 	relay, err := lab.Relay(lab.Node, listen)
 	if err != nil {
@@ -482,6 +483,7 @@ func (e *benchEnv) labServer(ctx context.Context, lab *testenv.NetLab) (*zeish.C
 		},
 		OwnProcessGroup: true,
 	}
+	z.Env = append(z.Env, env...)
 	if err := z.Start(ctx); err != nil {
 		return nil, nil, nil, err
 	}

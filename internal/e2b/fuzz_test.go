@@ -43,8 +43,15 @@ func FuzzHostRoute(f *testing.F) {
 		if strings.Contains(id, ".") {
 			t.Fatalf("%q: id %q holds a dot", host, id)
 		}
-		dnsID := strings.Replace(id, "sbx_", "sbx-", 1)
-		if again := port + "-" + dnsID + "." + domain; again != strings.Replace(name, "-sbx_", "-sbx-", 1) {
+		dnsID := id
+		if rest, ok := strings.CutPrefix(id, "sbx_"); ok {
+			dnsID = "sbx-" + rest
+		}
+		// The id's "_" may come as is (no DNS name holds it, a Host header may).
+		if p, rest, ok := strings.Cut(name, "-"); ok && strings.HasPrefix(rest, "sbx_") {
+			name = p + "-sbx-" + strings.TrimPrefix(rest, "sbx_")
+		}
+		if again := port + "-" + dnsID + "." + domain; again != name {
 			t.Fatalf("%q read as %q %q, which is named %q", host, id, port, again)
 		}
 	})

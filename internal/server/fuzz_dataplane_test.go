@@ -115,7 +115,10 @@ func FuzzHostPort(f *testing.F) {
 			dnsID = "sbx-" + rest
 		}
 		// The id's "_" may come as is (no DNS name holds it, a Host header may).
-		name := strings.Replace(strings.ToLower(hostOnly(host)), "-"+sandbox.PrefixSandbox, "-sbx-", 1)
+		name := strings.ToLower(hostOnly(host))
+		if p, rest, ok := strings.Cut(name, "-"); ok && strings.HasPrefix(rest, sandbox.PrefixSandbox) {
+			name = p + "-sbx-" + strings.TrimPrefix(rest, sandbox.PrefixSandbox)
+		}
 		if again := port + "-" + dnsID + "." + domain; again != name {
 			t.Fatalf("%q read as %q %q, which is named %q", host, port, id, again)
 		}
