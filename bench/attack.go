@@ -41,16 +41,11 @@ const attackClients = 1100
 // figure is reported, not judged: the bar is C within 2× of idle.
 func runAttack(ctx context.Context, e *benchEnv) (_ *report, err error) {
 	r := &report{Section: "attack", Title: fmt.Sprintf("A tenant under another's attack: exec and create latency (%d MiB, %s)", e.opts.memMiB, e.accel)}
-	lab, err := testenv.OpenNetLab()
-	if lab != nil {
-		defer func() { err = errors.Join(err, lab.Close()) }()
-	}
+	lab, err := sealedLab()
 	if err != nil {
-		return nil, fmt.Errorf("netlab: %w", err)
-	}
-	if err := lab.Sealed(); err != nil {
 		return nil, err
 	}
+	defer func() { err = errors.Join(err, lab.Close()) }()
 	nettool, err := testenv.BuildStatic("./e2e/nettool")
 	if err != nil {
 		return nil, err

@@ -62,16 +62,11 @@ const (
 func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 	mem := e.opts.memMiB
 	r := &report{Section: "net", Title: fmt.Sprintf("Networking: cost on create and fork, throughput (%d MiB, %s)", mem, e.accel)}
-	lab, err := testenv.OpenNetLab()
-	if lab != nil {
-		defer func() { err = errors.Join(err, lab.Close()) }()
-	}
+	lab, err := sealedLab()
 	if err != nil {
-		return nil, fmt.Errorf("netlab: %w", err)
-	}
-	if err := lab.Sealed(); err != nil {
 		return nil, err
 	}
+	defer func() { err = errors.Join(err, lab.Close()) }()
 	skip := func(part string) bool { return slices.Contains(strings.Split(e.opts.netSkip, ","), part) }
 	var iperf []guestFile
 	if !skip("iperf") {
@@ -457,6 +452,22 @@ func pairs(a, b []float64) []float64 {
 		d = append(d, a[i]-b[i])
 	}
 	return d
+}
+
+// sealedLab opens a NetLab and checks its node namespace reaches nothing
+// but the lab; the caller closes it.
+func sealedLab() (*testenv.NetLab, error) {
+	lab, err := testenv.OpenNetLab()
+	if err == nil {
+		err = lab.Sealed()
+	}
+	if err != nil {
+		if lab != nil {
+			err = errors.Join(err, lab.Close())
+		}
+		return nil, fmt.Errorf("netlab: %w", err)
+	}
+	return lab, nil
 }
 
 // labServer starts a networked zeishd in the lab's node namespace, with no

@@ -152,16 +152,18 @@ type stallWriter struct {
 	idle time.Duration
 }
 
-func (s *stallWriter) Write(p []byte) (int, error) {
-	s.rc.SetWriteDeadline(time.Now().Add(s.idle))
-	defer s.rc.SetWriteDeadline(time.Time{})
-	return s.ResponseWriter.Write(p)
+func (s *stallWriter) Write(p []byte) (n int, err error) {
+	s.bounded(func() { n, err = s.ResponseWriter.Write(p) })
+	return n, err
 }
 
-func (s *stallWriter) Flush() {
+func (s *stallWriter) Flush() { s.bounded(func() { s.rc.Flush() }) }
+
+// bounded runs one write under the stall deadline, and lifts it after.
+func (s *stallWriter) bounded(write func()) {
 	s.rc.SetWriteDeadline(time.Now().Add(s.idle))
 	defer s.rc.SetWriteDeadline(time.Time{})
-	s.rc.Flush()
+	write()
 }
 
 func (s *stallWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }

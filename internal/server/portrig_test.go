@@ -39,6 +39,7 @@ type portRig struct {
 	url   string // the server's base URL (http://127.0.0.1:port)
 	node  *portNode
 	token map[string]string // sandbox id → data-plane token
+	key   map[string]string // sandbox id → an API key of its account
 }
 
 // newPortRig serves opts (Store, Node and DataDir filled in) with one
@@ -53,7 +54,7 @@ func newPortRig(t *testing.T, opts Options, accounts []int, public ...int) (*por
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	rig := &portRig{t: t, st: st, node: &portNode{ports: map[int]string{}}, token: map[string]string{}}
+	rig := &portRig{t: t, st: st, node: &portNode{ports: map[int]string{}}, token: map[string]string{}, key: map[string]string{}}
 	opts.Store, opts.Node, opts.DataDir = st, rig.node, dir
 	if rig.srv, err = New(opts); err != nil {
 		t.Fatal(err)
@@ -65,7 +66,7 @@ func newPortRig(t *testing.T, opts Options, accounts []int, public ...int) (*por
 			t.Fatal(err)
 		}
 		key := sandbox.NewID(sandbox.PrefixKey)
-		_, hash := NewAPIKey()
+		secret, hash := NewAPIKey()
 		if err := st.CreateAPIKey(ctx, store.APIKey{ID: key, AccountID: acct, Hash: hash, Prefix: "zk_", CreatedAt: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
@@ -77,6 +78,7 @@ func newPortRig(t *testing.T, opts Options, accounts []int, public ...int) (*por
 				t.Fatal(err)
 			}
 			rig.token[sb.ID] = rig.srv.tokens.issue(sb.ID, acct, key, time.Now().Add(time.Hour))
+			rig.key[sb.ID] = secret
 			mine = append(mine, sb.ID)
 		}
 		ids = append(ids, mine)
