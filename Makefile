@@ -79,6 +79,8 @@ proto:
 FUZZTIME ?= 2m
 FUZZ_TARGETS := ./guest:FuzzFrameReader ./guest:FuzzReadChunk ./internal/server:FuzzRequestDecoders \
 	./internal/server:FuzzSnapshotName ./sandbox:FuzzCheckName ./sandbox:FuzzCheckID \
+	./internal/network:FuzzServeDNS ./sandbox:FuzzParseRule ./guest:FuzzListReplies \
+	./internal/guestports:FuzzParse ./internal/server:FuzzTermControl \
 	./internal/server:FuzzRewriteDevToolsJSON ./internal/server:FuzzHostPort ./internal/server:FuzzTokenVerify \
 	./internal/e2b:FuzzHostRoute ./guest:FuzzParseCredential
 fuzz:

@@ -489,7 +489,7 @@ func (e *benchEnv) labServer(ctx context.Context, lab *testenv.NetLab, env ...st
 			"ZEISH_LOG_LEVEL=debug", // for the steps' times (stepMS)
 			"ZEISH_PLAN_RUNNING_SLOTS=100", "ZEISH_PLAN_CREATES_PER_MINUTE=1000", "ZEISH_PLAN_DAILY_CREATES=100000",
 			"ZEISH_UPLINK=" + lab.Uplink, "ZEISH_DNS_UPSTREAM=" + lab.DNS, "ZEISH_NET_CIDR=10.213.0.0/24",
-			"ZEISH_NET_RATE_BYTES=0", "ZEISH_NET_RATE_PACKETS=0",
+			"ZEISH_NET_ALLOW_RANGES=" + testenv.LabRange, "ZEISH_NET_RATE_BYTES=0", "ZEISH_NET_RATE_PACKETS=0",
 			"ZEISH_READY_VMS=" + strconv.Itoa(e.opts.ready),
 		},
 		OwnProcessGroup: true,
@@ -809,7 +809,7 @@ func linkCosts(ctx context.Context, n int, rateBytes, ratePackets int64) (attach
 	in := func(f func() error) error { return testenv.InNetns(lab.Node, f) }
 	var m *network.Manager
 	if err := in(func() (err error) {
-		m, err = network.Open(ctx, network.Config{CIDR: "10.213.0.0/16", Uplink: lab.Uplink, Upstreams: []string{lab.DNS},
+		m, err = network.Open(ctx, network.Config{CIDR: "10.213.0.0/16", Uplink: lab.Uplink, Upstreams: []string{lab.DNS}, AllowRanges: []string{testenv.LabRange},
 			Rates: network.Rates{Bytes: rateBytes, Packets: ratePackets}})
 		return err
 	}); err != nil {

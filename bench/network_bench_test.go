@@ -25,7 +25,7 @@ func BenchmarkNetworkAttach(b *testing.B) {
 		}
 	}
 	in(func() (err error) {
-		m, err = network.Open(context.Background(), network.Config{CIDR: "10.213.0.0/16", Uplink: lab.Uplink, Upstreams: []string{lab.DNS}})
+		m, err = network.Open(context.Background(), network.Config{CIDR: "10.213.0.0/16", Uplink: lab.Uplink, Upstreams: []string{lab.DNS}, AllowRanges: []string{testenv.LabRange}})
 		return err
 	})
 	defer in(m.Close)

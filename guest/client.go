@@ -145,10 +145,12 @@ func handshake(ctx context.Context, conn net.Conn, o clientOptions) (*Client, er
 	return &Client{conn: conn, mux: mux, log: o.log, streams: make(chan struct{}, maxOpenStreams)}, nil
 }
 
-// readHostFrames feeds this session's DATA to yamux and ignores everything
-// else: frames of other sessions, repeated acks, garbage.
+// readHostFrames feeds this session's DATA to yamux, less the streams the
+// guest opens, and ignores everything else: frames of other sessions,
+// repeated acks, garbage.
 func readHostFrames(fr *frameReader, sess *sessConn, acked chan struct{}) error {
 	var once sync.Once
+	var guard inboundGuard
 	for {
 		f, err := fr.next()
 		if err != nil {
@@ -161,8 +163,11 @@ func readHostFrames(fr *frameReader, sess *sessConn, acked chan struct{}) error 
 		case frameHelloAck:
 			once.Do(func() { close(acked) })
 		case frameData:
-			if err := sess.deliver(f.payload); err != nil {
-				return err
+			// Streams the guest opens never reach yamux (inbound.go).
+			if p := guard.filter(f.payload); len(p) > 0 {
+				if err := sess.deliver(p); err != nil {
+					return err
+				}
 			}
 		case frameReset:
 			return errors.New("the agent no longer has this session (it restarted or another host took over)")

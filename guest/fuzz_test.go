@@ -3,9 +3,12 @@ package guest
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"testing"
+
+	"github.com/hashicorp/yamux"
 )
 
 // FuzzFrameReader feeds arbitrary bytes (a hostile guest, a torn stream)
@@ -99,5 +102,34 @@ func FuzzReadChunk(f *testing.F) {
 		if !bytes.Equal(got, data) {
 			t.Fatalf("round trip: %d bytes in, %d out", len(data), len(got))
 		}
+	})
+}
+
+// FuzzListReplies answers a list and a ps call with arbitrary bytes as the
+// result (what a hostile guest can send): the streamed decoders (ListEach,
+// ProcessesEach) and the whole ones (List, Processes) never panic, fail
+// or decode, and agree on the entries when both decode.
+func FuzzListReplies(f *testing.F) {
+	for _, s := range []string{`[]`, `null`, `[{"name":"a","size":1,"mode":420,"is_dir":false}]`, `[{"pid":1,"argv":["init"]}]`,
+		`[{}, {}, {}]`, `[`, `[1,2]`, `{"a":1}`, `[] []`, `[{"name":"` + string(make([]byte, 70_000)) + `"}]`, ``} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		answer := func(st *yamux.Stream) { sendChunk(st, chunkResult, body) }
+		ctx := context.Background()
+		check := func(what string, streamed, whole int, errS, errW error) {
+			if errS == nil && errW == nil && streamed != whole {
+				t.Fatalf("%s of %q: %d entries streamed, %d whole", what, body, streamed, whole)
+			}
+		}
+		c := rawGuest(t, answer)
+		n := 0
+		errS := c.ListEach(ctx, "/", func(FileInfo) error { n++; return nil })
+		list, errW := c.List(ctx, "/")
+		check("list", n, len(list), errS, errW)
+		n = 0
+		errS = c.ProcessesEach(ctx, func(Process) error { n++; return nil })
+		ps, errW := c.Processes(ctx)
+		check("ps", n, len(ps), errS, errW)
 	})
 }

@@ -50,3 +50,41 @@ func FuzzCheckID(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseRule: an allow or deny entry parses to exactly one of a masked
+// IPv4 prefix or a lower-case domain without a trailing dot, or fails; a
+// domain rule matches its own name (exact) or the names below it
+// (wildcard), never a name that merely ends like it; Matches never panics.
+func FuzzParseRule(f *testing.F) {
+	for _, s := range []string{"10.0.0.0/8", "1.2.3.4", "1.2.3.4/33", "example.com", "*.Example.COM.", "*.com", "a.*.b", "::1", "", " x.y ", "300.1.1.1"} {
+		f.Add(s, "www.example.com")
+	}
+	f.Fuzz(func(t *testing.T, s, name string) {
+		r, err := ParseRule(s)
+		if err != nil {
+			return
+		}
+		switch {
+		case r.Domain == "" && !r.Prefix.IsValid(), r.Domain != "" && r.Prefix.IsValid():
+			t.Fatalf("%q: %+v is not exactly one of a prefix or a domain", s, r)
+		case r.Prefix.IsValid() && (!r.Prefix.Addr().Is4() || r.Prefix != r.Prefix.Masked()):
+			t.Fatalf("%q: prefix %s", s, r.Prefix)
+		case r.Domain != "" && (r.Domain != strings.ToLower(r.Domain) || strings.HasSuffix(r.Domain, ".") || len(r.Domain) > 253):
+			t.Fatalf("%q: domain %q", s, r.Domain)
+		}
+		if r.Domain != "" {
+			if r.Wildcard == r.Matches(r.Domain) {
+				t.Fatalf("%q: matches its own domain %v (wildcard %v)", s, r.Matches(r.Domain), r.Wildcard)
+			}
+			if r.Wildcard && !r.Matches("x."+r.Domain) {
+				t.Fatalf("%q: does not match a name below it", s)
+			}
+			if r.Matches("x" + r.Domain) {
+				t.Fatalf("%q: matches x%s", s, r.Domain)
+			}
+		}
+		if r.Matches(name) && !(name == r.Domain || r.Wildcard && strings.HasSuffix(name, "."+r.Domain)) {
+			t.Fatalf("%q matches %q", s, name)
+		}
+	})
+}

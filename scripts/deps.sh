@@ -68,3 +68,19 @@ if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
 	echo "deps: Go is missing (expected at /usr/local/go)" >&2
 	exit 1
 fi
+
+# versitygw, an S3 gateway over a folder: the real S3 server the image
+# store's tests start on loopback (internal/imagestore). Built once from the
+# Go module proxy (~2 min) and kept under a name that carries its version,
+# so a machine that has it skips the build and a new version is built anew.
+versitygw_version=v1.8.0
+versitygw_bin=/usr/local/bin/versitygw-$versitygw_version
+if [ ! -x "$versitygw_bin" ]; then
+	root "install $versitygw_bin"
+	echo "deps: building versitygw $versitygw_version" >&2
+	gobin=$(mktemp -d)
+	PATH=$PATH:/usr/local/go/bin GOBIN=$gobin GOFLAGS=-buildvcs=false \
+		go install "github.com/versity/versitygw/cmd/versitygw@$versitygw_version" >&2
+	install -m 0755 "$gobin/versitygw" "$versitygw_bin"
+	rm -rf "$gobin"
+fi

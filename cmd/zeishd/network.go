@@ -27,12 +27,17 @@ func openNetwork(ctx context.Context, log *slog.Logger) (*network.Manager, error
 	if err != nil {
 		return nil, err
 	}
+	dns, err := dnsLimitsFromEnv(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
 	return network.Open(ctx, network.Config{
 		CIDR:        os.Getenv("ZEISH_NET_CIDR"),
 		Uplink:      os.Getenv("ZEISH_UPLINK"),
 		Upstreams:   list(os.Getenv("ZEISH_DNS_UPSTREAM")),
 		AllowRanges: list(os.Getenv("ZEISH_NET_ALLOW_RANGES")),
 		Rates:       rates,
+		DNS:         dns,
 		Logger:      log,
 	})
 }
@@ -64,6 +69,28 @@ func ratesFromEnv(lookup func(string) string) (network.Rates, error) {
 		*f.dst = n
 	}
 	return r, nil
+}
+
+// dnsLimitsFromEnv reads ZEISH_DNS_RATE (each sandbox's DNS queries per
+// second; 0: uncapped) and ZEISH_DNS_WORKERS (the node's queries upstream
+// at once).
+func dnsLimitsFromEnv(lookup func(string) string) (network.DNSLimits, error) {
+	l := network.DNSLimits{Rate: network.DefaultDNSRate, Workers: network.DefaultDNSWorkers}
+	if v := lookup("ZEISH_DNS_RATE"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || n > 100_000 {
+			return l, fmt.Errorf("ZEISH_DNS_RATE=%q: want queries per second per sandbox, 0 (uncapped) to 100000", v)
+		}
+		l.Rate = n
+	}
+	if v := lookup("ZEISH_DNS_WORKERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 4096 {
+			return l, fmt.Errorf("ZEISH_DNS_WORKERS=%q: want 1 to 4096 queries upstream at once", v)
+		}
+		l.Workers = n
+	}
+	return l, nil
 }
 
 // list splits a comma-separated setting, dropping empty items.

@@ -9,15 +9,20 @@
 //	nettool push URL N     POST N bytes, print "N SECONDS" (60 s at most)
 //	nettool lookup NAME [SERVER]  resolve NAME (at SERVER host:port, else the
 //	                       system's resolver); exit 0 if it has an address
+//	nettool dnsflood SECONDS [QPS]  send A queries for random names over UDP
+//	                       to port 53 (any server: zeishd redirects it) as fast
+//	                       as it can (or QPS a second) for SECONDS; print
+//	                       "sent N answered N refused N"
+//	nettool dnslatency NAME N  resolve NAME N times, one after the other (2 s
+//	                       each at most); print "ok N p50_ms X p90_ms X max_ms X"
 //	nettool page PORT FILE serve FILE as the HTML page at every path, with
 //	                       cookies (one in the name of zeish's console
 //	                       session), logging each request's Cookie header
-//	                       to FILE.cookies
+//	                       to FILE.cookies (page.go)
 //	nettool silent PORT    accept connections, read them, never answer
-//	nettool dnsflood SECONDS [SERVER]  send DNS queries for random names as
-//	                       fast as it can for SECONDS (to SERVER host:port,
-//	                       else the first nameserver of /etc/resolv.conf),
-//	                       print how many it sent
+//
+// dnsflood is the hostile guest of the DNS tests and load tests: run it in
+// one guest and dnslatency in another to see what a neighbour's flood costs.
 package main
 
 import (
@@ -28,9 +33,6 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -68,12 +70,14 @@ func main() {
 		os.Exit(1)
 	}
 	switch os.Args[1] {
-	case "page":
-		page(os.Args[2], os.Args[3])
-	case "silent":
-		silent(os.Args[2])
 	case "dnsflood":
-		dnsFlood(os.Args[2:])
+		exit(dnsFlood(os.Args[2:]))
+	case "dnslatency":
+		exit(dnsLatency(os.Args[2:]))
+	case "page":
+		exit(page(os.Args[2], os.Args[3]))
+	case "silent":
+		exit(silent(os.Args[2]))
 	}
 	limit := 4 * time.Second
 	if os.Args[1] == "fetch" || os.Args[1] == "push" {
@@ -186,100 +190,10 @@ func (zeros) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// page is a hostile guest's web page: whatever script FILE holds, and
-// cookies aimed at zeish's console.
-func page(port, file string) {
-	html, err := os.ReadFile(file)
+func exit(err error) {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	cookies, err := os.OpenFile(file+".cookies", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	err = http.ListenAndServe(":"+port, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(cookies, "%s %s\n", r.URL.Path, r.Header.Get("Cookie"))
-		w.Header().Add("Set-Cookie", "zeish_session=from-the-guest; Path=/console")
-		w.Header().Add("Set-Cookie", "guest=1; Path=/")
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		w.Write(html)
-	}))
-	fmt.Fprintln(os.Stderr, err)
-	os.Exit(1)
-}
-
-// silent holds every connection it gets and never writes a byte: a guest
-// behind a port that wants to hold whoever calls it.
-func silent(port string) {
-	ln, err := net.Listen("tcp", ":"+port)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		go func() { io.Copy(io.Discard, c); c.Close() }()
-	}
-}
-
-// dnsFlood is a guest flooding its DNS forwarder: queries for names no one
-// has (so none is cached), from several sockets, never waiting for an
-// answer.
-func dnsFlood(args []string) {
-	secs, err := strconv.Atoi(args[0])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "dnsflood SECONDS [SERVER]")
-		os.Exit(2)
-	}
-	server := ""
-	if len(args) > 1 {
-		server = args[1]
-	} else if conf, err := os.ReadFile("/etc/resolv.conf"); err == nil {
-		for _, line := range strings.Split(string(conf), "\n") {
-			if f := strings.Fields(line); len(f) == 2 && f[0] == "nameserver" {
-				server = net.JoinHostPort(f[1], "53")
-				break
-			}
-		}
-	}
-	if server == "" {
-		fmt.Fprintln(os.Stderr, "no nameserver")
-		os.Exit(1)
-	}
-	end := time.Now().Add(time.Duration(secs) * time.Second)
-	var sent atomic.Int64
-	var wg sync.WaitGroup
-	for w := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := net.Dial("udp", server)
-			if err != nil {
-				return
-			}
-			defer c.Close()
-			go io.Copy(io.Discard, c) // answers, if any, are not the point
-			q := make([]byte, 0, 64)
-			for i := 0; time.Now().Before(end); i++ {
-				q = append(q[:0], byte(i>>8), byte(i), 1, 0, 0, 1, 0, 0, 0, 0, 0, 0) // id, RD, one question
-				for _, label := range []string{fmt.Sprintf("q%d-%d", w, i), "flood", "test"} {
-					q = append(q, byte(len(label)))
-					q = append(q, label...)
-				}
-				q = append(q, 0, 0, 1, 0, 1) // root, type A, class IN
-				if _, err := c.Write(q); err == nil {
-					sent.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	fmt.Println(sent.Load(), "queries in", secs, "s to", server)
 	os.Exit(0)
 }

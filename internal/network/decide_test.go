@@ -17,7 +17,8 @@ func TestDecide(t *testing.T) {
 		want   dnsVerdict
 	}{
 		{sandbox.Network{Egress: sandbox.EgressAllow}, "anything.example", dnsVerdict{known: true}},
-		{sandbox.Network{Egress: sandbox.EgressAllow, Deny: []string{"bad.example"}}, "bad.example", dnsVerdict{known: true, refuse: true}},
+		{sandbox.Network{Egress: sandbox.EgressAllow, Deny: []string{"bad.example"}}, "bad.example", dnsVerdict{known: true, refuse: true, denyTo: "zt-0"}},
+		{sandbox.Network{Egress: sandbox.EgressAllow, Deny: []string{"*.bad.example"}}, "x.bad.example", dnsVerdict{known: true, refuse: true, denyTo: "zt-0"}},
 		{sandbox.Network{Egress: sandbox.EgressDeny}, "secret-data.exfil.example", dnsVerdict{known: true, refuse: true}},
 		{sandbox.Network{Egress: sandbox.EgressDeny, Allow: []string{"198.18.7.7"}}, "other.test", dnsVerdict{known: true, refuse: true}},
 		{sandbox.Network{Egress: sandbox.EgressDeny, Allow: []string{"*.pypi.org"}}, "files.pypi.org", dnsVerdict{known: true, learnTo: "zt-0"}},

@@ -31,7 +31,7 @@ func TestManagerKernelObjects(t *testing.T) {
 		}
 		return out
 	}
-	cfg := Config{CIDR: "10.213.0.0/24", Uplink: lab.Uplink, Upstreams: []string{lab.DNS}, Rates: Rates{Bytes: 1 << 20, Packets: 1000}}
+	cfg := Config{CIDR: "10.213.0.0/24", Uplink: lab.Uplink, Upstreams: []string{lab.DNS}, AllowRanges: []string{testenv.LabRange}, Rates: Rates{Bytes: 1 << 20, Packets: 1000}}
 	var m *Manager
 	in(func() (err error) { m, err = Open(context.Background(), cfg); return })
 	var l Link
@@ -72,7 +72,7 @@ func TestManagerKernelObjects(t *testing.T) {
 		t.Fatalf("counters of an unused link: %+v", c)
 	}
 	// DNS learning puts an address in the guest's dynamic set with a timeout.
-	in(func() error { return m.learn(l.TAP, []netipAddr{mustAddr("198.18.7.7")}, MinLearnTTL) })
+	in(func() error { return m.learn(l.TAP, true, []netipAddr{mustAddr("198.18.7.7")}, MinLearnTTL) })
 	if table = sh("nft", "list", "set", "inet", "zeish", "ad-zt-0"); !strings.Contains(table, "198.18.7.7 timeout") && !strings.Contains(table, "198.18.7.7 expires") {
 		t.Fatalf("learned address missing:\n%s", table)
 	}

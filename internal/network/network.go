@@ -40,7 +40,10 @@ type Config struct {
 	AllowRanges []string
 	// Rates are each guest's default caps, and the most one may ask for
 	// (0: uncapped).
-	Rates  Rates
+	Rates Rates
+	// DNS bounds the DNS forwarder: each guest's query rate (0: uncapped),
+	// the node's queries upstream at once (0: DefaultDNSWorkers).
+	DNS    DNSLimits
 	Logger *slog.Logger
 }
 
@@ -53,6 +56,7 @@ type Manager struct {
 	rs     *ruleset
 	fwd    *forwarder
 	rates  Rates
+	dns    DNSLimits
 
 	mu     sync.Mutex
 	guests map[netip.Addr]*guestNet
@@ -62,8 +66,10 @@ type Manager struct {
 	warmTarget int
 	made       map[string]bool
 	warmKick   chan struct{}
+	denyKick   chan struct{}
 	done       chan struct{}
 	warmWG     sync.WaitGroup
+	refreshWG  sync.WaitGroup
 	// ns is the network namespace Open ran in: a TAP is made in the
 	// namespace of the thread that makes it, so keepWarm's thread enters it.
 	ns netns.NsHandle
@@ -129,21 +135,23 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	dnsLimits := cfg.DNS
+	if dnsLimits.Workers <= 0 {
+		dnsLimits.Workers = DefaultDNSWorkers
+	}
 	m := &Manager{log: log, nl: nl, pool: pool, uplink: uplink, guests: map[netip.Addr]*guestNet{},
-		made: map[string]bool{}, warmKick: make(chan struct{}, 1), done: make(chan struct{}), ns: ns, rates: cfg.Rates}
+		made: map[string]bool{}, warmKick: make(chan struct{}, 1), denyKick: make(chan struct{}, 1), done: make(chan struct{}), ns: ns, rates: cfg.Rates, dns: dnsLimits}
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
 		return nil, fmt.Errorf("network: enable forwarding: %w", err)
 	}
-	m.fwd, err = startForwarder(log, ups, m.decide, m.learn)
-	if err != nil {
+	if m.rs, err = installBase(pool.Prefix(), uplink, blocked); err != nil {
 		return nil, err
 	}
-	if m.rs, err = installBase(pool.Prefix(), uplink, m.fwd.port, blocked); err != nil {
-		m.fwd.close()
-		return nil, err
-	}
-	log.Info("network", "pool", pool.Prefix(), "uplink", uplink, "dns_upstreams", ups, "dns_port", m.fwd.port,
-		"rate_bytes", cfg.Rates.Bytes, "rate_packets", cfg.Rates.Packets)
+	m.fwd = newForwarder(log, ups, dnsLimits, m.enterNamespace, m.decide, m.learn)
+	m.refreshWG.Add(1)
+	go m.refreshDenied()
+	log.Info("network", "pool", pool.Prefix(), "uplink", uplink, "dns_upstreams", ups,
+		"dns_rate", dnsLimits.Rate, "dns_workers", dnsLimits.Workers, "rate_bytes", cfg.Rates.Bytes, "rate_packets", cfg.Rates.Packets)
 	return m, nil
 }
 
@@ -215,13 +223,25 @@ func (m *Manager) Attach(guest string, p sandbox.Network) (Link, error) {
 		m.made[l.TAP] = true
 		m.mu.Unlock()
 	}
+	// The guest's forwarder socket first: its port goes into its rules.
+	opened := false
+	if m.fwd.guest(l.TAP) == nil {
+		if err := m.inNamespace(func() error { _, err := m.fwd.openGuest(l); return err }); err != nil {
+			return Link{}, err
+		}
+		opened = true
+	}
 	g := compile(l, p, m.rates)
-	if err := m.rs.setGuest(l.TAP, g.kernel(), !m.rs.hasGuest(l.TAP)); err != nil {
+	if err := m.rs.setGuest(l.TAP, m.kernel(g), !m.rs.hasGuest(l.TAP)); err != nil {
+		if opened {
+			m.fwd.closeGuest(l.TAP)
+		}
 		return Link{}, err
 	}
 	m.mu.Lock()
 	m.guests[a] = g
 	m.mu.Unlock()
+	m.blockDeniedNames(g)
 	return l, nil
 }
 
@@ -237,12 +257,13 @@ func (m *Manager) SetPolicy(guest string, p sandbox.Network) error {
 		return err
 	}
 	g := compile(l, p, m.rates)
-	if err := m.rs.setGuest(l.TAP, g.kernel(), !m.rs.hasGuest(l.TAP)); err != nil {
+	if err := m.rs.setGuest(l.TAP, m.kernel(g), !m.rs.hasGuest(l.TAP)); err != nil {
 		return err
 	}
 	m.mu.Lock()
 	m.guests[a] = g
 	m.mu.Unlock()
+	m.blockDeniedNames(g)
 	return nil
 }
 
@@ -261,6 +282,7 @@ func (m *Manager) Detach(guest string) error {
 	delete(m.guests, a)
 	delete(m.made, l.TAP)
 	m.mu.Unlock()
+	m.fwd.closeGuest(l.TAP)
 	err = errors.Join(m.rs.delGuest(l.TAP), deleteTAP(m.nl, l.TAP))
 	if err == nil {
 		m.pool.Release(a)
@@ -288,6 +310,7 @@ func (m *Manager) Sweep() error {
 	for _, t := range taps {
 		if !keep[t] {
 			m.log.Info("network: removing leftover tap", "tap", t)
+			m.fwd.closeGuest(t)
 			errs = append(errs, m.rs.delGuest(t), deleteTAP(m.nl, t))
 		}
 	}
@@ -300,6 +323,7 @@ func (m *Manager) Sweep() error {
 func (m *Manager) Close() error {
 	close(m.done)
 	m.warmWG.Wait() // no ready link is being made any more
+	m.refreshWG.Wait()
 	m.fwd.close()
 	m.mu.Lock()
 	n := len(m.guests)
@@ -329,6 +353,9 @@ func (m *Manager) decide(src netip.Addr, name string) dnsVerdict {
 	for _, r := range g.deny {
 		if r.Matches(name) {
 			v.refuse = true
+			if !g.egressDeny {
+				v.denyTo = g.link.TAP
+			}
 			return v
 		}
 	}
@@ -347,8 +374,18 @@ func (m *Manager) decide(src netip.Addr, name string) dnsVerdict {
 	return v
 }
 
-func (m *Manager) learn(tap string, addrs []netip.Addr, ttl time.Duration) error {
-	return m.rs.learn(tap, true, addrs, ttl)
+func (m *Manager) learn(tap string, allow bool, addrs []netip.Addr, ttl time.Duration) error {
+	return m.rs.learn(tap, allow, addrs, ttl)
+}
+
+// kernel is g's policy as nftables takes it, with its forwarder port.
+func (m *Manager) kernel(g *guestNet) compiled {
+	c := g.kernel()
+	c.guest, c.dnsRate = g.link.Guest, m.dns.Rate
+	if dg := m.fwd.guest(g.link.TAP); dg != nil {
+		c.dnsPort = dg.port
+	}
+	return c
 }
 
 func compile(l Link, p sandbox.Network, def Rates) *guestNet {

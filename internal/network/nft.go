@@ -18,8 +18,14 @@ import (
 // replaces it whole at start (one atomic transaction), so a restart never
 // finds rules of an older run. Layout:
 //
-//	prerouting (nat):  DNS from guests, to any server → the node's forwarder
-//	input:             from guests only the forwarder; everything else to the host dropped
+//	sources (prerouting, before conntrack): from a guest's TAP only its own
+//	                   address (its s-N); anything else from a TAP dropped,
+//	                   forwarded or to the host alike, before it makes a
+//	                   conntrack entry
+//	prerouting (nat):  DNS from guests, to any server → that guest's own
+//	                   forwarder socket (its n-N)
+//	input:             from guests only their forwarder port, under their DNS
+//	                   rate (their i-N); everything else to the host dropped
 //	forward:           to guests: over their rates dropped (each guest's l-N,
 //	                   via to-guests), then only replies; from guests: IPv6 and
 //	                   blocked ranges dropped, then each guest's own chain
@@ -30,18 +36,28 @@ import (
 // dropped, so a guest is never let out by a missing rule (e.g. while the
 // ruleset is rebuilt after a restart).
 const (
-	tableName     = "zeish"
-	chainGuests   = "guests"
-	chainToGuests = "to-guests"
+	tableName      = "zeish"
+	chainGuests    = "guests"
+	chainToGuests  = "to-guests"
+	chainGuestsIn  = "guests-in"
+	chainSourcesOf = "sources-of"
+	chainDNSOf     = "dns-of"
 )
 
+// priorityRaw runs the sources chain before conntrack (-200), so a spoofed
+// packet is dropped before the kernel tracks it.
+var priorityRaw = nftables.ChainPriorityRef(-300)
+
 type ruleset struct {
-	mu       sync.Mutex // a Conn batches messages until Flush: one batch at a time
-	conn     *nftables.Conn
-	table    *nftables.Table
-	guests   *nftables.Chain
-	toGuests *nftables.Chain
-	blocked  *nftables.Set
+	mu        sync.Mutex // a Conn batches messages until Flush: one batch at a time
+	conn      *nftables.Conn
+	table     *nftables.Table
+	guests    *nftables.Chain
+	toGuests  *nftables.Chain
+	guestsIn  *nftables.Chain
+	sourcesOf *nftables.Chain
+	dnsOf     *nftables.Chain
+	blocked   *nftables.Set
 }
 
 func nfTable() *nftables.Table {
@@ -49,7 +65,7 @@ func nfTable() *nftables.Table {
 }
 
 // installBase replaces the table with the base ruleset.
-func installBase(pool netip.Prefix, uplink string, dnsPort uint16, blocked []span) (*ruleset, error) {
+func installBase(pool netip.Prefix, uplink string, blocked []span) (*ruleset, error) {
 	c, err := nftables.New(nftables.AsLasting())
 	if err != nil {
 		return nil, err
@@ -66,36 +82,35 @@ func installBase(pool netip.Prefix, uplink string, dnsPort uint16, blocked []spa
 		return nil, err
 	}
 	policyAccept := nftables.ChainPolicyAccept
+	jump := func(chain string) []expr.Any { return []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: chain}} }
 
+	rs.sourcesOf = c.AddChain(&nftables.Chain{Name: chainSourcesOf, Table: rs.table})
+	src := c.AddChain(&nftables.Chain{Name: "sources", Table: rs.table, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookPrerouting, Priority: priorityRaw, Policy: &policyAccept})
+	c.AddRule(&nftables.Rule{Table: rs.table, Chain: src, Exprs: cat(ifPrefix(expr.MetaKeyIIFNAME), jump(chainSourcesOf))})
+	c.AddRule(&nftables.Rule{Table: rs.table, Chain: src, Exprs: cat(ifPrefix(expr.MetaKeyIIFNAME), counter(), verdict(expr.VerdictDrop))})
+
+	rs.dnsOf = c.AddChain(&nftables.Chain{Name: chainDNSOf, Table: rs.table})
 	pre := c.AddChain(&nftables.Chain{Name: "prerouting", Table: rs.table, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
-	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
-		c.AddRule(&nftables.Rule{Table: rs.table, Chain: pre, Exprs: cat(
-			ifPrefix(expr.MetaKeyIIFNAME), ipv4(), l4(proto), dport(53),
-			[]expr.Any{
-				&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(dnsPort)},
-				&expr.Redir{RegisterProtoMin: 1, Flags: unix.NF_NAT_RANGE_PROTO_SPECIFIED},
-			})})
-	}
+	c.AddRule(&nftables.Rule{Table: rs.table, Chain: pre, Exprs: cat(ifPrefix(expr.MetaKeyIIFNAME), jump(chainDNSOf))})
 
+	rs.guestsIn = c.AddChain(&nftables.Chain{Name: chainGuestsIn, Table: rs.table})
 	in := c.AddChain(&nftables.Chain{Name: "input", Table: rs.table, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &policyAccept})
-	c.AddRule(&nftables.Rule{Table: rs.table, Chain: in, Exprs: cat(ifPrefix(expr.MetaKeyIIFNAME), ctEstablished(), verdict(expr.VerdictAccept))})
-	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
-		c.AddRule(&nftables.Rule{Table: rs.table, Chain: in, Exprs: cat(ifPrefix(expr.MetaKeyIIFNAME), ipv4(), l4(proto), dport(dnsPort), verdict(expr.VerdictAccept))})
-	}
+	c.AddRule(&nftables.Rule{Table: rs.table, Chain: in, Exprs: cat(ifPrefix(expr.MetaKeyIIFNAME), jump(chainGuestsIn))})
 	c.AddRule(&nftables.Rule{Table: rs.table, Chain: in, Exprs: cat(ifPrefix(expr.MetaKeyIIFNAME), verdict(expr.VerdictDrop))})
 
 	rs.guests = c.AddChain(&nftables.Chain{Name: chainGuests, Table: rs.table})
 	rs.toGuests = c.AddChain(&nftables.Chain{Name: chainToGuests, Table: rs.table})
 	fwd := c.AddChain(&nftables.Chain{Name: "forward", Table: rs.table, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &policyAccept})
-	c.AddRule(&nftables.Rule{Table: rs.table, Chain: fwd, Exprs: cat(ifPrefix(expr.MetaKeyOIFNAME), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: chainToGuests}})})
+	c.AddRule(&nftables.Rule{Table: rs.table, Chain: fwd, Exprs: cat(ifPrefix(expr.MetaKeyOIFNAME), jump(chainToGuests))})
 	c.AddRule(&nftables.Rule{Table: rs.table, Chain: fwd, Exprs: cat(ifPrefix(expr.MetaKeyOIFNAME), ctEstablished(), verdict(expr.VerdictAccept))})
 	c.AddRule(&nftables.Rule{Table: rs.table, Chain: fwd, Exprs: cat(ifPrefix(expr.MetaKeyOIFNAME), verdict(expr.VerdictDrop))})
 	c.AddRule(&nftables.Rule{Table: rs.table, Chain: fwd, Exprs: cat(ifPrefix(expr.MetaKeyIIFNAME), notIPv4(), verdict(expr.VerdictDrop))})
 	c.AddRule(&nftables.Rule{Table: rs.table, Chain: fwd, Exprs: cat(ifPrefix(expr.MetaKeyIIFNAME), daddrIn(rs.blocked, false), verdict(expr.VerdictDrop))})
-	c.AddRule(&nftables.Rule{Table: rs.table, Chain: fwd, Exprs: cat(ifPrefix(expr.MetaKeyIIFNAME), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: chainGuests}})})
+	c.AddRule(&nftables.Rule{Table: rs.table, Chain: fwd, Exprs: cat(ifPrefix(expr.MetaKeyIIFNAME), jump(chainGuests))})
 	c.AddRule(&nftables.Rule{Table: rs.table, Chain: fwd, Exprs: cat(ifPrefix(expr.MetaKeyIIFNAME), verdict(expr.VerdictDrop))})
 
 	post := c.AddChain(&nftables.Chain{Name: "postrouting", Table: rs.table, Type: nftables.ChainTypeNAT,
@@ -123,8 +138,11 @@ func (rs *ruleset) removeTable() error {
 
 // guestObjects names one guest's chains and sets.
 type guestObjects struct {
-	chain                          *nftables.Chain
+	chain                          *nftables.Chain // traffic from the guest, forwarded
 	limitsIn                       *nftables.Chain // traffic to the guest
+	input                          *nftables.Chain // traffic from the guest to the host
+	source                         *nftables.Chain // the guest's own source address
+	dns                            *nftables.Chain // the guest's DNS to its forwarder socket
 	allow, allowDyn, deny, denyDyn *nftables.Set
 	tap                            string
 }
@@ -133,13 +151,21 @@ func (rs *ruleset) objects(tap string) guestObjects {
 	set := func(prefix string, interval bool) *nftables.Set {
 		return &nftables.Set{Table: rs.table, Name: prefix + "-" + tap, KeyType: nftables.TypeIPAddr, Interval: interval, HasTimeout: !interval}
 	}
+	chain := func(prefix string) *nftables.Chain { return &nftables.Chain{Name: prefix + "-" + tap, Table: rs.table} }
 	return guestObjects{
-		chain:    &nftables.Chain{Name: "g-" + tap, Table: rs.table},
-		limitsIn: &nftables.Chain{Name: "l-" + tap, Table: rs.table},
-		allow:    set("a", true), allowDyn: set("ad", false),
+		chain: chain("g"), limitsIn: chain("l"), input: chain("i"), source: chain("s"), dns: chain("n"),
+		allow: set("a", true), allowDyn: set("ad", false),
 		deny: set("d", true), denyDyn: set("dd", false),
 		tap: tap,
 	}
+}
+
+func (o guestObjects) chains() []*nftables.Chain {
+	return []*nftables.Chain{o.chain, o.limitsIn, o.input, o.source, o.dns}
+}
+
+func (o guestObjects) sets() []*nftables.Set {
+	return []*nftables.Set{o.allow, o.allowDyn, o.deny, o.denyDyn}
 }
 
 // compiled is a guest's policy as the kernel needs it.
@@ -147,28 +173,33 @@ type compiled struct {
 	deny       bool // egress: deny
 	allow, den []span
 	rates      Rates
+	guest      netip.Addr // the only source address its TAP takes
+	dnsPort    uint16     // its forwarder socket's port (on its gateway)
+	dnsRate    int64      // its DNS queries per second (0: uncapped)
 }
 
-// setGuest creates or replaces the chain and sets of one guest, and its jump
-// from the guests chain, in one transaction. Dynamic (DNS-learned) addresses
-// are kept when keepDynamic, e.g. across a restart of zeishd.
+// setGuest creates or replaces the chains and sets of one guest, and its
+// jumps, in one transaction. Dynamic (DNS-learned) addresses are kept when
+// keepDynamic, e.g. across a restart of zeishd.
 func (rs *ruleset) setGuest(tap string, p compiled, fresh bool) error {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	c := rs.conn
 	o := rs.objects(tap)
 	if fresh {
-		for _, s := range []*nftables.Set{o.allow, o.allowDyn, o.deny, o.denyDyn} {
+		for _, s := range o.sets() {
 			if err := c.AddSet(s, nil); err != nil {
 				return err
 			}
 		}
-		c.AddChain(o.chain)
-		c.AddChain(o.limitsIn)
+		for _, ch := range o.chains() {
+			c.AddChain(ch)
+		}
 	} else {
-		c.FlushChain(o.chain)
-		c.FlushChain(o.limitsIn)
-		for _, s := range []*nftables.Set{o.allow, o.allowDyn, o.deny, o.denyDyn} {
+		for _, ch := range o.chains() {
+			c.FlushChain(ch)
+		}
+		for _, s := range o.sets() {
 			c.FlushSet(s)
 		}
 	}
@@ -202,16 +233,62 @@ func (rs *ruleset) setGuest(tap string, p compiled, fresh bool) error {
 	} else {
 		add(verdict(expr.VerdictAccept))
 	}
+	rs.addHostRules(o, p)
 	if fresh {
-		c.AddRule(&nftables.Rule{Table: rs.table, Chain: rs.guests, UserData: []byte(tap),
-			Exprs: cat(ifExact(expr.MetaKeyIIFNAME, tap), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: o.chain.Name}})})
-		c.AddRule(&nftables.Rule{Table: rs.table, Chain: rs.toGuests, UserData: []byte(tap),
-			Exprs: cat(ifExact(expr.MetaKeyOIFNAME, tap), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: o.limitsIn.Name}})})
+		for _, j := range []struct {
+			from *nftables.Chain
+			key  expr.MetaKey
+			to   *nftables.Chain
+		}{
+			{rs.guests, expr.MetaKeyIIFNAME, o.chain}, {rs.toGuests, expr.MetaKeyOIFNAME, o.limitsIn},
+			{rs.guestsIn, expr.MetaKeyIIFNAME, o.input}, {rs.sourcesOf, expr.MetaKeyIIFNAME, o.source},
+			{rs.dnsOf, expr.MetaKeyIIFNAME, o.dns},
+		} {
+			c.AddRule(&nftables.Rule{Table: rs.table, Chain: j.from, UserData: []byte(tap),
+				Exprs: cat(ifExact(j.key, tap), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: j.to.Name}})})
+		}
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables: guest %s: %w", tap, err)
 	}
 	return nil
+}
+
+// addHostRules fills the guest's chains that concern the host: its source
+// address (anything else from its TAP is dropped by the sources chain once
+// s-N returns), its DNS redirected to its own forwarder socket, and what of
+// it the host takes: replies, and its forwarder port under its DNS rate.
+// The kernel drops a flood before the forwarder reads it; TCP is given four
+// packets per query (handshake, query, acks, close).
+func (rs *ruleset) addHostRules(o guestObjects, p compiled) {
+	c := rs.conn
+	if p.guest.Is4() {
+		g := p.guest.As4()
+		c.AddRule(&nftables.Rule{Table: rs.table, Chain: o.source, Exprs: cat(ipv4(), []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: g[:]},
+		}, verdict(expr.VerdictAccept))})
+	}
+	in := func(e []expr.Any) { c.AddRule(&nftables.Rule{Table: rs.table, Chain: o.input, Exprs: e}) }
+	in(cat(ctEstablished(), verdict(expr.VerdictAccept)))
+	if p.dnsPort != 0 {
+		for _, proto := range []struct {
+			num     byte
+			packets int64
+		}{{unix.IPPROTO_UDP, 1}, {unix.IPPROTO_TCP, 4}} {
+			c.AddRule(&nftables.Rule{Table: rs.table, Chain: o.dns, Exprs: cat(ipv4(), l4(proto.num), dport(53), []expr.Any{
+				&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(p.dnsPort)},
+				&expr.Redir{RegisterProtoMin: 1, Flags: unix.NF_NAT_RANGE_PROTO_SPECIFIED},
+			})})
+			if p.dnsRate > 0 {
+				rate := p.dnsRate * proto.packets
+				in(cat(ipv4(), l4(proto.num), dport(p.dnsPort), []expr.Any{&expr.Limit{Type: expr.LimitTypePkts, Rate: uint64(rate),
+					Unit: expr.LimitTimeSecond, Burst: uint32(rate), Over: true}}, counter(), verdict(expr.VerdictDrop)))
+			}
+			in(cat(ipv4(), l4(proto.num), dport(p.dnsPort), verdict(expr.VerdictAccept)))
+		}
+	}
+	in(cat(counter(), verdict(expr.VerdictDrop)))
 }
 
 // hasGuest reports whether tap's chain exists.
@@ -229,7 +306,7 @@ func (rs *ruleset) delGuest(tap string) error {
 	if _, err := rs.conn.GetSetByName(rs.table, "a-"+tap); err != nil {
 		return nil
 	}
-	for _, ch := range []*nftables.Chain{rs.guests, rs.toGuests} {
+	for _, ch := range []*nftables.Chain{rs.guests, rs.toGuests, rs.guestsIn, rs.sourcesOf, rs.dnsOf} {
 		rules, err := rs.conn.GetRules(rs.table, ch)
 		if err != nil {
 			return err
@@ -243,9 +320,10 @@ func (rs *ruleset) delGuest(tap string) error {
 		}
 	}
 	o := rs.objects(tap)
-	rs.conn.DelChain(o.chain)
-	rs.conn.DelChain(o.limitsIn)
-	for _, s := range []*nftables.Set{o.allow, o.allowDyn, o.deny, o.denyDyn} {
+	for _, ch := range o.chains() {
+		rs.conn.DelChain(ch)
+	}
+	for _, s := range o.sets() {
 		rs.conn.DelSet(s)
 	}
 	if err := rs.conn.Flush(); err != nil {

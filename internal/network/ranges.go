@@ -72,9 +72,14 @@ func subtractSpans(base, cut []span) []span {
 // DefaultBlocked is what a guest never reaches unless the operator allows a
 // range (ZEISH_NET_ALLOW_RANGES): "this network", RFC 1918, CGNAT, loopback,
 // link-local (cloud metadata at 169.254.169.254), IETF protocol assignments,
-// multicast and reserved space. The host's own addresses are refused
-// separately (every packet from a guest to the host is dropped on input).
+// multicast and reserved space; Azure's WireServer (168.63.129.16, a host
+// service every Azure VM reaches from a public address, which hands out the
+// VM's provisioning data), and the benchmarking range 198.18.0.0/15 (RFC
+// 2544: never on the internet, but used inside data centres and labs, as
+// the tests' own fake internet is: they open it with ZEISH_NET_ALLOW_RANGES).
+// The host's own addresses are refused separately (every packet from a
+// guest to the host is dropped on input).
 var DefaultBlocked = []string{
-	"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
-	"172.16.0.0/12", "192.0.0.0/24", "192.168.0.0/16", "224.0.0.0/4", "240.0.0.0/4",
+	"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "168.63.129.16/32", "169.254.0.0/16",
+	"172.16.0.0/12", "192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15", "224.0.0.0/4", "240.0.0.0/4",
 }

@@ -45,6 +45,14 @@ func ensureTAP(nl *netlink.Handle, l Link) error {
 	}
 	// No IPv6 on the link: a guest would reach the host over link-local.
 	_ = os.WriteFile("/proc/sys/net/ipv6/conf/"+l.TAP+"/disable_ipv6", []byte("1"), 0o644)
+	// Strict reverse-path filtering: the kernel drops a packet from the TAP
+	// whose source it would not route back out of the TAP (another guest's
+	// address, the internet's). The kernel applies the larger of this and
+	// conf/all/rp_filter (2, loose, on many distributions), which zeishd
+	// does not own: the sources chain (nft.go) is the check that always holds.
+	if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+l.TAP+"/rp_filter", []byte("1"), 0o644); err != nil {
+		return fmt.Errorf("tap %s rp_filter: %w", l.TAP, err)
+	}
 	addr := &netlink.Addr{IPNet: &net.IPNet{IP: l.Gateway.AsSlice(), Mask: net.CIDRMask(l.Bits, 32)}}
 	if err := nl.AddrReplace(link, addr); err != nil {
 		return fmt.Errorf("tap %s address %s: %w", l.TAP, l.Gateway, err)

@@ -264,15 +264,25 @@ func (s *Server) serveTerminal(w http.ResponseWriter, r *http.Request, open func
 
 // controlTerminal applies one control message.
 func controlTerminal(term *guest.Terminal, p []byte) error {
+	m, err := decodeTermControl(p)
+	if err != nil {
+		return err
+	}
+	if m.Type == api.TermControlResize {
+		return term.Resize(guest.TermSize{Rows: m.Rows, Cols: m.Cols})
+	}
+	return term.Signal(m.Signal)
+}
+
+// decodeTermControl reads one control message of a terminal's client:
+// resize or signal, anything else is invalid_argument.
+func decodeTermControl(p []byte) (api.TermControl, error) {
 	var m api.TermControl
 	if err := json.Unmarshal(p, &m); err != nil {
-		return invalid("control message: %v", err)
+		return m, invalid("control message: %v", err)
 	}
-	switch m.Type {
-	case api.TermControlResize:
-		return term.Resize(guest.TermSize{Rows: m.Rows, Cols: m.Cols})
-	case api.TermControlSignal:
-		return term.Signal(m.Signal)
+	if m.Type != api.TermControlResize && m.Type != api.TermControlSignal {
+		return m, invalid("control message type %q: want resize or signal", m.Type)
 	}
-	return invalid("control message type %q: want resize or signal", m.Type)
+	return m, nil
 }

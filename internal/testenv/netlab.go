@@ -31,8 +31,9 @@ import (
 // Node is where the test runs zeishd (Zeishd.Netns): its only route leads to
 // Inet. Inet holds an HTTP server on every one of its hosts (it answers
 // "hello from <address>") and a DNS server at DNS with the names in Names.
-// All addresses are in 198.18.0.0/15, the benchmarking range, which the
-// product does not block as private.
+// All addresses are in 198.18.0.0/15 (LabRange), the benchmarking range,
+// which the product blocks by default: a zeishd in the lab opens it with
+// ZEISH_NET_ALLOW_RANGES=LabRange.
 type NetLab struct {
 	Node, Inet string // network namespace names
 	Uplink     string // the veth end in Node (ZEISH_NET_UPLINK)
@@ -45,6 +46,10 @@ type NetLab struct {
 	closers []func() error
 	queries []string // names the DNS server was asked, in order
 }
+
+// LabRange is the lab's internet, blocked to guests by default: zeishd
+// (ZEISH_NET_ALLOW_RANGES) or network.Config.AllowRanges must open it.
+const LabRange = "198.18.0.0/15"
 
 // Hosts of the lab's internet, each serving HTTP on port 80.
 const (

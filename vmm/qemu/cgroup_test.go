@@ -65,3 +65,25 @@ func TestCgroupLimitsFailClosed(t *testing.T) {
 		}
 	})
 }
+
+// TestCgroupIDsAreNotReused: every VMM of a sandbox gets a cgroup of its
+// own, live captures' receivers (always "rcv" in their image's folder)
+// included; SettleCapture names the same cgroup from the same folder.
+func TestCgroupIDsAreNotReused(t *testing.T) {
+	src := &vmm.Handle{Spec: vmm.Spec{ID: "sbx_1", Dir: "/data/sandboxes/sbx_1/vm-2"}}
+	seen := map[string]string{cgroupID(src): "the source"}
+	for _, img := range []string{"/data/images/img_a", "/data/images/img_b", "/data/images/img_c"} {
+		rh := receiverHandle(src, img)
+		id := cgroupID(rh)
+		if other, ok := seen[id]; ok {
+			t.Errorf("the receiver in %s has %s's cgroup %s", img, other, id)
+		}
+		seen[id] = "the receiver in " + img
+		if again := cgroupID(receiverHandle(src, img)); again != id {
+			t.Errorf("the receiver in %s: %s, then %s", img, id, again)
+		}
+	}
+	if got := cgroupID(&vmm.Handle{Spec: vmm.Spec{ID: "sbx_1", Dir: "/data/sandboxes/sbx_1/vm-3"}}); got != "sbx_1.vm-3" {
+		t.Errorf("a sandbox VM's cgroup: %s", got)
+	}
+}

@@ -1,6 +1,8 @@
 package qemu
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -94,12 +96,36 @@ func (c *confinement) describe() string {
 }
 
 // cgroupID names a VM's cgroup: one per VMM process, since a sandbox briefly
-// has two while it is promoted.
+// has two while it is promoted, and never one a VMM had before. A name
+// used again can meet the cgroup of that name still being removed (leave
+// retries until init has reaped the old QEMU): the rmdir lands between the
+// new VMM's mkdir and its writes ("pids.max: no such device", then
+// "cgroup.procs: no such file"), or the new VMM joins a cgroup that still
+// carries the old one's charged pages.
 func cgroupID(h *vmm.Handle) string {
 	if o := h.Origin; o != nil {
-		return o.ID + "." + filepath.Base(o.Dir)
+		return o.ID + "." + cgroupLeaf(o.Dir)
 	}
-	return h.Spec.ID + "." + filepath.Base(h.Spec.Dir)
+	return h.Spec.ID + "." + cgroupLeaf(h.Spec.Dir)
+}
+
+// cgroupLeaf is the VM folder's part of its cgroup's name. A sandbox's VM
+// folders are new for each VMM (vm-N, by generation), but every live
+// capture's receiver is "rcv" inside that capture's image folder: its name
+// carries a hash of the image folder too, so captures of one VM, one after
+// the other, never share a cgroup (SettleCapture finds it again from the
+// same folder).
+func cgroupLeaf(dir string) string {
+	base := filepath.Base(dir)
+	if base != receiverDirName {
+		return base
+	}
+	parent := filepath.Dir(dir)
+	if abs, err := filepath.Abs(parent); err == nil {
+		parent = abs
+	}
+	sum := sha256.Sum256([]byte(parent))
+	return base + "-" + hex.EncodeToString(sum[:6])
 }
 
 // own hands a socket zeishd made in a VM folder to the VM user.

@@ -117,7 +117,8 @@ type Driver struct {
 	seccomp bool
 	aio     string // aio of the file nodes the driver names (aio.go); "": QEMU's default
 
-	afterLaunch func() // test hook: runs once QEMU has daemonized
+	afterLaunch func()              // test hook: runs once QEMU has daemonized
+	joined      func(cgroup string) // test hook: a VMM joined its cgroup
 }
 
 var _ vmm.Driver = (*Driver)(nil)

@@ -2,10 +2,20 @@ package qemu
 
 import (
 	"context"
+	"flag"
 	"os"
+	"path/filepath"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/zeish/zeish/vmm"
 )
+
+// captureLoops is how many more live captures of one VM
+// TestLiveCaptureOfAClone makes back to back (-capture.loops N for a
+// longer run, e.g. 50).
+var captureLoops = flag.Int("capture.loops", 3, "live captures of one VM, back to back, in TestLiveCaptureOfAClone")
 
 // TestLiveCaptureOfAClone runs the real base template with a process
 // writing all the time in a clone (its RAM is an image's, mapped privately),
@@ -17,8 +27,15 @@ import (
 func TestLiveCaptureOfAClone(t *testing.T) {
 	d := newTestDriver(t)
 	d.deltaMaxMiB = -1 // migrations only: delta_test.go has the other way
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute+time.Duration(*captureLoops)*time.Minute)
 	defer cancel()
+	var joinedMu sync.Mutex
+	joined := map[string]int{}
+	d.joined = func(cgroup string) {
+		joinedMu.Lock()
+		joined[cgroup]++
+		joinedMu.Unlock()
+	}
 	r := newCloneRig(ctx, t, d)
 	src, sc, img := r.src, r.sc, r.img
 
@@ -30,6 +47,31 @@ func TestLiveCaptureOfAClone(t *testing.T) {
 	child, cc := r.captureLive("clone", src, sc, nil)
 	_, _ = r.captureLive("clone again", src, sc, nil)
 	r.captureLive("child of the clone", child, cc, nil)
+
+	// Captures of one VM back to back: each receiver gets a cgroup no VMM
+	// had before. Receivers were all "<id>.rcv", and one could join while
+	// the last one's cgroup was still being removed (CI saw "pids.max: no
+	// such device"). The source keeps counting throughout.
+	for i := range *captureLoops {
+		dir := t.TempDir()
+		swap := vmm.DiskSwap{Frozen: filepath.Join(dir, "layer.qcow2"), Next: filepath.Join(filepath.Dir(src.Disk), "next-"+randomHex(3)+".qcow2")}
+		loopImg, _, err := d.CaptureLive(ctx, src, dir, swap)
+		if err != nil {
+			t.Fatalf("capture %d of %d back to back: %v", i+1, *captureLoops, err)
+		}
+		os.Remove(loopImg.MemFile)
+	}
+	r.requireCounting("clone after back-to-back captures", sc)
+	joinedMu.Lock()
+	vmms := 0
+	for cgroup, n := range joined {
+		vmms += n
+		if n > 1 {
+			t.Errorf("cgroup %s joined by %d VMMs", cgroup, n)
+		}
+	}
+	t.Logf("%d VMMs joined %d cgroups", vmms, len(joined))
+	joinedMu.Unlock()
 
 	// The clone's image stayed inflated for its captures while it runs, and
 	// is made sparse again once the clone is gone.

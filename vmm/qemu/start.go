@@ -283,6 +283,9 @@ func (d *Driver) launchVM(ctx context.Context, undo *rollback.Stack, spec vmm.Sp
 		if err := d.confine.join(cgroupID(h), h.PID, spec, d.log); err != nil {
 			return nil, err
 		}
+		if d.joined != nil {
+			d.joined(cgroupID(h))
+		}
 	}
 	qctx, cancel := context.WithTimeout(ctx, qmpReadyTimeout)
 	defer cancel()

@@ -1,0 +1,162 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/zeish/zeish/internal/testskip"
+)
+
+// VersityGWVersion is the S3 server scripts/deps.sh installs, as
+// /usr/local/bin/versitygw-<version>: tests never build or download it.
+const VersityGWVersion = "v1.8.0"
+
+// versitygwBin finds the installed server.
+func versitygwBin() (string, error) {
+	name := "versitygw-" + VersityGWVersion
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	p := filepath.Join("/usr/local/bin", name)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("%s is not installed (scripts/deps.sh builds it)", name)
+	}
+	return p, nil
+}
+
+// S3 is a real S3 server (versitygw over a temp folder) a test started on
+// loopback for itself. Its root folder holds the objects as files, so a
+// test can damage one behind the server's back.
+type S3 struct {
+	Endpoint  string // http://127.0.0.1:port
+	AccessKey string
+	SecretKey string
+	Root      string // <Root>/<bucket>/<key> is an object's file
+	cmd       *exec.Cmd
+	exited    chan struct{}
+	log       string
+}
+
+// StartS3 starts a server for t, stopped at cleanup. It skips (fails under
+// CI) where versitygw is not installed.
+func StartS3(t testing.TB) *S3 {
+	t.Helper()
+	bin, err := versitygwBin()
+	if err != nil {
+		testskip.Skip(t, "%v", err)
+	}
+	dir := t.TempDir()
+	s := &S3{AccessKey: "zeishtest", SecretKey: "zeish-test-secret-" + fmt.Sprint(os.Getpid()),
+		Root: filepath.Join(dir, "root"), log: filepath.Join(dir, "log"), exited: make(chan struct{})}
+	if err := os.MkdirAll(s.Root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	s.Endpoint = "http://" + addr
+	logf, err := os.Create(s.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	s.cmd = exec.Command(bin, "--port", addr, "--access", s.AccessKey, "--secret", s.SecretKey, "posix", s.Root)
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("start versitygw: %v", err)
+	}
+	go func() { s.cmd.Wait(); close(s.exited) }()
+	t.Cleanup(s.stop)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(s.Endpoint)
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		select {
+		case <-s.exited:
+			t.Fatalf("versitygw exited at start: %s", s.Log())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("versitygw not answering on %s after 30 s: %s", addr, s.Log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return s
+}
+
+// Log is what the server printed.
+func (s *S3) Log() string {
+	b, _ := os.ReadFile(s.log)
+	return strings.TrimSpace(string(b))
+}
+
+func (s *S3) stop() {
+	s.cmd.Process.Signal(syscall.SIGCONT) // a test may have paused it
+	s.cmd.Process.Kill()
+	<-s.exited
+}
+
+// Pause stops the server's process (SIGSTOP): requests hang until Resume.
+func (s *S3) Pause() { syscall.Kill(s.cmd.Process.Pid, syscall.SIGSTOP) }
+
+// Resume lets a paused server go on.
+func (s *S3) Resume() { syscall.Kill(s.cmd.Process.Pid, syscall.SIGCONT) }
+
+// Client is a plain S3 client of the server, for what tests do around the
+// code under test (making buckets).
+func (s *S3) Client(t testing.TB) *minio.Client {
+	t.Helper()
+	c, err := minio.New(strings.TrimPrefix(s.Endpoint, "http://"), &minio.Options{
+		Creds: credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""), Region: "us-east-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// NewBucket makes a bucket for one test.
+func (s *S3) NewBucket(t testing.TB) string {
+	t.Helper()
+	name := fmt.Sprintf("zeish-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Client(t).MakeBucket(ctx, name, minio.MakeBucketOptions{Region: "us-east-1"}); err != nil {
+		t.Fatalf("make bucket: %v\n%s", err, s.Log())
+	}
+	return name
+}
+
+// CredentialsFile writes an AWS shared-credentials file with the server's
+// keys (or, with wrong, a secret it refuses) and returns its path.
+func (s *S3) CredentialsFile(t testing.TB, wrong bool) string {
+	t.Helper()
+	secret := s.SecretKey
+	if wrong {
+		secret += "-wrong"
+	}
+	p := filepath.Join(t.TempDir(), "credentials")
+	body := fmt.Sprintf("[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n", s.AccessKey, secret)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
