@@ -23,8 +23,9 @@ import (
 // hostileGuestPage is the page a guest serves on a public port: its script
 // tries to mint an admin API key through the console's API every way a
 // page can (same origin, the console's origin with and without the console
-// header), to read the console's session and its cookies, and writes what
-// happened into #out. CONSOLE is replaced by the console's origin.
+// header), to read the console's session and its cookies, then to set a
+// cookie in the session's name, and writes what happened into #out.
+// CONSOLE is replaced by the console's origin.
 const hostileGuestPage = `<!doctype html><html><head><title>guest page</title></head><body><pre id="out"></pre><script>
 (async () => {
   const CONSOLE = "{{CONSOLE}}";
@@ -41,6 +42,7 @@ const hostileGuestPage = `<!doctype html><html><head><title>guest page</title></
   await attempt("mint_simple", CONSOLE + mint, {method: "POST", credentials: "include", mode: "no-cors", body: "{}"});
   await attempt("session_here", "/console/api/session", {credentials: "include"});
   await attempt("session_console", CONSOLE + "/console/api/session", {credentials: "include"});
+  await attempt("toss", "toss", {credentials: "include"}); // a cookie in the session's name, last
   document.getElementById("out").textContent = JSON.stringify(out);
 })();
 </script></body></html>`

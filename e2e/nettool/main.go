@@ -16,9 +16,9 @@
 //	nettool dnslatency NAME N  resolve NAME N times, one after the other (2 s
 //	                       each at most); print "ok N p50_ms X p90_ms X max_ms X"
 //	nettool page PORT FILE serve FILE as the HTML page at every path, with
-//	                       cookies (one in the name of zeish's console
-//	                       session), logging each request's Cookie header
-//	                       to FILE.cookies (page.go)
+//	                       a cookie (at …/toss one in the name of zeish's
+//	                       console session too), logging each request's
+//	                       Cookie header to FILE.cookies (page.go)
 //	nettool silent PORT    accept connections, read them, never answer
 //
 // dnsflood is the hostile guest of the DNS tests and load tests: run it in

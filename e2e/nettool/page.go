@@ -6,10 +6,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 )
 
-// page is a hostile guest's web page: whatever script file holds, and
-// cookies aimed at zeish's console. It serves until killed.
+// page is a hostile guest's web page: whatever script file holds, at every
+// path, with a cookie; at …/toss, a cookie in the name of zeish's console
+// session too (asked for last, so the page's other attempts run with the
+// viewer's own session). It serves until killed.
 func page(port, file string) error {
 	html, err := os.ReadFile(file)
 	if err != nil {
@@ -21,7 +24,9 @@ func page(port, file string) error {
 	}
 	return http.ListenAndServe(":"+port, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(cookies, "%s %s\n", r.URL.Path, r.Header.Get("Cookie"))
-		w.Header().Add("Set-Cookie", "zeish_session=from-the-guest; Path=/console")
+		if strings.HasSuffix(r.URL.Path, "/toss") {
+			w.Header().Add("Set-Cookie", "zeish_session=from-the-guest; Path=/console")
+		}
 		w.Header().Add("Set-Cookie", "guest=1; Path=/")
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Write(html)
