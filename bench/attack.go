@@ -50,8 +50,10 @@ func runAttack(ctx context.Context, e *benchEnv) (_ *report, err error) {
 	if err != nil {
 		return nil, err
 	}
-	// The node's defaults, as an install has them: rate caps per guest.
-	admin, z, stop, err := e.labServer(ctx, lab, "ZEISH_NET_RATE_BYTES=12500000", "ZEISH_NET_RATE_PACKETS=20000")
+	// The node's defaults, as an install has them: rate caps per guest, and
+	// the info log (a debug line for each of the attackers' requests would
+	// be zeishd's own load, not theirs).
+	admin, z, stop, err := e.labServer(ctx, lab, "ZEISH_NET_RATE_BYTES=12500000", "ZEISH_NET_RATE_PACKETS=20000", "ZEISH_LOG_LEVEL=info")
 	if err != nil {
 		return nil, err
 	}
@@ -73,11 +75,19 @@ func runAttack(ctx context.Context, e *benchEnv) (_ *report, err error) {
 		accounts[name] = zeish.NewClient(base+api.BasePath, k.Key,
 			zeish.WithHTTPClient(&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}))
 	}
-	victim := accounts["victim"]
+	// labServer's stop deletes the admin's sandboxes; these are the
+	// accounts'.
+	var made []func() error
+	defer func() {
+		for _, del := range made {
+			err = errors.Join(err, del())
+		}
+	}()
 	guestWith := func(c *zeish.Client, name string) (zeish.Sandbox, *zeish.SandboxConn, error) {
 		sb, err := c.CreateSandbox(ctx, zeish.CreateSandboxRequest{Name: name, MemoryMiB: e.opts.memMiB}, zeish.Wait())
 		if sb.ID != "" {
 			e.track(sb.ID)
+			made = append(made, func() error { return deleteSandboxOn(ctx, c, sb.ID) })
 		}
 		if err == nil && sb.State != sandbox.StateRunning {
 			err = fmt.Errorf("%s is %s: %s", name, sb.State, sb.StateReason)
@@ -105,48 +115,11 @@ func runAttack(ctx context.Context, e *benchEnv) (_ *report, err error) {
 	if err != nil {
 		return nil, err
 	}
+	victim := accounts["victim"]
 	_, conn, err := guestWith(victim, "victim")
 	if err != nil {
 		return nil, err
 	}
-
-	execs, creates := 10*e.opts.runs, e.opts.runs
-	// A victim's call that does not finish within its bound failed (a
-	// server whose connections the attackers hold never answers); after
-	// attackGiveUp failures in a row the phase stops measuring that call.
-	measure := func(phase string) (exec, create victimCalls) {
-		for i := -e.opts.warmup; i < execs && !exec.gaveUp(); i++ {
-			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			start := time.Now()
-			res, err := conn.Exec(cctx, zeish.ExecRequest{Argv: []string{"true"}}, nil, nil)
-			cancel()
-			if err == nil && res.ExitCode != 0 {
-				err = fmt.Errorf("exit %d", res.ExitCode)
-			}
-			if i >= 0 {
-				exec.add(time.Since(start), err)
-			}
-		}
-		for i := 0; i < creates && !create.gaveUp(); i++ {
-			cctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-			id, _, total, err := e.createAndExecOn(cctx, victim, zeish.CreateSandboxRequest{MemoryMiB: e.opts.memMiB})
-			cancel()
-			if id != "" {
-				err = errors.Join(err, deleteSandboxOn(ctx, victim, id))
-			}
-			create.add(total, err)
-		}
-		e.log.Info("attack section", "phase", phase, "exec_p50_ms", percentile(exec.ms, 0.5), "exec_failed", exec.failed,
-			"create_p50_ms", percentile(create.ms, 0.5), "create_failed", create.failed, "last_error", errors.Join(exec.last, create.last))
-		return exec, create
-	}
-
-	idleExec, idleCreate := measure("idle")
-	if idleExec.failed+idleCreate.failed > 0 {
-		return nil, fmt.Errorf("idle host: %d execs and %d creates failed: %w", idleExec.failed, idleCreate.failed, errors.Join(idleExec.last, idleCreate.last))
-	}
-
-	// The attack.
 	if _, err := silentConn.Exec(ctx, zeish.ExecRequest{Argv: []string{"sh", "-c", "/root/nettool silent 8080 </dev/null >/dev/null 2>&1 &"}}, nil, nil); err != nil {
 		return nil, err
 	}
@@ -156,35 +129,82 @@ func runAttack(ctx context.Context, e *benchEnv) (_ *report, err error) {
 	if _, err := accounts["attacker-port"].SetPort(ctx, silentSB.ID, 8080, true); err != nil {
 		return nil, err
 	}
-	// nettool dnsflood runs for a set time: 10 s at a time, until stopped.
-	if _, err := floodConn.Exec(ctx, zeish.ExecRequest{Argv: []string{"sh", "-c",
-		"(while :; do /root/nettool dnsflood 10; done) >/root/flood.log 2>&1 </dev/null & echo $! >/root/flood.pid"}}, nil, nil); err != nil {
-		return nil, err
+
+	// Idle and attacked phases take turns, so the load of the rest of the
+	// host (other work on a shared machine) falls on both alike.
+	const rounds = 2
+	execs, creates := max(1, 10*e.opts.runs/rounds), max(1, (e.opts.runs+rounds-1)/rounds)
+	// A victim's call that does not finish within its bound failed (a
+	// server whose connections the attackers hold never answers); after
+	// attackGiveUp failures in a row the phase stops measuring that call.
+	measure := func(ph *phase) {
+		cpu := startCPU(z.PID())
+		for i := -e.opts.warmup; i < execs && !ph.exec.gaveUp(); i++ {
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			start := time.Now()
+			res, err := conn.Exec(cctx, zeish.ExecRequest{Argv: []string{"true"}}, nil, nil)
+			cancel()
+			if err == nil && res.ExitCode != 0 {
+				err = fmt.Errorf("exit %d", res.ExitCode)
+			}
+			if i >= 0 {
+				ph.exec.add(time.Since(start), err)
+			}
+		}
+		for i := 0; i < creates && !ph.create.gaveUp(); i++ {
+			cctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+			id, _, total, err := e.createAndExecOn(cctx, victim, zeish.CreateSandboxRequest{MemoryMiB: e.opts.memMiB})
+			cancel()
+			if id != "" {
+				err = errors.Join(err, deleteSandboxOn(ctx, victim, id))
+			}
+			ph.create.add(total, err)
+		}
+		ph.cpu.add(cpu.stop())
+		e.log.Info("attack section", "phase", ph.name, "exec_p50_ms", percentile(ph.exec.ms, 0.5), "exec_failed", ph.exec.failed,
+			"create_p50_ms", percentile(ph.create.ms, 0.5), "create_failed", ph.create.failed, "last_error", errors.Join(ph.exec.last, ph.create.last))
 	}
-	floodStart := time.Now()
-	actx, stopAttack := context.WithCancel(ctx)
+	idle, attacked := &phase{name: "idle"}, &phase{name: "attack"}
 	stats := &attackStats{}
-	var wg sync.WaitGroup
-	target := base + api.DataPath + "/sandboxes/" + silentSB.ID + "/ports/8080/"
-	for range attackClients {
-		wg.Add(1)
-		go func() { defer wg.Done(); callSilentPort(actx, target, stats) }()
+	var floodLog strings.Builder
+	var floodFor time.Duration
+	for range rounds {
+		measure(idle)
+		if idle.exec.failed+idle.create.failed > 0 {
+			return nil, fmt.Errorf("idle host: %d execs and %d creates failed: %w", idle.exec.failed, idle.create.failed, errors.Join(idle.exec.last, idle.create.last))
+		}
+		// The attack: a DNS flood from one guest (nettool dnsflood runs
+		// for a set time: 10 s at a time, until stopped), and clients
+		// without a token calling the silent guest's public port.
+		if _, err := floodConn.Exec(ctx, zeish.ExecRequest{Argv: []string{"sh", "-c",
+			"(while :; do /root/nettool dnsflood 10; done) >>/root/flood.log 2>&1 </dev/null & echo $! >/root/flood.pid"}}, nil, nil); err != nil {
+			return nil, err
+		}
+		began := time.Now()
+		actx, stopAttack := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		target := base + api.DataPath + "/sandboxes/" + silentSB.ID + "/ports/8080/"
+		for range attackClients {
+			wg.Add(1)
+			go func() { defer wg.Done(); callSilentPort(actx, target, stats) }()
+		}
+		// Let the attackers take what they can before the victim moves.
+		time.Sleep(5 * time.Second)
+		stats.heldAtStart = append(stats.heldAtStart, stats.inFlight.Load())
+		measure(attacked)
+		stopAttack()
+		wg.Wait()
+		floodLog.Reset()
+		floodConn.Exec(ctx, zeish.ExecRequest{Argv: []string{"sh", "-c", "kill $(cat /root/flood.pid); pkill -f 'nettool dnsflood'; cat /root/flood.log"}}, &floodLog, nil)
+		floodFor += time.Since(began)
 	}
-	// Let the attackers take what they can before the victim moves.
-	time.Sleep(5 * time.Second)
-	heldAtStart := stats.inFlight.Load()
-	attackExec, attackCreate := measure("attack")
-	stopAttack()
-	wg.Wait()
-	var flood strings.Builder
-	floodConn.Exec(ctx, zeish.ExecRequest{Argv: []string{"sh", "-c", "kill $(cat /root/flood.pid); pkill -f 'nettool dnsflood'; cat /root/flood.log"}}, &flood, nil)
-	floodFor := time.Since(floodStart)
+
 	t := &table{Title: "victim's latency, idle vs under attack (ms)",
 		Header: []string{"call", "idle p50", "idle p95", "attack p50", "attack p95", "p50 ratio", "p95 ratio", "runs", "failed under attack"}}
 	for _, c := range []struct {
 		name         string
 		idle, attack victimCalls
-	}{{"exec `true`", idleExec, attackExec}, {"create → first exec", idleCreate, attackCreate}} {
+	}{{"exec `true`", idle.exec, attacked.exec}, {"create → first exec", idle.create, attacked.create}} {
 		i50, i95 := percentile(c.idle.ms, 0.5), percentile(c.idle.ms, 0.95)
 		a50, a95 := percentile(c.attack.ms, 0.5), percentile(c.attack.ms, 0.95)
 		failed := fmt.Sprint(c.attack.failed)
@@ -199,12 +219,58 @@ func runAttack(ctx context.Context, e *benchEnv) (_ *report, err error) {
 			Met: a95/i95 <= 2 && c.attack.failed == 0})
 	}
 	r.Tables = append(r.Tables, t)
+	cpuTable := &table{Title: "CPU while the victim measured (% of one core)", Header: []string{"phase", "zeishd", "the bench (attackers and relay)", "load average (1 min, end)"}}
+	for _, ph := range []*phase{idle, attacked} {
+		cpuTable.Rows = append(cpuTable.Rows, []string{ph.name, fmtNum(ph.cpu.zeishd / ph.cpu.seconds * 100), fmtNum(ph.cpu.bench / ph.cpu.seconds * 100), ph.cpu.load})
+	}
+	r.Tables = append(r.Tables, cpuTable)
 	r.Notes = append(r.Notes,
-		fmt.Sprintf("attackers: %d clients without a token calling a public port whose guest never answers (each retries after Retry-After on a 429); "+
-			"they held %d requests 5 s in, %d requests were answered 429, %d ended otherwise (503 timeout after the header limit, errors)",
-			attackClients, heldAtStart, stats.refused.Load(), stats.other.Load()),
-		"DNS flood from a second account's guest (nettool dnsflood, 10 s runs, the last one cut): "+floodSum(flood.String(), floodFor))
+		fmt.Sprintf("attackers: %d clients without a token calling a public port whose guest never answers, each on a new connection, "+
+			"waiting as Retry-After says after a 429: %.0f requests a second were answered 429 (the connection closed), %d requests were "+
+			"held 5 s into each round, %d ended otherwise (503 timeout after the header limit, errors); they run on this host, their CPU is the bench's",
+			attackClients, float64(stats.refused.Load())/max(1, floodFor.Seconds()), stats.heldAtStart, stats.other.Load()),
+		"DNS flood from a second account's guest (nettool dnsflood, 10 s runs, the last of each round cut): "+floodSum(floodLog.String(), floodFor),
+		fmt.Sprintf("%d rounds of an idle phase then an attacked one; per phase %d execs and %d creates", rounds, execs, creates))
 	return r, nil
+}
+
+// phase is what the victim measured in one kind of phase, over all rounds.
+type phase struct {
+	name         string
+	exec, create victimCalls
+	cpu          cpuUse
+}
+
+// cpuUse is CPU seconds of zeishd and of the bench over wall seconds.
+type cpuUse struct {
+	zeishd, bench, seconds float64
+	load                   string
+}
+
+func (c *cpuUse) add(o cpuUse) {
+	c.zeishd, c.bench, c.seconds, c.load = c.zeishd+o.zeishd, c.bench+o.bench, c.seconds+o.seconds, o.load
+}
+
+// cpuWatch measures the CPU zeishd (pid) and this process use from start
+// to stop.
+type cpuWatch struct {
+	pid          int
+	zeishd, self int64
+	began        time.Time
+}
+
+func startCPU(pid int) *cpuWatch {
+	w := &cpuWatch{pid: pid, began: time.Now()}
+	w.zeishd, _ = cpuTicks(pid)
+	w.self, _ = cpuTicks(os.Getpid())
+	return w
+}
+
+func (w *cpuWatch) stop() cpuUse {
+	z, _ := cpuTicks(w.pid)
+	self, _ := cpuTicks(os.Getpid())
+	return cpuUse{zeishd: float64(z-w.zeishd) / clockTicks, bench: float64(self-w.self) / clockTicks,
+		seconds: time.Since(w.began).Seconds(), load: loadAverage()}
 }
 
 // attackGiveUp is how many failed calls in a row end a phase's
@@ -247,6 +313,7 @@ func floodSum(log string, took time.Duration) string {
 // attackStats counts what the attackers got.
 type attackStats struct {
 	inFlight, refused, other atomic.Int64
+	heldAtStart              []int64 // in flight 5 s into each round
 }
 
 // callSilentPort calls url again and again until ctx ends, each time on a
