@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/internal/procscan"
 	"github.com/zeish/zeish/internal/testenv"
 	"github.com/zeish/zeish/sandbox"
 	zeish "github.com/zeish/zeish/sdk/go"
@@ -111,10 +112,11 @@ func runAttack(ctx context.Context, e *benchEnv) (_ *report, err error) {
 	if err != nil {
 		return nil, err
 	}
-	_, floodConn, err := guestWith(accounts["attacker-dns"], "flood")
+	floodSB, floodConn, err := guestWith(accounts["attacker-dns"], "flood")
 	if err != nil {
 		return nil, err
 	}
+	attackerVMs := func() []int { return append(procscan.Mentioning(silentSB.ID), procscan.Mentioning(floodSB.ID)...) }
 	victim := accounts["victim"]
 	_, conn, err := guestWith(victim, "victim")
 	if err != nil {
@@ -138,7 +140,7 @@ func runAttack(ctx context.Context, e *benchEnv) (_ *report, err error) {
 	// server whose connections the attackers hold never answers); after
 	// attackGiveUp failures in a row the phase stops measuring that call.
 	measure := func(ph *phase) {
-		cpu := startCPU(z.PID())
+		cpu := startCPU(z.PID(), attackerVMs())
 		for i := -e.opts.warmup; i < execs && !ph.exec.gaveUp(); i++ {
 			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			start := time.Now()
@@ -219,15 +221,17 @@ func runAttack(ctx context.Context, e *benchEnv) (_ *report, err error) {
 			Met: a95/i95 <= 2 && c.attack.failed == 0})
 	}
 	r.Tables = append(r.Tables, t)
-	cpuTable := &table{Title: "CPU while the victim measured (% of one core)", Header: []string{"phase", "zeishd", "the bench (attackers and relay)", "load average (1 min, end)"}}
+	cpuTable := &table{Title: "CPU while the victim measured (% of one core)",
+		Header: []string{"phase", "zeishd", "the attackers' two VMs (QEMU)", "the bench (attacking clients, relay)", "load average (1 min, end)"}}
 	for _, ph := range []*phase{idle, attacked} {
-		cpuTable.Rows = append(cpuTable.Rows, []string{ph.name, fmtNum(ph.cpu.zeishd / ph.cpu.seconds * 100), fmtNum(ph.cpu.bench / ph.cpu.seconds * 100), ph.cpu.load})
+		pct := func(sec float64) string { return fmtNum(sec / ph.cpu.seconds * 100) }
+		cpuTable.Rows = append(cpuTable.Rows, []string{ph.name, pct(ph.cpu.zeishd), pct(ph.cpu.vms), pct(ph.cpu.bench), ph.cpu.load})
 	}
 	r.Tables = append(r.Tables, cpuTable)
 	r.Notes = append(r.Notes,
 		fmt.Sprintf("attackers: %d clients without a token calling a public port whose guest never answers, each on a new connection, "+
-			"waiting as Retry-After says after a 429: %.0f requests a second were answered 429 (the connection closed), %d requests were "+
-			"held 5 s into each round, %d ended otherwise (503 timeout after the header limit, errors); they run on this host, their CPU is the bench's",
+			"waiting as Retry-After says after a 429: %.0f requests a second were answered 429 (the connection closed), %v requests were "+
+			"in flight at the clients 5 s into each round, %d ended otherwise (503 timeout after the header limit, errors); they run on this host, their CPU is the bench's",
 			attackClients, float64(stats.refused.Load())/max(1, floodFor.Seconds()), stats.heldAtStart, stats.other.Load()),
 		"DNS flood from a second account's guest (nettool dnsflood, 10 s runs, the last of each round cut): "+floodSum(floodLog.String(), floodFor),
 		fmt.Sprintf("%d rounds of an idle phase then an attacked one; per phase %d execs and %d creates", rounds, execs, creates))
@@ -241,36 +245,44 @@ type phase struct {
 	cpu          cpuUse
 }
 
-// cpuUse is CPU seconds of zeishd and of the bench over wall seconds.
+// cpuUse is CPU seconds of zeishd, of VMs and of the bench over wall
+// seconds.
 type cpuUse struct {
-	zeishd, bench, seconds float64
-	load                   string
+	zeishd, vms, bench, seconds float64
+	load                        string
 }
 
 func (c *cpuUse) add(o cpuUse) {
-	c.zeishd, c.bench, c.seconds, c.load = c.zeishd+o.zeishd, c.bench+o.bench, c.seconds+o.seconds, o.load
+	c.zeishd, c.vms, c.bench, c.seconds, c.load = c.zeishd+o.zeishd, c.vms+o.vms, c.bench+o.bench, c.seconds+o.seconds, o.load
 }
 
-// cpuWatch measures the CPU zeishd (pid) and this process use from start
-// to stop.
+// cpuWatch measures the CPU zeishd (pid), some VMs and this process use
+// from start to stop.
 type cpuWatch struct {
-	pid          int
-	zeishd, self int64
-	began        time.Time
+	pid, self int
+	vms       []int
+	at        map[int]int64 // ticks at the start, by pid
+	began     time.Time
 }
 
-func startCPU(pid int) *cpuWatch {
-	w := &cpuWatch{pid: pid, began: time.Now()}
-	w.zeishd, _ = cpuTicks(pid)
-	w.self, _ = cpuTicks(os.Getpid())
+func startCPU(zeishd int, vms []int) *cpuWatch {
+	w := &cpuWatch{pid: zeishd, self: os.Getpid(), vms: vms, at: map[int]int64{}, began: time.Now()}
+	for _, p := range append([]int{w.pid, w.self}, vms...) {
+		w.at[p], _ = cpuTicks(p)
+	}
 	return w
 }
 
 func (w *cpuWatch) stop() cpuUse {
-	z, _ := cpuTicks(w.pid)
-	self, _ := cpuTicks(os.Getpid())
-	return cpuUse{zeishd: float64(z-w.zeishd) / clockTicks, bench: float64(self-w.self) / clockTicks,
-		seconds: time.Since(w.began).Seconds(), load: loadAverage()}
+	used := func(p int) float64 {
+		t, _ := cpuTicks(p)
+		return float64(t-w.at[p]) / clockTicks
+	}
+	u := cpuUse{zeishd: used(w.pid), bench: used(w.self), seconds: time.Since(w.began).Seconds(), load: loadAverage()}
+	for _, p := range w.vms {
+		u.vms += used(p)
+	}
+	return u
 }
 
 // attackGiveUp is how many failed calls in a row end a phase's
