@@ -23,7 +23,11 @@ import (
 // Guest ports are reached through the data plane: HTTP and WebSocket by a
 // reverse proxy (…/ports/{port}/{path}, or the Host P-<id>.<domain>), raw
 // TCP as a WebSocket (…/tcp/{port}). Each needs the sandbox's data-plane
-// token, unless the owner opened the port to the public.
+// token, unless the owner opened the port to the public. The host form is
+// the port's own origin; the path form is zeishd's, where a guest's
+// answers are sandboxed (guestorigin.go). Every request and forward holds
+// a slot of the data plane's budget (calllimit.go) and is bounded in time
+// (guestconn.go).
 
 func parsePort(s string) (int, error) {
 	p, err := strconv.Atoi(s)
