@@ -112,6 +112,32 @@ func TestPortBudget(t *testing.T) {
 	}
 }
 
+// BenchmarkRefusedPortRequest is what a request past its sandbox's budget
+// costs: the sandbox's one slot is held by a silent guest, and each
+// request (a fresh connection, as the refusal closes it) gets 429 at once
+// without reaching the guest. The client's side is included.
+func BenchmarkRefusedPortRequest(b *testing.B) {
+	const port = 8080
+	limits := DataPlaneLimits{SandboxCalls: 1, AccountCalls: 100, PortHeaders: time.Hour}
+	rig, ids := newPortRig(b, Options{DataPlane: &limits}, []int{1}, port)
+	conns := rig.silentGuest(port)
+	url := rig.url + portPath(ids[0][0], port, "/")
+	go (&http.Client{}).Get(url) // ends when the rig's server closes
+	<-conns
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	for b.Loop() {
+		resp, err := client.Get(url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests {
+			b.Fatalf("%d, want 429", resp.StatusCode)
+		}
+	}
+}
+
 // A TCP forward ends when its client goes, however silent the guest: both
 // sides are closed (the guest sees its connection end) and the forward's
 // slot is freed.

@@ -33,7 +33,7 @@ func (n *portNode) Capabilities() vmm.Capabilities { return vmm.Capabilities{} }
 // portRig is a server with running sandboxes whose ports lead to the
 // test's own servers, reached through a real listener.
 type portRig struct {
-	t     *testing.T
+	t     testing.TB
 	st    store.Store
 	srv   *Server
 	url   string // the server's base URL (http://127.0.0.1:port)
@@ -45,7 +45,7 @@ type portRig struct {
 // newPortRig serves opts (Store, Node and DataDir filled in) with one
 // account per entry of accounts, each with that many sandboxes whose
 // listed ports are public.
-func newPortRig(t *testing.T, opts Options, accounts []int, public ...int) (*portRig, [][]string) {
+func newPortRig(t testing.TB, opts Options, accounts []int, public ...int) (*portRig, [][]string) {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
