@@ -5,7 +5,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/zeish/zeish/internal/version.Version=$(VERSION)
 
-.PHONY: all deps build console run test test-ts test-browser test-e2b vet bench fuzz crash clean proto
+.PHONY: all deps build console run test test-ts test-python test-browser test-e2b vet bench bench-python fuzz crash clean proto
 
 all: build
 
@@ -35,6 +35,7 @@ vet:
 test: deps vet console
 	$(GO) test -p 2 -timeout 30m ./...
 	$(MAKE) test-ts
+	$(MAKE) test-python
 	$(MAKE) test-browser
 	$(MAKE) test-e2b
 
@@ -45,13 +46,27 @@ test-ts: build
 	cd examples/eval-farm/ts && npm ci --no-audit --no-fund && npm run build
 	cd sdk/ts && npm test
 
+# The Python SDK (sdk/python) and its eval-farm example, with Debian's
+# /usr/bin/python3 and python3-* packages (scripts/deps.sh), against a real
+# zeishd (bin/) in network namespaces of the tests' own and real VMs; the
+# debian template comes from the shared test cache (built here on a miss).
+# mypy --strict checks the package and the example first.
+PYTHON := /usr/bin/python3
+test-python: build
+	$(GO) test -count=1 -run '^TestBuildDebian$$' ./template
+	cd sdk/python && $(PYTHON) -m mypy --strict zeish tools
+	cd examples/eval-farm/python && MYPYPATH=$(CURDIR)/sdk/python $(PYTHON) -m mypy --strict farm.py demo_repo.py
+	cd sdk/python && $(PYTHON) -m pytest -p no:cacheprovider -ra --durations=20 tests
+
 # The console in real Chromium (Debian's /usr/bin/chromium, driven by
 # playwright-core) against a real zeishd (bin/) and real VMs; screenshots go
 # to internal/console/web/screenshots.
 test-browser: build
 	cd internal/console/web && npm test
 
-# The unmodified npm `e2b` SDK against a real zeishd (bin/) and real VMs.
+# The unmodified npm `e2b` SDK, at each version package.json pins (2.45.0,
+# 2.49.1, 2.51.0), against a real zeishd (bin/) and real VMs; a table of
+# passed/failed tests by area and each run's wall time at the end.
 # The debian template goes into the shared test cache first (a cache hit once
 # built): the suite's zeishd runs in a network namespace and cannot build it.
 test-e2b: build
@@ -59,7 +74,7 @@ test-e2b: build
 	cd sdk/e2b-compat && npm ci --no-audit --no-fund && npm test
 
 # Go code for our envd-compatible .proto files (internal/e2b/proto) and the
-# control plane ↔ node protocol (proto/zeish/node/v1 → internal/nodeapi): protoc
+# control plane ↔ node protocol (proto/zeish/node/v2 → internal/nodeapi): protoc
 # from Debian (scripts/deps.sh), the plugins at the versions go.mod pins.
 PROTO_PLUGINS := $(CURDIR)/bin/proto-plugins
 proto:
@@ -69,10 +84,10 @@ proto:
 		--go_out=../envdpb --go_opt=module=github.com/zeish/zeish/internal/e2b/envdpb \
 		--connect-go_out=../envdpb --connect-go_opt=module=github.com/zeish/zeish/internal/e2b/envdpb \
 		process/process.proto filesystem/filesystem.proto
-	cd proto && PATH=$(PROTO_PLUGINS):$$PATH protoc -I . \
+	cd proto && PATH=$(PROTO_PLUGINS):$$PATH protoc -I . -I /usr/include \
 		--go_out=../internal/nodeapi --go_opt=module=github.com/zeish/zeish/internal/nodeapi \
 		--connect-go_out=../internal/nodeapi --connect-go_opt=module=github.com/zeish/zeish/internal/nodeapi \
-		zeish/node/v1/node.proto
+		zeish/node/v2/node.proto
 
 # Fuzz targets run their seed corpus in `make test`; this runs each one for
 # FUZZTIME (new inputs that fail land in the package's testdata/fuzz).
@@ -82,7 +97,10 @@ FUZZ_TARGETS := ./guest:FuzzFrameReader ./guest:FuzzReadChunk ./internal/server:
 	./internal/network:FuzzServeDNS ./sandbox:FuzzParseRule ./guest:FuzzListReplies \
 	./internal/guestports:FuzzParse ./internal/server:FuzzTermControl \
 	./internal/server:FuzzRewriteDevToolsJSON ./internal/server:FuzzHostPort ./internal/server:FuzzTokenVerify \
-	./internal/e2b:FuzzHostRoute ./guest:FuzzParseCredential
+	./internal/e2b:FuzzHostRoute ./guest:FuzzParseCredential \
+	./template:FuzzUnpackContained ./template:FuzzEntry ./template:FuzzCheckSymlink ./template/inroot:FuzzResolve \
+	./template/ocisource:FuzzIndexArchive ./template/ocisource:FuzzDecompress ./template/ocisource:FuzzParseManifest \
+	./internal/server:FuzzTemplateUpload
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		echo "== $$t ($(FUZZTIME))"; \
@@ -98,6 +116,13 @@ crash:
 # BENCHFLAGS, e.g. make bench BENCHFLAGS='-runs 3 -only cold'
 bench: deps build
 	$(GO) run ./bench -bin bin $(BENCHFLAGS)
+
+# The Python eval farm, forked against naive, at N = 4 and 8 (BENCH_FARM_N):
+# the numbers of docs/fork.md's Python farm table.
+BENCH_FARM_N ?= 4 8
+bench-python: deps build
+	$(GO) test -count=1 -run '^TestBuildDebian$$' ./template
+	cd sdk/python && $(PYTHON) tests/bench_farm.py $(BENCH_FARM_N)
 
 clean:
 	rm -rf bin

@@ -18,9 +18,6 @@ func init() {
 	register(section{name: "cluster", about: "what a control plane in front of a node agent adds to create and fork, next to the single binary", run: runCluster})
 }
 
-// benchToken is the node token of the bench's own cluster.
-const benchToken = "bench-node-token-0123456789"
-
 // runCluster starts PostgreSQL, a control plane and one node agent, and
 // times the create and clone calls (their answers, not the boots, which
 // the control plane does not touch) through it and through the bench's
@@ -33,14 +30,18 @@ func runCluster(ctx context.Context, e *benchEnv) (*report, error) {
 	defer pg.Stop()
 	db := pg.URL("postgres")
 	cp := &testenv.Zeishd{Bin: e.zeishdBin, DataDir: filepath.Join(e.tmp, "data-control"), OwnProcessGroup: true,
-		Env: []string{"ZEISH_ROLE=control", "ZEISH_DATABASE_URL=" + db, "ZEISH_NODE_TOKEN=" + benchToken, "ZEISH_LOG_LEVEL=warn",
+		Env: []string{"ZEISH_ROLE=control", "ZEISH_DATABASE_URL=" + db, "ZEISH_CLUSTER_ALLOW_HTTP=on", "ZEISH_LOG_LEVEL=warn",
 			"ZEISH_PLAN_RUNNING_SLOTS=100", "ZEISH_PLAN_CREATES_PER_MINUTE=1000", "ZEISH_PLAN_DAILY_CREATES=100000"}}
 	if err := cp.Start(ctx); err != nil {
 		return nil, err
 	}
 	defer cp.Stop()
+	join, err := testenv.JoinToken(ctx, e.zeishdBin, db, "bench-node")
+	if err != nil {
+		return nil, err
+	}
 	node := &testenv.Zeishd{Bin: e.zeishdBin, DataDir: filepath.Join(e.tmp, "data-node"), OwnProcessGroup: true,
-		Env: []string{"ZEISH_ROLE=node", "ZEISH_NODE_ID=bench-node", "ZEISH_CONTROL_URL=http://" + cp.Addr, "ZEISH_NODE_TOKEN=" + benchToken,
+		Env: []string{"ZEISH_ROLE=node", "ZEISH_NODE_ID=bench-node", "ZEISH_CONTROL_URL=http://" + cp.Addr, "ZEISH_JOIN_TOKEN=" + join, "ZEISH_CLUSTER_ALLOW_HTTP=on",
 			"ZEISH_DATABASE_URL=" + db, "ZEISH_SANDBOXD=" + e.sandboxd, "ZEISH_TEMPLATE_CACHE=" + e.cacheDir, "ZEISH_LOG_LEVEL=warn"}}
 	if err := node.Start(ctx); err != nil {
 		return nil, err

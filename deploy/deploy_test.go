@@ -171,8 +171,48 @@ func checkPod(t *testing.T, what string, selector map[string]string, tpl corev1.
 			t.Errorf("%s: volume %s mounts secret %s, which no manifest defines", what, v.Name, v.Secret.SecretName)
 		}
 	}
-	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "ZEISH_NODE_TOKEN" }) {
-		t.Errorf("%s: no ZEISH_NODE_TOKEN: nodes and the control plane could not authenticate each other", what)
+	vars := map[string]string{}
+	for _, e := range c.Env {
+		vars[e.Name] = e.Value
+	}
+	checkHostSecurity(t, what, role, vars)
+	for _, v := range tpl.Spec.Volumes {
+		if role == "node" && v.Secret != nil && v.Secret.SecretName == "zeish-keys" {
+			t.Errorf("%s: mounts the control plane's keys (secrets.key, token.key): a node must hold no key that opens other accounts' secrets", what)
+		}
+	}
+	for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
+		if p != nil && p.HTTPGet != nil && p.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+			t.Errorf("%s: a probe over %q on a listener that serves TLS", what, p.HTTPGet.Scheme)
+		}
+	}
+}
+
+// checkHostSecurity checks what a role's settings must hold between hosts
+// (SECURITY.md, node identity): TLS with the cluster's CA, https URLs
+// only, no shared node token; a node joins with a join token of its own.
+func checkHostSecurity(t *testing.T, what, role string, vars map[string]string) {
+	t.Helper()
+	for _, name := range []string{"ZEISH_TLS_CERT", "ZEISH_TLS_KEY", "ZEISH_CLUSTER_CA"} {
+		if vars[name] == "" {
+			t.Errorf("%s: no %s: hosts must talk TLS off a private network", what, name)
+		}
+	}
+	if vars["ZEISH_CLUSTER_ALLOW_HTTP"] == "on" {
+		t.Errorf("%s: ZEISH_CLUSTER_ALLOW_HTTP=on in a deployment example", what)
+	}
+	if _, ok := vars["ZEISH_NODE_TOKEN"]; ok {
+		t.Errorf("%s: ZEISH_NODE_TOKEN: there is no shared node token; nodes join with a join token each", what)
+	}
+	for _, name := range []string{"ZEISH_CONTROL_URL", "ZEISH_NODE_URL"} {
+		for _, u := range strings.Split(vars[name], ",") {
+			if u != "" && !strings.HasPrefix(u, "https://") {
+				t.Errorf("%s: %s=%s is not https://", what, name, u)
+			}
+		}
+	}
+	if role == "node" && vars["ZEISH_JOIN_TOKEN"] == "" && vars["ZEISH_JOIN_TOKEN_FILE"] == "" {
+		t.Errorf("%s: neither ZEISH_JOIN_TOKEN nor ZEISH_JOIN_TOKEN_FILE: the node could not join", what)
 	}
 }
 
@@ -248,21 +288,19 @@ func TestSystemdUnits(t *testing.T) {
 			t.Errorf("%s: its EnvironmentFile has no example in systemd/: %v", u, err)
 			continue
 		}
-		token := false
+		vars := map[string]string{}
 		for _, l := range strings.Split(string(b), "\n") {
 			l = strings.TrimSpace(l)
 			if l == "" || strings.HasPrefix(l, "#") {
 				continue
 			}
-			name, _, ok := strings.Cut(l, "=")
+			name, value, ok := strings.Cut(l, "=")
 			if !ok || !env[name] {
 				t.Errorf("%s: %q is not a setting zeishd reads", envFile, l)
 			}
-			token = token || name == "ZEISH_NODE_TOKEN"
+			vars[name] = value
 		}
-		if !token {
-			t.Errorf("%s: no ZEISH_NODE_TOKEN", envFile)
-		}
+		checkHostSecurity(t, envFile, role, vars)
 		if analyze, err := exec.LookPath("systemd-analyze"); err == nil {
 			out, _ := exec.Command(analyze, "verify", u).CombinedOutput()
 			for _, l := range strings.Split(string(out), "\n") {

@@ -21,9 +21,6 @@ import (
 	zeish "github.com/zeish/zeish/sdk/go"
 )
 
-// clusterToken is the node token of the test's cluster.
-const clusterToken = "e2e-cluster-node-token-0123456789"
-
 // clusterSlots is every account's running-slot quota in the cluster test.
 const clusterSlots = 6
 
@@ -60,7 +57,7 @@ func startCluster(t *testing.T, lostAfter time.Duration, replicas int) *lab {
 	t.Cleanup(l.cleanup)
 	for i := range replicas {
 		z := &testenv.Zeishd{Bin: filepath.Join(bin, "zeishd"), DataDir: tempDir(t, "zeish-e2e-control-"),
-			Env: []string{"ZEISH_ROLE=control", "ZEISH_DATABASE_URL=" + l.db, "ZEISH_NODE_TOKEN=" + clusterToken,
+			Env: []string{"ZEISH_ROLE=control", "ZEISH_DATABASE_URL=" + l.db, "ZEISH_CLUSTER_ALLOW_HTTP=on",
 				"ZEISH_NODE_LOST_AFTER=" + lostAfter.String(), "ZEISH_LOG_LEVEL=debug",
 				"ZEISH_PUBLIC_DOMAIN=" + clusterDomain, "ZEISH_E2B_DOMAIN=" + clusterE2BDomain,
 				fmt.Sprintf("ZEISH_PLAN_RUNNING_SLOTS=%d", clusterSlots)}}
@@ -95,15 +92,20 @@ func (l *lab) use(i int) {
 	l.client = zeish.NewClient("http://"+l.control.Addr+api.BasePath, l.key, zeish.WithHTTPClient(&http.Client{Transport: newValidatingTransport(l.t)}))
 }
 
-// addNode starts a node agent with a memory budget and waits until the
-// control plane lists it live.
+// addNode starts a node agent with a memory budget, joined with a join
+// token made for it as an operator would, and waits until the control
+// plane lists it live.
 func (l *lab) addNode(id string, budgetMiB int) *testenv.Zeishd {
 	t := l.t
 	t.Helper()
 	tpl := testenv.BaseTemplate(t)
+	join, err := testenv.JoinToken(context.Background(), filepath.Join(bin, "zeishd"), l.db, id)
+	if err != nil {
+		t.Fatal(err)
+	}
 	z := &testenv.Zeishd{Bin: filepath.Join(bin, "zeishd"), DataDir: tempDir(t, "zeish-e2e-"+id+"-"),
 		Env: []string{"ZEISH_ROLE=node", "ZEISH_NODE_ID=" + id, "ZEISH_CONTROL_URL=" + l.controlURLs(),
-			"ZEISH_NODE_TOKEN=" + clusterToken, "ZEISH_DATABASE_URL=" + l.db, "ZEISH_REGION=lab", "ZEISH_PUBLIC_DOMAIN=" + clusterDomain,
+			"ZEISH_JOIN_TOKEN=" + join, "ZEISH_CLUSTER_ALLOW_HTTP=on", "ZEISH_DATABASE_URL=" + l.db, "ZEISH_REGION=lab", "ZEISH_PUBLIC_DOMAIN=" + clusterDomain,
 			"ZEISH_NODE_LABELS=disk=ssd,rack=" + id, fmt.Sprintf("ZEISH_MEMORY_BUDGET_MIB=%d", budgetMiB),
 			"ZEISH_SANDBOXD=" + testenv.SandboxdBinary(t), "ZEISH_TEMPLATE_CACHE=" + filepath.Dir(tpl.Dir), "ZEISH_LOG_LEVEL=debug"}}
 	l.nodes[id] = z
@@ -259,7 +261,8 @@ func TestCluster(t *testing.T) {
 		return string(b)
 	}
 	if m := scrape(l.control.Addr); !strings.Contains(m, `zeish_node_up{node="node-a",region="lab"} 1`) ||
-		!strings.Contains(m, `zeish_node_memory_budget_mib{node="node-b"} 1152`) || !strings.Contains(m, `zeish_sandboxes{state="running"}`) {
+		!strings.Contains(m, `zeish_node_memory_budget_mib{node="node-b"} 1152`) || !strings.Contains(m, `zeish_sandboxes{state="running"}`) ||
+		!strings.Contains(m, `zeish_node_image_disk_mib{node="node-a"} 0`) {
 		t.Fatalf("control plane /metrics:\n%s", m)
 	}
 	if m := scrape(l.nodes["node-a"].Addr); !strings.Contains(m, `zeish_node_memory_budget_mib{node="node-a"} 1280`) {
@@ -366,9 +369,10 @@ func TestCluster(t *testing.T) {
 	if st := cp.do(t, "GET", api.DataPath+"/sandboxes/"+one.ID+"/files/list?path=/root", acc.Token, nil, nil); st != http.StatusBadRequest {
 		t.Fatalf("the control plane's data plane for a node's sandbox: %d", st)
 	}
-	// Nor does another node, with the same token.
+	// Nor does another node, with the same token: it is signed with the
+	// key of the sandbox's node, which no other node holds.
 	wrong := "http://" + l.nodes[two.Host].Addr + api.DataPath + "/sandboxes/" + one.ID + "/files/list?path=/root"
-	if st := cp.do(t, "GET", wrong, acc.Token, nil, nil); st != http.StatusNotFound {
+	if st := cp.do(t, "GET", wrong, acc.Token, nil, nil); st != http.StatusUnauthorized {
 		t.Fatalf("another node's data plane for %s: %d", one.ID, st)
 	}
 

@@ -6,8 +6,12 @@ set -euo pipefail
 
 packages=(qemu-system-x86 qemu-utils linux-image-cloud-amd64 busybox-static e2fsprogs cpio gzip jq
 	mmdebstrap nftables iproute2 postgresql chromium xvfb openbox git
-	protobuf-compiler libprotobuf-dev umoci iperf3)
+	protobuf-compiler libprotobuf-dev umoci iperf3
+	python3-httpx python3-pytest python3-yaml python3-setuptools python3-wheel mypy)
 backported=(qemu-system-x86 qemu-utils)
+# The Python SDK (sdk/python) needs python3-httpx at run time; its tests
+# python3-pytest, mypy, python3-yaml (tools/gen_schema.py) and setuptools/wheel
+# (the wheel build check), all from Debian: these machines reach no PyPI.
 # Node.js runs the TypeScript SDK's tests; machines of this kind ship one.
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -26,8 +25,7 @@ import (
 	"github.com/zeish/zeish/internal/metrics"
 	"github.com/zeish/zeish/internal/node"
 	"github.com/zeish/zeish/internal/nodeapi"
-	"github.com/zeish/zeish/internal/nodeapi/nodev1"
-	"github.com/zeish/zeish/internal/nodeapi/nodev1/nodev1connect"
+	"github.com/zeish/zeish/internal/nodeapi/nodev2"
 	"github.com/zeish/zeish/internal/secrets"
 	"github.com/zeish/zeish/internal/server"
 	"github.com/zeish/zeish/internal/store"
@@ -55,17 +53,9 @@ func role() (string, error) {
 	return "", fmt.Errorf("role %q: want all, control or node", r)
 }
 
-// nodeToken is the shared secret of the control plane and its node agents.
-func nodeToken() (nodeapi.Token, error) {
-	t := os.Getenv("ZEISH_NODE_TOKEN")
-	if len(t) < 16 {
-		return "", errors.New("ZEISH_NODE_TOKEN: set the same secret of 16 or more characters on the control plane and every node agent")
-	}
-	return nodeapi.Token(t), nil
-}
-
-// clusterStore is the PostgreSQL database the control plane and the node
-// agents share (ZEISH_DATABASE_URL).
+// clusterStore is the PostgreSQL database of a cluster
+// (ZEISH_DATABASE_URL). box opens sandbox secrets: the control plane's;
+// nil on a node agent, which holds no secrets key.
 func clusterStore(ctx context.Context, box *secrets.Box) (store.Store, store.NodeStore, error) {
 	if os.Getenv("ZEISH_DATABASE_URL") == "" {
 		return nil, nil, errors.New("ZEISH_DATABASE_URL: a control plane and its node agents share one PostgreSQL database (postgres://…)")
@@ -91,15 +81,23 @@ func lostAfter() (time.Duration, error) {
 	return d, nil
 }
 
-// serve runs h on ln, with the limits of every zeishd role, until ctx ends.
-func serve(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Handler) error {
+// serve runs h on ln, with the limits of every zeishd role, until ctx
+// ends; over TLS when ZEISH_TLS_CERT is set.
+func serve(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Handler, tlsConf hostTLS) error {
 	limits, err := httpLimits()
 	if err != nil {
 		return err
 	}
 	hs, ln := server.HTTPServer(ln, h, limits)
+	hs.Protocols = tlsConf.serverProtocols()
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() {
+		if tlsConf.serves() {
+			errc <- hs.ServeTLS(ln, tlsConf.certFile, tlsConf.keyFile)
+			return
+		}
+		errc <- hs.Serve(ln)
+	}()
 	select {
 	case err := <-errc:
 		return err
@@ -119,7 +117,7 @@ func serve(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Handle
 func runControl(ctx context.Context) error {
 	log := logger()
 	slog.SetDefault(log)
-	token, err := nodeToken()
+	hosts, err := loadHostTLS()
 	if err != nil {
 		return err
 	}
@@ -133,12 +131,9 @@ func runControl(ctx context.Context) error {
 	}
 	defer unlock()
 	// Replicas share these keys: copy secrets.key and token.key of the
-	// first into the data dir of every other before it starts.
+	// first into the data dir of every other before it starts. Neither
+	// leaves the control plane: nodes get keys derived for them alone.
 	box, err := secrets.LoadOrCreate(dataDir)
-	if err != nil {
-		return err
-	}
-	secretsKey, err := os.ReadFile(filepath.Join(dataDir, secrets.KeyFile))
 	if err != nil {
 		return err
 	}
@@ -163,7 +158,8 @@ func runControl(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	router := cluster.NewRouter(cluster.Options{Store: st, Nodes: nodes, Token: token, LostAfter: lost, Logger: log})
+	router := cluster.NewRouter(cluster.Options{Store: st, Nodes: nodes, Key: tokenKey, Secrets: store.Codec{Secrets: box},
+		LostAfter: lost, Logger: log, HTTP: hosts.rpcClient(), Proxy: hosts.proxyTransport()})
 	// Templates are resolved here and built on the nodes (the built-in ones).
 	cat := catalog.New(st, template.BaseOptions{Logger: log})
 	mtr := metrics.New(metrics.Options{Store: st, Nodes: nodeStates(nodes, lost), Logger: log})
@@ -173,13 +169,14 @@ func runControl(ctx context.Context) error {
 	}
 	srv, err := server.New(server.Options{Store: st, Node: router, Cluster: router, Catalog: cat, DataDir: dataDir,
 		Version: version.Version, PublicURL: os.Getenv("ZEISH_PUBLIC_URL"), PublicDomain: os.Getenv("ZEISH_PUBLIC_DOMAIN"),
-		GuestDomains: guestDomains(), DataPlane: dataPlane, Logger: log, Plan: &plan, Prices: &prices, Metrics: mtr})
+		GuestDomains: guestDomains(), DataPlane: dataPlane, Logger: log, Plan: &plan, Prices: &prices, Metrics: mtr,
+		TokenKeyFor: func(host string) []byte { return cluster.DataPlaneKey(tokenKey, host) }})
 	if err != nil {
 		return err
 	}
-	reg := &cluster.Registry{Nodes: nodes, TokenKey: tokenKey, SecretsKey: secretsKey, Every: lost / 3, Logger: log}
+	reg := &cluster.Registry{Nodes: nodes, Key: tokenKey, AllowHTTP: hosts.allowHTTP, Every: lost / 3, Logger: log}
 	mux := http.NewServeMux()
-	mux.Handle(reg.Handler(token))
+	mux.Handle(reg.Handler())
 	apiHandler := srv.Handler()
 	mux.Handle("/", apiHandler)
 	// E2B's API: its control calls here, its envd calls on the sandbox's
@@ -196,9 +193,9 @@ func runControl(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	log.Info("zeishd control plane listening", "addr", "http://"+ln.Addr().String(), "data_dir", dataDir,
+	log.Info("zeishd control plane listening", "addr", hosts.scheme()+"://"+ln.Addr().String(), "data_dir", dataDir,
 		"node_lost_after", lost, "admin_key", keyPath, "version", version.Version)
-	return serve(ctx, log, ln, facade.Mount(mux))
+	return serve(ctx, log, ln, facade.Mount(mux), hosts)
 }
 
 // runNode is a node agent: it registers with the control plane
@@ -207,15 +204,21 @@ func runControl(ctx context.Context) error {
 func runNode(ctx context.Context) error {
 	log := logger()
 	slog.SetDefault(log)
-	token, err := nodeToken()
+	hosts, err := loadHostTLS()
 	if err != nil {
 		return err
 	}
 	controlURL := os.Getenv("ZEISH_CONTROL_URL")
-	ctl := newControls(controlURL, token)
-	if len(ctl.clients) == 0 {
-		return errors.New("ZEISH_CONTROL_URL: the control plane's address (http://host:port; replicas comma-separated)")
+	controlURLs := urls(controlURL)
+	if len(controlURLs) == 0 {
+		return errors.New("ZEISH_CONTROL_URL: the control plane's address (https://host:port; replicas comma-separated)")
 	}
+	for _, u := range controlURLs {
+		if err := hosts.checkPeer("ZEISH_CONTROL_URL", u); err != nil {
+			return err
+		}
+	}
+	ctl := newControls(controlURLs, hosts.rpcClient())
 	labels, err := nodeLabels(os.Getenv("ZEISH_NODE_LABELS"))
 	if err != nil {
 		return err
@@ -236,25 +239,29 @@ func runNode(ctx context.Context) error {
 		return err
 	}
 	defer ln.Close()
-	self := env("ZEISH_NODE_URL", "http://"+ln.Addr().String())
+	self := env("ZEISH_NODE_URL", hosts.scheme()+"://"+ln.Addr().String())
+	if err := hosts.checkPeer("ZEISH_NODE_URL", self); err != nil {
+		return err
+	}
 	region := env("ZEISH_REGION", "local")
 	// Not healthy until it serves and its first heartbeat tells its
 	// capacity: nothing is placed on it before.
-	reg := &nodev1.RegisterRequest{Protocol: nodeapi.ProtocolVersion, NodeId: id, Region: region, Labels: labels,
-		Url: self, Healthy: false, Version: version.Version}
-	keys, err := register(ctx, log, ctl, reg)
+	reg := &nodev2.RegisterRequest{Version: nodeapi.Ours(), NodeId: id, Region: region, Labels: labels,
+		Url: self, Healthy: false, Build: version.Version}
+	callKey := new(nodeapi.CallKey)
+	keys, err := joinAndRegister(ctx, log, ctl, dataDir, reg)
 	if err != nil {
 		return err
 	}
-	box, err := secrets.New(keys.SecretsKey)
-	if err != nil {
-		return fmt.Errorf("the control plane's secrets key: %w", err)
-	}
-	st, _, err := clusterStore(ctx, box)
+	callKey.Set(keys.CallKey)
+	// No secrets key: the control plane sends the secrets of the sandbox
+	// an operation configures, with the operation (nodeapi.Delivered).
+	shared, _, err := clusterStore(ctx, nil)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer shared.Close()
+	st := nodeapi.NewDelivered(shared)
 	loc, err := openLocal(ctx, log, dataDir, st, id, true)
 	if err != nil {
 		return err
@@ -273,13 +280,13 @@ func runNode(ctx context.Context) error {
 		return err
 	}
 	mux := http.NewServeMux()
-	mux.Handle(nodeapi.Handler(loc.node, st, token))
+	// The control plane's calls, on its call key for this node; they
+	// include the guest reads and template builds of the public API.
+	mux.Handle(nodeapi.Handler(loc.node, st, callKey, loc.cat))
 	// The data plane of this node's sandboxes, on tokens the control plane
 	// signed: exec and file bytes never pass through the control plane.
 	h := srv.Handler()
 	mux.Handle(api.DataPath+"/", h)
-	// The guest-backed public routes the control plane forwards here.
-	mux.Handle(nodeapi.ForwardPrefix+"/", http.StripPrefix(nodeapi.ForwardPrefix, srv.ForwardedHandler(token.Check)))
 	// E2B's envd for this node's sandboxes, on tokens the control plane signed.
 	mux.Handle(e2b.Prefix+"/envd/", e2b.New(e2b.Options{Backend: srv, Templates: loc.cat, Logger: log}).EnvdHandler())
 	mux.Handle("GET /healthz", h)
@@ -289,12 +296,13 @@ func runNode(ctx context.Context) error {
 	defer stopWork()
 	go loc.node.WatchVMs(wctx, 2*time.Second)
 	every := time.Duration(keys.HeartbeatMillis) * time.Millisecond
-	go heartbeat(wctx, log, ctl, reg, loc, dataDir, max(every, 200*time.Millisecond))
+	go heartbeat(wctx, log, ctl, reg, callKey, loc, dataDir, max(every, 200*time.Millisecond))
 
 	caps := loc.driver.Capabilities()
 	log.Info("zeishd node agent listening", "addr", self, "node", id, "region", region, "labels", labels, "control", controlURL,
+		"protocol", nodeapi.Format(keys.Version.GetMajor(), keys.Version.GetMinor()),
 		"accel", caps.Accel, "memory_budget_mib", loc.budget, "data_dir", dataDir, "version", version.Version)
-	return serve(ctx, log, ln, mux)
+	return serve(ctx, log, ln, mux, hosts)
 }
 
 // nodeLabels parses ZEISH_NODE_LABELS: k=v,k=v.
@@ -313,32 +321,40 @@ func nodeLabels(s string) (map[string]string, error) {
 	return out, nil
 }
 
-// register announces the node until the control plane answers (it may
-// start after the node) or ctx ends.
-func register(ctx context.Context, log *slog.Logger, ctl nodev1connect.ControlClient, req *nodev1.RegisterRequest) (*nodev1.RegisterReply, error) {
-	for {
-		rep, err := ctl.Register(ctx, connect.NewRequest(req))
-		if err == nil {
-			return rep.Msg, nil
-		}
-		if code := connect.CodeOf(err); code == connect.CodeInvalidArgument || code == connect.CodeUnauthenticated {
-			return nil, fmt.Errorf("register with %s: %w", "the control plane", nodeapi.FromWire("control", err))
-		}
-		log.Warn("register with the control plane; retrying", "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(time.Second):
-		}
+// joinAndRegister announces the node with its credential (joining first
+// if it has none) until the control plane answers (it may start after the
+// node) or ctx ends. A credential the control plane refuses (revoked) is
+// replaced when ZEISH_JOIN_TOKEN holds a new join token for this node.
+func joinAndRegister(ctx context.Context, log *slog.Logger, ctl *controls, dataDir string, req *nodev2.RegisterRequest) (*nodev2.RegisterReply, error) {
+	cred, fromFile, err := nodeCredential(ctx, log, ctl, dataDir, req.NodeId)
+	if err != nil {
+		return nil, err
 	}
+	ctl.setCredential(cred)
+	register := func() (*connect.Response[nodev2.RegisterReply], error) {
+		return ctl.Register(ctx, connect.NewRequest(req))
+	}
+	rep, err := untilAnswered(ctx, log, "register with the control plane", register)
+	if tok, _ := joinTokenSetting(); errdefs.Of(err) == errdefs.ErrUnauthenticated && fromFile && tok != "" {
+		log.Warn("the control plane refused this node's credential; joining again with the join token it was started with", "err", err)
+		if cred, err = join(ctx, log, ctl, dataDir, req.NodeId); err != nil {
+			return nil, err
+		}
+		ctl.setCredential(cred)
+		rep, err = untilAnswered(ctx, log, "register with the control plane", register)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return rep.Msg, nil
 }
 
 // capacityOf is what the node can promise now.
-func capacityOf(loc *local, dataDir string) (*nodev1.Capacity, bool) {
+func capacityOf(loc *local, dataDir string) (*nodev2.Capacity, bool) {
 	c, err := loc.node.Capacity()
 	caps := loc.driver.Capabilities()
-	out := &nodev1.Capacity{MemoryBudgetMib: int64(c.BudgetMiB), MemoryCommittedMib: int64(c.CommittedMiB),
-		ImageRamMib: int64(c.ImageRAMMiB), Vcpus: int32(runtime.NumCPU()), Accel: string(caps.Accel), Vmm: caps.Name}
+	out := &nodev2.Capacity{MemoryBudgetMib: int64(c.BudgetMiB), MemoryCommittedMib: int64(c.CommittedMiB),
+		ImageRamMib: int64(c.ImageRAMMiB), ImageDiskMib: int64(c.ImageDiskMiB), Vcpus: int32(runtime.NumCPU()), Accel: string(caps.Accel), Vmm: caps.Name}
 	var fs syscall.Statfs_t
 	if syscall.Statfs(dataDir, &fs) == nil {
 		out.DiskFreeMib = int64(fs.Bavail * uint64(fs.Bsize) >> 20)
@@ -349,13 +365,13 @@ func capacityOf(loc *local, dataDir string) (*nodev1.Capacity, bool) {
 // heartbeat reports the node alive every interval, registers again when
 // the control plane no longer knows it, and rejoins the sandboxes marked
 // lost while it was away.
-func heartbeat(ctx context.Context, log *slog.Logger, ctl nodev1connect.ControlClient, reg *nodev1.RegisterRequest, loc *local, dataDir string, every time.Duration) {
+func heartbeat(ctx context.Context, log *slog.Logger, ctl *controls, reg *nodev2.RegisterRequest, callKey *nodeapi.CallKey, loc *local, dataDir string, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	draining := false
 	for {
 		c, healthy := capacityOf(loc, dataDir)
-		rep, err := ctl.Heartbeat(ctx, connect.NewRequest(&nodev1.HeartbeatRequest{NodeId: reg.NodeId, Capacity: c, Healthy: healthy}))
+		rep, err := ctl.Heartbeat(ctx, connect.NewRequest(&nodev2.HeartbeatRequest{NodeId: reg.NodeId, Capacity: c, Healthy: healthy}))
 		switch {
 		case err == nil:
 			if rep.Msg.Draining != draining {
@@ -365,9 +381,13 @@ func heartbeat(ctx context.Context, log *slog.Logger, ctl nodev1connect.ControlC
 			loc.node.Rejoin(ctx)
 		case connect.CodeOf(err) == connect.CodeNotFound:
 			reg.Capacity, reg.Healthy = c, healthy
-			if _, err := ctl.Register(ctx, connect.NewRequest(reg)); err != nil {
+			if rep, err := ctl.Register(ctx, connect.NewRequest(reg)); err != nil {
 				log.Warn("register again", "err", err)
+			} else {
+				callKey.Set(rep.Msg.CallKey)
 			}
+		case connect.CodeOf(err) == connect.CodeUnauthenticated:
+			log.Error("the control plane refuses this node's credential (revoked?): its sandboxes keep running, but it gets no work until it joins again with a join token made for it", "err", err)
 		case ctx.Err() == nil:
 			log.Warn("heartbeat", "err", err)
 		}
@@ -420,7 +440,7 @@ func nodeStates(nodes store.NodeStore, lostAfter time.Duration) func(context.Con
 		for _, n := range list {
 			c := n.Capacity
 			out = append(out, metrics.NodeState{ID: n.ID, Region: n.Region, VCPUs: c.VCPUs,
-				Capacity: metrics.Capacity{BudgetMiB: c.MemoryBudgetMiB, CommittedMiB: c.MemoryCommittedMiB, ImageRAMMiB: c.ImageRAMMiB},
+				Capacity: metrics.Capacity{BudgetMiB: c.MemoryBudgetMiB, CommittedMiB: c.MemoryCommittedMiB, ImageRAMMiB: c.ImageRAMMiB, ImageDiskMiB: c.ImageDiskMiB},
 				Healthy:  n.Healthy, Live: cluster.Live(n, now, lostAfter), Draining: n.Draining,
 				SecondsSinceBeat: now.Sub(n.HeartbeatAt).Seconds()})
 		}

@@ -3,34 +3,47 @@ package main
 import (
 	"context"
 	"net/http"
-	"strings"
 	"sync"
+	"sync/atomic"
 
 	"connectrpc.com/connect"
 
-	"github.com/zeish/zeish/internal/nodeapi"
-	"github.com/zeish/zeish/internal/nodeapi/nodev1"
-	"github.com/zeish/zeish/internal/nodeapi/nodev1/nodev1connect"
+	"github.com/zeish/zeish/internal/nodeapi/nodev2"
+	"github.com/zeish/zeish/internal/nodeapi/nodev2/nodev2connect"
 )
 
 // controls is the Control service of every control-plane replica a node
 // agent knows (ZEISH_CONTROL_URL, comma-separated): a call goes to the one
 // that answered last, and on to the next while a replica is unreachable,
-// so a node keeps heartbeating through the loss of a replica.
+// so a node keeps heartbeating through the loss of a replica. Calls carry
+// the node's credential once it has one (a join does not).
 type controls struct {
-	mu      sync.Mutex
-	clients []nodev1connect.ControlClient
-	cur     int
+	mu         sync.Mutex
+	clients    []nodev2connect.ControlClient
+	cur        int
+	credential atomic.Pointer[string]
 }
 
-func newControls(urls string, token nodeapi.Token) *controls {
+func newControls(list []string, hc *http.Client) *controls {
 	c := &controls{}
-	for _, u := range strings.Split(urls, ",") {
-		if u = strings.TrimSuffix(strings.TrimSpace(u), "/"); u != "" {
-			c.clients = append(c.clients, nodev1connect.NewControlClient(http.DefaultClient, u, connect.WithInterceptors(token.ClientAuth())))
-		}
+	for _, u := range list {
+		c.clients = append(c.clients, nodev2connect.NewControlClient(hc, u, connect.WithInterceptors(c.auth())))
 	}
 	return c
+}
+
+// setCredential is what the node's later calls authenticate with.
+func (c *controls) setCredential(cred string) { c.credential.Store(&cred) }
+
+func (c *controls) auth() connect.Interceptor {
+	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if cred := c.credential.Load(); cred != nil && req.Spec().Procedure != nodev2connect.ControlJoinProcedure {
+				req.Header().Set("Authorization", "Bearer "+*cred)
+			}
+			return next(ctx, req)
+		}
+	})
 }
 
 // unreachable: the replica did not answer (an answer, even an error, ends
@@ -43,7 +56,7 @@ func unreachable(err error) bool {
 	return false
 }
 
-func call[T any](c *controls, f func(nodev1connect.ControlClient) (T, error)) (T, error) {
+func call[T any](c *controls, f func(nodev2connect.ControlClient) (T, error)) (T, error) {
 	c.mu.Lock()
 	start := c.cur
 	c.mu.Unlock()
@@ -61,14 +74,20 @@ func call[T any](c *controls, f func(nodev1connect.ControlClient) (T, error)) (T
 	return out, err
 }
 
-func (c *controls) Register(ctx context.Context, req *connect.Request[nodev1.RegisterRequest]) (*connect.Response[nodev1.RegisterReply], error) {
-	return call(c, func(cl nodev1connect.ControlClient) (*connect.Response[nodev1.RegisterReply], error) {
+func (c *controls) Join(ctx context.Context, req *connect.Request[nodev2.JoinRequest]) (*connect.Response[nodev2.JoinReply], error) {
+	return call(c, func(cl nodev2connect.ControlClient) (*connect.Response[nodev2.JoinReply], error) {
+		return cl.Join(ctx, connect.NewRequest(req.Msg))
+	})
+}
+
+func (c *controls) Register(ctx context.Context, req *connect.Request[nodev2.RegisterRequest]) (*connect.Response[nodev2.RegisterReply], error) {
+	return call(c, func(cl nodev2connect.ControlClient) (*connect.Response[nodev2.RegisterReply], error) {
 		return cl.Register(ctx, connect.NewRequest(req.Msg))
 	})
 }
 
-func (c *controls) Heartbeat(ctx context.Context, req *connect.Request[nodev1.HeartbeatRequest]) (*connect.Response[nodev1.HeartbeatReply], error) {
-	return call(c, func(cl nodev1connect.ControlClient) (*connect.Response[nodev1.HeartbeatReply], error) {
+func (c *controls) Heartbeat(ctx context.Context, req *connect.Request[nodev2.HeartbeatRequest]) (*connect.Response[nodev2.HeartbeatReply], error) {
+	return call(c, func(cl nodev2connect.ControlClient) (*connect.Response[nodev2.HeartbeatReply], error) {
 		return cl.Heartbeat(ctx, connect.NewRequest(req.Msg))
 	})
 }

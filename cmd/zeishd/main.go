@@ -20,10 +20,12 @@
 // ZEISH_PRICE_DISK_GIB_SECOND_MICROS (0.04).
 //
 // `zeishd control` (or ZEISH_ROLE=control) is a control-plane replica
-// without VMs and `zeishd node` a node agent that registers with it
-// (ZEISH_CONTROL_URL, ZEISH_NODE_TOKEN, ZEISH_NODE_ID, ZEISH_REGION,
-// ZEISH_NODE_LABELS, ZEISH_NODE_URL; ZEISH_NODE_LOST_AFTER on the control
-// plane), all on one PostgreSQL database: see cluster.go and the README.
+// without VMs and `zeishd node` a node agent that joins it once
+// (ZEISH_JOIN_TOKEN from `zeishd join-token`) and registers with it
+// (ZEISH_CONTROL_URL, ZEISH_NODE_ID, ZEISH_REGION, ZEISH_NODE_LABELS,
+// ZEISH_NODE_URL; ZEISH_NODE_LOST_AFTER on the control plane), all on one
+// PostgreSQL database, over TLS between hosts (ZEISH_TLS_CERT,
+// ZEISH_TLS_KEY, ZEISH_CLUSTER_CA): see cluster.go, join.go and the README.
 //
 // SIGINT/SIGTERM stop the API and drop agent connections; running sandboxes
 // keep running, and the next zeishd finds them again.
@@ -69,6 +71,13 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "--accel-probe" {
 		if err := probeAccel(ctx); err != nil {
 			slog.Error("zeishd --accel-probe", "err", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if ok, err := adminCommand(ctx, os.Args[1:], os.Stdout); ok {
+		if err != nil {
+			slog.Error("zeishd "+os.Args[1], "err", err)
 			os.Exit(1)
 		}
 		return
@@ -123,6 +132,10 @@ func logger() *slog.Logger {
 func run(ctx context.Context) error {
 	log := logger()
 	slog.SetDefault(log)
+	hosts, err := loadHostTLS()
+	if err != nil {
+		return err
+	}
 	dataDir, unlock, err := openDataDir()
 	if err != nil {
 		return err
@@ -188,10 +201,11 @@ func run(ctx context.Context) error {
 	defer func() { stopWatch(); <-watchDone }()
 	apiHandler := srv.Handler()
 	facade := e2b.New(e2b.Options{API: apiHandler, Backend: srv, Templates: cat, Logger: log, Domain: os.Getenv("ZEISH_E2B_DOMAIN")}) // E2B's SDKs, under /e2b
+	defer facade.Close()
 	caps := driver.Capabilities()
-	log.Info("zeishd listening", "addr", "http://"+ln.Addr().String(), "data_dir", dataDir, "node", nodeID,
+	log.Info("zeishd listening", "addr", hosts.scheme()+"://"+ln.Addr().String(), "data_dir", dataDir, "node", nodeID,
 		"vmm", caps.Name, "accel", caps.Accel, "accel_reason", caps.AccelReason, "accel_probe_ms", caps.AccelProbeMS, "confinement", caps.Confinement, "memory_budget_mib", budget, "plan", fmt.Sprintf("%+v", plan), "admin_key", keyPath, "version", version.Version)
-	return serve(ctx, log, ln, facade.Mount(apiHandler))
+	return serve(ctx, log, ln, facade.Mount(apiHandler), hosts)
 }
 
 // httpLimits are the HTTP server's limits (ZEISH_MAX_CONNECTIONS; a

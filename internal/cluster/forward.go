@@ -11,41 +11,17 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
-	"github.com/zeish/zeish/internal/nodeapi"
 	"github.com/zeish/zeish/internal/server"
 	"github.com/zeish/zeish/internal/store"
 )
 
-// ForwardToNode sends a public-API request that needs a node (a sandbox's
-// guest: its ports, git clone, browser, desktop; a template build) to node
-// nodeID, which serves it for the account the control plane authenticated
-// (server.ForwardedHandler), and streams the node's answer back as it is:
-// status, error code and body.
-func (r *Router) ForwardToNode(w http.ResponseWriter, req *http.Request, nodeID string, f server.Forwarded) {
-	n, base, err := r.nodeAt(req.Context(), nodeID, nodeapi.ForwardPrefix)
-	if err != nil {
-		server.WriteError(w, req, err)
-		return
-	}
-	r.proxy(unavailable(n), func(pr *httputil.ProxyRequest) {
-		pr.Out.URL.Scheme, pr.Out.URL.Host = base.Scheme, base.Host
-		pr.Out.URL.Path, pr.Out.URL.RawPath = base.Path+pr.In.URL.Path, ""
-		pr.Out.Host = base.Host
-		for _, h := range []string{"Cookie", server.ForwardAccountHeader, server.ForwardKeyHeader} {
-			pr.Out.Header.Del(h)
-		}
-		pr.Out.Header.Set("Authorization", "Bearer "+string(r.o.Token))
-		pr.Out.Header.Set(server.ForwardAccountHeader, f.AccountID)
-		if f.KeyID != "" {
-			pr.Out.Header.Set(server.ForwardKeyHeader, f.KeyID)
-		}
-		pr.SetXForwarded()
-	}).ServeHTTP(w, req)
-}
-
 // ProxyToNode sends a data-plane request (a guest port's HTTP, WebSocket or
-// raw TCP) to the data plane of node nodeID at path. The caller's token
-// goes along: the node verifies it offline, as for any data-plane call.
+// raw TCP, a console upload) to the data plane of node nodeID at path. The
+// caller's token goes along and no credential of the control plane's: the
+// node verifies the token offline, as for any data-plane call. This stays
+// a proxy, not a call of the node protocol: the bytes are the caller's and
+// the guest's (upgrades, raw TCP), and the control plane adds no authority
+// to them that a typed call would need to carry.
 func (r *Router) ProxyToNode(w http.ResponseWriter, req *http.Request, nodeID, path string) {
 	n, base, err := r.nodeAt(req.Context(), nodeID, "")
 	if err != nil {
@@ -56,9 +32,6 @@ func (r *Router) ProxyToNode(w http.ResponseWriter, req *http.Request, nodeID, p
 		pr.Out.URL.Scheme, pr.Out.URL.Host = base.Scheme, base.Host
 		pr.Out.URL.Path, pr.Out.URL.RawPath = path, ""
 		pr.Out.Host = pr.In.Host // the guest's server sees the name it was called by
-		for _, h := range []string{server.ForwardAccountHeader, server.ForwardKeyHeader} {
-			pr.Out.Header.Del(h)
-		}
 		pr.SetXForwarded()
 	}).ServeHTTP(w, req)
 }
@@ -120,7 +93,7 @@ func (r *Router) nodeAt(ctx context.Context, id, suffix string) (store.NodeRecor
 // output, a guest's server), rewritten by rewrite; fail answers when the
 // node does not.
 func (r *Router) proxy(fail func(http.ResponseWriter, *http.Request, error), rewrite func(*httputil.ProxyRequest)) *httputil.ReverseProxy {
-	return &httputil.ReverseProxy{Transport: r.o.HTTP.Transport, FlushInterval: -1, Rewrite: rewrite, ErrorHandler: fail}
+	return &httputil.ReverseProxy{Transport: r.o.Proxy, FlushInterval: -1, Rewrite: rewrite, ErrorHandler: fail}
 }
 
 // unavailable answers a request node n did not: 503 unavailable.
@@ -130,12 +103,11 @@ func unavailable(n store.NodeRecord) func(http.ResponseWriter, *http.Request, er
 	}
 }
 
-// BuildNode is the node a new template is built on (BuildOn).
-func (r *Router) BuildNode(ctx context.Context) (string, error) {
+// buildNode is the node a new template is built on (BuildOn).
+func (r *Router) buildNode(ctx context.Context) (store.NodeRecord, error) {
 	nodes, err := r.Nodes(ctx)
 	if err != nil {
-		return "", fmt.Errorf("store: %w: %w", errdefs.ErrUnavailable, err)
+		return store.NodeRecord{}, fmt.Errorf("store: %w: %w", errdefs.ErrUnavailable, err)
 	}
-	n, err := BuildOn(nodes, time.Now(), r.o.LostAfter)
-	return n.ID, err
+	return BuildOn(nodes, time.Now(), r.o.LostAfter)
 }

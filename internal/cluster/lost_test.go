@@ -27,7 +27,7 @@ func TestMarkLost(t *testing.T) {
 	if err := st.CreateSandboxes(ctx, rows...); err != nil {
 		t.Fatal(err)
 	}
-	r := NewRouter(Options{Store: st, Nodes: st, Token: "t", LostAfter: 10 * time.Second})
+	r := NewRouter(Options{Store: st, Nodes: st, LostAfter: 10 * time.Second})
 	r.MarkLost(ctx, now)
 	r.MarkLost(ctx, now) // again: nothing more changes
 	cases := []struct {

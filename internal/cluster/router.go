@@ -22,12 +22,21 @@ import (
 type Options struct {
 	Store store.Store
 	Nodes store.NodeStore
-	Token nodeapi.Token
+	// Key is the control plane's key (token.key) each node's call key is
+	// derived from (CallKey).
+	Key []byte
+	// Secrets seals the secrets of the sandboxes the router has nodes
+	// create (nodes write their rows but cannot seal).
+	Secrets store.Codec
 	// LostAfter is how long a node may go without a heartbeat before it
 	// gets no placements and its sandboxes are marked lost.
 	LostAfter time.Duration
-	HTTP      *http.Client // nil: a client of its own
-	Logger    *slog.Logger
+	// HTTP carries the node protocol (nil: a client of its own); Proxy
+	// the data plane handed on to nodes, which needs HTTP/1.1 upgrades
+	// (nil: http.DefaultTransport).
+	HTTP   *http.Client
+	Proxy  http.RoundTripper
+	Logger *slog.Logger
 }
 
 // Router is the control plane's control.Node for many nodes: a create goes
@@ -37,7 +46,7 @@ type Router struct {
 	o       Options
 	log     *slog.Logger
 	mu      sync.Mutex
-	clients map[string]*nodeapi.RemoteNode // by node id + URL
+	clients map[string]*nodeapi.RemoteNode // by node id, URL and protocol
 }
 
 // NewRouter makes a Router.
@@ -47,6 +56,9 @@ func NewRouter(o Options) *Router {
 	}
 	if o.HTTP == nil {
 		o.HTTP = &http.Client{}
+	}
+	if o.Proxy == nil {
+		o.Proxy = http.DefaultTransport
 	}
 	if o.LostAfter <= 0 {
 		o.LostAfter = DefaultLostAfter
@@ -58,12 +70,12 @@ func NewRouter(o Options) *Router {
 const DefaultLostAfter = 30 * time.Second
 
 func (r *Router) client(n store.NodeRecord) *nodeapi.RemoteNode {
-	key := n.ID + " " + n.URL
+	key := n.ID + " " + n.URL + " " + n.Protocol
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c := r.clients[key]
 	if c == nil {
-		c = nodeapi.NewRemoteNode(n.ID, n.URL, r.o.Token, r.o.HTTP)
+		c = nodeapi.NewRemoteNode(n.ID, n.URL, CallKey(r.o.Key, n.ID), nodeapi.ParseMinor(n.Protocol), r.o.HTTP)
 		r.clients[key] = c
 	}
 	return c
@@ -86,22 +98,57 @@ func (r *Router) node(ctx context.Context, id string) (store.NodeRecord, *nodeap
 
 // of is the node of sandbox id.
 func (r *Router) of(ctx context.Context, id string) (store.NodeRecord, *nodeapi.RemoteNode, error) {
-	rec, err := r.o.Store.GetSandbox(ctx, id)
-	if err != nil {
-		return store.NodeRecord{}, nil, err
-	}
-	return r.node(ctx, rec.Host)
+	_, n, c, err := r.sandboxOn(ctx, id)
+	return n, c, err
 }
 
-// ofSnapshot is the node of the sandbox snapshot id was taken of (its
-// image lives there).
-func (r *Router) ofSnapshot(ctx context.Context, id string) (*nodeapi.RemoteNode, error) {
+// sandboxOn is sandbox id and its node.
+func (r *Router) sandboxOn(ctx context.Context, id string) (*store.SandboxRecord, store.NodeRecord, *nodeapi.RemoteNode, error) {
+	rec, err := r.o.Store.GetSandbox(ctx, id)
+	if err != nil {
+		return nil, store.NodeRecord{}, nil, err
+	}
+	n, c, err := r.node(ctx, rec.Host)
+	return rec, n, c, err
+}
+
+// ofSnapshot is the sandbox snapshot id was taken of and its node (the
+// snapshot's image lives there).
+func (r *Router) ofSnapshot(ctx context.Context, id string) (*store.SandboxRecord, store.NodeRecord, *nodeapi.RemoteNode, error) {
 	s, err := r.o.Store.GetSnapshot(ctx, id)
 	if err != nil {
-		return nil, err
+		return nil, store.NodeRecord{}, nil, err
 	}
-	_, c, err := r.of(ctx, s.SandboxID)
-	return c, err
+	return r.sandboxOn(ctx, s.SandboxID)
+}
+
+// seal gives new sandbox rec the id it will have and the sealed form of
+// env, its secrets, for the row its node writes: nodes hold no secrets
+// key, so the control plane chooses the id and seals for it.
+func (r *Router) seal(rec *store.SandboxRecord, env map[string]string) error {
+	if rec.ID == "" {
+		rec.ID = sandbox.NewID(sandbox.PrefixSandbox)
+	}
+	rec.SecretEnv = env
+	if len(env) == 0 {
+		return nil
+	}
+	sealed, err := r.o.Secrets.Seal(rec.ID, env)
+	if err != nil {
+		return err
+	}
+	rec.SetSealedSecrets(sealed)
+	return nil
+}
+
+// sealChildren prepares the children of a fork, which inherit secrets.
+func (r *Router) sealChildren(children []*store.SandboxRecord, secrets map[string]string) error {
+	for _, c := range children {
+		if err := r.seal(c, secrets); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Region is empty: the cluster has many (HasRegion says which exist).
@@ -164,6 +211,9 @@ func (r *Router) Create(ctx context.Context, rec *store.SandboxRecord) (*store.S
 	if err != nil {
 		return nil, err
 	}
+	if err := r.seal(rec, rec.SecretEnv); err != nil {
+		return nil, err
+	}
 	for i, n := range order {
 		made, err := r.client(n).Create(ctx, rec)
 		if err == nil || i == len(order)-1 || !(errdefs.Of(err) == errdefs.ErrNodeFull || errdefs.Of(err) == errdefs.ErrStorageFull || errdefs.Of(err) == errdefs.ErrUnavailable) {
@@ -180,30 +230,32 @@ func (r *Router) Create(ctx context.Context, rec *store.SandboxRecord) (*store.S
 // Clone forks on the parent's node (its memory image is there); a node
 // that is draining takes no new sandboxes, forks included.
 func (r *Router) Clone(ctx context.Context, parentID string, children []*store.SandboxRecord) (time.Duration, []*store.SandboxRecord, error) {
-	n, c, err := r.of(ctx, parentID)
+	parent, n, c, err := r.sandboxOn(ctx, parentID)
 	if err != nil {
 		return 0, nil, err
 	}
 	if n.Draining {
 		return 0, nil, fmt.Errorf("node %s of sandbox %s is draining: %w", n.ID, parentID, errdefs.ErrNodeFull)
 	}
-	return c.Clone(ctx, parentID, children)
+	if err := r.sealChildren(children, parent.SecretEnv); err != nil {
+		return 0, nil, err
+	}
+	return c.Clone(ctx, parentID, parent.SecretEnv, children)
 }
 
 // CloneSnapshot starts children on the node that keeps the snapshot.
 func (r *Router) CloneSnapshot(ctx context.Context, snapID string, children []*store.SandboxRecord) ([]*store.SandboxRecord, error) {
-	s, err := r.o.Store.GetSnapshot(ctx, snapID)
-	if err != nil {
-		return nil, err
-	}
-	n, c, err := r.of(ctx, s.SandboxID)
+	parent, n, c, err := r.ofSnapshot(ctx, snapID)
 	if err != nil {
 		return nil, err
 	}
 	if n.Draining {
 		return nil, fmt.Errorf("node %s is draining: %w", n.ID, errdefs.ErrNodeFull)
 	}
-	return c.CloneSnapshot(ctx, snapID, children)
+	if err := r.sealChildren(children, parent.SecretEnv); err != nil {
+		return nil, err
+	}
+	return c.CloneSnapshot(ctx, snapID, parent.ID, parent.SecretEnv, children)
 }
 
 func (r *Router) CreateSnapshot(ctx context.Context, id, name string) (*store.SnapshotRecord, error) {
@@ -215,19 +267,21 @@ func (r *Router) CreateSnapshot(ctx context.Context, id, name string) (*store.Sn
 }
 
 func (r *Router) DeleteSnapshot(ctx context.Context, id string) error {
-	c, err := r.ofSnapshot(ctx, id)
+	_, _, c, err := r.ofSnapshot(ctx, id)
 	if err != nil {
 		return err
 	}
 	return c.DeleteSnapshot(ctx, id)
 }
 
+// Restore rolls the snapshot's sandbox back on its node, which delivers
+// the sandbox's secrets to the guest again.
 func (r *Router) Restore(ctx context.Context, snapID string) (*store.SnapshotRecord, *store.SandboxRecord, error) {
-	c, err := r.ofSnapshot(ctx, snapID)
+	rec, _, c, err := r.ofSnapshot(ctx, snapID)
 	if err != nil {
 		return nil, nil, err
 	}
-	return c.Restore(ctx, snapID)
+	return c.Restore(ctx, snapID, rec.ID, rec.SecretEnv)
 }
 
 func (r *Router) call(ctx context.Context, id string, f func(*nodeapi.RemoteNode) (*store.SandboxRecord, error)) (*store.SandboxRecord, error) {
@@ -238,8 +292,14 @@ func (r *Router) call(ctx context.Context, id string, f func(*nodeapi.RemoteNode
 	return f(c)
 }
 
+// Start starts a stopped sandbox on its node, which delivers its secrets
+// to the guest again.
 func (r *Router) Start(ctx context.Context, id string) (*store.SandboxRecord, error) {
-	return r.call(ctx, id, func(c *nodeapi.RemoteNode) (*store.SandboxRecord, error) { return c.Start(ctx, id) })
+	rec, _, c, err := r.sandboxOn(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return c.Start(ctx, id, rec.SecretEnv)
 }
 func (r *Router) Stop(ctx context.Context, id string) (*store.SandboxRecord, error) {
 	return r.call(ctx, id, func(c *nodeapi.RemoteNode) (*store.SandboxRecord, error) { return c.Stop(ctx, id) })

@@ -11,6 +11,7 @@ import (
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/control"
+	"github.com/zeish/zeish/internal/guestread"
 	"github.com/zeish/zeish/internal/nodeapi"
 	"github.com/zeish/zeish/internal/server"
 	"github.com/zeish/zeish/internal/store"
@@ -20,9 +21,11 @@ import (
 
 // The Router is a node to the control plane and a cluster to the admin API.
 var (
-	_ control.Node         = (*Router)(nil)
-	_ server.Cluster       = (*Router)(nil)
-	_ server.NodeForwarder = (*Router)(nil)
+	_ control.Node          = (*Router)(nil)
+	_ server.Cluster        = (*Router)(nil)
+	_ server.DataPlaneProxy = (*Router)(nil)
+	_ server.NodeTemplates  = (*Router)(nil)
+	_ guestread.Reads       = (*Router)(nil)
 )
 
 // fakeNode records the sandboxes it makes in the store as a node would,
@@ -49,6 +52,8 @@ func (f *fakeNode) Clone(_ context.Context, parent string, kids []*store.Sandbox
 	return time.Millisecond, kids, nil
 }
 
+var master = []byte("the control plane's key, 32 bytes")
+
 func TestRouter(t *testing.T) {
 	ctx := context.Background()
 	st := testenv.SQLite(t)
@@ -59,8 +64,10 @@ func TestRouter(t *testing.T) {
 	}{{"big", 4096}, {"small", 2048}} {
 		f := &fakeNode{id: c.id, st: st}
 		nodes[c.id] = f
+		key := new(nodeapi.CallKey)
+		key.Set(CallKey(master, c.id))
 		mux := http.NewServeMux()
-		mux.Handle(nodeapi.Handler(f, st, "tok"))
+		mux.Handle(nodeapi.Handler(f, nodeapi.NewDelivered(st), key, nil))
 		srv := httptest.NewServer(mux)
 		defer srv.Close()
 		st.UpdateNode(ctx, c.id, func(n *store.NodeRecord) error {
@@ -69,7 +76,7 @@ func TestRouter(t *testing.T) {
 			return nil
 		})
 	}
-	r := NewRouter(Options{Store: st, Nodes: st, Token: "tok", LostAfter: time.Minute})
+	r := NewRouter(Options{Store: st, Nodes: st, Key: master, LostAfter: time.Minute})
 	create := func() *store.SandboxRecord {
 		t.Helper()
 		made, err := r.Create(ctx, &store.SandboxRecord{Sandbox: sandbox.Sandbox{AccountID: "acc_a", MemoryMiB: 1024}})

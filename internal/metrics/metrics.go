@@ -173,6 +173,8 @@ func (c *stateCollector) collectNodes(ctx context.Context, ch chan<- prometheus.
 		ch <- prometheus.MustNewConstMetric(vcpusDesc, prometheus.GaugeValue, float64(n.VCPUs), n.ID, n.Region)
 		ch <- prometheus.MustNewConstMetric(beatDesc, prometheus.GaugeValue, n.SecondsSinceBeat, n.ID, n.Region)
 		memoryMetrics(ch, n.ID, n.Capacity)
+		// Nodes of protocol 2.0 do not report it: 0.
+		ch <- prometheus.MustNewConstMetric(imageDiskDesc, prometheus.GaugeValue, float64(n.Capacity.ImageDiskMiB), n.ID)
 	}
 }
 

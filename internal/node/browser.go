@@ -130,7 +130,7 @@ func (n *Node) syncBrowser(ctx context.Context, r *store.SandboxRecord) error {
 		n.log.Warn("browser asked on a template without it", logSandbox, r.ID, "template", r.Template)
 		return nil
 	}
-	c := n.liveAgent(r.ID)
+	c := n.agents.Live(r.ID)
 	if c == nil {
 		return fmt.Errorf("browser: the guest agent is not connected")
 	}

@@ -3,55 +3,13 @@ package node
 import (
 	"context"
 	"fmt"
-	"os"
-	"syscall"
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/metrics"
+	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 )
-
-// shmHeadroomMiB is tmpfs space a new RAM file must leave free: tmpfs full
-// means SIGBUS in every guest whose RAM lives there.
-const shmHeadroomMiB = 256
-
-// reserve checks the host has memory for count more sandboxes like r and
-// holds it for them until release, which the caller calls once their
-// records count (or the operation failed). Check and hold are one step
-// under budgetMu, so concurrent creates and forks cannot both take the last
-// of the budget. Memory is what may run plus the RAM that images
-// (snapshots, stopped forks' parents) keep in tmpfs.
-func (n *Node) reserve(r *store.SandboxRecord, count int) (release func(), err error) {
-	need := count * r.MemoryMiB
-	n.budgetMu.Lock()
-	defer n.budgetMu.Unlock()
-	if free, ok := tmpfsFreeMiB(n.opts.ShmDir); ok && free-n.reservedMiB < need+shmHeadroomMiB {
-		return nil, fmt.Errorf("host %s has %d MiB left in %s; %d sandbox(es) of %d MiB need %d: %w",
-			n.opts.ID, max(0, free-n.reservedMiB), n.opts.ShmDir, count, r.MemoryMiB, need, errdefs.ErrStorageFull)
-	}
-	if n.opts.MemoryBudgetMiB > 0 {
-		used, err := n.committedMiB()
-		if err != nil {
-			return nil, err
-		}
-		used += n.imageRAMMiB() + n.reservedMiB
-		if used+need > n.opts.MemoryBudgetMiB {
-			return nil, fmt.Errorf("host %s has %d MiB of its %d MiB budget free (saved images included); %d sandbox(es) of %d MiB need %d: %w",
-				n.opts.ID, max(0, n.opts.MemoryBudgetMiB-used), n.opts.MemoryBudgetMiB, count, r.MemoryMiB, need, errdefs.ErrNodeFull)
-		}
-	}
-	n.reservedMiB += need
-	released := false
-	return func() {
-		n.budgetMu.Lock()
-		defer n.budgetMu.Unlock()
-		if !released {
-			released = true
-			n.reservedMiB -= need
-		}
-	}, nil
-}
 
 // Capacity is the node's memory as it promises it, for metrics.
 func (n *Node) Capacity() (metrics.Capacity, error) {
@@ -59,8 +17,8 @@ func (n *Node) Capacity() (metrics.Capacity, error) {
 	if err != nil {
 		return metrics.Capacity{}, err
 	}
-	ready, hits, misses := n.ready.count()
-	return metrics.Capacity{BudgetMiB: n.opts.MemoryBudgetMiB, CommittedMiB: used, ImageRAMMiB: n.imageRAMMiB(), ImageDiskMiB: n.imageDiskMiB(),
+	ready, hits, misses := n.ready.Count()
+	return metrics.Capacity{BudgetMiB: n.opts.MemoryBudgetMiB, CommittedMiB: used, ImageRAMMiB: n.images.RAMMiB(nil), ImageDiskMiB: n.images.ColdMiB(),
 		ReadyVMs: ready, ReadyHits: hits, ReadyMisses: misses}, nil
 }
 
@@ -81,33 +39,6 @@ func (n *Node) committedMiB() (int, error) {
 	return total, nil
 }
 
-// imageRAMMiB is the RAM images hold in tmpfs, as allocated (a sparse
-// image counts only its pages).
-func (n *Node) imageRAMMiB() int {
-	entries, _ := os.ReadDir(n.imagesDir())
-	var bytes int64
-	for _, e := range entries {
-		m, err := n.readImage(e.Name())
-		if err != nil || m.VM == nil || m.VM.MemFile == "" {
-			continue
-		}
-		var st syscall.Stat_t
-		if syscall.Stat(m.VM.MemFile, &st) == nil {
-			bytes += st.Blocks * 512
-		}
-	}
-	return int((bytes + 1<<20 - 1) >> 20)
-}
-
-// tmpfsFreeMiB is the free space of dir's filesystem, if it can be read.
-func tmpfsFreeMiB(dir string) (int, bool) {
-	var fs syscall.Statfs_t
-	if syscall.Statfs(dir, &fs) != nil {
-		return 0, false
-	}
-	return int(fs.Bavail * uint64(fs.Bsize) >> 20), true
-}
-
 // checkAccountImageRAM refuses a capture of r (a snapshot or a fork, which
 // keep r's RAM in an image) when r's account already keeps its cap of image
 // RAM in tmpfs: one tenant must not fill the tmpfs every guest's RAM lives in.
@@ -123,19 +54,7 @@ func (n *Node) checkAccountImageRAM(ctx context.Context, r *store.SandboxRecord)
 	for _, s := range rows {
 		own[s.ID] = true
 	}
-	entries, _ := os.ReadDir(n.imagesDir())
-	var bytes int64
-	for _, e := range entries {
-		m, err := n.readImage(e.Name())
-		if err != nil || !own[m.SandboxID] || m.VM == nil || m.VM.MemFile == "" {
-			continue
-		}
-		var st syscall.Stat_t
-		if syscall.Stat(m.VM.MemFile, &st) == nil {
-			bytes += st.Blocks * 512
-		}
-	}
-	used := int((bytes + 1<<20 - 1) >> 20)
+	used := n.images.RAMMiB(func(m *images.Meta) bool { return own[m.SandboxID] })
 	if used+r.MemoryMiB > n.opts.AccountImageRAMMiB {
 		return fmt.Errorf("account %s keeps %d MiB of memory in snapshots and fork images, its cap is %d MiB and this capture of %s needs up to %d more; delete snapshots or sandboxes: %w",
 			r.AccountID, used, n.opts.AccountImageRAMMiB, r.ID, r.MemoryMiB, errdefs.ErrLimitReached)

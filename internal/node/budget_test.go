@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/store"
-	"github.com/zeish/zeish/internal/store/sqlite"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
 )
@@ -20,11 +20,7 @@ import (
 func budgetNode(t *testing.T, budgetMiB int) *Node {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "zeish.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t, dir)
 	n := New(Options{ID: "node-1", DataDir: dir, Store: st, MemoryBudgetMiB: budgetMiB, ShmDir: dir, Driver: &fakeDriver{}})
 	t.Cleanup(n.Close)
 	return n
@@ -42,7 +38,7 @@ func TestReserveIsAtomic(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := n.reserve(r, 1); err == nil {
+			if _, err := n.budget.Reserve(r.MemoryMiB, 1); err == nil {
 				mu.Lock()
 				granted++
 				mu.Unlock()
@@ -64,28 +60,28 @@ func TestReserveCountsImageRAM(t *testing.T) {
 	n := budgetNode(t, 16)
 	r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: "sbx_a", Name: "a", AccountID: "acc", MemoryMiB: 10,
 		State: sandbox.StateStopped, Host: "node-1", CreatedAt: time.Now()}}
-	release, err := n.reserve(r, 1)
+	release, err := n.budget.Reserve(r.MemoryMiB, 1)
 	if err != nil {
 		t.Fatalf("empty node: %v", err)
 	}
 	release()
 	release() // twice is once
 
-	id, dir, unpin, err := n.newImageDir()
+	id, dir, lease, err := n.images.Create()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unpin()
+	defer lease.Release()
 	ram := make([]byte, 8<<20)
 	rand.Read(ram)
-	m := &imageMeta{ID: id, VM: &vmm.Image{Dir: dir, MemFile: filepath.Join(dir, "ram"), StateFile: filepath.Join(dir, "state"), MemoryMiB: 8}}
+	m := &images.Meta{ID: id, VM: &vmm.Image{Dir: dir, MemFile: filepath.Join(dir, "ram"), StateFile: filepath.Join(dir, "state"), MemoryMiB: 8}}
 	if err := os.WriteFile(m.VM.MemFile, ram, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.writeImage(m); err != nil {
+	if err := n.images.Write(m); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.reserve(r, 1); !errors.Is(err, errdefs.ErrNodeFull) {
+	if _, err := n.budget.Reserve(r.MemoryMiB, 1); !errors.Is(err, errdefs.ErrNodeFull) {
 		t.Fatalf("10 MiB with 8 MiB of image RAM in a 16 MiB budget: %v, want node_full", err)
 	}
 	if err := n.opts.Store.CreateSandboxes(ctx, r); err != nil {
@@ -98,13 +94,13 @@ func TestReserveCountsImageRAM(t *testing.T) {
 		t.Fatalf("a refused start changed the sandbox: %s", got.State)
 	}
 	os.Remove(m.VM.MemFile)
-	if _, err := n.reserve(r, 1); err != nil {
+	if _, err := n.budget.Reserve(r.MemoryMiB, 1); err != nil {
 		t.Fatalf("after the image RAM went: %v", err)
 	}
 
 	huge := &store.SandboxRecord{Sandbox: sandbox.Sandbox{MemoryMiB: 1 << 30}}
 	n.opts.MemoryBudgetMiB = 0
-	if _, err := n.reserve(huge, 1); !errors.Is(err, errdefs.ErrStorageFull) {
+	if _, err := n.budget.Reserve(huge.MemoryMiB, 1); !errors.Is(err, errdefs.ErrStorageFull) {
 		t.Fatalf("more RAM than the tmpfs holds: %v, want storage_full", err)
 	}
 }
@@ -144,16 +140,16 @@ func TestAccountImageRAMCap(t *testing.T) {
 	}
 	a := mk("sbx_aaaaaaaaaaaaaaaaaaaa", "acc_a")
 	b := mk("sbx_bbbbbbbbbbbbbbbbbbbb", "acc_b")
-	id, dir, unpin, err := n.newImageDir()
+	id, dir, lease, err := n.images.Create()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unpin()
+	defer lease.Release()
 	ram := make([]byte, 8<<20)
 	rand.Read(ram)
-	m := &imageMeta{ID: id, SandboxID: a.ID, VM: &vmm.Image{Dir: dir, MemFile: filepath.Join(dir, "ram"), MemoryMiB: 10}}
+	m := &images.Meta{ID: id, SandboxID: a.ID, VM: &vmm.Image{Dir: dir, MemFile: filepath.Join(dir, "ram"), MemoryMiB: 10}}
 	os.WriteFile(m.VM.MemFile, ram, 0o600)
-	if err := n.writeImage(m); err != nil {
+	if err := n.images.Write(m); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := n.CreateSnapshot(ctx, a.ID, "one-more"); !errors.Is(err, errdefs.ErrLimitReached) {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/internal/datadir"
+	"github.com/zeish/zeish/internal/node/images"
+	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
@@ -31,7 +33,7 @@ import (
 // at Recover, which lets the driver settle the VM (migration cancelled, the
 // guest running again, helpers gone) and then records the disk swap if it
 // happened (the frozen layer kept as a disk-only image) or removes the
-// image. The image folder is pinned meanwhile, so gc never takes it.
+// image. The image folder is leased meanwhile, so gc never takes it.
 
 const captureJournal = "capture.json"
 
@@ -55,37 +57,48 @@ func (n *Node) writeJournal(id string, j liveJournal) error {
 }
 
 // captureLive captures r's VM h, whose RAM is not its own, while it runs on.
-func (n *Node) captureLive(ctx context.Context, r *store.SandboxRecord, h *vmm.Handle, wasPaused bool) (*captured, error) {
-	imgID, dir, unpin, err := n.newImageDir()
+func (n *Node) captureLive(ctx context.Context, r *store.SandboxRecord, h *vmm.Handle, wasPaused bool) (_ *captured, err error) {
+	var (
+		dir   string
+		lease *images.Lease
+		j     = liveJournal{OldDisk: h.Disk, Run: !wasPaused}
+		meta  *images.Meta
+		pause time.Duration
+	)
+	defer func() {
+		if err != nil {
+			lease.Release()
+		}
+	}()
+	err = rollback.Run(ctx,
+		n.newImage(&j.Image, &dir, &lease),
+		rollback.Step{Name: "generation", Do: func(ctx context.Context, _ *rollback.Stack) error {
+			r.Gen++
+			_, err := n.opts.Store.UpdateSandbox(context.WithoutCancel(ctx), r.ID, func(cur *store.SandboxRecord) error {
+				cur.Gen = r.Gen
+				return nil
+			})
+			return err
+		}},
+		rollback.Step{Name: "journal", Do: func(ctx context.Context, _ *rollback.Stack) error {
+			j.Swap = vmm.DiskSwap{Frozen: n.images.LayerPath(j.Image), Next: n.diskPath(r.ID, r.Gen)}
+			return n.writeJournal(r.ID, j)
+		}},
+		rollback.Step{Name: "capture", Do: func(ctx context.Context, undo *rollback.Stack) error {
+			// From here the journal decides what becomes of the image: kept
+			// as the frozen layer if the disk swapped, removed if not.
+			undo.Release()
+			img, p, err := n.opts.Driver.CaptureLive(ctx, h, dir, j.Swap)
+			m, rerr := n.recordSwap(ctx, r, h, j, img)
+			meta, pause = m, p
+			return errors.Join(err, rerr)
+		}},
+	)
 	if err != nil {
 		return nil, err
 	}
-	r.Gen++
-	if _, err := n.opts.Store.UpdateSandbox(context.WithoutCancel(ctx), r.ID, func(cur *store.SandboxRecord) error {
-		cur.Gen = r.Gen
-		return nil
-	}); err != nil {
-		unpin()
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	j := liveJournal{Image: imgID, OldDisk: h.Disk, Run: !wasPaused, Swap: vmm.DiskSwap{
-		Frozen: n.layerPath(imgID),
-		Next:   n.diskPath(r.ID, r.Gen),
-	}}
-	if err := n.writeJournal(r.ID, j); err != nil {
-		unpin()
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	img, pause, err := n.opts.Driver.CaptureLive(ctx, h, dir, j.Swap)
-	meta, rerr := n.recordSwap(ctx, r, h, j, img)
-	if err = errors.Join(err, rerr); err != nil {
-		unpin()
-		return nil, err
-	}
-	n.log.Info("captured live", logSandbox, r.ID, "image", imgID, "pause_ms", pause.Milliseconds())
-	return &captured{image: meta, pause: pause, unpin: unpin}, nil
+	n.log.Info("captured live", logSandbox, r.ID, "image", j.Image, "pause_ms", pause.Milliseconds())
+	return &captured{image: meta, pause: pause, lease: lease}, nil
 }
 
 // recordSwap persists the outcome of a live capture (finished, failed or
@@ -93,20 +106,20 @@ func (n *Node) captureLive(ctx context.Context, r *store.SandboxRecord, h *vmm.H
 // is the image's frozen layer, which its disk chain goes through from now
 // on (img, when complete, is the image's memory and state); otherwise the
 // image is dropped. The journal goes last.
-func (n *Node) recordSwap(ctx context.Context, r *store.SandboxRecord, h *vmm.Handle, j liveJournal, img *vmm.Image) (*imageMeta, error) {
-	dir := n.imageDir(j.Image)
+func (n *Node) recordSwap(ctx context.Context, r *store.SandboxRecord, h *vmm.Handle, j liveJournal, img *vmm.Image) (*images.Meta, error) {
+	dir := n.images.Dir(j.Image)
 	if h == nil || h.Disk != j.Swap.Next {
 		os.RemoveAll(dir)
 		os.Remove(n.journalPath(r.ID))
 		return nil, nil
 	}
-	meta := &imageMeta{ID: j.Image, SandboxID: r.ID, CreatedAt: time.Now().UTC(), VM: img, Disk: j.Swap.Frozen,
+	meta := &images.Meta{ID: j.Image, SandboxID: r.ID, CreatedAt: time.Now().UTC(), VM: img, Disk: j.Swap.Frozen,
 		Layers: append([]string(nil), r.Layers...)}
 	if i := slices.Index(r.Layers, j.Image); i >= 0 {
 		meta.Layers = append([]string(nil), r.Layers[:i]...) // recorded before the crash
 	}
-	os.Chmod(j.Swap.Frozen, 0o400)
-	if err := n.writeImage(meta); err != nil {
+	images.ReadOnly(j.Swap.Frozen)
+	if err := n.images.Write(meta); err != nil {
 		return nil, fmt.Errorf("record image %s: %w", j.Image, err)
 	}
 	r.Disk, r.DiskBase = h.Disk, ""
@@ -140,7 +153,7 @@ func (n *Node) settleCapture(ctx context.Context, r *store.SandboxRecord, h *vmm
 	log := n.log.With(logSandbox, r.ID, "image", j.Image)
 	if h != nil {
 		run := j.Run && r.State != sandbox.StatePaused
-		if err := n.opts.Driver.SettleCapture(ctx, h, n.imageDir(j.Image), j.Swap, run); err != nil {
+		if err := n.opts.Driver.SettleCapture(ctx, h, n.images.Dir(j.Image), j.Swap, run); err != nil {
 			log.Error("recover: settle live capture", "err", err)
 		}
 	}

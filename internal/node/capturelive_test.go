@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/internal/store"
-	"github.com/zeish/zeish/internal/store/sqlite"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
 )
@@ -48,23 +47,19 @@ func TestSettleCapture(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
 			dir := t.TempDir()
-			st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
+			st := openStore(t, dir)
 			drv := &settleDriver{swapped: c.swapped}
 			n := New(Options{ID: "node-1", DataDir: dir, Store: st, Driver: drv})
 			defer n.Close()
 
 			id := "sbx_a"
 			sdir := n.sandboxDir(id)
-			imgID, idir, unpin, err := n.newImageDir()
+			imgID, idir, lease, err := n.images.Create()
 			if err != nil {
 				t.Fatal(err)
 			}
-			unpin()
-			old, next, frozen := filepath.Join(sdir, "disk-1.qcow2"), filepath.Join(sdir, "disk-2.qcow2"), n.layerPath(imgID)
+			lease.Release()
+			old, next, frozen := filepath.Join(sdir, "disk-1.qcow2"), filepath.Join(sdir, "disk-2.qcow2"), n.images.LayerPath(imgID)
 			os.MkdirAll(sdir, 0o700)
 			for _, f := range []string{old, next} {
 				os.WriteFile(f, []byte("q"), 0o600)
@@ -112,7 +107,7 @@ func TestSettleCapture(t *testing.T) {
 			if got.Disk != next || gh.Disk != next || !slices.Equal(got.Layers, []string{"img_base", imgID}) {
 				t.Errorf("record: disk %s, handle disk %s, layers %v; want %s and [img_base %s]", got.Disk, gh.Disk, got.Layers, next, imgID)
 			}
-			m, err := n.readImage(imgID)
+			m, err := n.images.Read(imgID)
 			if err != nil || m.Disk != frozen || m.VM != nil || !slices.Equal(m.Layers, []string{"img_base"}) {
 				t.Errorf("image: %+v %v; want a disk-only image over img_base", m, err)
 			}

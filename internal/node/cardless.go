@@ -3,12 +3,10 @@ package node
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
+	"sync"
 	"time"
 
-	"github.com/zeish/zeish/internal/datadir"
+	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 )
@@ -24,13 +22,12 @@ import (
 // VMs launched from it).
 //
 // The second image is the node's own: the template's record does not name
-// it. A file in the warm image's folder does (cardlessFile), so it lives
+// it. The warm image names it as its twin (images.Store.Twin), so it lives
 // exactly as long as the warm image it was made beside: gc keeps it while
 // the template is warm with that image, and a rebuilt or deleted template
 // leaves it to gc like any image no record needs.
 
 const (
-	cardlessFile   = "cardless" // in a warm image's folder: its card-less twin's id
 	cardlessSuffix = "-cardless"
 )
 
@@ -43,26 +40,50 @@ func cardlessRecord(r *store.SandboxRecord) bool {
 	return r.Network != nil && !r.Network.Enabled
 }
 
-// cardlessID is the id of the card-less image made beside warm image id,
-// "" if there is none.
-func (n *Node) cardlessID(warm string) string {
-	b, err := os.ReadFile(filepath.Join(n.imageDir(warm), cardlessFile))
-	if err != nil {
-		return ""
+// cardlessBuilds remembers the warm images whose card-less twin failed to
+// build (a template whose start or ready command needs the network, say):
+// not tried again for that image, since each try is a whole warm build;
+// until zeishd restarts, its card-less creates boot cold.
+type cardlessBuilds struct {
+	mu     sync.Mutex
+	failed map[string]error // by warm image
+}
+
+// build runs make for tpl unless it failed before for tpl's warm image.
+func (b *cardlessBuilds) build(ctx context.Context, tpl sandbox.Template, make func(context.Context, sandbox.Template) error) error {
+	if err := b.failedFor(tpl.Warm.Image); err != nil {
+		return fmt.Errorf("not tried again: %w", err)
 	}
-	return strings.TrimSpace(string(b))
+	err := make(ctx, tpl)
+	if err != nil && ctx.Err() == nil {
+		b.mu.Lock()
+		if b.failed == nil {
+			b.failed = map[string]error{}
+		}
+		b.failed[tpl.Warm.Image] = err
+		b.mu.Unlock()
+	}
+	return err
+}
+
+// failedFor is why the card-less build beside warm image failed (nil: it
+// did not).
+func (b *cardlessBuilds) failedFor(image string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.failed[image]
 }
 
 // cardlessImage is tpl's card-less warm image.
-func (n *Node) cardlessImage(tpl sandbox.Template) (*imageMeta, error) {
+func (n *Node) cardlessImage(tpl sandbox.Template) (*images.Meta, error) {
 	if tpl.Warm == nil {
 		return nil, fmt.Errorf("template %s is not warm", tpl.ID)
 	}
-	id := n.cardlessID(tpl.Warm.Image)
+	id := n.images.Twin(tpl.Warm.Image)
 	if id == "" {
 		return nil, fmt.Errorf("template %s has no card-less image", tpl.ID)
 	}
-	return n.readMachine(id)
+	return n.images.ReadMachine(id)
 }
 
 // makeCardless builds tpl's card-less warm image and names it in the warm
@@ -76,9 +97,9 @@ func (n *Node) makeCardless(ctx context.Context, tpl sandbox.Template) error {
 	if err != nil {
 		return fmt.Errorf("card-less warm build: %w", err)
 	}
-	// Pinned until named: gc reads the name.
-	defer w.unpin()
-	if err := datadir.WriteFile(filepath.Join(n.imageDir(tpl.Warm.Image), cardlessFile), []byte(w.meta.ID+"\n")); err != nil {
+	// Leased until named: gc reads the name.
+	defer w.lease.Release()
+	if err := n.images.SetTwin(tpl.Warm.Image, w.meta.ID); err != nil {
 		return fmt.Errorf("name the card-less image: %w", err) // gc takes it
 	}
 	n.log.Info("template warmed without a network card", "template", tpl.ID, "image", w.meta.ID, "beside", tpl.Warm.Image,

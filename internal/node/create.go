@@ -13,6 +13,7 @@ import (
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
 	"github.com/zeish/zeish/internal/gitws"
+	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
@@ -21,10 +22,14 @@ import (
 
 // Create records a new sandbox in state starting and boots it in the
 // background. r comes validated from the API edge (name, size, template, env);
-// Create fills in what the node owns: id, host, hostname, MAC, address.
+// Create fills in what the node owns: host, hostname, MAC, address, and the
+// id unless the caller chose it (a control plane does: it seals the
+// sandbox's secrets for that id, see internal/cluster).
 func (n *Node) Create(ctx context.Context, r *store.SandboxRecord) (*store.SandboxRecord, error) {
 	now := time.Now().UTC()
-	r.ID = sandbox.NewID(sandbox.PrefixSandbox)
+	if r.ID == "" {
+		r.ID = sandbox.NewID(sandbox.PrefixSandbox)
+	}
 	picked := r.Name == ""
 	if picked {
 		r.Name = n.opts.Names()
@@ -39,34 +44,50 @@ func (n *Node) Create(ctx context.Context, r *store.SandboxRecord) (*store.Sandb
 	r.State = sandbox.StateStarting
 	r.CreatedAt, r.UpdatedAt = now, now
 	r.MAC = sandbox.NewMAC()
-	ready := n.ready.take(r)
-	if ready != nil {
-		// The card and link the ready VM's guest was configured with: its
-		// reconfiguration then changes neither.
-		r.MAC = ready.h.Spec.MAC
-	}
-	undo := func() {
-		n.ready.drop(r.ID, false) // before its link goes with the sandbox's
-		n.releaseNetwork(r)
-	}
-	if err := n.assignNetwork(r, ready); err != nil {
-		n.ready.drop(r.ID, true)
-		return nil, err
-	}
 	if r.Env == nil {
 		r.Env = map[string]string{}
 	}
 	if r.Metadata == nil {
 		r.Metadata = map[string]string{}
 	}
-	release, err := n.reserve(r, 1)
+	release, readyAddr := func() {}, ""
+	defer func() { release() }() // the record counts the memory from its write on
+	// Its refusals are the client's (network, room, names): as they are.
+	err := rollback.Run(ctx,
+		rollback.Step{Name: "ready VM", AsIs: true, Do: func(_ context.Context, undo *rollback.Stack) error {
+			taken := n.ready.Take(r.ID, readyKind(r), sandbox.Size{VCPUs: r.VCPUs, MemoryMiB: r.MemoryMiB, DiskMiB: r.DiskMiB})
+			if taken == nil {
+				return nil
+			}
+			// The card and link the ready VM's guest was configured with: its
+			// reconfiguration then changes neither.
+			r.MAC, readyAddr = taken.Handle.Spec.MAC, taken.Address
+			undo.Add(func(context.Context) error { n.ready.Drop(r.ID, true); return nil })
+			return nil
+		}},
+		rollback.Step{Name: "network", AsIs: true, Do: func(_ context.Context, undo *rollback.Stack) error {
+			if err := n.links.Assign(r, readyAddr); err != nil {
+				return err
+			}
+			undo.Add(func(context.Context) error {
+				n.ready.Drop(r.ID, false) // before its link goes with the sandbox's
+				return n.links.Release(r)
+			})
+			return nil
+		}},
+		rollback.Step{Name: "memory", AsIs: true, Do: func(context.Context, *rollback.Stack) error {
+			rel, err := n.budget.Reserve(r.MemoryMiB, 1)
+			if err != nil {
+				return err // no release: a refused reservation holds nothing
+			}
+			release = rel
+			return nil
+		}},
+		rollback.Step{Name: "record", AsIs: true, Do: func(ctx context.Context, _ *rollback.Stack) error {
+			return n.createRecords(ctx, []bool{picked}, r)
+		}},
+	)
 	if err != nil {
-		undo()
-		return nil, err
-	}
-	defer release()
-	if err := n.createRecords(ctx, []bool{picked}, r); err != nil {
-		undo()
 		return nil, err
 	}
 	n.log.Info("create", logSandbox, r.ID, "name", r.Name, "template", r.Template, "memory_mib", r.MemoryMiB)
@@ -99,37 +120,21 @@ func (n *Node) createRecords(ctx context.Context, picked []bool, rs ...*store.Sa
 	}
 }
 
-// newAddress picks the guest's address in 10.88.0.0/16. The NIC is isolated
-// (nothing routes to it yet), so the address is an identity, unique per
-// sandbox with high probability.
-func newAddress() string {
-	b := make([]byte, 2)
-	rand.Read(b)
-	if b[1] == 0 || b[1] == 255 {
-		b[1] = 1
-	}
-	return fmt.Sprintf("10.88.%d.%d", b[0], b[1])
-}
-
 // boot starts the first VM of a new sandbox from its template.
 func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
-	var unpin func() // a warm image, until the record names it
-	defer func() {
-		if unpin != nil {
-			unpin()
-		}
-	}()
+	var lease *images.Lease // a warm image, until the record names it
+	defer func() { lease.Release() }()
 	var clone func(context.Context) error
 	if r.GitRepo != "" {
 		clone = func(ctx context.Context) error { return n.gitClone(ctx, r) }
 	}
 	defer func() {
 		// What a boot that failed early left of a ready VM it took.
-		n.ready.drop(r.ID, false)
-		if c := n.ready.handedOver(r.ID); c != nil {
+		n.ready.Drop(r.ID, false)
+		if c := n.ready.HandedOver(r.ID); c != nil {
 			c.Close()
 		}
-		n.ready.wake() // a ready VM it took is replaced now that it runs
+		n.ready.Wake() // a ready VM it took is replaced now that it runs
 	}()
 	n.bootNew(ctx, r, "boot", clone, func(ctx context.Context, spec *vmm.Spec) error {
 		tpl, err := n.opts.Templates.Get(ctx, r.Template)
@@ -141,7 +146,7 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 		meta, why := n.warmImage(r, tpl)
 		if meta == nil {
 			if why == whyNoCardless {
-				n.ready.note(kindOf(r)) // the pool makes the image, and VMs from it
+				n.ready.Note(readyKind(r)) // the pool makes the image, and VMs from it
 			}
 			if why != "" {
 				n.log.Info("boot cold", logSandbox, r.ID, "template", tpl.Name, "why", why)
@@ -149,9 +154,9 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 			return nil
 		}
 		// A fork of the template's saved machine (warm.go).
-		unpin = n.pin(meta.ID)
-		n.ready.note(kindOf(r))
-		r.Layers = append(append([]string(nil), meta.Layers...), meta.ID)
+		lease = n.images.Lease(meta.ID)
+		n.ready.Note(readyKind(r))
+		r.Layers = meta.Chain()
 		spec.BaseDisk, spec.From = meta.Disk, meta.VM
 		n.log.Info("boot warm", logSandbox, r.ID, "template", tpl.Name, "image", meta.ID)
 		return nil
@@ -160,9 +165,9 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 
 // bootNew brings up the first VM of a new sandbox, created or forked:
 // prepare says what it starts from. It waits for the guest agent, then runs
-// ready (nil: nothing; the git checkout); any failure rolls back every step
+// checkout (nil: nothing; the git checkout); any failure rolls back every step
 // and leaves the sandbox in state error with the reason ("<what> failed: …").
-func (n *Node) bootNew(ctx context.Context, r *store.SandboxRecord, what string, ready func(context.Context) error,
+func (n *Node) bootNew(ctx context.Context, r *store.SandboxRecord, what string, checkout func(context.Context) error,
 	prepare func(context.Context, *vmm.Spec) error) {
 	start := time.Now()
 	var (
@@ -185,13 +190,13 @@ func (n *Node) bootNew(ctx context.Context, r *store.SandboxRecord, what string,
 			return prepare(ctx, &spec)
 		}},
 		rollback.Step{Name: "network", Do: func(ctx context.Context, undo *rollback.Stack) error {
-			if err := n.attachNetwork(r); err != nil {
+			if err := n.links.Attach(r); err != nil {
 				return err
 			}
 			undo.Add(func(ctx context.Context) error {
 				// The sandbox stays (in error) without an address, so that its
 				// delete never touches a link handed out again since.
-				err := n.releaseNetwork(r)
+				err := n.links.Release(r)
 				r.Address = ""
 				_, serr := n.opts.Store.UpdateSandbox(context.WithoutCancel(ctx), r.ID, func(cur *store.SandboxRecord) error {
 					cur.Address = ""
@@ -213,10 +218,10 @@ func (n *Node) bootNew(ctx context.Context, r *store.SandboxRecord, what string,
 			return nil
 		}},
 		rollback.Step{Name: "git", Do: func(ctx context.Context, _ *rollback.Stack) error {
-			if ready == nil {
+			if checkout == nil {
 				return nil
 			}
-			return ready(ctx)
+			return checkout(ctx)
 		}},
 		rollback.Step{Name: "browser", Do: func(ctx context.Context, _ *rollback.Stack) error { return n.syncBrowser(ctx, r) }},
 	)
@@ -235,9 +240,6 @@ func (n *Node) bootNew(ctx context.Context, r *store.SandboxRecord, what string,
 
 // errTemplate marks a boot that failed for want of its template.
 var errTemplate = errors.New("template unavailable")
-
-// vmWatchInterval is how often a boot checks that its VM still runs.
-const vmWatchInterval = 250 * time.Millisecond
 
 // consoleTailBytes is how much of a failed guest's console its error keeps.
 const consoleTailBytes = 2048
@@ -276,7 +278,7 @@ func (n *Node) nextVM(ctx context.Context, r *store.SandboxRecord) (vmm.Spec, er
 		Disk:    n.diskPath(r.ID, r.Gen),
 		DiskMiB: r.DiskMiB, MemoryMiB: r.MemoryMiB, VCPUs: r.VCPUs, MAC: r.MAC,
 	}
-	n.nicSpec(r, &spec)
+	n.links.NIC(r, &spec)
 	return spec, err
 }
 
@@ -284,10 +286,10 @@ func (n *Node) nextVM(ctx context.Context, r *store.SandboxRecord) (vmm.Spec, er
 // the VM's files, so recovery finds the VM even if the store write is lost).
 func (n *Node) startVM(ctx context.Context, undo *rollback.Stack, r *store.SandboxRecord, spec vmm.Spec) (*vmm.Handle, error) {
 	if spec.From != nil && spec.From.MemFile != "" {
-		// Pinned until the VM maps it: the cold sweeper must not move the
+		// Leased until the VM maps it: the cold sweeper must not move the
 		// image back to disk in between.
-		defer n.pin(filepath.Base(spec.From.Dir))()
-		if err := n.thaw(spec.From); err != nil {
+		defer n.images.Lease(filepath.Base(spec.From.Dir)).Release()
+		if err := n.images.Thaw(ctx, spec.From); err != nil {
 			return nil, err
 		}
 	}
@@ -324,7 +326,7 @@ func (n *Node) saveVM(ctx context.Context, r *store.SandboxRecord, h *vmm.Handle
 		return nil
 	})
 	if err == nil && h != nil {
-		n.mergeLater(r.ID, len(r.Layers)) // a VM on a chain this deep has its layers merged
+		n.merger.Queue(r.ID, len(r.Layers)) // a VM on a chain this deep has its layers merged
 	}
 	return err
 }
@@ -336,16 +338,16 @@ func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
 	if err != nil {
 		return err
 	}
-	defer n.lockAgent(id)()
-	n.dropAgent(id)
-	c := n.ready.handedOver(id) // an adopted ready VM's, connected already
+	defer n.agents.Lock(id)()
+	n.agents.Drop(id)
+	c := n.ready.HandedOver(id) // an adopted ready VM's, connected already
 	if c == nil {
-		if c, err = n.connectAgent(ctx, h); err != nil {
+		if c, err = n.agents.Connect(ctx, h); err != nil {
 			return err
 		}
 	}
 	cfg := freshConfig(r.Hostname)
-	cfg.Env, cfg.Network, cfg.Git = guestEnv(r), n.guestNetwork(r), gitAuth(r)
+	cfg.Env, cfg.Network, cfg.Git = guestEnv(r), n.links.Guest(r), gitAuth(r)
 	if r.SecretsUnreadable() {
 		n.log.Warn("the sandbox's secrets cannot be opened with this data dir's secrets key; the guest gets none", logSandbox, id)
 	}
@@ -361,7 +363,7 @@ func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
 		c.Close()
 		return fmt.Errorf("configure guest: %w", err)
 	}
-	n.setAgent(id, c)
+	n.agents.Set(id, c)
 	return nil
 }
 
@@ -370,42 +372,8 @@ func (n *Node) attach(ctx context.Context, id string, h *vmm.Handle) error {
 // again, and a connection a data-plane request made meanwhile is kept:
 // replacing it would end that request's session under it.
 func (n *Node) reattach(ctx context.Context, id string, h *vmm.Handle) error {
-	_, err := n.keepAgent(id, func() (*guest.Client, error) { return n.connectAgent(ctx, h) })
+	_, err := n.agents.Keep(id, func() (*guest.Client, error) { return n.agents.Connect(ctx, h) })
 	return err
-}
-
-// connectAgent connects to h's agent within the boot bound. A guest that
-// dies meanwhile (a kernel panic, a VMM that quits) ends the wait at once.
-// The caller holds the sandbox's agent lock.
-func (n *Node) connectAgent(ctx context.Context, h *vmm.Handle) (*guest.Client, error) {
-	cctx, cancel := context.WithTimeout(ctx, n.opts.BootTimeout)
-	defer cancel()
-	go func() {
-		tick := time.NewTicker(vmWatchInterval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-cctx.Done():
-				return
-			case <-tick.C:
-				if !n.opts.Driver.Alive(h) {
-					cancel()
-					return
-				}
-			}
-		}
-	}()
-	c, err := guest.Connect(cctx, dialer(n, h))
-	if err != nil {
-		if !n.opts.Driver.Alive(h) {
-			return nil, fmt.Errorf("the VM exited before its agent answered: %w", errdefs.ErrUnavailable)
-		}
-		if errors.Is(cctx.Err(), context.DeadlineExceeded) {
-			return nil, fmt.Errorf("the guest agent did not answer within %s: %w", n.opts.BootTimeout, errdefs.ErrTimeout)
-		}
-		return nil, err
-	}
-	return c, nil
 }
 
 // freshConfig is a guest's identity at a boot, fork or restore: its
@@ -415,26 +383,6 @@ func freshConfig(hostname string) guest.Config {
 	entropy := make([]byte, 64)
 	rand.Read(entropy)
 	return guest.Config{Hostname: hostname, Time: time.Now().UTC(), Entropy: entropy}
-}
-
-func (n *Node) setAgent(id string, c *guest.Client) {
-	n.mu.Lock()
-	old := n.agents[id]
-	n.agents[id] = c
-	n.mu.Unlock()
-	if old != nil {
-		old.Close()
-	}
-}
-
-func (n *Node) dropAgent(id string) {
-	n.mu.Lock()
-	c := n.agents[id]
-	delete(n.agents, id)
-	n.mu.Unlock()
-	if c != nil {
-		c.Close()
-	}
 }
 
 // guestEnv is the default environment of every exec: the sandbox's variables

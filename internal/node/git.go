@@ -43,7 +43,7 @@ func gitSecrets(r *store.SandboxRecord) []string {
 
 // gitClone clones r's repository in its guest (attached just now).
 func (n *Node) gitClone(ctx context.Context, r *store.SandboxRecord) error {
-	c := n.liveAgent(r.ID)
+	c := n.agents.Live(r.ID)
 	if c == nil {
 		return fmt.Errorf("git clone: the guest agent is gone: %w", errdefs.ErrUnavailable)
 	}
@@ -56,7 +56,7 @@ func (n *Node) gitClone(ctx context.Context, r *store.SandboxRecord) error {
 
 // gitSwitch checks out what a fork child asked for.
 func (n *Node) gitSwitch(ctx context.Context, r *store.SandboxRecord, sw sandbox.GitSwitch) error {
-	c := n.liveAgent(r.ID)
+	c := n.agents.Live(r.ID)
 	if c == nil {
 		return fmt.Errorf("git checkout: the guest agent is gone: %w", errdefs.ErrUnavailable)
 	}

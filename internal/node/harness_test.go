@@ -65,11 +65,7 @@ func newHarness(t *testing.T, edit ...func(*Options)) *harness {
 	t.Helper()
 	ctx := context.Background()
 	dir, shm, art := t.TempDir(), t.TempDir(), t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := openStore(t, dir)
 	drv, err := vmmfake.New(vmmfake.Options{ShmDir: shm})
 	if err != nil {
 		t.Fatal(err)
@@ -94,6 +90,17 @@ func newHarness(t *testing.T, edit ...func(*Options)) *harness {
 	h.n = New(h.opts)
 	t.Cleanup(func() { h.n.Close() })
 	return h
+}
+
+// openStore opens a SQLite store in dir, closed when the test ends.
+func openStore(t *testing.T, dir string) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "zeish.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }
 
 // restart replaces the node with a new one over the same store, driver and
@@ -211,12 +218,12 @@ func (h *harness) requireConsistent() {
 			h.t.Errorf("%s (%s): disk: %v", r.ID, r.State, err)
 		}
 		for _, l := range r.Layers {
-			if m, err := h.n.readImage(l); err != nil || m.Disk == "" {
+			if m, err := h.n.images.Read(l); err != nil || m.Disk == "" {
 				h.t.Errorf("%s: layer %s: %v", r.ID, l, err)
 			}
 		}
 		if r.ResumeImage != "" {
-			if m, err := h.n.readImage(r.ResumeImage); err != nil || m.VM == nil {
+			if m, err := h.n.images.Read(r.ResumeImage); err != nil || m.VM == nil {
 				h.t.Errorf("%s: resume image %s: %v", r.ID, r.ResumeImage, err)
 			}
 		}
@@ -250,7 +257,7 @@ func (h *harness) requireNothingLeft() {
 	if vms := h.drv.VMs(); len(vms) > 0 {
 		h.t.Errorf("%d VMs left running", len(vms))
 	}
-	for _, dir := range []string{h.opts.ShmDir, filepath.Join(h.opts.DataDir, "sandboxes"), h.n.imagesDir()} {
+	for _, dir := range []string{h.opts.ShmDir, filepath.Join(h.opts.DataDir, "sandboxes"), h.n.images.Root()} {
 		entries, _ := os.ReadDir(dir)
 		var names []string
 		for _, e := range entries {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/datadir"
+	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
@@ -82,9 +83,6 @@ func (n *Node) Resume(ctx context.Context, id string) (*store.SandboxRecord, err
 	return out, err
 }
 
-// diskHeadroomMiB is data-dir space a write of guest memory must leave free.
-const diskHeadroomMiB = 256
-
 // Stop suspends a sandbox to disk: memory, device state and disk are kept,
 // the VMM exits and no compute is used until Start.
 func (n *Node) Stop(ctx context.Context, id string) (*store.SandboxRecord, error) {
@@ -97,9 +95,9 @@ func (n *Node) StopReason(ctx context.Context, id, reason string) (*store.Sandbo
 	// A stop writes the guest's whole RAM to the data dir: refuse it up
 	// front, the sandbox untouched, rather than fill the disk halfway.
 	if cur, err := n.opts.Store.GetSandbox(ctx, id); err == nil {
-		if free, ok := datadir.FreeMiB(n.opts.DataDir); ok && free < cur.MemoryMiB+diskHeadroomMiB {
+		if free, ok := datadir.FreeMiB(n.opts.DataDir); ok && free < cur.MemoryMiB+images.DiskHeadroomMiB {
 			return nil, fmt.Errorf("host %s has %d MiB free in its data dir; stopping %s needs %d MiB for its memory: %w",
-				n.opts.ID, free, id, cur.MemoryMiB+diskHeadroomMiB, errdefs.ErrStorageFull)
+				n.opts.ID, free, id, cur.MemoryMiB+images.DiskHeadroomMiB, errdefs.ErrStorageFull)
 		}
 	}
 	if caps := n.opts.Driver.Capabilities(); !caps.Suspend {
@@ -140,26 +138,36 @@ func (n *Node) suspend(ctx context.Context, id string) error {
 	if err != nil || h == nil {
 		return fmt.Errorf("sandbox %s has no VM: %w", id, errdefs.ErrInternal)
 	}
-	n.dropAgent(id)
-	imgID, dir, unpin, err := n.newImageDir()
+	n.agents.Drop(id)
+	var (
+		meta  = &images.Meta{SandboxID: id}
+		dir   string
+		lease *images.Lease
+	)
+	defer func() { lease.Release() }()
+	err = rollback.Run(ctx,
+		n.newImage(&meta.ID, &dir, &lease),
+		rollback.Step{Name: "capture", Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
+			if meta.VM, _, err = n.opts.Driver.Capture(ctx, h, dir, true); err != nil {
+				return err
+			}
+			undo.Release() // the VM is gone: the image is the sandbox now
+			return nil
+		}},
+		rollback.Step{Name: "record", Do: func(context.Context, *rollback.Stack) error {
+			meta.CreatedAt = time.Now().UTC()
+			return n.images.Write(meta)
+		}},
+		rollback.Step{Name: "resume image", Do: func(ctx context.Context, _ *rollback.Stack) error {
+			r.ResumeImage = meta.ID
+			return n.saveVM(ctx, r, nil)
+		}},
+	)
 	if err != nil {
-		return err
-	}
-	defer unpin()
-	img, _, err := n.opts.Driver.Capture(ctx, h, dir, true)
-	if err != nil {
-		os.RemoveAll(dir)
-		return err
-	}
-	if err := n.writeImage(&imageMeta{ID: imgID, SandboxID: id, VM: img, CreatedAt: time.Now().UTC()}); err != nil {
-		return err
-	}
-	r.ResumeImage = imgID
-	if err := n.saveVM(ctx, r, nil); err != nil {
 		return err
 	}
 	os.RemoveAll(h.Spec.Dir)
-	n.gc(ctx)
+	n.images.Collect(ctx)
 	return nil
 }
 
@@ -172,7 +180,7 @@ func (n *Node) Start(ctx context.Context, id string) (*store.SandboxRecord, erro
 		return nil, err
 	}
 	if sandbox.Allows(cur.State, sandbox.OpStart) {
-		release, err := n.reserve(cur, 1)
+		release, err := n.budget.Reserve(cur.MemoryMiB, 1)
 		if err != nil {
 			return nil, err
 		}
@@ -203,39 +211,45 @@ func (n *Node) Start(ctx context.Context, id string) (*store.SandboxRecord, erro
 }
 
 // resumeStopped starts a VM from the sandbox's resume image on its disk.
-func (n *Node) resumeStopped(ctx context.Context, id string) (err error) {
+func (n *Node) resumeStopped(ctx context.Context, id string) error {
 	r, err := n.opts.Store.GetSandbox(ctx, id)
 	if err != nil {
 		return err
 	}
-	m, err := n.readImage(r.ResumeImage)
+	m, err := n.images.Read(r.ResumeImage)
 	if err != nil || m.VM == nil {
 		return fmt.Errorf("sandbox %s has no saved state to resume: %v: %w", id, err, errdefs.ErrInternal)
 	}
 	saved := *r
-	var undo rollback.Stack
-	defer undo.OnError(ctx, &err)
-	undo.Add(func(ctx context.Context) error { return n.saveVM(ctx, &saved, nil) })
-	spec, err := n.nextVM(ctx, r)
+	var (
+		spec vmm.Spec
+		h    *vmm.Handle
+	)
+	err = rollback.Run(ctx,
+		rollback.Step{Name: "folder", Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
+			undo.Add(func(ctx context.Context) error { return n.saveVM(ctx, &saved, nil) })
+			spec, err = n.nextVM(ctx, r)
+			if err != nil {
+				return err
+			}
+			undo.Add(removeDir(spec.Dir))
+			return nil
+		}},
+		rollback.Step{Name: "vm", Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
+			spec.From, spec.Disk = m.VM, r.Disk
+			if r.DiskBase != "" {
+				spec.BaseDisk = r.DiskBase
+			}
+			r.DiskBase, r.ResumeImage = "", ""
+			h, err = n.startVM(ctx, undo, r, spec)
+			return err
+		}},
+		rollback.Step{Name: "agent", Do: func(ctx context.Context, _ *rollback.Stack) error { return n.attach(ctx, id, h) }},
+	)
 	if err != nil {
 		return err
 	}
-	undo.Add(removeDir(spec.Dir))
-	spec.From = m.VM
-	spec.Disk = r.Disk
-	if r.DiskBase != "" {
-		spec.BaseDisk = r.DiskBase
-	}
-	r.DiskBase, r.ResumeImage = "", ""
-	h, err := n.startVM(ctx, &undo, r, spec)
-	if err != nil {
-		return err
-	}
-	if err := n.attach(ctx, id, h); err != nil {
-		return err
-	}
-	undo.Release()
-	n.gc(ctx)
+	n.images.Collect(ctx)
 	return nil
 }
 

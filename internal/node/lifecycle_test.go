@@ -133,7 +133,7 @@ func TestDeleteSnapshotFreesMemory(t *testing.T) {
 	h := newHarness(t)
 	id := h.create("box", sandbox.StateRunning).ID
 	snap := h.snapshot(id, "s")
-	m, err := h.n.readImage(snap.Image)
+	m, err := h.n.images.Read(snap.Image)
 	if err != nil || m.VM == nil || m.VM.MemFile == "" {
 		t.Fatalf("snapshot image: %+v %v", m, err)
 	}
@@ -151,7 +151,7 @@ func TestDeleteSnapshotFreesMemory(t *testing.T) {
 	if _, err := os.Stat(mem); !os.IsNotExist(err) {
 		t.Errorf("the deleted snapshot's RAM is kept after its last VM stopped: %v", err)
 	}
-	if m, err := h.n.readImage(snap.Image); err != nil || m.VM != nil || m.Disk == "" {
+	if m, err := h.n.images.Read(snap.Image); err != nil || m.VM != nil || m.Disk == "" {
 		t.Errorf("image after the delete: %+v %v; want its layer only", m, err)
 	}
 	if err := h.n.DeleteSnapshot(h.ctx, snap.ID); !errors.Is(err, errdefs.ErrNotFound) {

@@ -31,7 +31,7 @@ func (h *harness) waitLayers(id string, n int) []string {
 func (h *harness) requireOn(id, layer string) {
 	h.t.Helper()
 	r := h.get(id)
-	if b, err := h.drv.DiskBacking(r.Disk); err != nil || b != h.n.layerPath(layer) {
+	if b, err := h.drv.DiskBacking(r.Disk); err != nil || b != h.n.images.LayerPath(layer) {
 		h.t.Errorf("%s's overlay is backed by %q (%v), want the layer of %s", id, b, err, layer)
 	}
 }
@@ -50,7 +50,7 @@ func TestMergeLayers(t *testing.T) {
 	}
 	grands := h.clone(kid.ID, 2, sandbox.StateRunning)
 	merged := h.waitLayers(kid.ID, 1)[0]
-	meta, err := h.n.readImage(merged)
+	meta, err := h.n.images.Read(merged)
 	if err != nil || meta.MergedFrom == "" || meta.VM != nil {
 		t.Fatalf("the kid stands on %s: %+v, %v; want a merge holding only a disk", merged, meta, err)
 	}
@@ -77,7 +77,7 @@ func TestMergeLayers(t *testing.T) {
 	old := []string{h.get(root.ID).Layers[0], meta.MergedFrom, merged}
 	if _, err := h.st.UpdateSandbox(h.ctx, kid.ID, func(cur *store.SandboxRecord) error {
 		cur.Layers = old
-		return os.WriteFile(cur.Disk, []byte("overlay of "+h.n.layerPath(meta.MergedFrom)+"\n"), 0o600)
+		return os.WriteFile(cur.Disk, []byte("overlay of "+h.n.images.LayerPath(meta.MergedFrom)+"\n"), 0o600)
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,14 @@
 // Package node runs sandboxes on one host: it boots them through a vmm.Driver,
-// keeps their guest-agent connections, moves them through their states
-// (persisting every step, so nothing is lost across a zeishd restart) and finds
-// its VMs again after a restart.
+// moves them through their states (persisting every step, so nothing is lost
+// across a zeishd restart), forks, snapshots and restores them, and finds its
+// VMs again after a restart. Each operation is a named step list with
+// rollback (internal/rollback), one at a time per sandbox.
+//
+// Its other jobs are packages of their own, each behind a small interface
+// the node implements where they need it: images (metadata, leases, gc, the
+// cold tier), ready (the ready-VM pool), merge (bounded disk chains), budget
+// (guest memory reservations), sandboxnet (the sandboxes' network links) and
+// agents (guest-agent connections).
 package node
 
 import (
@@ -13,9 +20,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/zeish/zeish/guest"
 	"github.com/zeish/zeish/guest/desktop"
 	"github.com/zeish/zeish/internal/network"
+	"github.com/zeish/zeish/internal/node/agents"
+	"github.com/zeish/zeish/internal/node/budget"
+	"github.com/zeish/zeish/internal/node/images"
+	"github.com/zeish/zeish/internal/node/merge"
+	"github.com/zeish/zeish/internal/node/ready"
+	"github.com/zeish/zeish/internal/node/sandboxnet"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
@@ -58,7 +70,7 @@ type Options struct {
 	// copy (a pause that grows with RAM), then captured. For comparison in
 	// bench; by default such sandboxes are captured live.
 	StoppedPromotion bool
-	// Network gives sandboxes routed links with egress policy (network.go);
+	// Network gives sandboxes routed links with egress policy (internal/node/sandboxnet);
 	// nil: the node runs without networking.
 	Network *network.Manager
 	// AccountImageRAMMiB caps the RAM one account's images (snapshots, fork
@@ -68,17 +80,17 @@ type Options struct {
 	// ColdAfter moves an image's RAM (a snapshot's, a fork base's, a warm
 	// template's) from ShmDir to the data dir's disk once nothing has
 	// mapped or used it for this long; a VM starting from it copies it
-	// back (cold.go). 0: images stay in ShmDir.
+	// back (internal/node/images: cold.go). 0: images stay in ShmDir.
 	ColdAfter time.Duration
 	// Desktop is the screen of sandboxes with desktop: true (zero:
 	// desktop's defaults, 1280x800x24 on :0).
 	Desktop desktop.Config
 	// ReadyVMs is how many VMs the node keeps launched and loaded, paused,
 	// for each warm template used lately, so that a create takes one
-	// instead of starting a VMM (ready.go). 0: none.
+	// instead of starting a VMM (internal/node/ready). 0: none.
 	ReadyVMs int
 	// DiskLayers is how many frozen layers a running sandbox's disk may
-	// stand on before the node merges them into one (merge.go). 0: never.
+	// stand on before the node merges them into one (internal/node/merge). 0: never.
 	DiskLayers int
 	// ReadyWarmup are the execs a ready VM tries until one runs (default
 	// DefaultReadyWarmup).
@@ -97,26 +109,17 @@ type Node struct {
 	stop context.CancelFunc
 	wg   sync.WaitGroup
 
-	mu     sync.Mutex
-	ops    map[string]*op           // the operation in progress per sandbox
-	agents map[string]*guest.Client // live agent connections
-	// connecting serialises agent connects per sandbox: the VMM's agent
-	// socket takes one client at a time.
-	connecting map[string]*sync.Mutex
-	pinned     map[string]int // images in use by operations in progress
-	// budgetMu makes a budget check and its reservation one step;
-	// reservedMiB is memory checked and promised to sandboxes whose records
-	// do not count yet.
-	budgetMu    sync.Mutex
-	reservedMiB int
-	// unpinned are images unpinned since the gc in progress began (nil
-	// when none runs).
-	unpinned map[string]bool
-	gcMu     sync.Mutex
-	// coldMu serialises moves of image RAM between tmpfs and disk.
-	coldMu sync.Mutex
-	ready  *readyPool
-	merger *merger
+	mu  sync.Mutex
+	ops map[string]*op // the operation in progress per sandbox
+
+	// The node's jobs besides the lifecycle, each a package of its own.
+	agents   *agents.Conns     // live guest-agent connections
+	images   *images.Store     // images: metadata, leases, gc, tiers
+	budget   *budget.Budget    // guest memory promised
+	links    *sandboxnet.Links // the sandboxes' network links
+	ready    *ready.Pool       // VMs launched ahead from warm templates
+	merger   *merge.Merger     // bounded disk chains
+	cardless cardlessBuilds    // warm images whose card-less build failed
 }
 
 // op is one background operation on a sandbox; only one runs at a time.
@@ -145,20 +148,27 @@ func New(opts Options) *Node {
 	opts.Driver = guardDriver(opts.Driver)
 	life, stop := context.WithCancel(context.Background())
 	n := &Node{
-		opts:       opts,
-		log:        opts.Logger.With(logNode, opts.ID),
-		watch:      newWatcher(),
-		life:       life,
-		stop:       stop,
-		ops:        map[string]*op{},
-		agents:     map[string]*guest.Client{},
-		connecting: map[string]*sync.Mutex{},
-		pinned:     map[string]int{},
+		opts:  opts,
+		log:   opts.Logger.With(logNode, opts.ID),
+		watch: newWatcher(),
+		life:  life,
+		stop:  stop,
+		ops:   map[string]*op{},
 	}
+	n.images = images.New(images.Options{Dir: filepath.Join(opts.DataDir, "images"), Driver: opts.Driver,
+		Referrers: imageRefs{n}, Host: opts.ID, ColdAfter: opts.ColdAfter, Logger: n.log})
+	n.agents = agents.New(opts.Driver, opts.BootTimeout)
+	n.links = sandboxnet.New(opts.Network, n.log)
+	n.budget = budget.New(budget.Options{Host: opts.ID, ShmDir: opts.ShmDir, LimitMiB: opts.MemoryBudgetMiB,
+		Committed: n.committedMiB, ImageRAM: func() int { return n.images.RAMMiB(nil) }})
 	n.ready = newReadyPool(n)
-	n.merger = newMerger(n)
+	n.merger = merge.New(merge.Options{MaxLayers: opts.DiskLayers, Images: n.images, Driver: opts.Driver,
+		Sandboxes: mergeSandboxes{n}, Logger: n.log})
 	n.wg.Add(1)
-	go n.merger.loop()
+	go func() {
+		defer n.wg.Done()
+		n.merger.Run(life)
+	}()
 	return n
 }
 
@@ -173,16 +183,16 @@ func (n *Node) Region() string { return n.opts.Region }
 func (n *Node) Close() {
 	n.stop()
 	n.wg.Wait()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for id, c := range n.agents {
-		c.Close()
-		delete(n.agents, id)
-	}
+	n.agents.CloseAll()
 }
 
 func (n *Node) sandboxDir(id string) string {
 	return filepath.Join(n.opts.DataDir, "sandboxes", id)
+}
+
+// diskPath is the writable overlay of generation gen of sandbox id.
+func (n *Node) diskPath(id string, gen int) string {
+	return filepath.Join(n.sandboxDir(id), n.opts.Driver.DiskFile(fmt.Sprintf("disk-%d", gen)))
 }
 
 // run starts fn as the sandbox's background operation. It waits for any
@@ -209,35 +219,6 @@ func (n *Node) run(id string, fn func(ctx context.Context)) {
 		}
 		n.mu.Unlock()
 	}()
-}
-
-// lockAgent holds the sandbox's agent-connect lock; call the returned func to release.
-func (n *Node) lockAgent(id string) func() {
-	n.mu.Lock()
-	m := n.connecting[id]
-	if m == nil {
-		m = new(sync.Mutex)
-		n.connecting[id] = m
-	}
-	n.mu.Unlock()
-	m.Lock()
-	return m.Unlock
-}
-
-// liveAgent returns the sandbox's agent connection unless it is missing or broken.
-func (n *Node) liveAgent(id string) *guest.Client {
-	n.mu.Lock()
-	c := n.agents[id]
-	n.mu.Unlock()
-	if c == nil {
-		return nil
-	}
-	select {
-	case <-c.Done():
-		return nil
-	default:
-		return c
-	}
 }
 
 // cancelOp cancels the operation in progress on id, if any.

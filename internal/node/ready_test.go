@@ -4,12 +4,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/zeish/zeish/internal/node/ready"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm/vmmfake"
@@ -45,7 +45,7 @@ func TestReadyVMs(t *testing.T) {
 	if _, err := os.Stat(h.n.sandboxDir(vm.Origin.ID)); !os.IsNotExist(err) {
 		t.Errorf("the placeholder's folder is left: %v", err)
 	}
-	if _, hits, misses := h.n.ready.count(); hits != 1 || misses != 0 {
+	if _, hits, misses := h.n.ready.Count(); hits != 1 || misses != 0 {
 		t.Errorf("hits %d, misses %d; want 1, 0", hits, misses)
 	}
 	h.requireAgent(warm.ID)
@@ -60,7 +60,7 @@ func TestReadyVMs(t *testing.T) {
 	if h.vmOf(other.ID).Origin != nil {
 		t.Error("a create of another size took the warm-size ready VM")
 	}
-	if _, _, misses := h.n.ready.count(); misses != 0 {
+	if _, _, misses := h.n.ready.Count(); misses != 0 {
 		t.Errorf("a cold boot counted as a miss: %d", misses)
 	}
 
@@ -72,8 +72,8 @@ func TestReadyVMs(t *testing.T) {
 	if got := h.vmOf(warm.ID); h.drv.VMs() == nil || !h.drv.Alive(got) {
 		t.Fatal("the adopted sandbox's VM was swept at the restart")
 	}
-	h.n.ready.note(readyKind{template: tpl.ID}) // as a create after the restart would
-	h.n.ready.wake()
+	h.n.ready.Note(ready.Kind{Template: tpl.ID}) // as a create after the restart would
+	h.n.ready.Wake()
 	waitReady(1)
 
 	// A deleted template takes its ready VMs along at once.
@@ -114,7 +114,7 @@ func TestReadyVMCreateFails(t *testing.T) {
 func (h *harness) waitReady(want int) {
 	h.t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if n, _, _ := h.n.ready.count(); n == want {
+		if n, _, _ := h.n.ready.Count(); n == want {
 			return
 		} else if time.Now().After(deadline) {
 			h.t.Fatalf("%d ready VMs, want %d", n, want)
@@ -169,30 +169,26 @@ func TestReadyVMsCardless(t *testing.T) {
 		}
 		return h.settle(r.ID, sandbox.StateRunning)
 	}
-	cardless := readyKind{template: tpl.ID, cardless: true}
-	readyOf := func(k readyKind) []*readyVM {
-		h.n.ready.mu.Lock()
-		defer h.n.ready.mu.Unlock()
-		return slices.Clone(h.n.ready.vms[k])
-	}
+	cardless := ready.Kind{Template: tpl.ID, Cardless: true}
+	readyOf := func(k ready.Kind) []*ready.VM { return h.n.ready.VMs(k) }
 
 	first := create(false)
 	if vm := h.vmOf(first.ID); vm.Origin != nil || vm.Spec.From != nil || !vm.Spec.NoNIC {
 		t.Fatalf("the first card-less create: %+v; want a cold boot without a card", vm.Spec)
 	}
 	h.waitReady(2)
-	twin := h.n.cardlessID(w.Image)
+	twin := h.n.images.Twin(w.Image)
 	if twin == "" || twin == w.Image {
 		t.Fatalf("card-less image %q beside warm image %s", twin, w.Image)
 	}
 	vms := readyOf(cardless)
-	if len(vms) != 1 || !vms[0].h.Spec.NoNIC || vms[0].image != twin || filepath.Base(vms[0].h.Spec.From.Dir) != twin {
+	if len(vms) != 1 || !vms[0].Handle.Spec.NoNIC || vms[0].Image != twin || filepath.Base(vms[0].Handle.Spec.From.Dir) != twin {
 		t.Fatalf("card-less ready VMs: %+v", vms)
 	}
 
 	hit := create(false)
 	vm := h.vmOf(hit.ID)
-	if vm.Origin == nil || vm.Origin.ID != vms[0].h.Spec.ID || !vm.Spec.NoNIC || filepath.Base(vm.Spec.From.Dir) != twin {
+	if vm.Origin == nil || vm.Origin.ID != vms[0].Handle.Spec.ID || !vm.Spec.NoNIC || filepath.Base(vm.Spec.From.Dir) != twin {
 		t.Fatalf("the second card-less create did not adopt the card-less ready VM: %+v", vm)
 	}
 	h.requireAgent(hit.ID)
@@ -200,32 +196,22 @@ func TestReadyVMsCardless(t *testing.T) {
 	if vm := h.vmOf(withCard.ID); vm.Origin == nil || vm.Spec.NoNIC || filepath.Base(vm.Spec.From.Dir) != w.Image {
 		t.Fatalf("a create with a network did not adopt the ready VM with a card: %+v", vm)
 	}
-	if _, hits, misses := h.n.ready.count(); hits != 2 || misses != 0 {
+	if _, hits, misses := h.n.ready.Count(); hits != 2 || misses != 0 {
 		t.Errorf("hits %d, misses %d; want 2, 0", hits, misses)
 	}
 	h.waitReady(2) // both kinds made again
 
-	// A kind unused for the idle time goes; the other stays.
-	h.n.ready.mu.Lock()
-	h.n.ready.used[cardless] = time.Now().Add(-2 * h.n.ready.idle)
-	h.n.ready.mu.Unlock()
-	h.n.ready.wake()
-	h.waitReady(1)
-	if len(readyOf(cardless)) != 0 || len(readyOf(readyKind{template: tpl.ID})) != 1 {
-		t.Fatal("the idle card-less kind kept its VM, or the other lost its own")
-	}
-
 	// After a restart the card-less image is still there: the kind's VMs
 	// come from it without another build.
 	h.restart()
-	h.n.ready.note(cardless)
-	h.n.ready.wake()
+	h.n.ready.Note(cardless)
+	h.n.ready.Wake()
 	h.waitReady(1)
-	h.n.ready.note(readyKind{template: tpl.ID})
-	h.n.ready.wake()
+	h.n.ready.Note(ready.Kind{Template: tpl.ID})
+	h.n.ready.Wake()
 	h.waitReady(2)
-	if vms := readyOf(cardless); len(vms) != 1 || vms[0].image != twin || h.n.cardlessID(w.Image) != twin {
-		t.Fatalf("after a restart: card-less VMs %+v, image %q; want from %s", vms, h.n.cardlessID(w.Image), twin)
+	if vms := readyOf(cardless); len(vms) != 1 || vms[0].Image != twin || h.n.images.Twin(w.Image) != twin {
+		t.Fatalf("after a restart: card-less VMs %+v, image %q; want from %s", vms, h.n.images.Twin(w.Image), twin)
 	}
 
 	// A deleted template takes both kinds' VMs along, and, once its
@@ -250,7 +236,7 @@ func TestReadyVMsCardlessBuildFails(t *testing.T) {
 		}
 		return nil
 	})
-	cardless := readyKind{template: tpl.ID, cardless: true}
+	cardless := ready.Kind{Template: tpl.ID, Cardless: true}
 	create := func() *store.SandboxRecord {
 		t.Helper()
 		r, err := h.n.Create(h.ctx, &store.SandboxRecord{Sandbox: sandbox.Sandbox{AccountID: "acc", Template: tpl.ID,
@@ -271,10 +257,7 @@ func TestReadyVMsCardlessBuildFails(t *testing.T) {
 		}
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		h.n.ready.mu.Lock()
-		failed := h.n.ready.cardlessFailed[w.Image]
-		h.n.ready.mu.Unlock()
-		if failed != nil {
+		if h.n.cardless.failedFor(w.Image) != nil {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -282,17 +265,15 @@ func TestReadyVMsCardlessBuildFails(t *testing.T) {
 		}
 	}
 	// The retry pause over: the pool still does not build it again.
-	h.n.ready.mu.Lock()
-	delete(h.n.ready.failed, cardless)
-	h.n.ready.mu.Unlock()
+	h.n.ready.Retry(cardless)
 	create()
-	h.n.ready.wake()
+	h.n.ready.Wake()
 	h.waitReady(1)
 	time.Sleep(100 * time.Millisecond) // a round that would try again
 	if got := tries.Load(); got != 1 {
 		t.Errorf("%d card-less builds tried, want 1", got)
 	}
-	if id := h.n.cardlessID(w.Image); id != "" {
+	if id := h.n.images.Twin(w.Image); id != "" {
 		t.Errorf("a card-less image %s is named", id)
 	}
 	if _, err := os.Stat(filepath.Join(h.opts.DataDir, "warm", tpl.ID+cardlessSuffix)); !os.IsNotExist(err) {
@@ -318,7 +299,7 @@ func (h *harness) deleteTemplate(tpl sandbox.Template) {
 	}
 	h.tpl.set(tpl)
 	h.n.CollectImages(h.ctx)
-	if n, _, _ := h.n.ready.count(); n != 0 {
+	if n, _, _ := h.n.ready.Count(); n != 0 {
 		h.t.Errorf("%d ready VMs of a deleted template", n)
 	}
 }

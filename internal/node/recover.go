@@ -4,22 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/datadir"
+	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
 )
 
 const handleFile = "handle.json"
-
-func dialer(n *Node, h *vmm.Handle) func(ctx context.Context) (net.Conn, error) {
-	return func(ctx context.Context) (net.Conn, error) { return n.opts.Driver.DialAgent(ctx, h) }
-}
 
 // Recover reconciles the store with the VMs that really run, after zeishd
 // (re)starts: running VMs are re-attached, half-done operations are finished
@@ -53,10 +49,10 @@ func (n *Node) Recover(ctx context.Context) error {
 		}
 		n.recoverOne(ctx, r, h, alive)
 		if alive {
-			n.mergeLater(r.ID, len(r.Layers))
+			n.merger.Queue(r.ID, len(r.Layers))
 		}
 	}
-	n.recoverNetwork(rows)
+	n.links.Recover(n.opts.ID, rows)
 	n.sweepDirs(ctx, live)
 	n.sweepWarm(ctx)
 	n.opts.Driver.Sweep(ctx, vmm.SweepScope{Root: filepath.Join(n.opts.DataDir, "sandboxes"), Live: vmDirs,
@@ -71,10 +67,18 @@ func (n *Node) Recover(ctx context.Context) error {
 			h, _ := r.VMHandle()
 			return h, true
 		}})
-	n.recoverCold()
-	n.gc(ctx)
-	n.startColdSweeper()
-	n.ready.start()
+	n.images.Recover()
+	n.images.Collect(ctx)
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.images.RunCold(n.life)
+	}()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.ready.Run(n.life)
+	}()
 	return nil
 }
 
@@ -148,10 +152,10 @@ func (n *Node) recoverOne(ctx context.Context, r *store.SandboxRecord, h *vmm.Ha
 // memory in its state file, disk not yet frozen into it) and makes it r's
 // resume image, persisted. False when there is none.
 func (n *Node) adoptSuspendImage(ctx context.Context, r *store.SandboxRecord) bool {
-	entries, _ := os.ReadDir(n.imagesDir())
-	var best *imageMeta
+	entries, _ := os.ReadDir(n.images.Root())
+	var best *images.Meta
 	for _, e := range entries {
-		m, err := n.readImage(e.Name())
+		m, err := n.images.Read(e.Name())
 		// Only one made since the stop began: an older one (a stop since
 		// started) would pair old memory with a newer disk.
 		if err != nil || m.SandboxID != r.ID || m.VM == nil || m.VM.MemFile != "" || m.Disk != "" || m.CreatedAt.Before(r.UpdatedAt) {

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/store"
-	"github.com/zeish/zeish/internal/store/sqlite"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
 )
@@ -85,11 +85,7 @@ func (f *fakeDriver) Pause(_ context.Context, h *vmm.Handle) error {
 func TestRecoverKeepsUserData(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t, dir)
 	drv := &fakeDriver{alive: map[string]bool{"sbx_silent": true}}
 	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Driver: drv, BootTimeout: 300 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -156,16 +152,12 @@ func TestRecoverKeepsUserData(t *testing.T) {
 func TestDeleteWinsOverAFailedFork(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t, dir)
 	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Driver: &fakeDriver{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	defer n.Close()
 	for _, fail := range []func(r *store.SandboxRecord) error{
 		func(r *store.SandboxRecord) error {
-			return n.stranded(ctx, r, &imageMeta{ID: "img_x", Disk: "/nonexistent"}, context.Canceled)
+			return n.stranded(ctx, r, &images.Meta{ID: "img_x", Disk: "/nonexistent"}, context.Canceled)
 		},
 		func(r *store.SandboxRecord) error { return n.lost(ctx, r, context.Canceled) },
 	} {
@@ -192,11 +184,7 @@ func TestDeleteWinsOverAFailedFork(t *testing.T) {
 func TestVMExitedIsNoticed(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t, dir)
 	drv := &fakeDriver{alive: map[string]bool{"sbx_alive": true}}
 	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Driver: drv, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	defer n.Close()
@@ -234,11 +222,7 @@ func TestVMExitedIsNoticed(t *testing.T) {
 func TestRecoverResumesVMsCaughtPaused(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t, dir)
 	states := map[string]sandbox.State{"sbx_stopping": sandbox.StateStopping, "sbx_running": sandbox.StateRunning, "sbx_paused": sandbox.StatePaused}
 	drv := &fakeDriver{alive: map[string]bool{}, vmPaused: map[string]bool{}}
 	for id, state := range states {
@@ -271,11 +255,7 @@ func TestRecoverResumesVMsCaughtPaused(t *testing.T) {
 func TestRecoverAdoptsACompletedStop(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t, dir)
 	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Driver: &fakeDriver{alive: map[string]bool{}},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	defer n.Close()
@@ -294,16 +274,16 @@ func TestRecoverAdoptsACompletedStop(t *testing.T) {
 		if err := st.CreateSandboxes(ctx, r); err != nil {
 			t.Fatal(err)
 		}
-		id, idir, unpin, err := n.newImageDir()
+		id, idir, lease, err := n.images.Create()
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := &imageMeta{ID: id, SandboxID: tc.id, VM: &vmm.Image{Dir: idir, StateFile: filepath.Join(idir, "state")}, CreatedAt: tc.imageAt}
+		m := &images.Meta{ID: id, SandboxID: tc.id, VM: &vmm.Image{Dir: idir, StateFile: filepath.Join(idir, "state")}, CreatedAt: tc.imageAt}
 		os.WriteFile(m.VM.StateFile, []byte("ram and devices"), 0o600)
-		if err := n.writeImage(m); err != nil {
+		if err := n.images.Write(m); err != nil {
 			t.Fatal(err)
 		}
-		unpin()
+		lease.Release()
 	}
 	if err := n.Recover(ctx); err != nil {
 		t.Fatal(err)

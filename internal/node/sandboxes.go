@@ -7,6 +7,7 @@ import (
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 )
@@ -36,33 +37,35 @@ func (n *Node) Delete(ctx context.Context, id string) (*store.SandboxRecord, err
 
 // destroy tears down the sandbox's VM and files and marks it destroyed.
 func (n *Node) destroy(ctx context.Context, id string) {
-	n.dropAgent(id)
+	n.agents.Drop(id)
 	r, err := n.opts.Store.GetSandbox(ctx, id)
 	if err != nil {
 		n.log.Error("destroy: read", logSandbox, id, "err", err)
 		return
 	}
-	h, err := r.VMHandle()
-	if err == nil && h != nil {
-		err = n.opts.Driver.Destroy(ctx, h)
-	}
-	if err == nil {
-		err = n.keepNetBytes(ctx, r)
-	}
-	if err == nil {
-		err = n.releaseNetwork(r)
-	}
-	if err == nil {
-		err = removeDir(n.sandboxDir(id))(ctx)
-	}
-	if err == nil {
-		if ferr := n.opts.Driver.Forget(id); ferr != nil {
-			n.log.Warn("destroy: driver files", logSandbox, id, "err", ferr)
-		}
-	}
-	if err == nil {
-		err = n.deleteSnapshotsOf(ctx, id)
-	}
+	// Nothing of a delete can be undone: a step that fails leaves the
+	// sandbox in error, for a delete to go on from there.
+	err = rollback.Run(ctx,
+		rollback.Step{Name: "vm", Do: func(ctx context.Context, _ *rollback.Stack) error {
+			h, err := r.VMHandle()
+			if err == nil && h != nil {
+				err = n.opts.Driver.Destroy(ctx, h)
+			}
+			return err
+		}},
+		rollback.Step{Name: "network usage", Do: func(ctx context.Context, _ *rollback.Stack) error { return n.keepNetBytes(ctx, r) }},
+		rollback.Step{Name: "network", Do: func(context.Context, *rollback.Stack) error { return n.links.Release(r) }},
+		rollback.Step{Name: "files", Do: func(ctx context.Context, _ *rollback.Stack) error {
+			if err := removeDir(n.sandboxDir(id))(ctx); err != nil {
+				return err
+			}
+			if err := n.opts.Driver.Forget(id); err != nil {
+				n.log.Warn("destroy: driver files", logSandbox, id, "err", err)
+			}
+			return nil
+		}},
+		rollback.Step{Name: "snapshots", Do: func(ctx context.Context, _ *rollback.Stack) error { return n.deleteSnapshotsOf(ctx, id) }},
+	)
 	if err != nil {
 		n.log.Error("destroy", logSandbox, id, "err", err)
 		n.fail(ctx, id, sandbox.OpDeleteFailed, sandbox.ErrDeleteFailed, "delete failed: "+err.Error(), "delete failed: "+err.Error(), nil)
@@ -73,7 +76,7 @@ func (n *Node) destroy(ctx context.Context, id string) {
 	if err := n.saveVM(ctx, r, nil); err != nil {
 		n.log.Error("destroy: release images", logSandbox, id, "err", err)
 	}
-	n.gc(ctx)
+	n.images.Collect(ctx)
 	now := time.Now().UTC()
 	n.transition(ctx, id, sandbox.OpDestroyed, "", func(r *store.SandboxRecord) { r.DestroyedAt = &now })
 }
@@ -120,36 +123,17 @@ func (n *Node) Agent(ctx context.Context, r *store.SandboxRecord) (*guest.Client
 	if _, err := sandbox.NextFor(id, r.State, sandbox.OpAccess); err != nil {
 		return nil, err
 	}
-	return n.keepAgent(id, func() (*guest.Client, error) {
+	return n.agents.Keep(id, func() (*guest.Client, error) {
 		h, err := r.VMHandle()
 		if err != nil || h == nil {
 			return nil, fmt.Errorf("sandbox %s has no VM: %w", id, errdefs.ErrUnavailable)
 		}
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		c, err := guest.Connect(cctx, dialer(n, h))
+		c, err := guest.Connect(cctx, n.agents.Dial(h))
 		if err != nil {
 			return nil, fmt.Errorf("reconnect to the agent of %s: %w", id, err)
 		}
 		return c, nil
 	})
-}
-
-// keepAgent returns the sandbox's live agent connection, or the one connect
-// makes (under the sandbox's agent lock, so one connection is made at a
-// time and a live one is never replaced).
-func (n *Node) keepAgent(id string, connect func() (*guest.Client, error)) (*guest.Client, error) {
-	if c := n.liveAgent(id); c != nil {
-		return c, nil
-	}
-	defer n.lockAgent(id)()
-	if c := n.liveAgent(id); c != nil {
-		return c, nil // connected while we waited for the lock
-	}
-	c, err := connect()
-	if err != nil {
-		return nil, err
-	}
-	n.setAgent(id, c)
-	return c, nil
 }

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"syscall"
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
@@ -21,62 +21,68 @@ import (
 func (n *Node) CreateSnapshot(ctx context.Context, id, name string) (*store.SnapshotRecord, error) {
 	var snap *store.SnapshotRecord
 	err := n.do(ctx, id, func(ctx context.Context) error {
-		// Check the limit and the name before pausing anything.
-		existing, err := n.opts.Store.ListSnapshots(ctx, id)
-		if err != nil {
-			return err
-		}
-		names := make([]string, len(existing))
-		for i, s := range existing {
-			names[i] = s.Name
-		}
-		if name == "" {
-			name = sandbox.DefaultSnapshotName(time.Now(), names)
-		}
-		if err := sandbox.CheckNewSnapshot(id, names, name); err != nil {
-			return err
-		}
-		if cur, err := n.opts.Store.GetSandbox(ctx, id); err == nil {
-			if err := n.checkAccountImageRAM(ctx, cur); err != nil {
+		var cap *captured
+		// Its refusals are the client's (limits, names, states): as they are.
+		return rollback.Run(ctx,
+			// The limit and the name, before pausing anything.
+			rollback.Step{Name: "check", AsIs: true, Do: func(ctx context.Context, _ *rollback.Stack) (err error) {
+				name, err = n.snapshotName(ctx, id, name)
 				return err
-			}
-		}
-		cap, err := n.capture(ctx, id, sandbox.OpSnapshot)
-		if err != nil {
-			return err
-		}
-		defer cap.unpin()
-		r, err := n.opts.Store.GetSandbox(ctx, id)
-		if err != nil {
-			return err
-		}
-		snap = &store.SnapshotRecord{
-			Snapshot: sandbox.Snapshot{ID: sandbox.NewID(sandbox.PrefixSnapshot), SandboxID: id, AccountID: r.AccountID,
-				Name: name, CreatedAt: time.Now().UTC(), IncludeRAM: true, SizeBytes: n.imageSize(cap.image)},
-			Image: cap.image.ID,
-		}
-		err = n.opts.Store.CreateSnapshot(ctx, snap, sandbox.MaxSnapshots)
-		if err != nil {
-			n.gc(ctx)
-		}
-		return err
+			}},
+			rollback.Step{Name: "capture", AsIs: true, Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
+				if cap, err = n.capture(ctx, id, sandbox.OpSnapshot); err != nil {
+					return err
+				}
+				// Without its record the image is nobody's: gc takes it.
+				undo.Add(func(ctx context.Context) error { n.images.Collect(ctx); return nil })
+				undo.Add(func(context.Context) error { cap.lease.Release(); return nil })
+				return nil
+			}},
+			rollback.Step{Name: "record", AsIs: true, Do: func(ctx context.Context, _ *rollback.Stack) error {
+				r, err := n.opts.Store.GetSandbox(ctx, id)
+				if err != nil {
+					return err
+				}
+				snap = &store.SnapshotRecord{
+					Snapshot: sandbox.Snapshot{ID: sandbox.NewID(sandbox.PrefixSnapshot), SandboxID: id, AccountID: r.AccountID,
+						Name: name, CreatedAt: time.Now().UTC(), IncludeRAM: true, SizeBytes: images.Size(cap.image)},
+					Image: cap.image.ID,
+				}
+				if err := n.opts.Store.CreateSnapshot(ctx, snap, sandbox.MaxSnapshots); err != nil {
+					return err
+				}
+				cap.lease.Release()
+				return nil
+			}},
+		)
 	})
 	return snap, err
 }
 
-// imageSize is the bytes an image occupies: state, RAM pages and disk layer.
-func (n *Node) imageSize(m *imageMeta) int64 {
-	var total int64
-	for _, p := range []string{m.Disk, m.VM.StateFile, m.VM.MemFile} {
-		if p == "" {
-			continue
-		}
-		var st syscall.Stat_t
-		if syscall.Stat(p, &st) == nil {
-			total += st.Blocks * 512
+// snapshotName checks sandbox id may take another snapshot named name
+// ("": the default name, made unique) and keep its RAM, and says the
+// name.
+func (n *Node) snapshotName(ctx context.Context, id, name string) (string, error) {
+	existing, err := n.opts.Store.ListSnapshots(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	names := make([]string, len(existing))
+	for i, s := range existing {
+		names[i] = s.Name
+	}
+	if name == "" {
+		name = sandbox.DefaultSnapshotName(time.Now(), names)
+	}
+	if err := sandbox.CheckNewSnapshot(id, names, name); err != nil {
+		return "", err
+	}
+	if cur, err := n.opts.Store.GetSandbox(ctx, id); err == nil {
+		if err := n.checkAccountImageRAM(ctx, cur); err != nil {
+			return "", err
 		}
 	}
-	return total
+	return name, nil
 }
 
 // DeleteSnapshot forgets a snapshot and frees what only it needed.
@@ -84,7 +90,7 @@ func (n *Node) DeleteSnapshot(ctx context.Context, id string) error {
 	if err := n.opts.Store.DeleteSnapshot(ctx, id); err != nil {
 		return err
 	}
-	n.gc(ctx)
+	n.images.Collect(ctx)
 	return nil
 }
 
@@ -96,7 +102,7 @@ func (n *Node) Restore(ctx context.Context, snapID string) (*store.SnapshotRecor
 	if err != nil {
 		return nil, nil, err
 	}
-	meta, err := n.readMachine(snap.Image)
+	meta, err := n.images.ReadMachine(snap.Image)
 	if err != nil {
 		return nil, nil, fmt.Errorf("snapshot %s: its image is incomplete (%v): %w", snapID, err, errdefs.ErrInternal)
 	}
@@ -140,7 +146,7 @@ func (n *Node) Restore(ctx context.Context, snapID string) (*store.SnapshotRecor
 
 // restoreStopped points a stopped sandbox at the snapshot: its next start
 // loads the snapshot's memory on a fresh overlay of the snapshot's disk.
-func (n *Node) restoreStopped(ctx context.Context, id string, meta *imageMeta) error {
+func (n *Node) restoreStopped(ctx context.Context, id string, meta *images.Meta) error {
 	r, _, err := n.load(ctx, id, sandbox.OpRewind)
 	if err != nil {
 		return err
@@ -149,12 +155,12 @@ func (n *Node) restoreStopped(ctx context.Context, id string, meta *imageMeta) e
 	r.Gen++
 	r.Disk = n.diskPath(id, r.Gen)
 	r.DiskBase, r.ResumeImage = meta.Disk, meta.ID
-	r.Layers = append(append([]string(nil), meta.Layers...), meta.ID)
+	r.Layers = meta.Chain()
 	if err := n.saveVM(ctx, r, nil); err != nil {
 		return err
 	}
 	os.Remove(old) // later work is lost, by definition
-	n.gc(ctx)
+	n.images.Collect(ctx)
 	return nil
 }
 
@@ -162,7 +168,7 @@ func (n *Node) restoreStopped(ctx context.Context, id string, meta *imageMeta) e
 // snapshot, and hands the guest its identity again (secrets included). The
 // old VM goes only once the new one answers: if the new one does not come
 // up, the sandbox keeps running on the old one (errKeptOldVM).
-func (n *Node) restoreRunning(ctx context.Context, id string, meta *imageMeta) (err error) {
+func (n *Node) restoreRunning(ctx context.Context, id string, meta *images.Meta) (err error) {
 	r, err := n.opts.Store.GetSandbox(ctx, id)
 	if err != nil {
 		return err
@@ -174,7 +180,7 @@ func (n *Node) restoreRunning(ctx context.Context, id string, meta *imageMeta) (
 	prev := *r // the VM fields to put back if the new VM fails
 	prev.Layers = append([]string(nil), r.Layers...)
 	old := r.Disk
-	r.Layers = append(append([]string(nil), meta.Layers...), meta.ID)
+	r.Layers = meta.Chain()
 	r.DiskBase = ""
 	if err := n.startRestored(ctx, r, meta, h); err != nil {
 		if h == nil {
@@ -194,36 +200,39 @@ func (n *Node) restoreRunning(ctx context.Context, id string, meta *imageMeta) (
 	if old != "" && old != r.Disk {
 		os.Remove(old)
 	}
-	n.gc(ctx)
+	n.images.Collect(ctx)
 	return nil
 }
 
 // startRestored starts r's VM from the snapshot image and, once its agent
 // answers, destroys the VM it replaces (old, nil for none); on any failure
 // the new VM is undone and old, still running, is left as it is.
-func (n *Node) startRestored(ctx context.Context, r *store.SandboxRecord, meta *imageMeta, old *vmm.Handle) (err error) {
-	spec, err := n.nextVM(ctx, r)
-	if err != nil {
-		return err
-	}
-	var undo rollback.Stack
-	defer undo.OnError(ctx, &err)
-	undo.Add(removeDir(spec.Dir))
-	spec.BaseDisk, spec.From = meta.Disk, meta.VM
-	nh, err := n.startVM(ctx, &undo, r, spec)
-	if err != nil {
-		return err
-	}
-	if err := n.attach(ctx, r.ID, nh); err != nil {
-		return err
-	}
-	if old != nil {
-		if err := n.opts.Driver.Destroy(context.WithoutCancel(ctx), old); err != nil {
-			return fmt.Errorf("destroy the VM it replaces: %w", err)
-		}
-	}
-	undo.Release()
-	return nil
+func (n *Node) startRestored(ctx context.Context, r *store.SandboxRecord, meta *images.Meta, old *vmm.Handle) error {
+	var (
+		spec vmm.Spec
+		nh   *vmm.Handle
+	)
+	return rollback.Run(ctx,
+		rollback.Step{Name: "folder", Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
+			if spec, err = n.nextVM(ctx, r); err != nil {
+				return err
+			}
+			undo.Add(removeDir(spec.Dir))
+			return nil
+		}},
+		rollback.Step{Name: "vm", Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
+			spec.BaseDisk, spec.From = meta.Disk, meta.VM
+			nh, err = n.startVM(ctx, undo, r, spec)
+			return err
+		}},
+		rollback.Step{Name: "agent", Do: func(ctx context.Context, _ *rollback.Stack) error { return n.attach(ctx, r.ID, nh) }},
+		rollback.Step{Name: "destroy the VM it replaces", Do: func(ctx context.Context, _ *rollback.Stack) error {
+			if old == nil {
+				return nil
+			}
+			return n.opts.Driver.Destroy(context.WithoutCancel(ctx), old)
+		}},
+	)
 }
 
 // errKeptOldVM: a restore whose new VM did not come up; the sandbox still

@@ -65,7 +65,7 @@ func (n *Node) checkVMs(ctx context.Context) {
 				return
 			}
 			n.log.Warn("vm exited on its own", logSandbox, r.ID, "pid", pid)
-			n.dropAgent(r.ID)
+			n.agents.Drop(r.ID)
 			n.failLost(ctx, r.ID, h, ReasonVMExited+": the VM process (pid "+strconv.Itoa(pid)+") exited")
 		})
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/node/images"
+	"github.com/zeish/zeish/internal/node/ready"
 	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
@@ -51,7 +53,7 @@ func WarmSize(tpl sandbox.Template) sandbox.Size {
 
 // Warm boots tpl on a machine of WarmSize, runs its start command, waits
 // until its ready command exits 0, and captures the machine into an image.
-// The image is pinned until the caller's unpin, which it calls once the
+// The image is leased until the caller's unpin, which it calls once the
 // template's record names the image (or the build failed). progress gets
 // one line per step. Nothing is left behind on failure.
 func (n *Node) Warm(ctx context.Context, tpl sandbox.Template, progress func(string)) (*sandbox.TemplateWarm, func(), error) {
@@ -62,14 +64,14 @@ func (n *Node) Warm(ctx context.Context, tpl sandbox.Template, progress func(str
 	out := &sandbox.TemplateWarm{Image: w.meta.ID, VCPUs: w.size.VCPUs, MemoryMiB: w.size.MemoryMiB, DiskMiB: w.size.DiskMiB,
 		BuildMS: time.Since(w.started).Milliseconds()}
 	n.log.Info("template warmed", "template", tpl.ID, "image", w.meta.ID, "ms", out.BuildMS)
-	n.ready.note(readyKind{template: tpl.Key()}) // its first creates find a VM ready once the record names the image
+	n.ready.Note(ready.Kind{Template: tpl.Key()}) // its first creates find a VM ready once the record names the image
 	// Once the record names the image, the ready pool can use it.
-	return out, func() { w.unpin(); n.ready.wake() }, nil
+	return out, func() { w.lease.Release(); n.ready.Wake() }, nil
 }
 
 // warmBuild runs the steps of a warm build of tpl, on a machine with no
 // network card when cardless (cardless.go). On success the image is
-// recorded and pinned (w.unpin).
+// recorded and leased (w.lease).
 func (n *Node) warmBuild(ctx context.Context, tpl sandbox.Template, cardless bool, progress func(string)) (*warmRun, error) {
 	dir := filepath.Join(n.opts.DataDir, "warm", tpl.ID)
 	if cardless {
@@ -104,8 +106,8 @@ type warmRun struct {
 	spec     vmm.Spec
 	h        *vmm.Handle
 	c        *guest.Client
-	meta     *imageMeta
-	unpin    func()
+	meta     *images.Meta
+	lease    *images.Lease
 	address  string // the build VM's link on a node with networking
 	cardless bool   // a machine with no network card
 }
@@ -129,7 +131,7 @@ func (w *warmRun) cleanup() {
 }
 
 func (w *warmRun) reserve(_ context.Context, _ *rollback.Stack) (err error) {
-	w.release, err = w.n.reserve(&store.SandboxRecord{Sandbox: sandbox.Sandbox{MemoryMiB: w.size.MemoryMiB}}, 1)
+	w.release, err = w.n.budget.Reserve(w.size.MemoryMiB, 1)
 	return err
 }
 
@@ -169,7 +171,7 @@ func (w *warmRun) boot(ctx context.Context, undo *rollback.Stack) (err error) {
 	h := w.h
 	undo.Add(func(ctx context.Context) error { return n.opts.Driver.Destroy(ctx, h) })
 	writeHandleFile(w.spec.Dir, h) // for sweepWarm, should zeishd die now
-	if w.c, err = n.connectAgent(ctx, h); err != nil {
+	if w.c, err = n.agents.Connect(ctx, h); err != nil {
 		return fmt.Errorf("%w (console: %s)", err, n.opts.Driver.ConsoleTail(h, 512))
 	}
 	return nil
@@ -178,7 +180,7 @@ func (w *warmRun) boot(ctx context.Context, undo *rollback.Stack) (err error) {
 func (w *warmRun) configure(ctx context.Context, _ *rollback.Stack) error {
 	cfg := freshConfig("warm")
 	if w.address != "" {
-		cfg.Network = w.n.linkNetwork(w.address, w.spec.MAC)
+		cfg.Network = w.n.links.Link(w.address, w.spec.MAC)
 	}
 	applyTemplate(&w.tpl, &cfg)
 	if len(cfg.StartCmd) > 0 {
@@ -215,18 +217,18 @@ func (w *warmRun) ready(ctx context.Context, _ *rollback.Stack) error {
 func (w *warmRun) capture(ctx context.Context, undo *rollback.Stack) error {
 	n := w.n
 	w.progress("saving the machine")
-	imgID, imgDir, unpin, err := n.newImageDir()
+	imgID, imgDir, lease, err := n.images.Create()
 	if err != nil {
 		return err
 	}
-	w.unpin = unpin
-	undo.Add(func(context.Context) error { unpin(); return os.RemoveAll(imgDir) })
+	w.lease = lease
+	undo.Add(func(context.Context) error { lease.Release(); return os.RemoveAll(imgDir) })
 	img, _, err := n.opts.Driver.Capture(ctx, w.h, imgDir, false)
 	if err != nil {
 		return err
 	}
 	undo.Add(func(context.Context) error { return n.opts.Driver.DiscardImage(imgDir, img) })
-	w.meta = &imageMeta{ID: imgID, SandboxID: w.tpl.ID, VM: img, Disk: n.layerPath(imgID), CreatedAt: time.Now().UTC()}
+	w.meta = &images.Meta{ID: imgID, SandboxID: w.tpl.ID, VM: img, Disk: n.images.LayerPath(imgID), CreatedAt: time.Now().UTC()}
 	return nil
 }
 
@@ -236,15 +238,15 @@ func (w *warmRun) record(_ context.Context, _ *rollback.Stack) error {
 	if err := os.Rename(w.h.Disk, w.meta.Disk); err != nil {
 		return fmt.Errorf("keep the disk: %w", err)
 	}
-	os.Chmod(w.meta.Disk, 0o400)
-	return w.n.writeImage(w.meta)
+	images.ReadOnly(w.meta.Disk)
+	return w.n.images.Write(w.meta)
 }
 
 // CollectImages removes the images nothing needs any more: a deleted warm
 // template's, once no sandbox started from it is left.
 func (n *Node) CollectImages(ctx context.Context) {
-	n.ready.trim(ctx, n.ready.kinds()) // VMs of a deleted template go first: they pin its image
-	n.gc(ctx)
+	n.ready.Prune(ctx) // VMs of a deleted template go first: they lease its image
+	n.images.Collect(ctx)
 }
 
 // bootWork names the processes the guest's init starts at boot and that
@@ -331,7 +333,7 @@ func (n *Node) sweepWarm(ctx context.Context) {
 }
 
 // warmImage returns the warm image r can start from, or "" and why not.
-func (n *Node) warmImage(r *store.SandboxRecord, tpl sandbox.Template) (*imageMeta, string) {
+func (n *Node) warmImage(r *store.SandboxRecord, tpl sandbox.Template) (*images.Meta, string) {
 	w := tpl.Warm
 	switch {
 	case w == nil:
@@ -347,7 +349,7 @@ func (n *Node) warmImage(r *store.SandboxRecord, tpl sandbox.Template) (*imageMe
 		}
 		return meta, ""
 	}
-	meta, err := n.readMachine(w.Image)
+	meta, err := n.images.ReadMachine(w.Image)
 	if err != nil {
 		return nil, fmt.Sprintf("the warm image is unreadable: %v", err)
 	}

@@ -41,7 +41,7 @@ func TestWarm(t *testing.T) {
 	}
 	unpin()
 	h.n.CollectImages(h.ctx)
-	if _, err := h.n.readImage(w.Image); err != nil {
+	if _, err := h.n.images.Read(w.Image); err != nil {
 		t.Fatalf("the template's image was collected: %v", err)
 	}
 	h.tpl.tpl = tpl
@@ -69,7 +69,7 @@ func TestWarm(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.n.CollectImages(h.ctx)
-	if _, err := h.n.readImage(w.Image); err != nil {
+	if _, err := h.n.images.Read(w.Image); err != nil {
 		t.Fatalf("image collected while a sandbox runs from it: %v", err)
 	}
 	h.deleteAll() // gc after the last delete takes the image too

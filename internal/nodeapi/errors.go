@@ -1,7 +1,10 @@
 // Package nodeapi is the control plane ↔ node protocol
-// (proto/zeish/node/v1): Server serves a local node's operations and
-// RemoteNode calls them, both over Connect on the node token; the Control
-// service (registration, heartbeats) is served by the cluster package.
+// (proto/zeish/node/v2): Server serves a local node's operations and
+// RemoteNode calls them, over Connect on the node's call key, with typed
+// messages mapped to the in-process types in wire.go and the version
+// agreed at registration (version.go); Delivered keeps, on a node, the
+// secrets each call brings. The Control service (join, registration,
+// heartbeats) is served by the cluster package.
 package nodeapi
 
 import (
@@ -50,7 +53,7 @@ func FromWire(node string, err error) error {
 	case connect.CodeDeadlineExceeded:
 		return fmt.Errorf("node %s: %w: %w", node, errdefs.ErrTimeout, err)
 	case connect.CodeUnauthenticated:
-		return fmt.Errorf("node %s refused the node token: %w: %w", node, errdefs.ErrInternal, err)
+		return fmt.Errorf("node %s refused the call (its call key, or this node's credential): %w: %w", node, errdefs.ErrInternal, err)
 	}
 	return fmt.Errorf("node %s: %w: %w", node, errdefs.ErrUnavailable, err)
 }
@@ -79,7 +82,7 @@ func connectCode(c errdefs.Class) connect.Code {
 		return connect.CodeNotFound
 	case errdefs.ClassConflict:
 		return connect.CodeFailedPrecondition
-	case errdefs.ClassResourceExhausted, errdefs.ClassRateLimited:
+	case errdefs.ClassResourceExhausted, errdefs.ClassRateLimited, errdefs.ClassTooLarge:
 		return connect.CodeResourceExhausted
 	case errdefs.ClassUnavailable:
 		return connect.CodeUnavailable
@@ -87,4 +90,9 @@ func connectCode(c errdefs.Class) connect.Code {
 		return connect.CodeNotFound
 	}
 	return connect.CodeInternal
+}
+
+// unreadable is an answer of node that this side cannot read.
+func unreadable(node string, err error) error {
+	return fmt.Errorf("node %s answered what this control plane cannot read: %v: %w", node, err, errdefs.ErrInternal)
 }

@@ -2,7 +2,6 @@ package nodeapi
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -11,58 +10,72 @@ import (
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/control"
-	"github.com/zeish/zeish/internal/nodeapi/nodev1"
-	"github.com/zeish/zeish/internal/nodeapi/nodev1/nodev1connect"
+	"github.com/zeish/zeish/internal/nodeapi/nodev2"
+	"github.com/zeish/zeish/internal/nodeapi/nodev2/nodev2connect"
 	"github.com/zeish/zeish/internal/store"
-	"github.com/zeish/zeish/sandbox"
 )
 
 // Server serves a node's operations (the Node service) to the control plane.
 type Server struct {
-	node  control.Node
-	store store.Store
+	node      control.Node
+	secrets   *Delivered
+	templates Templates
 }
 
-// Handler mounts the Node service for local, behind the token; st is the
-// shared store local writes to.
-func Handler(local control.Node, st store.Store, token Token) (string, http.Handler) {
-	return nodev1connect.NewNodeHandler(&Server{node: local, store: st}, connect.WithInterceptors(token.ServerAuth()))
+var _ nodev2connect.NodeHandler = (*Server)(nil)
+
+// Handler mounts the Node service for local, behind the control plane's
+// call key for this node; st is the store local writes to, which keeps the
+// secrets each call delivers; templates builds templates (nil: none).
+func Handler(local control.Node, st *Delivered, key *CallKey, templates Templates) (string, http.Handler) {
+	path, h := nodev2connect.NewNodeHandler(NewServer(local, st, templates), connect.WithInterceptors(key.ServerAuth()))
+	return path, undeadlined(h)
 }
 
-func encode(v any) ([]byte, error) {
-	b, err := json.Marshal(v)
+// NewServer is the Node service of local, unmounted (Handler mounts it).
+func NewServer(local control.Node, st *Delivered, templates Templates) *Server {
+	return &Server{node: local, secrets: st, templates: templates}
+}
+
+// deliver keeps the secrets a call brought for sandbox id.
+func (s *Server) deliver(id string, env map[string]string) {
+	if s.secrets != nil {
+		s.secrets.give(id, env)
+	}
+}
+
+// newRecord is a new sandbox the control plane sent, its secrets kept with
+// their sealed form.
+func (s *Server) newRecord(m *nodev2.Sandbox, env map[string]string, sealed string) (*store.SandboxRecord, error) {
+	r, err := SandboxFromWire(m)
 	if err != nil {
-		return nil, ToWire(fmt.Errorf("encode: %w: %w", errdefs.ErrInternal, err))
+		return nil, err
 	}
-	return b, nil
-}
-
-func decodeRecord(b []byte, secrets map[string]string) (*store.SandboxRecord, error) {
-	r := new(store.SandboxRecord)
-	if err := json.Unmarshal(b, r); err != nil {
-		return nil, fmt.Errorf("sandbox record: %w: %w", errdefs.ErrInvalidArgument, err)
+	if len(env) == 0 {
+		return r, nil
 	}
-	if len(secrets) > 0 {
-		r.SecretEnv = secrets
+	if r.ID == "" || sealed == "" {
+		return nil, fmt.Errorf("a new sandbox with secrets needs the id and the sealed secrets the control plane chose: %w", errdefs.ErrInvalidArgument)
+	}
+	r.SecretEnv = env
+	if s.secrets != nil {
+		s.secrets.giveSealed(r.ID, env, sealed)
 	}
 	return r, nil
 }
 
-func sandboxReply(r *store.SandboxRecord, err error) (*connect.Response[nodev1.SandboxReply], error) {
+func sandboxReply(r *store.SandboxRecord, err error) (*connect.Response[nodev2.SandboxReply], error) {
 	if err != nil {
 		return nil, ToWire(err)
 	}
-	b, err := encode(r)
-	if err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&nodev1.SandboxReply{RecordJson: b}), nil
+	return connect.NewResponse(&nodev2.SandboxReply{Sandbox: SandboxToWire(r)}), nil
 }
 
-func children(cs []*nodev1.Child) ([]*store.SandboxRecord, error) {
+// children are a fork's children, which inherit env.
+func (s *Server) children(cs []*nodev2.Child, env map[string]string) ([]*store.SandboxRecord, error) {
 	out := make([]*store.SandboxRecord, len(cs))
 	for i, c := range cs {
-		r, err := decodeRecord(c.RecordJson, c.SecretEnv)
+		r, err := s.newRecord(c.Sandbox, env, c.SealedSecrets)
 		if err != nil {
 			return nil, err
 		}
@@ -71,39 +84,37 @@ func children(cs []*nodev1.Child) ([]*store.SandboxRecord, error) {
 	return out, nil
 }
 
-func cloneReply(pause time.Duration, made []*store.SandboxRecord, err error) (*connect.Response[nodev1.CloneReply], error) {
+func cloneReply(pause time.Duration, made []*store.SandboxRecord, err error) (*connect.Response[nodev2.CloneReply], error) {
 	if err != nil {
 		return nil, ToWire(err)
 	}
-	rep := &nodev1.CloneReply{PauseMicros: pause.Microseconds()}
+	rep := &nodev2.CloneReply{PauseMicros: pause.Microseconds()}
 	for _, r := range made {
-		b, err := encode(r)
-		if err != nil {
-			return nil, err
-		}
-		rep.RecordsJson = append(rep.RecordsJson, b)
+		rep.Children = append(rep.Children, SandboxToWire(r))
 	}
 	return connect.NewResponse(rep), nil
 }
 
-func (s *Server) Create(ctx context.Context, req *connect.Request[nodev1.CreateRequest]) (*connect.Response[nodev1.SandboxReply], error) {
-	r, err := decodeRecord(req.Msg.RecordJson, req.Msg.SecretEnv)
+func (s *Server) Create(ctx context.Context, req *connect.Request[nodev2.CreateRequest]) (*connect.Response[nodev2.SandboxReply], error) {
+	r, err := s.newRecord(req.Msg.Sandbox, req.Msg.SecretEnv, req.Msg.SealedSecrets)
 	if err != nil {
 		return nil, ToWire(err)
 	}
 	return sandboxReply(s.node.Create(ctx, r))
 }
 
-func (s *Server) Clone(ctx context.Context, req *connect.Request[nodev1.CloneRequest]) (*connect.Response[nodev1.CloneReply], error) {
-	kids, err := children(req.Msg.Children)
+func (s *Server) Clone(ctx context.Context, req *connect.Request[nodev2.CloneRequest]) (*connect.Response[nodev2.CloneReply], error) {
+	s.deliver(req.Msg.ParentId, req.Msg.ParentSecretEnv)
+	kids, err := s.children(req.Msg.Children, req.Msg.ParentSecretEnv)
 	if err != nil {
 		return nil, ToWire(err)
 	}
 	return cloneReply(s.node.Clone(ctx, req.Msg.ParentId, kids))
 }
 
-func (s *Server) CloneSnapshot(ctx context.Context, req *connect.Request[nodev1.CloneSnapshotRequest]) (*connect.Response[nodev1.CloneReply], error) {
-	kids, err := children(req.Msg.Children)
+func (s *Server) CloneSnapshot(ctx context.Context, req *connect.Request[nodev2.CloneSnapshotRequest]) (*connect.Response[nodev2.CloneReply], error) {
+	s.deliver(req.Msg.SandboxId, req.Msg.ParentSecretEnv)
+	kids, err := s.children(req.Msg.Children, req.Msg.ParentSecretEnv)
 	if err != nil {
 		return nil, ToWire(err)
 	}
@@ -111,83 +122,84 @@ func (s *Server) CloneSnapshot(ctx context.Context, req *connect.Request[nodev1.
 	return cloneReply(0, made, err)
 }
 
-func (s *Server) CreateSnapshot(ctx context.Context, req *connect.Request[nodev1.CreateSnapshotRequest]) (*connect.Response[nodev1.SnapshotReply], error) {
+func (s *Server) CreateSnapshot(ctx context.Context, req *connect.Request[nodev2.CreateSnapshotRequest]) (*connect.Response[nodev2.SnapshotReply], error) {
 	snap, err := s.node.CreateSnapshot(ctx, req.Msg.SandboxId, req.Msg.Name)
 	if err != nil {
 		return nil, ToWire(err)
 	}
-	b, err := encode(snap)
-	if err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&nodev1.SnapshotReply{SnapshotJson: b}), nil
+	return connect.NewResponse(&nodev2.SnapshotReply{Snapshot: SnapshotToWire(snap)}), nil
 }
 
-func (s *Server) DeleteSnapshot(ctx context.Context, req *connect.Request[nodev1.DeleteSnapshotRequest]) (*connect.Response[nodev1.DeleteSnapshotReply], error) {
+func (s *Server) DeleteSnapshot(ctx context.Context, req *connect.Request[nodev2.DeleteSnapshotRequest]) (*connect.Response[nodev2.DeleteSnapshotReply], error) {
 	if err := s.node.DeleteSnapshot(ctx, req.Msg.SnapshotId); err != nil {
 		return nil, ToWire(err)
 	}
-	return connect.NewResponse(&nodev1.DeleteSnapshotReply{}), nil
+	return connect.NewResponse(&nodev2.DeleteSnapshotReply{}), nil
 }
 
-func (s *Server) Restore(ctx context.Context, req *connect.Request[nodev1.RestoreRequest]) (*connect.Response[nodev1.RestoreReply], error) {
+func (s *Server) Restore(ctx context.Context, req *connect.Request[nodev2.RestoreRequest]) (*connect.Response[nodev2.RestoreReply], error) {
+	s.deliver(req.Msg.SandboxId, req.Msg.SecretEnv)
 	snap, r, err := s.node.Restore(ctx, req.Msg.SnapshotId)
 	if err != nil {
 		return nil, ToWire(err)
 	}
-	sb, err := encode(snap)
-	if err != nil {
-		return nil, err
-	}
-	rb, err := encode(r)
-	if err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&nodev1.RestoreReply{SnapshotJson: sb, RecordJson: rb}), nil
+	return connect.NewResponse(&nodev2.RestoreReply{Snapshot: SnapshotToWire(snap), Sandbox: SandboxToWire(r)}), nil
 }
 
-func (s *Server) Lifecycle(ctx context.Context, req *connect.Request[nodev1.LifecycleRequest]) (*connect.Response[nodev1.SandboxReply], error) {
+func (s *Server) Lifecycle(ctx context.Context, req *connect.Request[nodev2.LifecycleRequest]) (*connect.Response[nodev2.SandboxReply], error) {
 	id := req.Msg.SandboxId
 	switch req.Msg.Op {
-	case nodev1.Op_OP_START:
+	case nodev2.Op_OP_START:
+		s.deliver(id, req.Msg.SecretEnv)
 		return sandboxReply(s.node.Start(ctx, id))
-	case nodev1.Op_OP_STOP:
+	case nodev2.Op_OP_STOP:
 		if req.Msg.Reason != "" {
 			return sandboxReply(s.node.StopReason(ctx, id, req.Msg.Reason))
 		}
 		return sandboxReply(s.node.Stop(ctx, id))
-	case nodev1.Op_OP_PAUSE:
+	case nodev2.Op_OP_PAUSE:
 		return sandboxReply(s.node.Pause(ctx, id))
-	case nodev1.Op_OP_RESUME:
+	case nodev2.Op_OP_RESUME:
 		return sandboxReply(s.node.Resume(ctx, id))
-	case nodev1.Op_OP_DELETE:
-		return sandboxReply(s.node.Delete(ctx, id))
+	case nodev2.Op_OP_DELETE:
+		r, err := s.node.Delete(ctx, id)
+		if err == nil && s.secrets != nil {
+			s.secrets.forget(id)
+		}
+		return sandboxReply(r, err)
 	}
 	return nil, ToWire(fmt.Errorf("lifecycle op %v: %w", req.Msg.Op, errdefs.ErrInvalidArgument))
 }
 
-func (s *Server) Wait(ctx context.Context, req *connect.Request[nodev1.WaitRequest]) (*connect.Response[nodev1.SandboxReply], error) {
-	return sandboxReply(s.node.Wait(ctx, req.Msg.SandboxId, sandbox.State(req.Msg.WantState)))
+func (s *Server) Wait(ctx context.Context, req *connect.Request[nodev2.WaitRequest]) (*connect.Response[nodev2.SandboxReply], error) {
+	want, err := stateFromWire(req.Msg.Want)
+	if err != nil {
+		return nil, ToWire(err)
+	}
+	return sandboxReply(s.node.Wait(ctx, req.Msg.SandboxId, want))
 }
 
-func (s *Server) SetPortPublic(ctx context.Context, req *connect.Request[nodev1.SetPortPublicRequest]) (*connect.Response[nodev1.SandboxReply], error) {
+func (s *Server) SetPortPublic(ctx context.Context, req *connect.Request[nodev2.SetPortPublicRequest]) (*connect.Response[nodev2.SandboxReply], error) {
 	return sandboxReply(s.node.SetPortPublic(ctx, req.Msg.SandboxId, int(req.Msg.Port), req.Msg.Public))
 }
 
-func (s *Server) SetNetwork(ctx context.Context, req *connect.Request[nodev1.SetNetworkRequest]) (*connect.Response[nodev1.SandboxReply], error) {
-	var p sandbox.Network
-	if err := json.Unmarshal(req.Msg.NetworkJson, &p); err != nil {
-		return nil, ToWire(fmt.Errorf("network: %w: %w", errdefs.ErrInvalidArgument, err))
+func (s *Server) SetNetwork(ctx context.Context, req *connect.Request[nodev2.SetNetworkRequest]) (*connect.Response[nodev2.SandboxReply], error) {
+	p := NetworkFromWire(req.Msg.Network)
+	if p == nil {
+		return nil, ToWire(fmt.Errorf("set network without a network: %w", errdefs.ErrInvalidArgument))
 	}
-	return sandboxReply(s.node.SetNetwork(ctx, req.Msg.SandboxId, p))
+	return sandboxReply(s.node.SetNetwork(ctx, req.Msg.SandboxId, *p))
 }
 
 // NetBytes is the record's stored counters plus the live link's.
-func (s *Server) NetBytes(ctx context.Context, req *connect.Request[nodev1.NetBytesRequest]) (*connect.Response[nodev1.NetBytesReply], error) {
-	r, err := s.store.GetSandbox(ctx, req.Msg.SandboxId)
+func (s *Server) NetBytes(ctx context.Context, req *connect.Request[nodev2.SandboxRef]) (*connect.Response[nodev2.NetBytesReply], error) {
+	if s.secrets == nil {
+		return nil, ToWire(fmt.Errorf("this node keeps no store: %w", errdefs.ErrUnavailable))
+	}
+	r, err := s.secrets.GetSandbox(ctx, req.Msg.SandboxId)
 	if err != nil {
 		return nil, ToWire(err)
 	}
 	in, out := s.node.NetBytes(r)
-	return connect.NewResponse(&nodev1.NetBytesReply{In: in, Out: out}), nil
+	return connect.NewResponse(&nodev2.NetBytesReply{In: in, Out: out}), nil
 }

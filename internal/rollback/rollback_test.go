@@ -75,3 +75,20 @@ func TestRunSteps(t *testing.T) {
 		t.Fatalf("success: err %v, log %v", err, log)
 	}
 }
+
+// A step marked AsIs fails with its error unchanged (a client's refusal
+// keeps its words), and still unwinds what came before.
+func TestRunAsIs(t *testing.T) {
+	refused := errors.New("name taken")
+	undone := false
+	err := Run(context.Background(),
+		Step{Name: "reserve", Do: func(_ context.Context, undo *Stack) error {
+			undo.Add(func(context.Context) error { undone = true; return nil })
+			return nil
+		}},
+		Step{Name: "record", AsIs: true, Do: func(context.Context, *Stack) error { return refused }},
+	)
+	if err != refused || !undone {
+		t.Fatalf("err %v (undone %v), want the step's own error and the undo run", err, undone)
+	}
+}

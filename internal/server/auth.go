@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/datadir"
 	"github.com/zeish/zeish/internal/store"
@@ -36,8 +37,12 @@ func NewAPIKey() (key, hash string) {
 	return key, HashKey(key)
 }
 
-// HashKey is how keys are stored: never in the clear.
+// HashKey is how keys are stored: never in the clear. A key's E2B form
+// (api.E2BKey) hashes as the key it spells.
 func HashKey(key string) string {
+	if zk, ok := api.ZeishKey(key); ok {
+		key = zk
+	}
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:])
 }
@@ -162,7 +167,22 @@ func (s *Server) withAccount(h http.HandlerFunc) http.HandlerFunc {
 // (the handler checks both: a revoked key's tokens stop at once).
 const tokenPrefix = "zdp_"
 
-type tokenSigner struct{ key []byte }
+type tokenSigner struct {
+	key []byte
+	// keyFor, when set, is the key of the sandboxes of node host: a
+	// control plane signs each node's tokens with that node's own key
+	// (internal/cluster's DataPlaneKey), so no node can mint a token
+	// another node accepts.
+	keyFor func(host string) []byte
+}
+
+// keyOf is the key of tokens for rec.
+func (t *tokenSigner) keyOf(rec *store.SandboxRecord) []byte {
+	if t.keyFor != nil {
+		return t.keyFor(rec.Host)
+	}
+	return t.key
+}
 
 func loadTokenKey(dataDir string) (*tokenSigner, error) {
 	path := filepath.Join(dataDir, "token.key")
@@ -182,27 +202,34 @@ func loadTokenKey(dataDir string) (*tokenSigner, error) {
 	return &tokenSigner{key: b}, nil
 }
 
-func (t *tokenSigner) mac(payload string) string {
-	m := hmac.New(sha256.New, t.key)
+func (t *tokenSigner) mac(payload string) string { return macWith(t.key, payload) }
+
+func macWith(key []byte, payload string) string {
+	m := hmac.New(sha256.New, key)
 	m.Write([]byte(payload))
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-func (t *tokenSigner) issue(sandboxID, accountID, keyID string, exp time.Time) string {
-	payload := fmt.Sprintf("%s.%s.%s.%d", sandboxID, accountID, keyID, exp.Unix())
-	return tokenPrefix + payload + "." + t.mac(payload)
+// issue signs a token for sandbox rec, of its account, issued to API key keyID.
+func (t *tokenSigner) issue(rec *store.SandboxRecord, keyID string, exp time.Time) string {
+	payload := fmt.Sprintf("%s.%s.%s.%d", rec.ID, rec.AccountID, keyID, exp.Unix())
+	return tokenPrefix + payload + "." + macWith(t.keyOf(rec), payload)
 }
 
 // verify checks a token for sandboxID and returns its account and the API
 // key that asked for it.
 func (t *tokenSigner) verify(token, sandboxID string, now time.Time) (accountID, keyID string, err error) {
+	return t.verifyWith(t.key, token, sandboxID, now)
+}
+
+func (t *tokenSigner) verifyWith(key []byte, token, sandboxID string, now time.Time) (accountID, keyID string, err error) {
 	rest, ok := strings.CutPrefix(token, tokenPrefix)
 	parts := strings.Split(rest, ".")
 	if !ok || len(parts) != 5 {
 		return "", "", fmt.Errorf("malformed data-plane token: %w", errdefs.ErrUnauthenticated)
 	}
 	payload := strings.Join(parts[:4], ".")
-	if !hmac.Equal([]byte(parts[4]), []byte(t.mac(payload))) {
+	if !hmac.Equal([]byte(parts[4]), []byte(macWith(key, payload))) {
 		return "", "", fmt.Errorf("data-plane token signature is not valid: %w", errdefs.ErrUnauthenticated)
 	}
 	if parts[0] != sandboxID {
@@ -237,7 +264,13 @@ type apiKeyCtx struct{}
 // checkToken verifies a data-plane token for sandboxID and that the API key
 // it was issued to is still live; it returns the token's account.
 func (s *Server) checkToken(ctx context.Context, token, sandboxID string) (string, error) {
-	acct, keyID, err := s.tokens.verify(token, sandboxID, time.Now())
+	key := s.tokens.key
+	if s.tokens.keyFor != nil {
+		if rec, err := s.store.GetSandbox(ctx, sandboxID); err == nil {
+			key = s.tokens.keyOf(rec)
+		}
+	}
+	acct, keyID, err := s.tokens.verifyWith(key, token, sandboxID, time.Now())
 	if err == nil {
 		err = s.keyLive(ctx, acct, keyID)
 	}

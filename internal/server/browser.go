@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -30,14 +29,6 @@ import (
 // rewrites the listed URLs to lead through itself. CDP clients cannot all
 // send headers, so the token may come in the query (?token=).
 
-// browserVersion is what /json/version answers.
-type browserVersion struct {
-	Browser         string `json:"Browser"`
-	ProtocolVersion string `json:"Protocol-Version"`
-	UserAgent       string `json:"User-Agent"`
-	WebSocketURL    string `json:"webSocketDebuggerUrl"`
-}
-
 // getBrowser is GET /public/sandboxes/{id}/browser.
 func (s *Server) getBrowser(w http.ResponseWriter, r *http.Request) {
 	ttl := defaultTokenTTL
@@ -58,14 +49,9 @@ func (s *Server) getBrowser(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, invalid("sandbox %s has no browser: create it, or fork it, with browser: true", rec.ID))
 		return
 	}
-	addr, err := s.node.PortAddr(rec, sandbox.BrowserPort)
+	v, err := s.guests().BrowserVersion(r.Context(), rec)
 	if err != nil {
 		writeError(w, r, err)
-		return
-	}
-	v, err := fetchBrowserVersion(r.Context(), addr)
-	if err != nil {
-		writeError(w, r, fmt.Errorf("the browser of sandbox %s does not answer: %v: %w", rec.ID, err, errdefs.ErrUnavailable))
 		return
 	}
 	key, err := s.requestKey(r)
@@ -74,8 +60,13 @@ func (s *Server) getBrowser(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	exp := time.Now().Add(ttl).UTC().Truncate(time.Second)
-	tok := s.tokens.issue(rec.ID, rec.AccountID, key.ID, exp)
-	base := s.browserBase(r, rec)
+	tok := s.tokens.issue(rec, key.ID, exp)
+	base, err := s.dataBase(r, rec)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	base += "/browser"
 	cdp, err := viaProxy(v.WebSocketURL, wsScheme(base), tok)
 	if err != nil {
 		writeError(w, r, fmt.Errorf("the browser of sandbox %s: %v: %w", rec.ID, err, errdefs.ErrUnavailable))
@@ -114,28 +105,6 @@ func viaProxy(chromeURL, base, tok string) (string, error) {
 		out += "?token=" + url.QueryEscape(tok)
 	}
 	return out, nil
-}
-
-var browserClient = &http.Client{Timeout: 15 * time.Second}
-
-func fetchBrowserVersion(ctx context.Context, addr string) (browserVersion, error) {
-	var v browserVersion
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/json/version", nil)
-	if err != nil {
-		return v, err
-	}
-	resp, err := browserClient.Do(req)
-	if err != nil {
-		return v, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return v, fmt.Errorf("/json/version: %s", resp.Status)
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&v); err != nil {
-		return v, fmt.Errorf("/json/version: %w", err)
-	}
-	return v, nil
 }
 
 // browserAccess authorises a data-plane request for the browser: the token

@@ -234,7 +234,6 @@ func (s *Server) consoleUpload(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		id := rec.ID
-		acct := accountFrom(r.Context())
 		key, err := s.requestKey(r)
 		if err != nil {
 			writeError(w, r, err)
@@ -244,16 +243,11 @@ func (s *Server) consoleUpload(w http.ResponseWriter, r *http.Request) {
 		r2.URL.Path = api.DataPath + "/sandboxes/" + id + "/files"
 		r2.URL.RawPath = ""
 		r2.Header.Del("Cookie")
-		r2.Header.Set("Authorization", "Bearer "+s.tokens.issue(id, acct.ID, key.ID, time.Now().Add(time.Minute)))
+		r2.Header.Set("Authorization", "Bearer "+s.tokens.issue(rec, key.ID, time.Now().Add(time.Minute)))
 		r2.Body = http.MaxBytesReader(w, r.Body, consoleMaxUpload)
-		if d, ok := s.node.(dataPlaneLocator); ok {
+		if p, ok := s.node.(DataPlaneProxy); ok {
 			// A control plane: the sandbox's node serves its data plane.
-			base, err := d.DataURL(r.Context(), rec)
-			if err != nil {
-				writeError(w, r, err)
-				return
-			}
-			proxyData(w, r2, base+"/files")
+			p.ProxyToNode(w, r2, rec.Host, r2.URL.Path)
 			return
 		}
 		s.withToken(s.writeFile)(w, r2)

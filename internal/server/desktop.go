@@ -101,12 +101,7 @@ func (s *Server) desktopStatus(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, api.DesktopStatus{Running: false})
 		return
 	}
-	agent, err := s.node.Agent(r.Context(), rec)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	st, err := agent.DesktopStatus(r.Context())
+	st, err := s.guests().DesktopStatus(r.Context(), rec)
 	if err != nil {
 		writeError(w, r, err)
 		return

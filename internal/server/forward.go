@@ -2,168 +2,45 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 
-	"github.com/zeish/zeish/api"
-	"github.com/zeish/zeish/errdefs"
-	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/internal/catalog"
+	"github.com/zeish/zeish/sandbox"
 )
 
-// The public endpoints that read a sandbox's guest (its listening ports,
-// its git clone, its browser and desktop) need the guest's agent, which
-// only the sandbox's node can reach; a template build needs a node to build
-// on and keep the files. On a control plane they are forwarded to that
-// node, which serves them with the same handlers: answers and errors (with
-// their codes) are the node's own.
+// A control plane's ways to its nodes (the cluster package's Router, as
+// the server's control.Node). The reads of a guest (guestread.Reads) and
+// template builds (NodeTemplates) are typed calls of the node protocol;
+// only the data plane, which carries the caller's own token and bytes the
+// control plane does not read (guest ports' HTTP, WebSockets, raw TCP), is
+// handed on as it is (DataPlaneProxy).
 
-// NodeForwarder is a control plane's way to its nodes (the cluster
-// package's Router): it sends r to node nodeID, on behalf of the account
-// and API key named, and copies the answer back (streamed both ways).
-type NodeForwarder interface {
-	ForwardToNode(w http.ResponseWriter, r *http.Request, nodeID string, f Forwarded)
-	// ProxyToNode sends a data-plane request to node nodeID's data plane
-	// at path, headers (the caller's token) and upgrades kept: the node
-	// checks the token itself.
+// DataPlaneProxy sends a data-plane request to node nodeID's data plane
+// at path, headers (the caller's token) and upgrades kept: the node checks
+// the token itself.
+type DataPlaneProxy interface {
 	ProxyToNode(w http.ResponseWriter, r *http.Request, nodeID, path string)
-	// BuildNode is the node a new template is built on.
-	BuildNode(ctx context.Context) (string, error)
 }
 
-// Forwarded is who a forwarded request acts for: the control plane
-// authenticated them; the node trusts it on the node token.
-type Forwarded struct {
-	AccountID string
-	KeyID     string
+// NodeTemplates builds, deletes and follows templates on nodes: a template
+// built from an image lives on the node that built it (its Host).
+type NodeTemplates interface {
+	// BuildTemplate builds req on the node with the most free disk,
+	// streaming its upload there.
+	BuildTemplate(ctx context.Context, req catalog.BuildRequest) (sandbox.Template, error)
+	DeleteTemplate(ctx context.Context, node, accountID, ref string) (sandbox.Template, error)
+	// FollowTemplate calls fn with template id's build log from event
+	// from on, until the build ends or ctx does.
+	FollowTemplate(ctx context.Context, node, id string, from int, fn func(catalog.Event) error) error
 }
 
-// Headers of a forwarded request (with the node token as its bearer).
-const (
-	ForwardAccountHeader = "Zeish-Forward-Account"
-	ForwardKeyHeader     = "Zeish-Forward-Key"
-)
-
-// nodeRoute is a public endpoint served on a node, and which node: ""
-// serves it here (a template no node holds, e.g. a built-in).
-type nodeRoute struct {
-	route
-	node func(s *Server, fw NodeForwarder, r *http.Request) (string, error)
-}
-
-func sandboxNode(s *Server, _ NodeForwarder, r *http.Request) (string, error) {
-	rec, err := s.ownSandbox(r)
-	if err != nil {
-		return "", err
-	}
-	return rec.Host, nil
-}
-
-func templateNode(s *Server, _ NodeForwarder, r *http.Request) (string, error) {
-	t, err := s.opts.Catalog.Resolve(r.Context(), accountFrom(r.Context()).ID, r.PathValue("id"))
-	if err != nil {
-		return "", err
-	}
-	return t.Host, nil
-}
-
-func buildNode(_ *Server, fw NodeForwarder, r *http.Request) (string, error) {
-	return fw.BuildNode(r.Context())
-}
-
-// nodeRoutes are the public endpoints served where the guest or the
-// template's files are.
-func (s *Server) nodeRoutes() []nodeRoute {
-	const p = api.BasePath + "/public"
-	return []nodeRoute{
-		{route{"GET " + p + "/sandboxes/{id}/ports", s.listPorts}, sandboxNode},
-		{route{"GET " + p + "/sandboxes/{id}/browser", s.getBrowser}, sandboxNode},
-		{route{"GET " + p + "/sandboxes/{id}/git", s.gitStatus}, sandboxNode},
-		{route{"GET " + p + "/sandboxes/{id}/desktop", s.desktopStatus}, sandboxNode},
-		{route{"POST " + p + "/templates", s.createTemplate}, buildNode},
-		{route{"DELETE " + p + "/templates/{id}", s.deleteTemplate}, templateNode},
-		{route{"GET " + p + "/templates/{id}/events", s.templateEvents}, templateNode},
-	}
-}
-
-// onNode serves rt here on a single zeishd, and on its node when this
-// server's node is a control plane's NodeForwarder.
-func (s *Server) onNode(rt nodeRoute) http.HandlerFunc {
-	fw, ok := s.node.(NodeForwarder)
-	if !ok {
-		return rt.handler
-	}
-	return func(w http.ResponseWriter, r *http.Request) {
-		node, err := rt.node(s, fw, r)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		if node == "" {
-			rt.handler(w, r)
-			return
-		}
-		f := Forwarded{AccountID: accountFrom(r.Context()).ID}
-		if k, err := s.requestKey(r); err == nil {
-			f.KeyID = k.ID
-		}
-		fw.ForwardToNode(w, r, node, f)
-	}
-}
-
-// ForwardedHandler serves, on a node agent, the node routes a control
-// plane forwarded to it (paths under the public API's, as the control
-// plane got them). trusted checks the request came from the control plane
-// (the node token); the account it names is then the caller.
-func (s *Server) ForwardedHandler(trusted func(*http.Request) error) http.Handler {
-	mux := http.NewServeMux()
-	for _, rt := range s.nodeRoutes() {
-		mux.HandleFunc(rt.pattern, s.withAccount(rt.handler))
-	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, r, &routeError{route: r.Method + " " + r.URL.Path})
-	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := trusted(r); err != nil {
-			writeError(w, r, fmt.Errorf("a forwarded request without the node token: %w", errdefs.ErrUnauthenticated))
-			return
-		}
-		a, err := s.store.GetAccount(r.Context(), r.Header.Get(ForwardAccountHeader))
-		if err != nil {
-			writeError(w, r, storeErr(err))
-			return
-		}
-		ctx := context.WithValue(r.Context(), accountKey, a)
-		if id := r.Header.Get(ForwardKeyHeader); id != "" {
-			ctx = context.WithValue(ctx, apiKeyCtx{}, store.APIKey{ID: id, AccountID: a.ID})
-		}
-		r.Header.Del("Authorization") // the node token is not the caller's
-		mux.ServeHTTP(w, r.WithContext(ctx))
-	})
+// templatesOn is where template t's build, log and delete are: its node's,
+// or this server's catalog (one zeishd; a template no node holds).
+func (s *Server) templatesOn(t sandbox.Template) (NodeTemplates, bool) {
+	nt, ok := s.node.(NodeTemplates)
+	return nt, ok && t.Host != ""
 }
 
 // WriteError answers err with its status and stable code, as every
-// handler of this package does (for handlers outside it, e.g. a forward).
+// handler of this package does (for handlers outside it, e.g. a proxy).
 func WriteError(w http.ResponseWriter, r *http.Request, err error) { writeError(w, r, err) }
-
-// proxyData sends a data-plane request (its token set) to target, the
-// sandbox's data plane on its node, and streams the answer back.
-func proxyData(w http.ResponseWriter, r *http.Request, target string) {
-	u, err := url.Parse(target)
-	if err != nil {
-		writeError(w, r, fmt.Errorf("data plane url %q: %w", target, errdefs.ErrUnavailable))
-		return
-	}
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme, pr.Out.URL.Host = u.Scheme, u.Host
-			pr.Out.URL.Path, pr.Out.URL.RawPath = u.Path, ""
-			pr.Out.Host = u.Host
-		},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeError(w, r, fmt.Errorf("data plane at %s: %v: %w", u.Host, err, errdefs.ErrUnavailable))
-		},
-	}
-	rp.ServeHTTP(w, r)
-}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 )
 
@@ -135,9 +136,12 @@ func FuzzHostPort(f *testing.F) {
 func FuzzTokenVerify(f *testing.F) {
 	signer := &tokenSigner{key: bytes.Repeat([]byte{7}, 32)}
 	now := time.Unix(1_800_000_000, 0)
-	good := signer.issue("sbx_a", "acc_1", "key_1", now.Add(time.Hour))
+	issue := func(id, acct, key string, exp time.Time) string {
+		return signer.issue(&store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: id, AccountID: acct}}, key, exp)
+	}
+	good := issue("sbx_a", "acc_1", "key_1", now.Add(time.Hour))
 	for _, seed := range []string{
-		good, signer.issue("sbx_a", "acc_1", "key_1", now.Add(-time.Second)), signer.issue("sbx_b", "acc_1", "key_1", now.Add(time.Hour)),
+		good, issue("sbx_a", "acc_1", "key_1", now.Add(-time.Second)), issue("sbx_b", "acc_1", "key_1", now.Add(time.Hour)),
 		strings.Replace(good, ".acc_1.", ".acc_2.", 1), good + ".", "zdp_", "", "zdp_sbx_a.acc_1.key_1.+1900000000." + signer.mac("sbx_a.acc_1.key_1.+1900000000"),
 		"zdp_sbx_a.a.b.c.d.e", strings.Replace(good, "zdp_", "ZDP_", 1),
 	} {
@@ -156,7 +160,7 @@ func FuzzTokenVerify(f *testing.F) {
 		if perr != nil || exp <= now.Unix() {
 			t.Fatalf("%q verified with expiry %q", token, parts[len(parts)-2])
 		}
-		if again := signer.issue(sandboxID, acct, key, time.Unix(exp, 0)); again != token {
+		if again := issue(sandboxID, acct, key, time.Unix(exp, 0)); again != token {
 			t.Fatalf("%q verified for %s as %s/%s, but the signer writes %q", token, sandboxID, acct, key, again)
 		}
 	})

@@ -1,14 +1,10 @@
 package server
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/zeish/zeish/errdefs"
-	"github.com/zeish/zeish/internal/gitws"
 	"github.com/zeish/zeish/sandbox"
 )
 
@@ -24,24 +20,13 @@ func (s *Server) gitStatus(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, fmt.Errorf("sandbox %s has no git_repo: %w", rec.ID, errdefs.ErrNoGitRepo))
 		return
 	}
-	agent, err := s.node.Agent(r.Context(), rec)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
 	release, err := s.calls.acquire(rec.ID, rec.AccountID)
 	if err != nil {
 		refuseBusy(w, r, err)
 		return
 	}
 	defer release()
-	ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
-	defer cancel()
-	st, err := gitws.Status(ctx, agent, rec.Sandbox)
-	if gerr := (*gitws.Error)(nil); errors.As(err, &gerr) || errors.Is(err, gitws.NoGit) {
-		// The clone is the guest's: its processes may have removed or broken it.
-		err = fmt.Errorf("in %s: %v: %w", rec.GitPath, err, errdefs.ErrInvalidState)
-	}
+	st, err := s.guests().GitStatus(r.Context(), rec)
 	if err != nil {
 		writeError(w, r, err)
 		return

@@ -77,7 +77,7 @@ func newPortRig(t testing.TB, opts Options, accounts []int, public ...int) (*por
 			if err := st.CreateSandboxes(ctx, sb); err != nil {
 				t.Fatal(err)
 			}
-			rig.token[sb.ID] = rig.srv.tokens.issue(sb.ID, acct, key, time.Now().Add(time.Hour))
+			rig.token[sb.ID] = rig.srv.tokens.issue(sb, key, time.Now().Add(time.Hour))
 			rig.key[sb.ID] = secret
 			mine = append(mine, sb.ID)
 		}

@@ -145,11 +145,11 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 // reachable from there): path-form and host-form port URLs, E2B's port
 // hosts and raw TCP all work through a replica. It reports whether it did.
 func (s *Server) onOtherNode(w http.ResponseWriter, r *http.Request, rec *store.SandboxRecord, path string) bool {
-	fw, ok := s.node.(NodeForwarder)
+	p, ok := s.node.(DataPlaneProxy)
 	if !ok {
 		return false
 	}
-	fw.ProxyToNode(w, r, rec.Host, path)
+	p.ProxyToNode(w, r, rec.Host, path)
 	return true
 }
 
@@ -265,11 +265,12 @@ func (s *Server) setPort(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.portInfo(r, rec, req.Port))
+	writeJSON(w, http.StatusOK, s.portInfo(r, s.publicURL(r)+api.DataPath+"/sandboxes/"+rec.ID, rec, req.Port))
 }
 
-func (s *Server) portInfo(r *http.Request, rec *store.SandboxRecord, port int) api.Port {
-	base := s.publicURL(r) + api.DataPath + "/sandboxes/" + rec.ID
+// portInfo is port of sandbox rec, whose data plane is at base, as the
+// client of r is told of it.
+func (s *Server) portInfo(r *http.Request, base string, rec *store.SandboxRecord, port int) api.Port {
 	out := api.Port{Port: port, Public: slices.Contains(rec.PublicPorts, port),
 		URL: fmt.Sprintf("%s/ports/%d/", base, port), TCPURL: fmt.Sprintf("%s/tcp/%d", base, port)}
 	out.TCPURL = "ws" + strings.TrimPrefix(out.TCPURL, "http")
@@ -292,24 +293,25 @@ func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
 	}
 	var listening []guestports.Listener
 	if sandbox.Allows(rec.State, sandbox.OpAccess) {
-		agent, err := s.node.Agent(r.Context(), rec)
-		if err == nil {
-			listening, err = guestports.Listening(r.Context(), agent)
-		}
-		if err != nil {
+		if listening, err = s.guests().ListeningPorts(r.Context(), rec); err != nil {
 			writeError(w, r, err)
 			return
 		}
+	}
+	base, err := s.dataBase(r, rec)
+	if err != nil {
+		writeError(w, r, err)
+		return
 	}
 	out := api.PortList{Ports: []api.ListedPort{}}
 	seen := map[int]bool{}
 	for _, l := range listening {
 		seen[l.Port] = true
-		out.Ports = append(out.Ports, api.ListedPort{Port: s.portInfo(r, rec, l.Port), Listening: true, Loopback: l.Loopback})
+		out.Ports = append(out.Ports, api.ListedPort{Port: s.portInfo(r, base, rec, l.Port), Listening: true, Loopback: l.Loopback})
 	}
 	for _, p := range rec.PublicPorts {
 		if !seen[p] {
-			out.Ports = append(out.Ports, api.ListedPort{Port: s.portInfo(r, rec, p)})
+			out.Ports = append(out.Ports, api.ListedPort{Port: s.portInfo(r, base, rec, p)})
 		}
 	}
 	slices.SortFunc(out.Ports, func(a, b api.ListedPort) int { return a.Port.Port - b.Port.Port })

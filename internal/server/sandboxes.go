@@ -13,6 +13,7 @@ import (
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/catalog"
+	"github.com/zeish/zeish/internal/guestread"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 )
@@ -344,7 +345,7 @@ func (s *Server) access(w http.ResponseWriter, r *http.Request) {
 	exp := time.Now().Add(ttl).UTC().Truncate(time.Second)
 	writeJSON(w, http.StatusOK, api.Access{
 		URL:       url,
-		Token:     s.tokens.issue(rec.ID, rec.AccountID, key.ID, exp),
+		Token:     s.tokens.issue(rec, key.ID, exp),
 		ExpiresAt: exp,
 	})
 }
@@ -391,6 +392,24 @@ func urlHost(r *http.Request) string {
 // elsewhere (the cluster's Router: on each sandbox's node).
 type dataPlaneLocator interface {
 	DataURL(ctx context.Context, r *store.SandboxRecord) (string, error)
+}
+
+// dataBase is the base URL of sandbox rec's data plane: its node's in a
+// cluster, else this server's.
+func (s *Server) dataBase(r *http.Request, rec *store.SandboxRecord) (string, error) {
+	if d, ok := s.node.(dataPlaneLocator); ok {
+		return d.DataURL(r.Context(), rec)
+	}
+	return s.publicURL(r) + api.DataPath + "/sandboxes/" + rec.ID, nil
+}
+
+// guests reads sandboxes' guests: on this host (one zeishd), or on each
+// sandbox's node over the node protocol (the cluster's Router).
+func (s *Server) guests() guestread.Reads {
+	if g, ok := s.node.(guestread.Reads); ok {
+		return g
+	}
+	return guestread.Local{Node: s.node}
 }
 
 // regionChecker is a control.Node of many regions (the cluster's Router).

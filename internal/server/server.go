@@ -57,9 +57,13 @@ type Options struct {
 	// Metrics, when set, is served at GET /metrics and fed by the handlers.
 	Metrics *metrics.Metrics
 	// TokenKey, when set, signs and verifies data-plane tokens instead of
-	// the data dir's key: a node agent gets the control plane's at
-	// registration, so it verifies tokens offline.
+	// the data dir's key: a node agent gets its own at registration, so it
+	// verifies tokens offline.
 	TokenKey []byte
+	// TokenKeyFor, when set, is the key of the tokens of node host's
+	// sandboxes (a control plane: each node has its own, derived from the
+	// data dir's key, see internal/cluster's DataPlaneKey).
+	TokenKeyFor func(host string) []byte
 	// Cluster, when set, serves the admin API's nodes (a control plane
 	// with node agents).
 	Cluster Cluster
@@ -93,6 +97,7 @@ func New(opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
+	t.keyFor = opts.TokenKeyFor
 	plan, prices := DefaultPlan, metering.DefaultPrices
 	if opts.Plan != nil {
 		plan = *opts.Plan
@@ -201,9 +206,17 @@ func (s *Server) routes() []route {
 		{"GET " + d + "/terminals/connect", queryToken(s.withToken(s.newTerminal))},
 		{"GET " + d + "/terminals/{pid}/connect", queryToken(s.withToken(s.attachTerminal))},
 	}
-	for _, n := range s.nodeRoutes() {
-		rs = append(rs, route{n.pattern, s.withAccount(s.onNode(n))})
-	}
+	// Served where the guest or the template's files are: on this host,
+	// or through typed calls to the sandbox's (the template's) node.
+	rs = append(rs,
+		route{"GET " + p + "/sandboxes/{id}/ports", s.withAccount(s.listPorts)},
+		route{"GET " + p + "/sandboxes/{id}/browser", s.withAccount(s.getBrowser)},
+		route{"GET " + p + "/sandboxes/{id}/git", s.withAccount(s.gitStatus)},
+		route{"GET " + p + "/sandboxes/{id}/desktop", s.withAccount(s.desktopStatus)},
+		route{"POST " + p + "/templates", s.withAccount(s.createTemplate)},
+		route{"DELETE " + p + "/templates/{id}", s.withAccount(s.deleteTemplate)},
+		route{"GET " + p + "/templates/{id}/events", s.withAccount(s.templateEvents)},
+	)
 	return rs
 }
 

@@ -16,7 +16,7 @@ func TestIssueTokenAtMostAnHour(t *testing.T) {
 	id := ids[0][0]
 	for _, ask := range []time.Duration{time.Minute, time.Hour, 24 * time.Hour} {
 		before := time.Now()
-		tok, err := rig.srv.IssueToken(context.Background(), id, rig.key[id], ask)
+		tok, err := rig.srv.IssueTokenUntil(context.Background(), id, rig.key[id], before.Add(ask))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -31,19 +31,29 @@ type sandboxRow struct {
 func (c Codec) Encode(r *SandboxRecord) (string, error) {
 	row := sandboxRow{SandboxRecord: r}
 	if len(r.SecretEnv) > 0 {
-		if c.Secrets == nil {
-			return "", fmt.Errorf("sandbox %s has secrets but the store has no secrets key: %w", r.ID, errdefs.ErrInternal)
-		}
-		plain, err := json.Marshal(r.SecretEnv)
+		sealed, err := c.Seal(r.ID, r.SecretEnv)
 		if err != nil {
 			return "", err
 		}
-		row.SealedSecrets = c.Secrets.Seal(plain, []byte(r.ID))
+		row.SealedSecrets = sealed
 	} else {
 		row.SealedSecrets = r.unreadable // kept as read, never dropped
 	}
 	b, err := json.Marshal(row)
 	return string(b), err
+}
+
+// Seal is env as a store keeps the secrets of sandbox id: sealed, bound to
+// the id (a value copied onto another row does not open).
+func (c Codec) Seal(id string, env map[string]string) (string, error) {
+	if c.Secrets == nil {
+		return "", fmt.Errorf("sandbox %s has secrets but the store has no secrets key: %w", id, errdefs.ErrInternal)
+	}
+	plain, err := json.Marshal(env)
+	if err != nil {
+		return "", err
+	}
+	return c.Secrets.Seal(plain, []byte(id)), nil
 }
 
 // Decode reads a stored sandbox (id names it in errors only).

@@ -55,3 +55,40 @@ func TestUndecryptableSecretsKeepTheRowReadable(t *testing.T) {
 		t.Fatalf("readable row: %v %v", ok.SecretsUnreadable(), err)
 	}
 }
+
+// A store without the secrets key (a node agent's) writes the form the
+// key's holder sealed for that sandbox, which the holder opens; sealed for
+// another sandbox, it does not open.
+func TestSealedElsewhere(t *testing.T) {
+	key, err := secrets.LoadOrCreate(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := Codec{Secrets: key}
+	env := map[string]string{"TOKEN": "s3cret"}
+	sealed, err := holder.Seal("sbx_1", env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		id   string
+		open bool
+	}{{"sbx_1", true}, {"sbx_2", false}} {
+		r := &SandboxRecord{Sandbox: sandbox.Sandbox{ID: c.id, Name: "one"}}
+		r.SetSealedSecrets(sealed)
+		data, err := Codec{}.Encode(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := holder.Decode(c.id, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := back.SecretEnv["TOKEN"] == "s3cret"; got != c.open || back.SecretsUnreadable() == c.open {
+			t.Fatalf("%s: opened %v, want %v (%+v)", c.id, got, c.open, back)
+		}
+	}
+	if _, err := (Codec{}).Seal("sbx_1", env); err == nil {
+		t.Fatal("sealed without a key")
+	}
+}

@@ -86,8 +86,18 @@ type SandboxRecord struct {
 }
 
 // SecretsUnreadable reports whether the sandbox has secrets its store could
-// not open (SecretEnv lacks them).
-func (r *SandboxRecord) SecretsUnreadable() bool { return r.unreadable != "" }
+// not open and nobody handed over in the clear (SecretEnv lacks them).
+func (r *SandboxRecord) SecretsUnreadable() bool { return r.unreadable != "" && len(r.SecretEnv) == 0 }
+
+// SealedSecrets is the sealed form of r's secrets as read by a store that
+// could not open them (a node agent's, which holds no secrets key).
+func (r *SandboxRecord) SealedSecrets() string { return r.unreadable }
+
+// SetSealedSecrets is what a store without the secrets key writes for r's
+// secrets: their sealed form, made by the holder of the key (Codec.Seal on
+// the control plane) for this sandbox's id. A store that holds the key
+// seals SecretEnv itself and ignores it.
+func (r *SandboxRecord) SetSealedSecrets(sealed string) { r.unreadable = sealed }
 
 // Interval is a span of time; End is nil while it lasts.
 type Interval struct {

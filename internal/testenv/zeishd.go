@@ -3,6 +3,7 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,6 +53,9 @@ type Zeishd struct {
 	// tests never touch the host's own network.
 	Netns  string
 	Listen string
+	// TLS, when set, is how to reach a zeishd that serves HTTPS (the caller
+	// set ZEISH_TLS_CERT in Env): its /healthz is checked over it.
+	TLS *tls.Config
 
 	Log LogBuffer // stdout and stderr of every run
 
@@ -106,11 +110,21 @@ func (z *Zeishd) Start(ctx context.Context) error {
 	return nil
 }
 
+// URL is the base URL zeishd serves on (https when TLS is set).
+func (z *Zeishd) URL() string {
+	if z.TLS != nil {
+		return "https://" + z.Addr
+	}
+	return "http://" + z.Addr
+}
+
 func (z *Zeishd) waitHealthy(ctx context.Context) error {
 	const limit = 60 * time.Second
 	deadline := time.Now().Add(limit)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: z.TLS}}
+	defer hc.CloseIdleConnections()
 	for {
-		resp, err := http.Get("http://" + z.Addr + "/healthz")
+		resp, err := hc.Get(z.URL() + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

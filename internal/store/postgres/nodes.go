@@ -3,9 +3,11 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/store"
 )
 
@@ -69,4 +71,60 @@ func (s *Store) ListNodes(ctx context.Context) ([]store.NodeRecord, error) {
 		out = append(out, n)
 	}
 	return out, rows.Err()
+}
+
+// CreateJoinToken stores t.
+func (s *Store) CreateJoinToken(ctx context.Context, t store.JoinToken) error {
+	b, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	_, err = s.pool.Exec(ctx, `INSERT INTO node_join_tokens (id, data) VALUES ($1, $2)`, t.ID, string(b))
+	if uniqueViolation(err) != "" {
+		return fmt.Errorf("join token %s: %w", t.ID, errdefs.ErrNameTaken)
+	}
+	return err
+}
+
+// JoinNode locks the token's row, then the node's, applies fn and writes
+// both: of two joins racing on one token, the second sees it spent.
+func (s *Store) JoinNode(ctx context.Context, tokenID, nodeID string, fn func(*store.JoinToken, *store.NodeRecord) error) (store.NodeRecord, error) {
+	n := store.NodeRecord{ID: nodeID}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var data string
+		if err := tx.QueryRow(ctx, `SELECT data FROM node_join_tokens WHERE id = $1 FOR UPDATE`, tokenID).Scan(&data); err != nil {
+			return notFound("join token", tokenID, err)
+		}
+		var t store.JoinToken
+		if err := json.Unmarshal([]byte(data), &t); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO nodes (id, data) VALUES ($1, '{}') ON CONFLICT (id) DO NOTHING`, nodeID); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `SELECT data FROM nodes WHERE id = $1 FOR UPDATE`, nodeID).Scan(&data); err != nil {
+			return err
+		}
+		if err := json.Unmarshal([]byte(data), &n); err != nil {
+			return err
+		}
+		if err := fn(&t, &n); err != nil {
+			return err
+		}
+		n.ID, t.ID = nodeID, tokenID
+		tb, err := json.Marshal(t)
+		if err != nil {
+			return err
+		}
+		nb, err := json.Marshal(n)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE node_join_tokens SET data = $1 WHERE id = $2`, string(tb), tokenID); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE nodes SET data = $1 WHERE id = $2`, string(nb), nodeID)
+		return err
+	})
+	return n, err
 }

@@ -61,6 +61,7 @@ var migrations = []string{
 	`CREATE TABLE account_secrets (
 		account_id TEXT NOT NULL, name TEXT NOT NULL, sealed TEXT NOT NULL, updated_at TIMESTAMPTZ NOT NULL,
 		PRIMARY KEY (account_id, name));`,
+	`CREATE TABLE node_join_tokens (id TEXT PRIMARY KEY, data TEXT NOT NULL);`,
 }
 
 // migrateLock is the advisory lock key that serialises migrations.

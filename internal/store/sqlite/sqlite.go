@@ -58,6 +58,7 @@ var migrations = []string{
 	`CREATE TABLE account_secrets (
 		account_id TEXT NOT NULL, name TEXT NOT NULL, sealed TEXT NOT NULL, updated_at TEXT NOT NULL,
 		PRIMARY KEY (account_id, name));`,
+	`CREATE TABLE node_join_tokens (id TEXT PRIMARY KEY, data TEXT NOT NULL);`,
 }
 
 // Open opens (creating if needed) the database at path and migrates it.

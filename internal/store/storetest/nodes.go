@@ -56,4 +56,52 @@ func testNodes(t *testing.T, st store.Store) {
 	if err != nil || len(all) != 2 || all[0].ID != "n0" || all[1].ID != "n1" {
 		t.Fatalf("list: %+v %v", all, err)
 	}
+	testJoinTokens(t, s)
+}
+
+// testJoinTokens: a token is stored, spent in the same transaction as the
+// node's credential is set, and an aborted join changes neither.
+func testJoinTokens(t *testing.T, s store.NodeStore) {
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	tok := store.JoinToken{ID: "jt_1", Hash: "h", NodeID: "n9", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	if err := s.CreateJoinToken(ctx, tok); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateJoinToken(ctx, tok); !errors.Is(err, errdefs.ErrNameTaken) {
+		t.Fatalf("a second token of one id: %v", err)
+	}
+	if _, err := s.JoinNode(ctx, "jt_none", "n9", func(*store.JoinToken, *store.NodeRecord) error { return nil }); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("join with an unknown token: %v", err)
+	}
+	boom := errors.New("no")
+	if _, err := s.JoinNode(ctx, "jt_1", "n9", func(jt *store.JoinToken, n *store.NodeRecord) error {
+		jt.UsedBy, n.CredentialHash = "n9", "c"
+		return boom
+	}); !errors.Is(err, boom) {
+		t.Fatalf("aborted join: %v", err)
+	}
+	if _, err := s.GetNode(ctx, "n9"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("an aborted join made node n9: %v", err)
+	}
+	join := func(jt *store.JoinToken, n *store.NodeRecord) error {
+		if jt.UsedAt != nil {
+			return errors.New("spent")
+		}
+		if jt.Hash != "h" || jt.NodeID != "n9" || !jt.ExpiresAt.Equal(now.Add(time.Hour)) || n.ID != "n9" {
+			return errors.New("read back wrong")
+		}
+		jt.UsedAt, jt.UsedBy = &now, n.ID
+		n.CredentialHash, n.JoinedAt = "c", &now
+		return nil
+	}
+	if n, err := s.JoinNode(ctx, "jt_1", "n9", join); err != nil || n.CredentialHash != "c" {
+		t.Fatalf("join: %+v %v", n, err)
+	}
+	if n, err := s.GetNode(ctx, "n9"); err != nil || n.CredentialHash != "c" || n.JoinedAt == nil || !n.JoinedAt.Equal(now) {
+		t.Fatalf("joined node: %+v %v", n, err)
+	}
+	if _, err := s.JoinNode(ctx, "jt_1", "n9", join); err == nil || err.Error() != "spent" {
+		t.Fatalf("a spent token joined again: %v", err)
+	}
 }

@@ -1,0 +1,122 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/nodeapi"
+	"github.com/zeish/zeish/internal/nodeapi/nodev2"
+	"github.com/zeish/zeish/internal/nodeapi/nodev2/nodev2connect"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+)
+
+// oldRegister is a RegisterRequest as a node of protocol 2.0 encodes it:
+// the fields 2.0 has, by number, and none that 2.1 added
+// (Capacity.image_disk_mib).
+func oldRegister(nodeID, url string) []byte {
+	msg := func(b []byte, num protowire.Number, body []byte) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), body)
+	}
+	str := func(b []byte, num protowire.Number, s string) []byte { return msg(b, num, []byte(s)) }
+	varint := func(b []byte, num protowire.Number, v uint64) []byte {
+		return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), v)
+	}
+	version := varint(nil, 1, 2) // major 2, minor 0 (proto3 leaves a zero out)
+	capacity := str(varint(varint(nil, 1, 2048), 4, 2), 6, "tcg")
+	var b []byte
+	b = msg(b, 1, version)
+	b = str(b, 2, nodeID)
+	b = str(b, 3, "eu")
+	b = str(b, 5, url)
+	b = msg(b, 6, capacity)
+	b = varint(b, 7, 1)
+	return str(b, 8, "zeishd 2.0")
+}
+
+// A node of the previous minor version still works: its registration, in
+// the shape it sends, is accepted at the version it speaks (2.0), which
+// the registry keeps for the router; the field it lacks reads as unknown.
+func TestPreviousMinorNodeRegisters(t *testing.T) {
+	g := newRegistry(t, true)
+	cred := g.joined("old")
+	req, err := http.NewRequest("POST", g.url+nodev2connect.ControlRegisterProcedure, bytes.NewReader(oldRegister("old", "http://old:7421")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/proto")
+	req.Header.Set("Authorization", "Bearer "+cred)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("a 2.0 registration: %s %s", resp.Status, body)
+	}
+	var rep nodev2.RegisterReply
+	if err := proto.Unmarshal(body, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Version.GetMajor() != 2 || rep.Version.GetMinor() != 0 || rep.CallKey != CallKey(master, "old") {
+		t.Fatalf("reply to a 2.0 node: %+v", &rep)
+	}
+	n, err := g.st.GetNode(context.Background(), "old")
+	if err != nil || n.Protocol != "2.0" || n.Capacity.MemoryBudgetMiB != 2048 || n.Capacity.ImageDiskMiB != 0 || n.Version != "zeishd 2.0" {
+		t.Fatalf("the 2.0 node's row: %+v %v", n, err)
+	}
+}
+
+// oldNode is a node agent of protocol 2.0: the calls of 2.0 only, every
+// other unimplemented (as a 2.0 build's generated handler answers).
+type oldNode struct {
+	nodev2connect.UnimplementedNodeHandler
+	now nodev2connect.NodeHandler
+}
+
+func (o oldNode) Create(ctx context.Context, req *connect.Request[nodev2.CreateRequest]) (*connect.Response[nodev2.SandboxReply], error) {
+	return o.now.Create(ctx, req)
+}
+
+// The router asks a 2.0 node only what 2.0 has: a create goes through; a
+// call of 2.1 is refused before it is sent, saying what to upgrade.
+func TestRouterAsksOnlyWhatTheNodesVersionHas(t *testing.T) {
+	g := newRegistry(t, true)
+	ctx := context.Background()
+	key := new(nodeapi.CallKey)
+	key.Set(CallKey(master, "old"))
+	path, h := nodev2connect.NewNodeHandler(oldNode{now: nodeapi.NewServer(&fakeNode{id: "old", st: g.st}, nodeapi.NewDelivered(g.st), nil)},
+		connect.WithInterceptors(key.ServerAuth()))
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	cred := g.joined("old")
+	req, _ := http.NewRequest("POST", g.url+nodev2connect.ControlRegisterProcedure, bytes.NewReader(oldRegister("old", srv.URL)))
+	req.Header.Set("Content-Type", "application/proto")
+	req.Header.Set("Authorization", "Bearer "+cred)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("register the 2.0 node: %v %v", resp, err)
+	}
+	r := NewRouter(Options{Store: g.st, Nodes: g.st, Key: master})
+	made, err := r.Create(ctx, &store.SandboxRecord{Sandbox: sandbox.Sandbox{AccountID: "acc_a", MemoryMiB: 256}})
+	if err != nil || made.Host != "old" {
+		t.Fatalf("a create on the 2.0 node: %+v %v", made, err)
+	}
+	_, err = r.ListeningPorts(ctx, made)
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "node protocol 2.0") || !strings.Contains(err.Error(), "needs 2.1") {
+		t.Fatalf("listing ports on a 2.0 node: %v", err)
+	}
+}
