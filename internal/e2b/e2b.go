@@ -124,7 +124,9 @@ func New(opts Options) *Facade {
 	}
 	f := &Facade{api: opts.API, backend: opts.Backend, tpls: opts.Templates, log: opts.Logger, domain: strings.ToLower(opts.Domain), envd: opts.Envd,
 		procs: newProcessTable(), watchers: newWatcherTable()}
-	f.samples = newSamplers(f.backend.SandboxAgent)
+	f.samples = newSamplers(func(ctx context.Context, id, token string) (*guest.Client, func(), error) {
+		return f.backend.SandboxAgent(ctx, id, token)
+	})
 	f.envdLocal = f.newEnvdHandler()
 	return f
 }
