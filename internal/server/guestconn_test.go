@@ -123,7 +123,8 @@ func BenchmarkRefusedPortRequest(b *testing.B) {
 	conns := rig.silentGuest(port)
 	url := rig.url + portPath(ids[0][0], port, "/")
 	go (&http.Client{}).Get(url) // ends when the rig's server closes
-	<-conns
+	held := <-conns              // kept: a collected conn is closed, and frees the slot
+	b.Cleanup(func() { held.Close() })
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	for b.Loop() {
 		resp, err := client.Get(url)
