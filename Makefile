@@ -40,7 +40,8 @@ VM_PACKAGES  := ./e2e ./vmm/qemu ./template
 RACE_PACKAGES = $(filter-out $(addprefix $(MODULE)/,$(VM_PACKAGES:./%=%)),$(shell $(GO) list ./...))
 
 # VM tests share two cores: -p 2 keeps at most two test binaries at once.
-test: deps vet test-race
+# The console is bundled first: zeishd embeds it, and e2e tests drive it.
+test: deps vet console test-race
 	$(GO) test -p 2 -timeout 30m $(VM_PACKAGES)
 	$(MAKE) test-ts
 	$(MAKE) test-python
@@ -108,9 +109,11 @@ FUZZ_TARGETS := ./guest:FuzzFrameReader ./guest:FuzzReadChunk ./internal/server:
 	./internal/server:FuzzSnapshotName ./sandbox:FuzzCheckName ./sandbox:FuzzCheckID \
 	./internal/network:FuzzServeDNS ./sandbox:FuzzParseRule ./guest:FuzzListReplies \
 	./internal/guestports:FuzzParse ./internal/server:FuzzTermControl \
+	./internal/server:FuzzRewriteDevToolsJSON ./internal/server:FuzzHostPort ./internal/control:FuzzTokenVerify \
+	./internal/e2b:FuzzHostRoute ./guest:FuzzParseCredential \
 	./template:FuzzUnpackContained ./template:FuzzEntry ./template:FuzzCheckSymlink ./template/inroot:FuzzResolve \
 	./template/ocisource:FuzzIndexArchive ./template/ocisource:FuzzDecompress ./template/ocisource:FuzzParseManifest \
-	./internal/server:FuzzTemplateUpload
+	./internal/server:FuzzTemplateUpload ./internal/control:FuzzBuildRequest
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		echo "== $$t ($(FUZZTIME))"; \

@@ -59,6 +59,7 @@ func clusterStore(ctx context.Context, cfg *config.Config, box *secrets.Box) (st
 func serve(ctx context.Context, log *slog.Logger, cfg *config.Config, ln net.Listener, h http.Handler, tlsConf hostTLS, streams ...func(*http.Request) bool) error {
 	limits := server.DefaultLimits
 	limits.MaxConns = cfg.MaxConnections
+	limits.StreamIdle = cfg.DataIdleTimeout
 	limits.Streams = func(r *http.Request) bool {
 		for _, s := range streams {
 			if s(r) {
@@ -133,9 +134,9 @@ func runControl(ctx context.Context, cfg *config.Config) error {
 	mtr := metrics.New(metrics.Options{Store: st, Nodes: nodeStates(nodes, lost), Logger: log})
 	ctl := control.New(control.Options{Store: st, Node: router, Cluster: router, Catalog: cat, Plan: planOf(cfg), Prices: pricesOf(cfg),
 		TokenKey: tokenKey, TokenKeyFor: func(host string) []byte { return cluster.DataPlaneKey(tokenKey, host) },
-		Metrics: mtr, Logger: log})
+		Calls: callsOf(cfg), Metrics: mtr, Logger: log})
 	srv := server.New(server.Options{Control: ctl, Proxy: router, Version: version.Version, PublicURL: cfg.PublicURL,
-		PublicDomain: cfg.PublicDomain, Logger: log, Metrics: mtr})
+		PublicDomain: cfg.PublicDomain, GuestDomains: guestDomains(cfg), DataPlane: dataPlaneOf(cfg), Logger: log, Metrics: mtr})
 	reg := &cluster.Registry{Nodes: nodes, Key: tokenKey, AllowHTTP: hosts.allowHTTP, Every: lost / 3, Logger: log}
 	mux := http.NewServeMux()
 	mux.Handle(reg.Handler())
@@ -232,9 +233,10 @@ func runNode(ctx context.Context, cfg *config.Config) error {
 	// The node's own application: its data plane, on tokens the control
 	// plane signed. Policy (quotas, budgets, timeouts) is the control
 	// plane's: nothing here creates or runs a sandbox.
-	app := control.New(control.Options{Store: st, Node: ownSandboxes{loc.node, id}, Catalog: loc.cat, TokenKey: keys.TokenKey, Logger: log})
+	app := control.New(control.Options{Store: st, Node: ownSandboxes{loc.node, id}, Catalog: loc.cat, TokenKey: keys.TokenKey,
+		Calls: callsOf(cfg), Logger: log})
 	srv := server.New(server.Options{Control: app, Version: version.Version, PublicURL: self, PublicDomain: cfg.PublicDomain,
-		Logger: log, Metrics: mtr})
+		GuestDomains: guestDomains(cfg), DataPlane: dataPlaneOf(cfg), Logger: log, Metrics: mtr})
 	mux := http.NewServeMux()
 	// The control plane's calls, on its call key for this node; they
 	// include the guest reads and template builds of the public API.

@@ -158,9 +158,9 @@ func run(ctx context.Context, cfg *config.Config) error {
 	plan := planOf(cfg)
 	mtr := metrics.New(metrics.Options{Store: st, NodeID: nodeID, Capacity: n.Capacity, Logger: log})
 	ctl := control.New(control.Options{Store: st, Node: n, Catalog: cat, Plan: plan, Prices: pricesOf(cfg), TokenKey: tokenKey,
-		Metrics: mtr, Logger: log})
+		Calls: callsOf(cfg), Metrics: mtr, Logger: log})
 	srv := server.New(server.Options{Control: ctl, Metrics: mtr, Version: version.Version, PublicURL: cfg.PublicURL,
-		PublicDomain: cfg.PublicDomain, Logger: log})
+		PublicDomain: cfg.PublicDomain, GuestDomains: guestDomains(cfg), DataPlane: dataPlaneOf(cfg), Logger: log})
 	// Budget stops and timeouts go through the node: the enforcer ends
 	// before the node closes (defers run last first).
 	bctx, stopBudgets := context.WithCancel(ctx)
@@ -190,6 +190,26 @@ func planOf(cfg *config.Config) control.Plan {
 func pricesOf(cfg *config.Config) metering.Prices {
 	return metering.Prices{VCPUSecond: cfg.PriceVCPUSecondMicros, MemoryGiBSecond: cfg.PriceMemoryGiBSecondMicros,
 		DiskGiBSecond: cfg.PriceDiskGiBSecondMicros}
+}
+
+// callsOf is what the data plane lets each sandbox and account hold at
+// once.
+func callsOf(cfg *config.Config) *control.CallLimits {
+	return &control.CallLimits{PerSandbox: cfg.DataCallsPerSandbox, PerAccount: cfg.DataCallsPerAccount}
+}
+
+// dataPlaneOf bounds the data plane's connections to guests.
+func dataPlaneOf(cfg *config.Config) *server.DataPlaneLimits {
+	return &server.DataPlaneLimits{PortHeaders: cfg.PortHeaderTimeout, Idle: cfg.DataIdleTimeout}
+}
+
+// guestDomains are the front ends' domains whose host names lead to guest
+// ports (E2B's): pages asked for by them are on their port's own origin.
+func guestDomains(cfg *config.Config) []string {
+	if cfg.E2BDomain != "" {
+		return []string{cfg.E2BDomain}
+	}
+	return nil
 }
 
 // nodeID is kept in the data dir so sandboxes keep their host across restarts.

@@ -229,8 +229,9 @@ type Config struct {
 
 	// open API connections; more wait unserved. Headers must arrive within 10 s, a control-plane body
 	// within 30 s, its response (waits included) within 11 min; idle keep-alive connections close
-	// after 2 min. Data-plane streams and the events feed are exempt: a sandbox takes at most 32
-	// data-plane calls at once (more get 429 `too_many_requests`)
+	// after 2 min. Data-plane streams (guest ports by host name too) and the events feed are exempt,
+	// and bounded instead by the data plane's budget per sandbox and per account and its stall limit
+	// (`ZEISH_DATA_CALLS_PER_SANDBOX`, `ZEISH_DATA_CALLS_PER_ACCOUNT`, `ZEISH_DATA_IDLE_TIMEOUT`)
 	MaxConnections int `env:"ZEISH_MAX_CONNECTIONS" default:"1024" min:"1" roles:"all,control,node"`
 
 	// `debug`, `info`, `warn`, `error`
@@ -337,6 +338,21 @@ type Config struct {
 	//
 	// Default: none.
 	PublicDomain string `env:"ZEISH_PUBLIC_DOMAIN" roles:"all,control,node"`
+
+	// data-plane calls, guest-port requests and TCP forwards in flight per sandbox (more: 429
+	// `too_many_requests`; `0`: no limit)
+	DataCallsPerSandbox int `env:"ZEISH_DATA_CALLS_PER_SANDBOX" default:"32" min:"0" roles:"all,control,node"`
+
+	// the same across an account's sandboxes (more: 429 `account_calls_full`; `0`: no limit)
+	DataCallsPerAccount int `env:"ZEISH_DATA_CALLS_PER_ACCOUNT" default:"128" min:"0" roles:"all,control,node"`
+
+	// how long a guest port may take to send a response's headers (then 503 `timeout`; `0`: no
+	// limit)
+	PortHeaderTimeout time.Duration `env:"ZEISH_PORT_HEADER_TIMEOUT" default:"1m" min:"0s" roles:"all,control,node"`
+
+	// a TCP forward or a WebSocket to a guest port that moves nothing either way for this long is
+	// closed, and so is a data-plane stream whose client stops reading or sending (`0`: never)
+	DataIdleTimeout time.Duration `env:"ZEISH_DATA_IDLE_TIMEOUT" default:"10m" min:"0s" roles:"all,control,node"`
 
 	// the join token of the node's first start (`zeishd join-token`); not needed once
 	// `node.credential` is in its data dir

@@ -87,6 +87,12 @@ func TestDefaults(t *testing.T) {
 	if c.MaxConnections != server.DefaultLimits.MaxConns {
 		t.Errorf("ZEISH_MAX_CONNECTIONS %d: not the server's default", c.MaxConnections)
 	}
+	if calls := (control.CallLimits{PerSandbox: c.DataCallsPerSandbox, PerAccount: c.DataCallsPerAccount}); calls != control.DefaultCalls {
+		t.Errorf("data-plane calls %+v: not control's defaults", calls)
+	}
+	if dp := (server.DataPlaneLimits{PortHeaders: c.PortHeaderTimeout, Idle: c.DataIdleTimeout}); dp != server.DefaultDataPlane {
+		t.Errorf("data-plane limits %+v: not the server's defaults", dp)
+	}
 	if c.DNSRate != network.DefaultDNSRate || c.DNSWorkers != network.DefaultDNSWorkers {
 		t.Errorf("DNS limits %d, %d: not network's defaults", c.DNSRate, c.DNSWorkers)
 	}

@@ -53,6 +53,8 @@ type Options struct {
 	// Replica names this control-plane process among those sharing the
 	// store (leases are held in its name); "": host name and process id.
 	Replica string
+	// Calls bounds the data plane's work in flight (nil: DefaultCalls).
+	Calls *CallLimits
 }
 
 // Control is the application: every call, every policy.
@@ -91,7 +93,7 @@ func New(o Options) *Control {
 	q := newQuotas(o.Plan, o.Store)
 	q.log = o.Logger
 	c := &Control{store: o.Store, node: o.Node, catalog: o.Catalog, quotas: q, prices: o.Prices,
-		tokens: tokenSigner{key: o.TokenKey, keyFor: o.TokenKeyFor}, calls: newCallLimiter(MaxCallsPerSandbox), cluster: o.Cluster,
+		tokens: tokenSigner{key: o.TokenKey, keyFor: o.TokenKeyFor}, calls: newCallLimiter(o.callLimits()), cluster: o.Cluster,
 		metrics: o.Metrics, log: o.Logger, replica: o.Replica}
 	c.cost = c.costAt
 	return c

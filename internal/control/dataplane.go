@@ -22,8 +22,8 @@ type Target struct {
 }
 
 // Call is an open data-plane call: its sandbox, the sandbox's agent, and
-// Release, which frees the call's slot (a sandbox takes MaxCallsPerSandbox
-// at once).
+// Release, which frees the call's slot (Options.Calls: what a sandbox and
+// an account may hold at once).
 type Call struct {
 	Target
 	Agent   *guest.Client
@@ -75,7 +75,7 @@ func (c *Control) Open(ctx context.Context, token, id string) (Call, error) {
 	if err != nil {
 		return Call{}, err
 	}
-	release, err := c.calls.acquire(id)
+	release, err := c.calls.acquire(id, t.AccountID)
 	if err != nil {
 		return Call{}, err
 	}
@@ -89,20 +89,37 @@ func (c *Control) Open(ctx context.Context, token, id string) (Call, error) {
 
 // OpenEnvd is Open as E2B's envd answers: a sandbox that is gone, not the
 // token's account's or not running is unavailable (E2B's SDK reads that
-// as "not running"), not a bad token. Its calls take no slot.
-func (c *Control) OpenEnvd(ctx context.Context, token, id string) (*guest.Client, error) {
+// as "not running"), not a bad token. Its calls take a slot as Open's do
+// (release it when the call ends); no room is too_many_requests or
+// account_calls_full.
+func (c *Control) OpenEnvd(ctx context.Context, token, id string) (*guest.Client, func(), error) {
 	r, err := c.tokenSandbox(ctx, token, id)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if r == nil {
-		return nil, fmt.Errorf("sandbox %s not found: %w", id, errdefs.ErrUnavailable)
+		return nil, nil, fmt.Errorf("sandbox %s not found: %w", id, errdefs.ErrUnavailable)
 	}
 	if !sandbox.Allows(r.State, sandbox.OpAccess) {
-		return nil, fmt.Errorf("sandbox %s is %s, not running: %w", id, r.State, errdefs.ErrUnavailable)
+		return nil, nil, fmt.Errorf("sandbox %s is %s, not running: %w", id, r.State, errdefs.ErrUnavailable)
 	}
-	return c.node.Agent(ctx, r)
+	release, err := c.calls.acquire(r.ID, r.AccountID)
+	if err != nil {
+		return nil, nil, err
+	}
+	agent, err := c.node.Agent(ctx, r)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	return agent, release, nil
 }
+
+// Hold takes a slot of the data plane's budget for a request to a guest
+// port of t, a TCP forward to one, or its browser's DevTools (release it
+// when it ends): it counts against t's sandbox and its owner's account,
+// whoever sent it (a public port's traffic holds the owner's guest).
+func (c *Control) Hold(t Target) (func(), error) { return c.calls.acquire(t.ID, t.AccountID) }
 
 // PortAccess lets a request through to guest port port of sandbox id: with
 // its data-plane token (token, "" when it came without one), or without
@@ -162,7 +179,7 @@ func (c *Control) agent(ctx context.Context, r *store.SandboxRecord) (*guest.Cli
 	if err != nil {
 		return nil, nil, err
 	}
-	release, err := c.calls.acquire(r.ID)
+	release, err := c.calls.acquire(r.ID, r.AccountID)
 	if err != nil {
 		return nil, nil, err
 	}

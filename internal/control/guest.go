@@ -53,7 +53,7 @@ func (c *Control) GitStatus(ctx context.Context, who Caller, ref string) (api.Gi
 	if !sandbox.HasClone(r.Sandbox) {
 		return api.GitStatus{}, fmt.Errorf("sandbox %s has no git_repo: %w", r.ID, errdefs.ErrNoGitRepo)
 	}
-	release, err := c.calls.acquire(r.ID)
+	release, err := c.calls.acquire(r.ID, r.AccountID)
 	if err != nil {
 		return api.GitStatus{}, err
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -159,7 +161,7 @@ func TestSandboxTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := New(Options{Store: st, TokenKey: key})
-	exps := []time.Time{time.Now().Add(time.Hour).Truncate(time.Hour), time.Now().Add(2 * time.Hour).Truncate(time.Hour)}
+	exps := []time.Time{time.Now().Add(10 * time.Minute).Truncate(time.Minute), time.Now().Add(40 * time.Minute).Truncate(time.Minute)}
 	who, err := c.Authenticate(ctx, keys[0])
 	if err != nil {
 		t.Fatal(err)
@@ -195,5 +197,49 @@ func TestSandboxTokens(t *testing.T) {
 	}
 	if _, err := c.SandboxTokens(ctx, sandbox.NewID(sandbox.PrefixSandbox), exps); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("no such sandbox: %v, want not_found", err)
+	}
+}
+
+// A front end (E2B's, which asks for tokens that open envd and the ports)
+// gets no data-plane token that outlives the native API's longest,
+// MaxTokenTTL, whatever it asks for.
+func TestTokenUntilAtMostAnHour(t *testing.T) {
+	ctx := context.Background()
+	st := testenv.SQLite(t)
+	acct := sandbox.NewID(sandbox.PrefixAccount)
+	if err := st.CreateAccount(ctx, store.Account{ID: acct, Name: "team", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	secret, hash := NewAPIKey()
+	if err := st.CreateAPIKey(ctx, store.APIKey{ID: sandbox.NewID(sandbox.PrefixKey), AccountID: acct, Hash: hash, Prefix: secret[:8], CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	sb := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: sandbox.NewID(sandbox.PrefixSandbox), Name: "a", AccountID: acct, State: sandbox.StateRunning, CreatedAt: time.Now()}}
+	if err := st.CreateSandboxes(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	key, err := TokenKey(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(Options{Store: st, TokenKey: key})
+	who, err := c.Authenticate(ctx, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ask := range []time.Duration{time.Minute, time.Hour, 24 * time.Hour} {
+		before := time.Now()
+		tok, err := c.TokenUntil(ctx, who, sb.ID, before.Add(ask))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := c.tokens.verify(tok, sb.ID, time.Now()); err != nil {
+			t.Fatalf("%s: %v", ask, err)
+		}
+		parts := strings.Split(strings.TrimPrefix(tok, tokenPrefix), ".")
+		exp, _ := strconv.ParseInt(parts[3], 10, 64)
+		if lasts, want := time.Unix(exp, 0).Sub(before.Truncate(time.Second)), min(ask, MaxTokenTTL); lasts > want {
+			t.Errorf("asked for %s: the token lasts %s, want at most %s", ask, lasts, want)
+		}
 	}
 }

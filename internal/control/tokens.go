@@ -104,7 +104,7 @@ func (t tokenSigner) verifyWith(key []byte, token, sandboxID string, now time.Ti
 		return "", "", fmt.Errorf("this data-plane token is for another sandbox: %w", errdefs.ErrUnauthenticated)
 	}
 	exp, err := strconv.ParseInt(parts[3], 10, 64)
-	if err != nil {
+	if err != nil || strconv.FormatInt(exp, 10) != parts[3] { // only as issue writes it
 		return "", "", fmt.Errorf("malformed data-plane token: %w", errdefs.ErrUnauthenticated)
 	}
 	if now.Unix() >= exp {
@@ -152,8 +152,13 @@ func (c *Control) Token(ctx context.Context, who Caller, id string, ttl time.Dur
 }
 
 // TokenUntil signs a data-plane token of sandbox id (the caller's) that
-// expires at exp, issued to the caller's API key.
+// expires at exp, issued to the caller's API key. No front end hands out a
+// token that outlives the native API's longest: an exp further away than
+// MaxTokenTTL is brought in to that.
 func (c *Control) TokenUntil(ctx context.Context, who Caller, id string, exp time.Time) (string, error) {
+	if longest := time.Now().Add(MaxTokenTTL); exp.After(longest) {
+		exp = longest
+	}
 	r, err := c.store.GetSandbox(ctx, id)
 	if err != nil || r.AccountID != who.Account.ID {
 		return "", fmt.Errorf("sandbox %s not found: %w", id, errdefs.ErrNotFound)

@@ -199,7 +199,7 @@ func (f *Facade) answerCreated(ctx context.Context, w http.ResponseWriter, statu
 // created is the answer of create, connect and fork: how to reach envd,
 // with a data-plane token of the caller's key.
 func (f *Facade) created(ctx context.Context, sb sandbox.Sandbox) (map[string]any, error) {
-	// On a whole hour, so signed URLs can be checked (sign.go).
+	// On the expiry grid, so signed URLs can be checked (sign.go).
 	token, err := f.app.TokenUntil(ctx, callerFrom(ctx), sb.ID, tokenExpiry(time.Now()))
 	if err != nil {
 		return nil, err

@@ -108,9 +108,9 @@ func (a *fakeApp) TemplateKnown(_ context.Context, _ control.Caller, name string
 	return nil
 }
 
-func (a *fakeApp) OpenEnvd(_ context.Context, token, id string) (*guest.Client, error) {
+func (a *fakeApp) OpenEnvd(_ context.Context, token, id string) (*guest.Client, func(), error) {
 	a.asked = append(a.asked, id+" "+token)
-	return nil, fmt.Errorf("sandbox %s is gone: %w", id, errdefs.ErrUnavailable)
+	return nil, nil, fmt.Errorf("sandbox %s is gone: %w", id, errdefs.ErrUnavailable)
 }
 
 func testFacade() *Facade {

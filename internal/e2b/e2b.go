@@ -41,9 +41,10 @@ const Prefix = "/e2b"
 // one; envd's later versions changed nothing a client sees.
 const envdVersion = "0.6.4"
 
-// tokenTTL is how long an envd access token from create or connect lasts;
-// connecting again issues a fresh one.
-const tokenTTL = 24 * time.Hour
+// tokenTTL is how long an envd access token from create or connect lasts,
+// as long as the native API's longest (a token opens the sandbox's ports
+// too); connecting again issues a fresh one.
+const tokenTTL = time.Hour
 
 // App is what the facade needs of zeish's application (internal/control's
 // *Control): E2B's calls become these.
@@ -69,7 +70,8 @@ type App interface {
 	TemplateKnown(ctx context.Context, who control.Caller, name string) error
 	// TokenUntil signs a data-plane token of a sandbox of the caller's,
 	// issued to the caller's API key (revoking the key ends the token), that
-	// expires at exp (a whole hour: sign.go).
+	// expires at exp (on the grid of sign.go; never more than an hour
+	// away).
 	TokenUntil(ctx context.Context, who control.Caller, id string, exp time.Time) (string, error)
 	// SandboxTokens lists the tokens of a sandbox that expire at one of
 	// exps, for checking signed URLs (sign.go); errdefs.ErrNotFound when
@@ -80,8 +82,10 @@ type App interface {
 	// is no such sandbox).
 	CheckToken(ctx context.Context, id, token string) error
 	// OpenEnvd checks a token for a sandbox and returns its running agent
-	// (errdefs.ErrUnavailable when the sandbox is gone or not running).
-	OpenEnvd(ctx context.Context, token, id string) (*guest.Client, error)
+	// (errdefs.ErrUnavailable when the sandbox is gone or not running) and
+	// the release of the call's slot in the data plane's budget
+	// (too_many_requests or account_calls_full when it has none).
+	OpenEnvd(ctx context.Context, token, id string) (*guest.Client, func(), error)
 	// Peek reads a sandbox whoever's it is (auto-resume decides from its
 	// state and lifecycle before any caller is known).
 	Peek(ctx context.Context, id string) (sandbox.Sandbox, error)
@@ -127,7 +131,7 @@ func New(opts Options) *Facade {
 	}
 	f := &Facade{app: opts.App, log: opts.Logger, domain: strings.ToLower(opts.Domain), envd: opts.Envd,
 		procs: newProcessTable(), watchers: newWatcherTable()}
-	f.samples = newSamplers(func(ctx context.Context, id, token string) (*guest.Client, error) {
+	f.samples = newSamplers(func(ctx context.Context, id, token string) (*guest.Client, func(), error) {
 		return f.app.OpenEnvd(ctx, token, id)
 	})
 	f.envdLocal = f.newEnvdHandler()

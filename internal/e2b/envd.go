@@ -13,6 +13,7 @@ import (
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/control"
 )
 
 // The envd-compatible data plane: which sandbox, which user, which path.
@@ -44,11 +45,15 @@ func (f *Facade) withSandbox(h http.Handler) http.Handler {
 			writeError(w, http.StatusBadGateway, "port "+p+" of sandbox "+id+" is not served here: only envd's "+envdPort)
 			return
 		}
-		agent, err := f.sandboxAgent(r.Context(), id, r.Header.Get("X-Access-Token"))
+		agent, release, err := f.sandboxAgent(r.Context(), id, r.Header.Get("X-Access-Token"))
 		if err != nil {
+			if control.Busy(err) {
+				w.Header().Set("Connection", "close") // a refused client keeps no connection
+			}
 			writeError(w, errdefs.EnvdStatus(unreachable(err)), err.Error())
 			return
 		}
+		defer release()
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), agentCtx{}, target{id: id, agent: agent})))
 	})
 }
@@ -105,7 +110,7 @@ func resolve(home, p string) (string, error) {
 // reached, which E2B's proxy answers 502 and the SDK reads as "not
 // running".
 func unreachable(err error) error {
-	if errdefs.Is(err, errdefs.ClassUnauthenticated) || errdefs.Is(err, errdefs.ClassInvalid) {
+	if errdefs.Is(err, errdefs.ClassUnauthenticated) || errdefs.Is(err, errdefs.ClassInvalid) || control.Busy(err) {
 		return err
 	}
 	return errdefs.Reclass(err, errdefs.ErrUnavailable)

@@ -301,13 +301,13 @@ func (f *Facade) autoResume(ctx context.Context, id, token string, port int) (bo
 
 // sandboxAgent is App.OpenEnvd that first auto-resumes a paused sandbox
 // marked for it.
-func (f *Facade) sandboxAgent(ctx context.Context, id, token string) (*guest.Client, error) {
-	agent, err := f.app.OpenEnvd(ctx, token, id)
+func (f *Facade) sandboxAgent(ctx context.Context, id, token string) (*guest.Client, func(), error) {
+	agent, release, err := f.app.OpenEnvd(ctx, token, id)
 	if err == nil || !errdefs.Is(err, errdefs.ClassUnavailable) {
-		return agent, err
+		return agent, release, err
 	}
 	if woke, werr := f.autoResume(ctx, id, token, 0); werr != nil || !woke {
-		return agent, err
+		return nil, nil, err
 	}
 	return f.app.OpenEnvd(ctx, token, id)
 }

@@ -72,6 +72,11 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if secs, ok := control.RetryAfterSeconds(err); ok {
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
 	}
+	if control.Busy(err) {
+		// A client the data plane's budget refused keeps no connection.
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", "1")
+	}
 	writeJSON(w, status, api.ErrorBody{Error: detail})
 }
 

@@ -31,9 +31,19 @@ type Options struct {
 	// URLs); empty: the address the client connected to (see publicURL).
 	PublicURL string
 	// PublicDomain, when set, serves guest ports at P-<id>.<PublicDomain>
-	// too (the Host header picks the sandbox and port).
+	// too (the Host header picks the sandbox and port); with none, they are
+	// served at P-<id>.localhost (guestorigin.go).
 	PublicDomain string
-	Logger       *slog.Logger
+	// GuestDomains are more domains whose P-<id> host names a front end in
+	// front of this server routes to guest ports through the path form
+	// (E2B's, internal/e2b): a port's page requested by such a name is on
+	// its own origin, not sandboxed.
+	GuestDomains []string
+	// DataPlane bounds the data plane's connections to guests (zero:
+	// DefaultDataPlane); what each sandbox and account may hold at once is
+	// control's (control.Options.Calls).
+	DataPlane *DataPlaneLimits
+	Logger    *slog.Logger
 	// Metrics, when set, is served at GET /metrics.
 	Metrics *metrics.Metrics
 }
@@ -43,6 +53,9 @@ type Server struct {
 	opts    Options
 	ctl     *control.Control
 	log     *slog.Logger
+	data    DataPlaneLimits
+	ports   *http.Transport // to guest ports
+	browser *http.Transport // to the browser's DevTools: CDP sessions may idle for long
 	console consoleSessions
 }
 
@@ -51,7 +64,12 @@ func New(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Server{opts: opts, ctl: opts.Control, log: opts.Logger}
+	data := DefaultDataPlane
+	if opts.DataPlane != nil {
+		data = *opts.DataPlane
+	}
+	return &Server{opts: opts, ctl: opts.Control, log: opts.Logger, data: data,
+		ports: portTransport(data), browser: portTransport(DataPlaneLimits{PortHeaders: data.PortHeaders})}
 }
 
 // Routes lists every route the server serves, as "METHOD /path"; the OpenAPI
