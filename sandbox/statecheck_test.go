@@ -36,7 +36,7 @@ var clientDirs = []string{"sdk/", "internal/cli/", "internal/mcp/", "internal/e2
 // not WHETHER it is allowed. Key: path/to/file.go:func. Each must still
 // compare states (a stale entry fails the test).
 var dispatchAllowed = map[string]string{
-	"internal/node/fork.go:captureAny":           "a stopped sandbox is captured from its suspend image, a paused one stays paused",
+	"internal/node/capture.go:captureAny":        "a stopped sandbox is captured from its suspend image, a paused one stays paused",
 	"internal/node/lifecycle.go:load":            "invariant: only a stopped sandbox has no VM",
 	"internal/node/capturelive.go:settleCapture": "a recovered live capture lets the guest run unless the sandbox is paused",
 	"internal/node/node.go:transition":           "error_code and error_message are kept only in state error",

@@ -76,8 +76,8 @@ func (n *Node) CloneSnapshot(ctx context.Context, snapID string, children []*sto
 		rollback.Step{Name: "image", AsIs: true, Do: func(_ context.Context, undo *rollback.Stack) (err error) {
 			lease = n.images.Lease(snap.Image)
 			undo.Add(func(context.Context) error { lease.Release(); return nil })
-			if meta, err = n.images.ReadMachine(snap.Image); err != nil {
-				return fmt.Errorf("snapshot %s has no complete image (%v): %w", snapID, err, errdefs.ErrInternal)
+			if meta, err = n.image(ctx, snap.Image, ""); err != nil {
+				return fmt.Errorf("snapshot %s: %w", snapID, err)
 			}
 			return nil
 		}},
@@ -143,6 +143,7 @@ func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, i
 					return err
 				}
 				c.Kernel, c.Initrd, c.KernelArgs = parent.Kernel, parent.Initrd, parent.KernelArgs
+				c.Host = n.opts.ID // the parent's, or this one when it is another's (CloneImage)
 				c.Layers = image.Chain()
 				c.State, c.CreatedAt, c.UpdatedAt = sandbox.StateStarting, now, now
 				if c.Metadata == nil {

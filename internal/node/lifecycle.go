@@ -156,16 +156,31 @@ func (n *Node) suspend(ctx context.Context, id string) error {
 		}},
 		rollback.Step{Name: "record", Do: func(context.Context, *rollback.Stack) error {
 			meta.CreatedAt = time.Now().UTC()
+			// The disk is frozen into the image too, so the image is the
+			// whole stopped sandbox: another node can start it from the
+			// image store. The next start makes a fresh overlay on it.
+			if n.images.HasRemote() && r.DiskBase == "" {
+				if err := n.images.FreezeDisk(meta, r.Disk, r.Layers); err != nil {
+					n.log.Warn("stop: disk not frozen into the image; the sandbox can start on this node only", logSandbox, id, "err", err)
+					meta.Disk = ""
+				}
+			}
 			return n.images.Write(meta)
 		}},
 		rollback.Step{Name: "resume image", Do: func(ctx context.Context, _ *rollback.Stack) error {
 			r.ResumeImage = meta.ID
+			if meta.Disk != "" {
+				r.Layers = meta.Chain()
+				r.Gen++
+				r.Disk, r.DiskBase = n.diskPath(id, r.Gen), meta.Disk
+			}
 			return n.saveVM(ctx, r, nil)
 		}},
 	)
 	if err != nil {
 		return err
 	}
+	n.images.Publish(meta)
 	os.RemoveAll(h.Spec.Dir)
 	n.images.Collect(ctx)
 	return nil
@@ -215,6 +230,16 @@ func (n *Node) resumeStopped(ctx context.Context, id string) error {
 	r, err := n.opts.Store.GetSandbox(ctx, id)
 	if err != nil {
 		return err
+	}
+	if !n.ours(r) {
+		// Stopped on another node (lost, or full): from the image store.
+		m, err := n.image(ctx, r.ResumeImage, id)
+		if err != nil {
+			return fmt.Errorf("sandbox %s stopped on node %s: %w", id, r.Host, err)
+		}
+		if err := n.takeOver(ctx, r, m, true); err != nil {
+			return err
+		}
 	}
 	m, err := n.images.Read(r.ResumeImage)
 	if err != nil || m.VM == nil {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/internal/store"
@@ -102,9 +101,9 @@ func (n *Node) Restore(ctx context.Context, snapID string) (*store.SnapshotRecor
 	if err != nil {
 		return nil, nil, err
 	}
-	meta, err := n.images.ReadMachine(snap.Image)
+	meta, err := n.image(ctx, snap.Image, "")
 	if err != nil {
-		return nil, nil, fmt.Errorf("snapshot %s: its image is incomplete (%v): %w", snapID, err, errdefs.ErrInternal)
+		return nil, nil, fmt.Errorf("snapshot %s: %w", snapID, err)
 	}
 	var inPlace bool // a stopped sandbox stays stopped: only its next start changes
 	r, err := n.opts.Store.UpdateSandbox(ctx, snap.SandboxID, func(r *store.SandboxRecord) error {
@@ -151,6 +150,9 @@ func (n *Node) restoreStopped(ctx context.Context, id string, meta *images.Meta)
 	if err != nil {
 		return err
 	}
+	if !n.ours(r) {
+		return n.takeOver(ctx, r, meta, true)
+	}
 	old := r.Disk
 	r.Gen++
 	r.Disk = n.diskPath(id, r.Gen)
@@ -176,6 +178,13 @@ func (n *Node) restoreRunning(ctx context.Context, id string, meta *images.Meta)
 	h, err := r.VMHandle()
 	if err != nil {
 		return err
+	}
+	if !n.ours(r) {
+		// Its node is lost, with the VM: the snapshot brings it back here.
+		if err := n.takeOver(ctx, r, meta, false); err != nil {
+			return err
+		}
+		h = nil
 	}
 	prev := *r // the VM fields to put back if the new VM fails
 	prev.Layers = append([]string(nil), r.Layers...)

@@ -94,6 +94,20 @@ func (n *RemoteNode) CloneSnapshot(ctx context.Context, snapID, sandboxID string
 	return made, err
 }
 
+// CloneImage starts children of sandbox parentID from image, its fork's
+// image, which the node fetches from the image store (2.2).
+func (n *RemoteNode) CloneImage(ctx context.Context, image, parentID string, parentSecrets map[string]string, children []*store.SandboxRecord) ([]*store.SandboxRecord, error) {
+	if err := needs(n.id, n.minor, MinorImages, "starting a fork's children away from its parent"); err != nil {
+		return nil, err
+	}
+	_, made, err := n.made(n.c.CloneImage(ctx, connect.NewRequest(&nodev2.CloneImageRequest{ImageId: image, ParentId: parentID,
+		Children: toChildren(children), ParentSecretEnv: parentSecrets})))
+	return made, err
+}
+
+// Minor is the protocol minor agreed with the node.
+func (n *RemoteNode) Minor() uint32 { return n.minor }
+
 func (n *RemoteNode) CreateSnapshot(ctx context.Context, id, name string) (*store.SnapshotRecord, error) {
 	rep, err := n.c.CreateSnapshot(ctx, connect.NewRequest(&nodev2.CreateSnapshotRequest{SandboxId: id, Name: name}))
 	if err != nil {

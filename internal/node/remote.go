@@ -1,0 +1,142 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/node/images"
+	"github.com/zeish/zeish/internal/rollback"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/sandbox"
+)
+
+// With an image store (Options.ImageStore), this node also runs sandboxes
+// whose images another node made: a stopped sandbox or a snapshot whose
+// node is lost or full, a snapshot's clones, the children of a fork whose
+// parent's node had no room for them. The images come from the store
+// (images.Store.Fetch, with the disk chain below them); the sandbox's
+// record moves here (takeOver). Only what was durable can move: an image
+// still uploading when its node was lost is not in the store.
+
+// image is image id whole (memory, state and disk) on this node, fetched
+// from the image store when the node lacks it; sandbox sb (""
+// none) shows the fetch's progress in its state_reason.
+func (n *Node) image(ctx context.Context, id, sb string) (*images.Meta, error) {
+	if m, err := n.images.ReadMachine(id); err == nil {
+		return m, nil
+	}
+	if !n.images.HasRemote() {
+		return nil, fmt.Errorf("image %s is not on host %s and no image store is set (ZEISH_IMAGE_STORE): %w", id, n.opts.ID, errdefs.ErrNotFound)
+	}
+	began := time.Now()
+	m, err := n.images.Fetch(ctx, id, false, n.fetchProgress(ctx, sb, id))
+	if err != nil {
+		return nil, err
+	}
+	if m.VM == nil || m.Disk == "" {
+		return nil, fmt.Errorf("image %s in the image store holds no saved machine or no disk: %w", id, errdefs.ErrInternal)
+	}
+	n.log.Info("image fetched for a start here", logSandbox, sb, "image", id, "ms", time.Since(began).Milliseconds())
+	return m, nil
+}
+
+// fetchProgress shows a fetch's progress as sandbox sb's state_reason
+// ("fetching image (n/m MiB)"), which its events carry.
+func (n *Node) fetchProgress(ctx context.Context, sb, image string) func(done, total int64) {
+	if sb == "" {
+		return nil
+	}
+	var mu sync.Mutex
+	return func(done, total int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		reason := fmt.Sprintf("fetching image %s (%d/%d MiB)", image, done>>20, (total+1<<20-1)>>20)
+		n.opts.Store.UpdateSandbox(context.WithoutCancel(ctx), sb, func(r *store.SandboxRecord) error {
+			if !sandbox.Allows(r.State, sandbox.OpReady) { // only while it starts
+				return fmt.Errorf("sandbox %s is %s", sb, r.State)
+			}
+			r.StateReason, r.UpdatedAt = reason, time.Now().UTC()
+			return nil
+		})
+		n.watch.notify(sb)
+	}
+}
+
+// takeOver makes sandbox r, last run by another node, this node's: it
+// will start from image meta (already here) on a fresh overlay of its
+// layer, with an address of this node. The VM it had (on a node that is
+// lost) is forgotten: its memory went with that node.
+func (n *Node) takeOver(ctx context.Context, r *store.SandboxRecord, meta *images.Meta, resume bool) error {
+	from := r.Host
+	if n.links.Managed(r) {
+		r.Address = ""
+		if err := n.links.Assign(r, ""); err != nil {
+			return err
+		}
+	}
+	r.Handle, r.Host, r.Pristine = nil, n.opts.ID, false
+	r.Layers = meta.Chain()
+	r.Gen++
+	r.Disk, r.DiskBase = n.diskPath(r.ID, r.Gen), meta.Disk
+	if resume {
+		r.ResumeImage = meta.ID
+	}
+	_, err := n.opts.Store.UpdateSandbox(context.WithoutCancel(ctx), r.ID, func(cur *store.SandboxRecord) error {
+		if cur.Host != from {
+			return fmt.Errorf("sandbox %s moved to %s meanwhile: %w", r.ID, cur.Host, errdefs.ErrInvalidState)
+		}
+		cur.Host, cur.Address, cur.Handle, cur.Pristine = r.Host, r.Address, nil, false
+		cur.Disk, cur.DiskBase, cur.Layers, cur.ResumeImage, cur.Gen = r.Disk, r.DiskBase, r.Layers, r.ResumeImage, r.Gen
+		return nil
+	})
+	if err != nil {
+		n.links.Release(r)
+		return err
+	}
+	n.log.Info("sandbox taken over from another node", logSandbox, r.ID, "from", from, "image", meta.ID)
+	return nil
+}
+
+// ours reports whether sandbox r's VM and files are this node's.
+func (n *Node) ours(r *store.SandboxRecord) bool { return r.Host == n.opts.ID }
+
+// CloneImage starts children of sandbox parentID from image, the image a
+// fork of it was captured into on another node (whose room the children
+// did not fit in): fetched from the image store, waiting for its upload if
+// it is still under way.
+func (n *Node) CloneImage(ctx context.Context, image, parentID string, children []*store.SandboxRecord) ([]*store.SandboxRecord, error) {
+	if caps := n.opts.Driver.Capabilities(); !caps.LiveFork {
+		return nil, fmt.Errorf("this host's VMM (%s) cannot start sandboxes from images: %w", caps.Name, errdefs.ErrInvalidState)
+	}
+	parent, err := n.opts.Store.GetSandbox(ctx, parentID)
+	if err != nil {
+		return nil, err
+	}
+	release, err := n.admitChildren(ctx, parent, children)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	var (
+		lease *images.Lease
+		meta  *images.Meta
+	)
+	err = rollback.Run(ctx,
+		rollback.Step{Name: "image", AsIs: true, Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
+			lease = n.images.Lease(image)
+			undo.Add(func(context.Context) error { lease.Release(); return nil })
+			meta, err = n.image(ctx, image, "")
+			return err
+		}},
+		rollback.Step{Name: "children", AsIs: true, Do: func(ctx context.Context, _ *rollback.Stack) error {
+			return n.startChildren(ctx, parent, meta, lease, children)
+		}},
+	)
+	if err != nil {
+		return nil, err
+	}
+	return children, nil
+}
