@@ -243,21 +243,6 @@ func (r *Router) Clone(ctx context.Context, parentID string, children []*store.S
 	return c.Clone(ctx, parentID, parent.SecretEnv, children)
 }
 
-// CloneSnapshot starts children on the node that keeps the snapshot.
-func (r *Router) CloneSnapshot(ctx context.Context, snapID string, children []*store.SandboxRecord) ([]*store.SandboxRecord, error) {
-	parent, n, c, err := r.ofSnapshot(ctx, snapID)
-	if err != nil {
-		return nil, err
-	}
-	if n.Draining {
-		return nil, fmt.Errorf("node %s is draining: %w", n.ID, errdefs.ErrNodeFull)
-	}
-	if err := r.sealChildren(children, parent.SecretEnv); err != nil {
-		return nil, err
-	}
-	return c.CloneSnapshot(ctx, snapID, parent.ID, parent.SecretEnv, children)
-}
-
 func (r *Router) CreateSnapshot(ctx context.Context, id, name string) (*store.SnapshotRecord, error) {
 	_, c, err := r.of(ctx, id)
 	if err != nil {
@@ -274,16 +259,6 @@ func (r *Router) DeleteSnapshot(ctx context.Context, id string) error {
 	return c.DeleteSnapshot(ctx, id)
 }
 
-// Restore rolls the snapshot's sandbox back on its node, which delivers
-// the sandbox's secrets to the guest again.
-func (r *Router) Restore(ctx context.Context, snapID string) (*store.SnapshotRecord, *store.SandboxRecord, error) {
-	rec, _, c, err := r.ofSnapshot(ctx, snapID)
-	if err != nil {
-		return nil, nil, err
-	}
-	return c.Restore(ctx, snapID, rec.ID, rec.SecretEnv)
-}
-
 func (r *Router) call(ctx context.Context, id string, f func(*nodeapi.RemoteNode) (*store.SandboxRecord, error)) (*store.SandboxRecord, error) {
 	_, c, err := r.of(ctx, id)
 	if err != nil {
@@ -292,15 +267,6 @@ func (r *Router) call(ctx context.Context, id string, f func(*nodeapi.RemoteNode
 	return f(c)
 }
 
-// Start starts a stopped sandbox on its node, which delivers its secrets
-// to the guest again.
-func (r *Router) Start(ctx context.Context, id string) (*store.SandboxRecord, error) {
-	rec, _, c, err := r.sandboxOn(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return c.Start(ctx, id, rec.SecretEnv)
-}
 func (r *Router) Stop(ctx context.Context, id string) (*store.SandboxRecord, error) {
 	return r.call(ctx, id, func(c *nodeapi.RemoteNode) (*store.SandboxRecord, error) { return c.Stop(ctx, id) })
 }

@@ -194,6 +194,12 @@ func (n *Node) Start(ctx context.Context, id string) (*store.SandboxRecord, erro
 	if err != nil {
 		return nil, err
 	}
+	if !n.ours(cur) && sandbox.Allows(cur.State, sandbox.OpStart) {
+		// Stopped on another node: only an image the store holds can move.
+		if err := n.inStore(ctx, cur.ResumeImage, cur); err != nil {
+			return nil, err
+		}
+	}
 	if sandbox.Allows(cur.State, sandbox.OpStart) {
 		release, err := n.budget.Reserve(cur.MemoryMiB, 1)
 		if err != nil {

@@ -100,6 +100,27 @@ func (n *Node) takeOver(ctx context.Context, r *store.SandboxRecord, meta *image
 	return nil
 }
 
+// inStore refuses, before anything changes, to start sandbox r (stopped
+// on another node) from image id unless the image store holds it whole.
+func (n *Node) inStore(ctx context.Context, id string, r *store.SandboxRecord) error {
+	if id == "" {
+		return fmt.Errorf("sandbox %s has no saved state: %w", r.ID, errdefs.ErrInternal)
+	}
+	if !n.images.HasRemote() {
+		return fmt.Errorf("sandbox %s is on node %s, and host %s has no image store to fetch its image from (ZEISH_IMAGE_STORE): %w",
+			r.ID, r.Host, n.opts.ID, errdefs.ErrUnavailable)
+	}
+	ok, err := n.images.InRemote(ctx, id)
+	if err != nil {
+		return fmt.Errorf("sandbox %s is on node %s; the image store cannot say whether it holds its image %s: %w", r.ID, r.Host, id, err)
+	}
+	if !ok {
+		return fmt.Errorf("sandbox %s is on node %s and its image %s is not durable in the image store (its upload had not finished): it can start on that node only: %w",
+			r.ID, r.Host, id, errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
 // ours reports whether sandbox r's VM and files are this node's.
 func (n *Node) ours(r *store.SandboxRecord) bool { return r.Host == n.opts.ID }
 

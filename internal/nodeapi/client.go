@@ -105,8 +105,9 @@ func (n *RemoteNode) CloneImage(ctx context.Context, image, parentID string, par
 	return made, err
 }
 
-// Minor is the protocol minor agreed with the node.
-func (n *RemoteNode) Minor() uint32 { return n.minor }
+// Needs refuses what needs protocol minor want of a node that speaks an
+// older one, saying what (unavailable: another node may do it).
+func (n *RemoteNode) Needs(want uint32, what string) error { return needs(n.id, n.minor, want, what) }
 
 func (n *RemoteNode) CreateSnapshot(ctx context.Context, id, name string) (*store.SnapshotRecord, error) {
 	rep, err := n.c.CreateSnapshot(ctx, connect.NewRequest(&nodev2.CreateSnapshotRequest{SandboxId: id, Name: name}))

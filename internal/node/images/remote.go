@@ -380,6 +380,14 @@ func (s *Store) manifest(ctx context.Context, id string) (*imagestore.Manifest, 
 	}
 }
 
+// InRemote reports whether image id is durable in the shared store.
+func (s *Store) InRemote(ctx context.Context, id string) (bool, error) {
+	if s.remote == nil {
+		return false, nil
+	}
+	return s.remote.Store.Durable(ctx, id)
+}
+
 // RemoteLayers is the disk chain of image id as the shared store records
 // it (for gc's roots of images this node does not hold).
 func (s *Store) RemoteLayers(ctx context.Context, id string) ([]string, error) {
