@@ -264,7 +264,7 @@ func runNode(ctx context.Context) error {
 	}
 	defer loc.Close()
 	// The node's own capacity; sandbox counts are the control plane's.
-	mtr := metrics.New(metrics.Options{NodeID: id, Capacity: loc.node.Capacity, Logger: log})
+	mtr := metrics.New(metrics.Options{NodeID: id, Capacity: loc.node.Capacity, Logger: log, Extra: loc.collectors()})
 	srv, err := server.New(server.Options{Store: st, Node: ownSandboxes{loc.node, id}, Catalog: loc.cat, DataDir: dataDir, TokenKey: keys.TokenKey,
 		Version: version.Version, PublicURL: self, PublicDomain: os.Getenv("ZEISH_PUBLIC_DOMAIN"), Logger: log, Metrics: mtr})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/zeish/zeish/guest/desktop"
 	"github.com/zeish/zeish/internal/catalog"
+	"github.com/zeish/zeish/internal/imagestore"
 	"github.com/zeish/zeish/internal/node"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/template"
@@ -21,6 +22,8 @@ import (
 // local is the node that runs this host's VMs: the single binary's own, or
 // a node agent's (zeishd node).
 type local struct {
+	// images is the image store the cluster's nodes share (nil: none).
+	images  *imagestore.Store
 	node    *node.Node
 	cat     *catalog.Catalog
 	driver  vmm.Driver
@@ -134,12 +137,20 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 		return nil, fmt.Errorf("ZEISH_DESKTOP_SIZE: %w", err)
 	}
 	l := &local{budget: budget}
+	remote, err := openImageStore(ctx, log, "/dev/shm")
+	if err != nil {
+		return nil, err
+	}
+	if remote != nil {
+		l.images = remote.Store
+	}
 	if netw != nil {
 		l.closers = append(l.closers, func() { netw.Close() }) // after the node: guests' rules stay while their VMs run
 	}
 	n := node.New(node.Options{ID: nodeID, Region: os.Getenv("ZEISH_REGION"), DataDir: dataDir, Store: st, Driver: driver, Templates: cat,
 		Logger: log, BootTimeout: bootTimeout, MemoryBudgetMiB: budget, Network: netw, AccountImageRAMMiB: imageRAM, ColdAfter: coldAfter,
-		StoppedPromotion: env("ZEISH_FORK_PROMOTION", "live") == "stopped", Desktop: desk, ReadyVMs: readyVMs, DiskLayers: diskLayers})
+		StoppedPromotion: env("ZEISH_FORK_PROMOTION", "live") == "stopped", Desktop: desk, ReadyVMs: readyVMs, DiskLayers: diskLayers,
+		ImageStore: remote})
 	l.closers = append(l.closers, n.Close)
 	l.node, l.cat, l.driver = n, cat, driver
 	if err := n.Recover(ctx); err != nil {

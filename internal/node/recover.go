@@ -69,6 +69,7 @@ func (n *Node) Recover(ctx context.Context) error {
 		}})
 	n.images.Recover()
 	n.images.Collect(ctx)
+	n.images.ResumeUploads() // what a restart cut short goes on
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
