@@ -163,7 +163,14 @@ func runControl(ctx context.Context) error {
 	// Templates are resolved here and built on the nodes (the built-in ones).
 	cat := catalog.New(st, template.BaseOptions{Logger: log})
 	mtr := metrics.New(metrics.Options{Store: st, Nodes: nodeStates(nodes, lost), Logger: log})
-	srv, err := server.New(server.Options{Store: st, Node: router, Cluster: router, Catalog: cat, DataDir: dataDir,
+	// The image store, if the nodes share one: the API shows what is durable in it.
+	var images server.ImageDurability
+	if remote, err := openImageStore(ctx, log, ""); err != nil {
+		return err
+	} else if remote != nil {
+		images = remote.Store
+	}
+	srv, err := server.New(server.Options{Store: st, Node: router, Cluster: router, Catalog: cat, DataDir: dataDir, Images: images,
 		Version: version.Version, PublicURL: os.Getenv("ZEISH_PUBLIC_URL"), PublicDomain: os.Getenv("ZEISH_PUBLIC_DOMAIN"),
 		Logger: log, Plan: &plan, Prices: &prices, Metrics: mtr,
 		TokenKeyFor: func(host string) []byte { return cluster.DataPlaneKey(tokenKey, host) }})

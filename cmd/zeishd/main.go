@@ -178,7 +178,11 @@ func run(ctx context.Context) error {
 		return err
 	}
 	mtr := metrics.New(metrics.Options{Store: st, NodeID: nodeID, Capacity: n.Capacity, Logger: log, Extra: loc.collectors()})
-	srv, err := server.New(server.Options{Store: st, Node: n, Catalog: cat, DataDir: dataDir, Metrics: mtr,
+	var images server.ImageDurability
+	if loc.images != nil {
+		images = loc.images
+	}
+	srv, err := server.New(server.Options{Store: st, Node: n, Catalog: cat, DataDir: dataDir, Metrics: mtr, Images: images,
 		Version: version.Version, PublicURL: os.Getenv("ZEISH_PUBLIC_URL"), PublicDomain: os.Getenv("ZEISH_PUBLIC_DOMAIN"), Logger: log, Plan: &plan, Prices: &prices})
 	if err != nil {
 		return err
