@@ -190,6 +190,11 @@ func (n *Node) Close() {
 	n.stop()
 	n.wg.Wait()
 	n.agents.CloseAll()
+	if n.images.HasRemote() {
+		// Other nodes' deletes free images here too (remote.go): one last
+		// collection, as the periodic one would.
+		n.images.Collect(context.Background())
+	}
 }
 
 func (n *Node) sandboxDir(id string) string {

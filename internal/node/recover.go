@@ -75,6 +75,13 @@ func (n *Node) Recover(ctx context.Context) error {
 		defer n.wg.Done()
 		n.images.RunCold(n.life)
 	}()
+	if n.images.HasRemote() {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.collectEvery(n.life, remoteCollectEvery)
+		}()
+	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()

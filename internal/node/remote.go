@@ -121,6 +121,24 @@ func (n *Node) inStore(ctx context.Context, id string, r *store.SandboxRecord) e
 	return nil
 }
 
+// remoteCollectEvery is how often a node that shares an image store
+// collects its images: a record deleted through another node frees the
+// copies here, and no operation of this node's would collect them.
+const remoteCollectEvery = time.Minute
+
+func (n *Node) collectEvery(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			n.images.Collect(ctx)
+		}
+	}
+}
+
 // ours reports whether sandbox r's VM and files are this node's.
 func (n *Node) ours(r *store.SandboxRecord) bool { return r.Host == n.opts.ID }
 
