@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/testenv"
+	"github.com/zeish/zeish/internal/testenv/ociimg"
 	"github.com/zeish/zeish/sandbox"
 	zeish "github.com/zeish/zeish/sdk/go"
 )
@@ -41,12 +43,13 @@ func TestClusterImages(t *testing.T) {
 	node("node-a", 3)
 	node("node-b", 3)
 	node("node-c", 3)
-	// Drained nodes take nothing new: the parent goes to node-a.
+	// Drained nodes take nothing new: the parent goes to node-a. only("")
+	// undrains them all.
 	only := func(id string) {
 		t.Helper()
 		for n := range l.nodes {
 			path := "/admin/nodes/" + n + "/drain"
-			if n == id {
+			if n == id || id == "" {
 				path = "/admin/nodes/" + n + "/undrain"
 			}
 			if st := l.do("POST", path, nil); st != http.StatusOK {
@@ -55,6 +58,57 @@ func TestClusterImages(t *testing.T) {
 		}
 	}
 	all := func() { only("") }
+
+	t.Run("a template built on one node, created from on another", func(t *testing.T) {
+		only("node-a")
+		f, err := os.Open(ociimg.WriteDockerArchive(t, ociimg.Standard(t), t.TempDir()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		tpl, err := l.client.UploadTemplate(ctx, zeish.BuildTemplateRequest{Name: "img", From: "docker-archive", DiskMiB: 256, Cold: true}, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tpl, err = l.client.WaitTemplate(ctx, tpl.ID, nil); err != nil || tpl.State != sandbox.TemplateReady || tpl.Host != "node-a" {
+			t.Fatalf("template build on node-a: %+v %v", tpl, err)
+		}
+		only("node-c")
+		// Its upload runs in the background: until it is whole in the
+		// store, node-c says why it cannot create from it.
+		var sb zeish.Sandbox
+		first := time.Now()
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
+			sb, err = l.client.CreateSandbox(ctx, zeish.CreateSandboxRequest{Template: "img", MemoryMiB: imagesMemMiB}, zeish.Wait())
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, errdefs.ErrNodeFull) && !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "not in the image store yet") || time.Now().After(deadline) {
+				t.Fatalf("create from node-a's template on node-c: %v", err)
+			}
+			first = time.Now()
+		}
+		if sb.Host != "node-c" || sb.State != sandbox.StateRunning {
+			t.Fatalf("a sandbox of node-a's template: %+v", sb)
+		}
+		firstTook := time.Since(first)
+		if out := shell(t, l.connect(ctx, sb), "id -u; pwd; echo $GREETING"); out != "1000\n/work\nhello from the image" {
+			t.Fatalf("in the template's sandbox on node-c: %q", out)
+		}
+		cached := time.Now()
+		again, err := l.client.CreateSandbox(ctx, zeish.CreateSandboxRequest{Template: "img", MemoryMiB: imagesMemMiB}, zeish.Wait())
+		if err != nil || again.Host != "node-c" {
+			t.Fatalf("a second create on node-c: %+v %v", again, err)
+		}
+		t.Logf("create from a template built on node-a, on node-c: first (fetch) %v, cached %v",
+			firstTook.Round(10*time.Millisecond), time.Since(cached).Round(10*time.Millisecond))
+		for _, s := range []zeish.Sandbox{sb, again} {
+			if _, err := l.client.DeleteSandbox(ctx, s.ID, zeish.Wait()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		all()
+	})
 
 	t.Run("fork any", func(t *testing.T) {
 		only("node-a")

@@ -136,6 +136,12 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 	if err != nil {
 		return nil, fmt.Errorf("ZEISH_DESKTOP_SIZE: %w", err)
 	}
+	// Templates built on other nodes, fetched from the image store, kept
+	// up to this much disk (least recently used first out).
+	tplCacheMiB, err := strconv.Atoi(env("ZEISH_TEMPLATE_CACHE_MIB", "8192"))
+	if err != nil || tplCacheMiB < 0 {
+		return nil, fmt.Errorf("ZEISH_TEMPLATE_CACHE_MIB: want a number of MiB, 0 for no bound, got %q", os.Getenv("ZEISH_TEMPLATE_CACHE_MIB"))
+	}
 	l := &local{budget: budget}
 	remote, err := openImageStore(ctx, log, "/dev/shm")
 	if err != nil {
@@ -150,7 +156,7 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 	n := node.New(node.Options{ID: nodeID, Region: os.Getenv("ZEISH_REGION"), DataDir: dataDir, Store: st, Driver: driver, Templates: cat,
 		Logger: log, BootTimeout: bootTimeout, MemoryBudgetMiB: budget, Network: netw, AccountImageRAMMiB: imageRAM, ColdAfter: coldAfter,
 		StoppedPromotion: env("ZEISH_FORK_PROMOTION", "live") == "stopped", Desktop: desk, ReadyVMs: readyVMs, DiskLayers: diskLayers,
-		ImageStore: remote})
+		ImageStore: remote, TemplateCacheMiB: tplCacheMiB})
 	l.closers = append(l.closers, n.Close)
 	l.node, l.cat, l.driver = n, cat, driver
 	if err := n.Recover(ctx); err != nil {
@@ -180,7 +186,8 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 	if shared {
 		host = nodeID
 	}
-	if err := cat.StartBuilds(ctx, catalog.BuildOptions{Dir: filepath.Join(dataDir, "template-builds"), Parallel: parallel, Warmer: n, Host: host}); err != nil {
+	if err := cat.StartBuilds(ctx, catalog.BuildOptions{Dir: filepath.Join(dataDir, "template-builds"), Parallel: parallel, Warmer: n, Host: host,
+		Ready: n.PublishTemplate}); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("template builds: %w", err)
 	}

@@ -71,6 +71,9 @@ type BuildOptions struct {
 	// Warmer saves a built template's booted machine, so that its sandboxes
 	// start from it (warm templates); nil: every template boots cold.
 	Warmer Warmer
+	// Ready hears of every build that ended ready (a node uploads the
+	// template's files to the image store the cluster shares); nil: none.
+	Ready func(sandbox.Template)
 }
 
 // Warmer boots a built template, runs its start command, waits for its
@@ -88,6 +91,7 @@ type builds struct {
 	host   string
 	sem    chan struct{}
 	warmer Warmer
+	ready  func(sandbox.Template)
 
 	mu      sync.Mutex
 	cancels map[string]context.CancelFunc
@@ -110,7 +114,7 @@ func (c *Catalog) StartBuilds(ctx context.Context, opts BuildOptions) error {
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return err
 	}
-	c.b = &builds{dir: opts.Dir, host: opts.Host, sem: make(chan struct{}, opts.Parallel), warmer: opts.Warmer,
+	c.b = &builds{dir: opts.Dir, host: opts.Host, sem: make(chan struct{}, opts.Parallel), warmer: opts.Warmer, ready: opts.Ready,
 		cancels: map[string]context.CancelFunc{}, changed: map[string]chan struct{}{}}
 	all, err := c.store.ListTemplates(ctx)
 	if err != nil {
@@ -390,6 +394,9 @@ func (c *Catalog) finish(t sandbox.Template, a *template.Artifacts, warm *sandbo
 	os.Remove(filepath.Join(c.b.dir, t.ID, uploadName))
 	c.appendEvent(t.ID, Event{Type: "state", Template: &cur})
 	c.log.Info("template build ended", "template", t.ID, "name", t.Name, "state", cur.State)
+	if err == nil && c.b.ready != nil {
+		c.b.ready(cur)
+	}
 }
 
 // appendEvent adds e to the template's build log and wakes its watchers.

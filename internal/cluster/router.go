@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -203,13 +204,25 @@ func (r *Router) Create(ctx context.Context, rec *store.SandboxRecord) (*store.S
 		return nil, fmt.Errorf("store: %w: %w", errdefs.ErrUnavailable, err)
 	}
 	want := Want{Region: rec.Region, Accel: rec.Accel, Labels: rec.NodeLabels, MemoryMiB: rec.MemoryMiB}
-	// A template built in the cluster is on the node that built it only.
+	// A template built in the cluster is on the node that built it, and
+	// in the image store for the nodes of protocol 2.2, which fetch it
+	// (a node without the store refuses, and the next is asked).
+	holder := ""
 	if t, err := r.o.Store.GetTemplate(ctx, rec.Template); err == nil {
-		want.Node = t.Host
+		holder = t.Host
 	}
 	order, err := Place(nodes, want, time.Now(), r.o.LostAfter)
 	if err != nil {
 		return nil, err
+	}
+	if holder != "" {
+		order = slices.DeleteFunc(order, func(n store.NodeRecord) bool {
+			return n.ID != holder && nodeapi.ParseMinor(n.Protocol) < nodeapi.MinorImages
+		})
+		if len(order) == 0 {
+			return nil, fmt.Errorf("the template is held by node %s, which is not live with room, and no node of protocol %s that could fetch it has %d MiB free: %w",
+				holder, nodeapi.Format(nodeapi.ProtocolMajor, nodeapi.MinorImages), rec.MemoryMiB, errdefs.ErrNodeFull)
+		}
 	}
 	if err := r.seal(rec, rec.SecretEnv); err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
@@ -207,10 +208,16 @@ func (n *Node) Start(ctx context.Context, id string) (*store.SandboxRecord, erro
 		}
 		defer release()
 	}
+	from := "" // the node it moves from, if another's
 	r, err := n.opts.Store.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
 		next, err := sandbox.NextFor(id, r.State, sandbox.OpStart)
 		if err != nil {
 			return err
+		}
+		if !n.ours(r) {
+			// This node's from now on: the control plane's watch of the
+			// old node must not take the start for that node's.
+			from, r.Host = r.Host, n.opts.ID
 		}
 		r.State, r.StateReason, r.UpdatedAt = next, "", time.Now().UTC()
 		return nil
@@ -220,10 +227,16 @@ func (n *Node) Start(ctx context.Context, id string) (*store.SandboxRecord, erro
 	}
 	n.watch.notify(id)
 	n.run(id, func(ctx context.Context) {
-		if err := n.resumeStopped(ctx, id); err != nil {
+		if err := n.resumeStopped(ctx, id, from); err != nil {
 			n.log.Error("start failed", logSandbox, id, "err", err)
-			// Nothing of the stopped sandbox was changed: it can be started again.
-			n.transition(ctx, id, sandbox.OpStartFailed, "start failed: "+err.Error(), nil)
+			// Nothing of the stopped sandbox was changed: it can be started
+			// again (on the node it was on, if it came from another).
+			n.transition(ctx, id, sandbox.OpStartFailed, "start failed: "+err.Error(), func(r *store.SandboxRecord) {
+				// Not taken over (its disk is not here yet): still the old node's.
+				if from != "" && r.Host == n.opts.ID && !strings.HasPrefix(r.Disk, n.sandboxDir(id)+string(filepath.Separator)) {
+					r.Host = from
+				}
+			})
 			return
 		}
 		n.transition(ctx, id, sandbox.OpReady, "", nil)
@@ -231,17 +244,18 @@ func (n *Node) Start(ctx context.Context, id string) (*store.SandboxRecord, erro
 	return r, nil
 }
 
-// resumeStopped starts a VM from the sandbox's resume image on its disk.
-func (n *Node) resumeStopped(ctx context.Context, id string) error {
+// resumeStopped starts a VM from the sandbox's resume image on its disk;
+// from is the node it stopped on when that was another.
+func (n *Node) resumeStopped(ctx context.Context, id, from string) error {
 	r, err := n.opts.Store.GetSandbox(ctx, id)
 	if err != nil {
 		return err
 	}
-	if !n.ours(r) {
+	if from != "" {
 		// Stopped on another node (lost, or full): from the image store.
 		m, err := n.image(ctx, r.ResumeImage, id)
 		if err != nil {
-			return fmt.Errorf("sandbox %s stopped on node %s: %w", id, r.Host, err)
+			return fmt.Errorf("sandbox %s stopped on node %s: %w", id, from, err)
 		}
 		if err := n.takeOver(ctx, r, m, true); err != nil {
 			return err

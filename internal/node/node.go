@@ -101,6 +101,10 @@ type Options struct {
 	// fork children whose images another node made start here from it.
 	// nil: images stay on this host.
 	ImageStore *images.Remote
+	// TemplateCacheMiB bounds the disk the templates fetched from the
+	// image store take in the data dir (templatecache.go); the least
+	// recently used no sandbox here stands on go first. 0: no bound.
+	TemplateCacheMiB int
 }
 
 // Node runs the sandboxes of one host.
