@@ -63,7 +63,9 @@ test-python: build
 test-browser: build
 	cd internal/console/web && npm test
 
-# The unmodified npm `e2b` SDK against a real zeishd (bin/) and real VMs.
+# The unmodified npm `e2b` SDK, at each version package.json pins (2.45.0,
+# 2.49.1, 2.51.0), against a real zeishd (bin/) and real VMs; a table of
+# passed/failed tests by area and each run's wall time at the end.
 # The debian template goes into the shared test cache first (a cache hit once
 # built): the suite's zeishd runs in a network namespace and cannot build it.
 test-e2b: build
@@ -92,7 +94,10 @@ FUZZTIME ?= 2m
 FUZZ_TARGETS := ./guest:FuzzFrameReader ./guest:FuzzReadChunk ./internal/server:FuzzRequestDecoders \
 	./internal/server:FuzzSnapshotName ./sandbox:FuzzCheckName ./sandbox:FuzzCheckID \
 	./internal/network:FuzzServeDNS ./sandbox:FuzzParseRule ./guest:FuzzListReplies \
-	./internal/guestports:FuzzParse ./internal/server:FuzzTermControl
+	./internal/guestports:FuzzParse ./internal/server:FuzzTermControl \
+	./template:FuzzUnpackContained ./template:FuzzEntry ./template:FuzzCheckSymlink ./template/inroot:FuzzResolve \
+	./template/ocisource:FuzzIndexArchive ./template/ocisource:FuzzDecompress ./template/ocisource:FuzzParseManifest \
+	./internal/server:FuzzTemplateUpload
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		echo "== $$t ($(FUZZTIME))"; \

@@ -223,18 +223,24 @@ func TestSizesAndStatesMatchGo(t *testing.T) {
 		t.Errorf("State enum %v, want %v", states, want)
 	}
 
-	// Every error_code is in the document's enum and described there.
-	var codes []string
-	errCode := schemas["Sandbox"].Value.Properties["error_code"].Value
-	for _, v := range errCode.Enum {
-		codes = append(codes, v.(string))
-	}
-	if !slices.Equal(codes, sandbox.ErrorCodes) {
-		t.Errorf("Sandbox.error_code enum %v, want %v", codes, sandbox.ErrorCodes)
-	}
-	for _, c := range sandbox.ErrorCodes {
-		if !strings.Contains(errCode.Description, "`"+c+"`") {
-			t.Errorf("Sandbox.error_code does not describe %s", c)
+	// Every error_code, of sandboxes and of templates, is in the
+	// document's enum and described there.
+	for _, ec := range []struct {
+		schema string
+		codes  []string
+	}{{"Sandbox", sandbox.ErrorCodes}, {"Template", sandbox.TemplateErrorCodes}} {
+		var codes []string
+		errCode := schemas[ec.schema].Value.Properties["error_code"].Value
+		for _, v := range errCode.Enum {
+			codes = append(codes, v.(string))
+		}
+		if !slices.Equal(codes, ec.codes) {
+			t.Errorf("%s.error_code enum %v, want %v", ec.schema, codes, ec.codes)
+		}
+		for _, c := range ec.codes {
+			if !strings.Contains(errCode.Description, "`"+c+"`") {
+				t.Errorf("%s.error_code does not describe %s", ec.schema, c)
+			}
 		}
 	}
 

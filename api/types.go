@@ -270,9 +270,11 @@ type APIKey struct {
 // CreatedAPIKey answers POST /admin/accounts/{id}/keys: the only time the
 // key is shown.
 type CreatedAPIKey struct {
-	ID        string    `json:"id"`
-	AccountID string    `json:"account_id"`
-	Key       string    `json:"key"`
+	ID        string `json:"id"`
+	AccountID string `json:"account_id"`
+	Key       string `json:"key"`
+	// E2BKey is the same key in the form E2B's SDKs accept (E2BKey).
+	E2BKey    string    `json:"e2b_key"`
 	Prefix    string    `json:"prefix"`
 	CreatedAt time.Time `json:"created_at"`
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"time"
 
 	connectrpc "connectrpc.com/connect"
 
@@ -85,6 +86,23 @@ func (l *lab) e2bOnCluster(ctx context.Context) {
 				t.Fatalf("envd of %s served by node %s, it runs on %s", made.SandboxID, id, sb.Host)
 			}
 		}
+	}
+	// getMetrics on the control plane: the sandbox's node samples it (since
+	// the create's first envd request) and answers through the forwarding.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var samples []struct {
+			CPUCount int    `json:"cpuCount"`
+			MemTotal uint64 `json:"memTotal"`
+		}
+		st := call("GET", "/sandboxes/"+made.SandboxID+"/metrics", nil, &samples)
+		if st == http.StatusOK && len(samples) > 0 && samples[0].CPUCount > 0 && samples[0].MemTotal > 0 {
+			break
+		}
+		if st != http.StatusOK || time.Now().After(deadline) {
+			t.Fatalf("e2b getMetrics through the control plane: %d %+v", st, samples)
+		}
+		time.Sleep(time.Second)
 	}
 	if st := call("DELETE", "/sandboxes/"+made.SandboxID, nil, nil); st != http.StatusNoContent {
 		t.Fatalf("e2b kill: %d", st)

@@ -26,7 +26,7 @@ import (
 // 400 disk_too_small. The credential appears in no answer, build log or
 // server log, and not in the build's folder.
 func TestTemplateRegistrySecret(t *testing.T) {
-	s := startServer(t)
+	s := startServer(t, loopbackRegistries)
 	ctx := ctxFor(t, 15*time.Minute)
 	c := s.client
 	const password = "pw-9f3c1e77-registry"

@@ -68,13 +68,17 @@ func checkImageSandbox(t *testing.T, conn *zeish.SandboxConn) {
 	}
 }
 
+// loopbackRegistries opens loopback to template builds: the tests' own
+// registries listen there (zeishd refuses it, as guests do, by default).
+const loopbackRegistries = "ZEISH_REGISTRY_ALLOW_RANGES=127.0.0.0/8"
+
 // TestTemplatesFromImages builds one multi-layer image four ways (a docker
 // archive and an OCI archive uploaded by zeishctl, an OCI layout folder
 // uploaded as a tar, a registry on loopback with basic auth), boots a
 // sandbox from each and checks it from the inside. The templates are cold
 // (TestWarmTemplate covers warm ones): these sandboxes boot from the image.
 func TestTemplatesFromImages(t *testing.T) {
-	s := startServer(t)
+	s := startServer(t, loopbackRegistries)
 	ctx := ctxFor(t, 20*time.Minute)
 	// A layer of this run's own: builds are cached by image digest across
 	// runs, and the progress a build reports can only be checked on a real one.
@@ -148,7 +152,7 @@ func TestTemplatesFromImages(t *testing.T) {
 // invisible to other accounts; a template in use can be deleted, and its
 // files go with its last sandbox.
 func TestTemplateBadInput(t *testing.T) {
-	s := startServer(t)
+	s := startServer(t, loopbackRegistries)
 	ctx := ctxFor(t, 15*time.Minute)
 	c := s.client
 	dir := t.TempDir()

@@ -20,6 +20,8 @@ const (
 	ClassRateLimited
 	ClassUnavailable
 	ClassGone
+	// ClassTooLarge: a request body larger than allowed (HTTP 413).
+	ClassTooLarge
 )
 
 // Error is a sentinel: one stable API code in one class.

@@ -387,6 +387,28 @@ func (c *Client) List(ctx context.Context, path string) ([]FileInfo, error) {
 	return list, err
 }
 
+// StatMeta is Stat with the file's user metadata (FileInfo.Metadata).
+func (c *Client) StatMeta(ctx context.Context, path string) (FileInfo, error) {
+	var fi FileInfo
+	err := c.roundTrip(ctx, request{Op: opStat, Path: path, Meta: true}, &fi)
+	return fi, err
+}
+
+// ListMeta is List with each entry's user metadata.
+func (c *Client) ListMeta(ctx context.Context, path string) ([]FileInfo, error) {
+	var list []FileInfo
+	err := c.roundTrip(ctx, request{Op: opList, Path: path, Meta: true}, &list)
+	return list, err
+}
+
+// Stats reads the guest's CPU time, memory and root disk use. An agent too
+// old for it answers errdefs.ErrInvalidArgument ("unknown operation").
+func (c *Client) Stats(ctx context.Context) (SystemStats, error) {
+	var st SystemStats
+	err := c.roundTrip(ctx, request{Op: opStats}, &st)
+	return st, err
+}
+
 // Mkdir creates a directory (and its parents if asked).
 func (c *Client) Mkdir(ctx context.Context, path string, parents bool) (FileInfo, error) {
 	var fi FileInfo

@@ -145,7 +145,26 @@ func (c *Client) WriteFile(ctx context.Context, path string, perm os.FileMode, r
 // WriteFileAs is WriteFile with the file owned by a guest user ("" is the
 // template's default user).
 func (c *Client) WriteFileAs(ctx context.Context, path string, perm os.FileMode, user string, r io.Reader) (FileInfo, error) {
-	cl, err := c.start(ctx, request{Op: opWriteFile, Path: path, Perm: fileModePerm(perm), User: user})
+	return c.WriteFileWith(ctx, path, WriteOptions{Perm: perm, User: user}, r)
+}
+
+// WriteOptions are WriteFileWith's.
+type WriteOptions struct {
+	Perm os.FileMode // 0: 0644
+	User string      // the owner; "" is the template's default user
+	// Metadata is the new file's user metadata (CheckMetadata's rules); the
+	// answer's FileInfo.Metadata reads back what the file system kept. An
+	// agent older than metadata keeps none.
+	Metadata map[string]string
+}
+
+// WriteFileWith is WriteFile with the options of opts.
+func (c *Client) WriteFileWith(ctx context.Context, path string, opts WriteOptions, r io.Reader) (FileInfo, error) {
+	if err := CheckMetadata(opts.Metadata); err != nil {
+		return FileInfo{}, err
+	}
+	cl, err := c.start(ctx, request{Op: opWriteFile, Path: path, Perm: fileModePerm(opts.Perm), User: opts.User,
+		Metadata: opts.Metadata, Meta: len(opts.Metadata) > 0})
 	if err != nil {
 		return FileInfo{}, err
 	}

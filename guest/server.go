@@ -176,7 +176,7 @@ func (s *Server) handle(st *yamux.Stream) {
 		s.readFile(st, r, w, req.Path)
 		return
 	case opWriteFile:
-		res, err = s.writeFile(r, req.Path, req.Perm, req.User)
+		res, err = s.writeFile(r, req.Path, req.Perm, req.User, req.Metadata, req.Meta)
 	case opInfo:
 		res, err = s.info()
 	case opConfigure:
@@ -186,9 +186,11 @@ func (s *Server) handle(st *yamux.Stream) {
 		}
 		err = s.configure(*req.Config)
 	case opStat:
-		res, err = stat(req.Path)
+		res, err = stat(req.Path, req.Meta)
 	case opList:
-		res, err = list(req.Path)
+		res, err = list(req.Path, req.Meta)
+	case opStats:
+		res, err = systemStats()
 	case opMkdir:
 		res, err = mkdir(req.Path, req.Parents)
 	case opRemove:

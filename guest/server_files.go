@@ -64,7 +64,9 @@ func toFileInfo(path string, fi fs.FileInfo) FileInfo {
 	return info
 }
 
-func stat(p string) (FileInfo, error) {
+// stat describes p (not following a final symlink); meta reads its
+// metadata too.
+func stat(p string, meta bool) (FileInfo, error) {
 	p, err := cleanPath("stat", p)
 	if err != nil {
 		return FileInfo{}, err
@@ -73,10 +75,10 @@ func stat(p string) (FileInfo, error) {
 	if err != nil {
 		return FileInfo{}, fsErr("stat", p, err)
 	}
-	return toFileInfo(p, fi), nil
+	return describe(p, fi, &idNames{}, meta), nil
 }
 
-func list(p string) ([]FileInfo, error) {
+func list(p string, meta bool) ([]FileInfo, error) {
 	p, err := cleanPath("list", p)
 	if err != nil {
 		return nil, err
@@ -86,12 +88,13 @@ func list(p string) ([]FileInfo, error) {
 		return nil, fsErr("list", p, err)
 	}
 	out := make([]FileInfo, 0, len(entries))
+	names := &idNames{}
 	for _, e := range entries {
 		fi, err := e.Info()
 		if err != nil {
 			continue // removed while listing
 		}
-		out = append(out, toFileInfo(filepath.Join(p, e.Name()), fi))
+		out = append(out, describe(filepath.Join(p, e.Name()), fi, names, meta))
 	}
 	return out, nil
 }
@@ -109,7 +112,7 @@ func mkdir(p string, parents bool) (FileInfo, error) {
 	if err != nil {
 		return FileInfo{}, fsErr("mkdir", p, err)
 	}
-	return stat(p)
+	return stat(p, false)
 }
 
 func remove(p string, recursive bool) error {
@@ -183,8 +186,10 @@ func (s *Server) readFile(st *yamux.Stream, r *bufio.Reader, w *chunkWriter, pat
 
 // writeFile receives data chunks into a temp file next to path and renames
 // it into place on the EOF chunk; a stream that ends without one (caller
-// cancelled, source failed, session lost) leaves nothing behind.
-func (s *Server) writeFile(r *bufio.Reader, path string, perm uint32, user string) (FileInfo, error) {
+// cancelled, source failed, session lost) leaves nothing behind. The new
+// file carries metadata md (and no other), and meta reads it back into the
+// answer.
+func (s *Server) writeFile(r *bufio.Reader, path string, perm uint32, user string, md map[string]string, meta bool) (FileInfo, error) {
 	p, err := cleanPath("write", path)
 	if err != nil {
 		return FileInfo{}, err
@@ -242,6 +247,11 @@ func (s *Server) writeFile(r *bufio.Reader, path string, perm uint32, user strin
 	if err := tmp.Chmod(os.FileMode(perm).Perm()); err != nil {
 		return FileInfo{}, fsErr("write", p, err)
 	}
+	if len(md) > 0 {
+		if err := setMetadata(tmp, p, md); err != nil {
+			return FileInfo{}, err
+		}
+	}
 	if err := tmp.Close(); err != nil {
 		return FileInfo{}, fsErr("write", p, err)
 	}
@@ -249,5 +259,5 @@ func (s *Server) writeFile(r *bufio.Reader, path string, perm uint32, user strin
 		return FileInfo{}, fsErr("write", p, err)
 	}
 	committed = true
-	return stat(p)
+	return stat(p, meta)
 }

@@ -58,8 +58,12 @@ func (d *dirWatch) remember(rel string) {
 }
 
 // add follows dir (rel below the root) and, when recursive, every
-// directory under it.
-func (d *dirWatch) add(dir, rel string) error {
+// directory under it. With found set (a directory made during the watch),
+// the entries already in it that the watch has not reported are appended to
+// *found as created: they were made before its inotify watch was in place
+// (mkdir -p a/b/c, or a file written at once into a new directory), so the
+// kernel reports nothing of them.
+func (d *dirWatch) add(dir, rel string, found *[]WatchEvent) error {
 	if len(d.dirs) >= MaxWatchDirs {
 		return fmt.Errorf("watch %s: more than %d directories: %w", d.root, MaxWatchDirs, errdefs.ErrInvalidArgument)
 	}
@@ -73,9 +77,13 @@ func (d *dirWatch) add(dir, rel string) error {
 		return nil // gone or unreadable since: nothing below it to follow
 	}
 	for _, e := range entries {
-		d.remember(path.Join(rel, e.Name()))
+		name := path.Join(rel, e.Name())
+		if found != nil && !agentTemp(e.Name()) && !d.known[name] {
+			*found = append(*found, WatchEvent{Name: name, Op: WatchCreate, Dir: e.IsDir()})
+		}
+		d.remember(name)
 		if e.IsDir() && d.recursive {
-			if err := d.add(filepath.Join(dir, e.Name()), path.Join(rel, e.Name())); err != nil && !errors.Is(err, errdefs.ErrFileNotFound) {
+			if err := d.add(filepath.Join(dir, e.Name()), name, found); err != nil && !errors.Is(err, errdefs.ErrFileNotFound) {
 				return err
 			}
 		}
@@ -109,7 +117,7 @@ func (s *Server) watchDir(st *yamux.Stream, r *bufio.Reader, w *chunkWriter, p s
 	f := os.NewFile(uintptr(fd), "inotify")
 	defer f.Close()
 	d := &dirWatch{fd: fd, root: root, recursive: recursive, dirs: map[int]string{}, known: map[string]bool{}, tempMoves: map[uint32]bool{}}
-	if err := d.add(root, ""); err != nil {
+	if err := d.add(root, "", nil); err != nil {
 		w.fail(err)
 		return
 	}
@@ -196,13 +204,21 @@ func (d *dirWatch) parse(b []byte) ([]WatchEvent, error) {
 				ev.Op = WatchWrite
 			}
 			d.remember(ev.Name)
+		case mask&unix.IN_CREATE != 0 && d.known[ev.Name]:
+			// Reported already: found in a new directory (add) before the
+			// kernel's event for it came.
+			continue
 		case mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0:
 			ev.Op = WatchCreate
 			d.remember(ev.Name)
 			if ev.Dir && d.recursive {
-				if err := d.add(filepath.Join(d.root, ev.Name), ev.Name); err != nil && !errors.Is(err, errdefs.ErrFileNotFound) && !errors.Is(err, fs.ErrNotExist) {
-					return append(out, ev), err
+				var found []WatchEvent
+				err := d.add(filepath.Join(d.root, ev.Name), ev.Name, &found)
+				out = append(append(out, ev), found...)
+				if err != nil && !errors.Is(err, errdefs.ErrFileNotFound) && !errors.Is(err, fs.ErrNotExist) {
+					return out, err
 				}
+				continue
 			}
 		case mask&unix.IN_MODIFY != 0:
 			ev.Op = WatchWrite

@@ -54,6 +54,7 @@ const (
 	opAttach    = "term_attach"
 	opTerms     = "term_list"
 	opWatch     = "watch"
+	opStats     = "stats"
 	// The desktop (guest/desktop): an action, a screenshot, the status.
 	opDesktop       = "desktop"
 	opDesktopShot   = "desktop_shot"
@@ -76,6 +77,10 @@ type request struct {
 	Term      *TermRequest    `json:"term,omitempty"`
 	Size      *TermSize       `json:"size,omitempty"` // term_attach: resize on attach
 	Desktop   *desktop.Action `json:"desktop,omitempty"`
+	// Meta asks stat, list and write to read the files' user metadata.
+	Meta bool `json:"meta,omitempty"`
+	// Metadata is set on the file a write makes (FileInfo.Metadata).
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 type started struct {

@@ -39,6 +39,49 @@ type FileInfo struct {
 	IsDir   bool      `json:"is_dir"`
 	ModTime time.Time `json:"mod_time"`
 	Symlink string    `json:"symlink,omitempty"`
+	// Owner and Group name the file's owner and group, as the guest's
+	// /etc/passwd and /etc/group do (the number when they have no name).
+	// Empty from an agent older than them.
+	Owner string `json:"owner,omitempty"`
+	Group string `json:"group,omitempty"`
+	// Target is where a symbolic link finally leads (nil for anything
+	// else, and from an agent older than it).
+	Target *LinkTarget `json:"target,omitempty"`
+	// Metadata is the file's user metadata (its MetadataXattrPrefix
+	// extended attributes), read only when a call asks for it.
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// LinkTarget is what a symbolic link resolves to, every link on the way
+// followed.
+type LinkTarget struct {
+	// Path is absolute; "" when the link cannot be resolved (it dangles, or
+	// loops).
+	Path string `json:"path"`
+	// Mode and Perm describe what is there (as FileInfo's do); empty when
+	// Path is.
+	Mode string `json:"mode,omitempty"`
+	Perm uint32 `json:"perm,omitempty"`
+}
+
+// SystemStats is the guest's use of its CPUs, memory and root disk at one
+// instant. CPU time is cumulative since boot: a rate needs two of them.
+type SystemStats struct {
+	Time     time.Time `json:"time"`
+	CPUCount int       `json:"cpu_count"`
+	// CPUBusy and CPUTotal are clock ticks (of every CPU together) spent
+	// busy and in all, from /proc/stat.
+	CPUBusy  uint64 `json:"cpu_busy"`
+	CPUTotal uint64 `json:"cpu_total"`
+	// Memory in bytes, from /proc/meminfo.
+	MemTotal     uint64 `json:"mem_total"`
+	MemFree      uint64 `json:"mem_free"`
+	MemAvailable uint64 `json:"mem_available"`
+	MemBuffers   uint64 `json:"mem_buffers"`
+	MemCached    uint64 `json:"mem_cached"`
+	// The root filesystem in bytes: its size and what is left for users.
+	DiskTotal     uint64 `json:"disk_total"`
+	DiskAvailable uint64 `json:"disk_available"`
 }
 
 // Process is one entry of the guest's process list.

@@ -121,3 +121,48 @@ func TestWatchDir(t *testing.T) {
 		}
 	}
 }
+
+// A directory made inside a recursive watch, with folders and files made in
+// it at once (before the agent could watch it), is reported whole, each
+// entry once, and what is made in its nested folders later is seen too
+// (E2B's recursive watchDir: every change below the directory).
+func TestWatchNestedNewDirectories(t *testing.T) {
+	a := startAgent(t)
+	c := a.connect(t)
+	root := t.TempDir()
+	w, err := c.WatchDir(ctxT(t, time.Minute), root, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	deep := filepath.Join(root, "n1", "n2", "n3")
+	if err := os.MkdirAll(deep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(deep, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	seen := waitEvents(t, w, "create n1", "create n1/n2", "create n1/n2/n3", "create n1/n2/n3/f")
+	if err := os.Mkdir(filepath.Join(deep, "n4"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(deep, "n4", "g"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	seen = append(seen, waitEvents(t, w, "create n1/n2/n3/n4", "create n1/n2/n3/n4/g")...)
+	for _, ev := range []string{"create n1", "create n1/n2", "create n1/n2/n3", "create n1/n2/n3/f", "create n1/n2/n3/n4"} {
+		if n := countOf(seen, ev); n != 1 {
+			t.Errorf("%q seen %d times: %q", ev, n, seen)
+		}
+	}
+}
+
+func countOf(list []string, s string) int {
+	n := 0
+	for _, x := range list {
+		if x == s {
+			n++
+		}
+	}
+	return n
+}

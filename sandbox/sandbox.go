@@ -105,13 +105,19 @@ type Template struct {
 	Builtin     bool          `json:"builtin"`
 	State       TemplateState `json:"state"`
 	StateReason string        `json:"state_reason,omitempty"`
-	Source      string        `json:"source,omitempty"` // "registry:host/repo:tag", "docker-archive:upload", …
-	Digest      string        `json:"digest,omitempty"` // the image's manifest digest
-	Kernel      string        `json:"-"`
-	Initrd      string        `json:"-"`
-	BaseDisk    string        `json:"-"`
-	KernelArgs  string        `json:"-"`
-	Dir         string        `json:"-"` // the build folder holding the files above
+	// ErrorCode says, for a template in error, why its build failed: one
+	// of TemplateErrorCodes.
+	ErrorCode string `json:"error_code,omitempty"`
+	Source    string `json:"source,omitempty"` // "registry:host/repo:tag", "docker-archive:upload", …
+	Digest    string `json:"digest,omitempty"` // the image's manifest digest (a docker archive's: its config's)
+	// ConfigDigest is the image config's digest: with the layers it names
+	// (each checked against it) it is what the build unpacked.
+	ConfigDigest string `json:"config_digest,omitempty"`
+	Kernel       string `json:"-"`
+	Initrd       string `json:"-"`
+	BaseDisk     string `json:"-"`
+	KernelArgs   string `json:"-"`
+	Dir          string `json:"-"` // the build folder holding the files above
 	// Host is the node agent that built the template and holds its files
 	// (a cluster; empty on a single zeishd and for built-ins): its
 	// sandboxes are placed there.
@@ -163,6 +169,37 @@ func (t Template) Key() string {
 	}
 	return t.ID
 }
+
+// The codes a template in state error carries in error_code. They are part
+// of the API: never rename one.
+const (
+	// TemplateBuildTimeout: the build did not finish within
+	// ZEISH_TEMPLATE_BUILD_TIMEOUT (a registry that stalls, say); it was
+	// stopped and its build slot freed.
+	TemplateBuildTimeout = "build_timeout"
+	// TemplateBadImage: the image is unusable: not an image, a blob that
+	// does not match its digest, metadata past its cap, a layer that
+	// leaves the root, more than the disk holds. The reason says which.
+	TemplateBadImage = "bad_image"
+	// TemplateRegistryAuth: the registry refused the credentials.
+	TemplateRegistryAuth = "registry_auth"
+	// TemplateRegistryBlocked: the registry's address is in a range builds
+	// may not reach (loopback, private, link-local; ZEISH_REGISTRY_ALLOW_RANGES).
+	TemplateRegistryBlocked = "registry_blocked"
+	// TemplateQuota: the image would take the account past its template
+	// bytes quota (ZEISH_PLAN_TEMPLATE_MIB).
+	TemplateQuota = "template_quota_reached"
+	// TemplateInterrupted: zeishd restarted during the build and could
+	// not resume it (its inline registry credentials are not kept).
+	TemplateInterrupted = "interrupted"
+	// TemplateBuildFailed: anything else; the reason says what.
+	TemplateBuildFailed = "build_failed"
+)
+
+// TemplateErrorCodes lists every template error_code, for the API document
+// and its test.
+var TemplateErrorCodes = []string{TemplateBuildTimeout, TemplateBadImage, TemplateRegistryAuth, TemplateRegistryBlocked,
+	TemplateQuota, TemplateInterrupted, TemplateBuildFailed}
 
 // TemplateState is where a template's build is.
 type TemplateState string

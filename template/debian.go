@@ -204,6 +204,7 @@ func buildDebian(ctx context.Context, log *slog.Logger, dir string, in *inputs, 
 		return nil, err
 	}
 	u := newUnpacker(stage, int64(diskMiB)<<20*92/100)
+	defer u.close()
 	err = u.apply(f)
 	f.Close()
 	if err != nil {

@@ -1,9 +1,6 @@
 package template
 
 import (
-	"archive/tar"
-	"bufio"
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,44 +8,42 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
-	"path"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"github.com/google/go-containerregistry/pkg/v1/types"
-	"github.com/klauspost/compress/zstd"
+
+	"github.com/zeish/zeish/internal/dialguard"
+	"github.com/zeish/zeish/template/ocisource"
 )
 
 // ociBuilderVersion is part of an OCI build's hash; bump it when this file
-// changes what it writes.
-const ociBuilderVersion = "zeish-oci-1"
+// changes what it writes. 2: keyed by the verified config and layer
+// digests and a cache scope instead of the manifest digest (issue 27).
+const ociBuilderVersion = "zeish-oci-2"
 
 // Transports an image can come from.
 const (
-	TransportDockerArchive = "docker-archive" // docker save output
-	TransportOCI           = "oci"            // an OCI image layout folder
-	TransportOCIArchive    = "oci-archive"    // an OCI image layout as a tar
-	TransportRegistry      = "registry"       // host/repo:tag or host/repo@digest
+	TransportDockerArchive = ocisource.TransportDockerArchive // docker save output
+	TransportOCI           = ocisource.TransportOCI           // an OCI image layout folder
+	TransportOCIArchive    = ocisource.TransportOCIArchive    // an OCI image layout as a tar
+	TransportRegistry      = ocisource.TransportRegistry      // host/repo:tag or host/repo@digest
 )
 
 // ErrBadSource says the source string itself is wrong (unknown transport,
 // empty reference): the API answers it with 400 before building.
-var ErrBadSource = errors.New("bad template source")
+var ErrBadSource = ocisource.ErrBadSource
 
 // ErrRegistryAuth says the registry refused the credentials (or wanted some).
-var ErrRegistryAuth = errors.New("registry refused access")
+var ErrRegistryAuth = ocisource.ErrRegistryAuth
+
+// ErrRegistryBlocked says the registry's address is in a blocked range
+// (loopback, private, link-local; ZEISH_REGISTRY_ALLOW_RANGES opens one).
+var ErrRegistryBlocked = ocisource.ErrRegistryBlocked
 
 // Source says where an image comes from.
 type Source struct {
@@ -97,13 +92,16 @@ func (s Source) String() string { return s.Transport + ":" + s.Ref }
 // ImageConfig is what a template keeps from the image config: exec defaults
 // and the default start command.
 type ImageConfig struct {
-	Digest     string   `json:"digest"` // the image (manifest) digest
-	Env        []string `json:"env,omitempty"`
-	WorkingDir string   `json:"working_dir,omitempty"`
-	User       string   `json:"user,omitempty"`
-	Entrypoint []string `json:"entrypoint,omitempty"`
-	Cmd        []string `json:"cmd,omitempty"`
-	LayerBytes int64    `json:"layer_bytes"` // compressed size of all layers
+	Digest string `json:"digest"` // the manifest's digest; a docker archive's: its config's
+	// ConfigDigest is the image config's digest: with the layers' diff_ids
+	// (both checked against what was read) it says what the build unpacked.
+	ConfigDigest string   `json:"config_digest,omitempty"`
+	Env          []string `json:"env,omitempty"`
+	WorkingDir   string   `json:"working_dir,omitempty"`
+	User         string   `json:"user,omitempty"`
+	Entrypoint   []string `json:"entrypoint,omitempty"`
+	Cmd          []string `json:"cmd,omitempty"`
+	LayerBytes   int64    `json:"layer_bytes"` // compressed size of all layers
 }
 
 // StartCmd is Entrypoint followed by Cmd, as a container runtime starts it.
@@ -126,12 +124,16 @@ type OCIOptions struct {
 	Base    BaseOptions // kernel, busybox, sandboxd and the cache folder
 	Source  Source
 	DiskMiB int // root filesystem size (the image must fit); default DiskMiB
-	// WorkDir holds an unpacked oci-archive while the build runs; default a
-	// temp folder in the cache, removed afterwards.
-	WorkDir  string
+	// Account is the account building: it scopes the cache (cacheScope).
+	Account string
+	// RegistryGuard refuses registry addresses in blocked ranges, checked
+	// on every connection; a registry source without one is refused.
+	RegistryGuard *dialguard.Guard
+	// Check, when set, sees the image once its metadata is read and
+	// checked, before any layer is: an error ends the build (the catalog
+	// checks the account's template bytes here).
+	Check    func(*ImageConfig) error
 	Progress func(Progress) // nil: none
-	// Transport is the registry client's HTTP transport (tests); nil: default.
-	Transport http.RoundTripper
 }
 
 // injectDir holds zeish's own files in an OCI template's root: a folder no
@@ -140,8 +142,10 @@ const injectDir = "/.zeish"
 
 // BuildOCI returns the cached template for the image opts.Source names,
 // building it if missing: kernel and initramfs like base, and the image's
-// layers unpacked onto an ext4 disk with sandboxd as init. Builds are keyed by
-// the image digest, the disk size and every base input.
+// layers unpacked onto an ext4 disk with sandboxd as init. Every blob is
+// checked against its digest (package ocisource); builds are keyed by what
+// they unpack (the config's digest and the layers' diff_ids), the disk
+// size, every base input, and the cache scope.
 func BuildOCI(ctx context.Context, opts OCIOptions) (*Artifacts, error) {
 	log := opts.Base.Logger
 	if log == nil {
@@ -163,39 +167,30 @@ func BuildOCI(ctx context.Context, opts OCIOptions) (*Artifacts, error) {
 		return nil, fmt.Errorf("template oci: %w", err)
 	}
 	progress(Progress{Step: "resolve", Message: "opening " + opts.Source.String()})
-	if opts.WorkDir == "" {
-		if err := os.MkdirAll(opts.Base.CacheDir, 0o755); err != nil {
-			return nil, err
-		}
-		w, err := os.MkdirTemp(opts.Base.CacheDir, ".src-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(w)
-		opts.WorkDir = w
-	}
-	img, err := openImage(ctx, opts.Source, opts.WorkDir, opts.Transport)
+	img, err := openImage(ctx, opts.Source, opts.RegistryGuard)
 	if err != nil {
 		return nil, fmt.Errorf("template oci: %w", err)
 	}
-	cfg, err := imageConfig(img)
-	if err != nil {
-		return nil, fmt.Errorf("template oci: %w", err)
+	defer img.Close()
+	cfg := imageConfig(img)
+	if opts.Check != nil {
+		if err := opts.Check(cfg); err != nil {
+			return nil, fmt.Errorf("template oci: %w", err)
+		}
 	}
-	h := sha256.New()
-	writeField(h, ociBuilderVersion)
-	writeField(h, in.hash())
-	writeField(h, cfg.Digest)
-	writeField(h, strconv.Itoa(opts.DiskMiB))
-	hash := hex.EncodeToString(h.Sum(nil))
+	hash := ociKey(in, img, opts.DiskMiB, cacheScope(opts.Source, opts.Account))
 	progress(Progress{Step: "resolve", Message: "image " + cfg.Digest})
 	a, built, err := ensureKind(ctx, log, opts.Base.CacheDir, "oci", hash, func(ctx context.Context, dir string) (*manifest, error) {
-		log.Info("template: building from image", keyHash, hash[:12], "source", opts.Source.String(), "digest", cfg.Digest)
+		log.Info("template: building from image", keyHash, hash[:12], "source", opts.Source.String(), "digest", cfg.Digest, "config", cfg.ConfigDigest)
 		return buildOCI(ctx, dir, in, img, cfg, opts.DiskMiB, hash, progress)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("template oci: %w", err)
 	}
+	// A shared build may have been made from another manifest of the same
+	// content (another compression): this build's own digests are the ones
+	// to report.
+	a.Image = cfg
 	if built {
 		log.Info("template: image built", keyDir, a.Dir, keyTook, time.Since(start).Round(time.Millisecond))
 	}
@@ -203,206 +198,65 @@ func BuildOCI(ctx context.Context, opts OCIOptions) (*Artifacts, error) {
 	return a, nil
 }
 
-// openImage resolves src to one linux/amd64 image.
-func openImage(ctx context.Context, src Source, work string, rt http.RoundTripper) (v1.Image, error) {
-	switch src.Transport {
-	case TransportDockerArchive:
-		if err := isFile(src.Ref); err != nil {
-			return nil, err
-		}
-		img, err := tarball.ImageFromPath(src.Ref, nil)
-		if err != nil {
-			return nil, fmt.Errorf("%s is not a docker archive: %v: %w", src.Ref, err, ErrBadImage)
-		}
-		return img, nil
-	case TransportOCI:
-		return layoutImage(src.Ref)
-	case TransportOCIArchive:
-		if err := isFile(src.Ref); err != nil {
-			return nil, err
-		}
-		dir := filepath.Join(work, "layout")
-		if err := untarLayout(ctx, src.Ref, dir); err != nil {
-			return nil, err
-		}
-		return layoutImage(dir)
-	case TransportRegistry:
-		ref, err := name.ParseReference(src.Ref)
-		if err != nil {
-			return nil, fmt.Errorf("%v: %w", err, ErrBadSource)
-		}
-		auth := authn.Anonymous
+// cacheScope says which builds may share a cached template. What a build
+// unpacked is fixed by its key (every blob was checked against the digests
+// the key holds), so sharing is safe by content; the scope is a second
+// line. A registry pull, checked end to end against the digests its
+// registry's manifest names, is shared by every account that pulls an
+// image of the same config and layers. A build from a file (an upload, or
+// the admin's path on the server) is its account's alone: no account's
+// upload ever satisfies another account's build.
+func cacheScope(src Source, account string) string {
+	if src.Transport == TransportRegistry {
+		return "registry"
+	}
+	return "account:" + account
+}
+
+// ociKey is the cache key of a build of img.
+func ociKey(in *inputs, img *ocisource.Image, diskMiB int, scope string) string {
+	h := sha256.New()
+	writeField(h, ociBuilderVersion)
+	writeField(h, in.hash())
+	writeField(h, scope)
+	writeField(h, img.ConfigDigest)
+	for _, l := range img.Layers {
+		writeField(h, l.DiffID)
+	}
+	writeField(h, strconv.Itoa(diskMiB))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// openImage resolves src to one linux/amd64 image, its metadata checked.
+func openImage(ctx context.Context, src Source, guard *dialguard.Guard) (*ocisource.Image, error) {
+	var reg ocisource.Registry
+	if src.Transport == TransportRegistry && guard != nil {
 		switch {
 		case src.Token != "":
-			auth = authn.FromConfig(authn.AuthConfig{RegistryToken: src.Token})
+			reg.Auth = authn.FromConfig(authn.AuthConfig{RegistryToken: src.Token})
 		case src.Username != "" || src.Password != "":
-			auth = &authn.Basic{Username: src.Username, Password: src.Password}
+			reg.Auth = &authn.Basic{Username: src.Username, Password: src.Password}
 		}
-		ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuth(auth),
-			remote.WithPlatform(v1.Platform{OS: "linux", Architecture: "amd64"})}
-		if rt != nil {
-			ropts = append(ropts, remote.WithTransport(rt))
-		}
-		img, err := remote.Image(ref, ropts...)
-		if err != nil {
-			var terr *transport.Error
-			if errors.As(err, &terr) && (terr.StatusCode == http.StatusUnauthorized || terr.StatusCode == http.StatusForbidden) {
-				return nil, fmt.Errorf("%s: the registry answered %d: %v: %w", src.Ref, terr.StatusCode, err, ErrRegistryAuth)
-			}
-			return nil, fmt.Errorf("pull %s: %v: %w", src.Ref, err, ErrBadImage)
-		}
-		return img, nil
+		t := guard.Transport()
+		defer t.CloseIdleConnections() // the layers' fetches open their own
+		reg.Transport = t
 	}
-	return nil, fmt.Errorf("unknown transport %q: %w", src.Transport, ErrBadSource)
+	img, err := ocisource.Open(ctx, src.Transport, src.Ref, reg)
+	if errors.Is(err, ErrRegistryBlocked) {
+		return nil, fmt.Errorf("%w (ZEISH_REGISTRY_ALLOW_RANGES opens a range)", err)
+	}
+	return img, err
 }
 
-func isFile(p string) error {
-	fi, err := os.Stat(p)
-	if err != nil {
-		return fmt.Errorf("%v: %w", err, ErrBadSource)
-	}
-	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a file: %w", p, ErrBadSource)
-	}
-	return nil
-}
-
-// layoutImage picks the linux/amd64 image (or the only one) of a layout.
-func layoutImage(dir string) (v1.Image, error) {
-	idx, err := layout.ImageIndexFromPath(dir)
-	if err != nil {
-		return nil, fmt.Errorf("%s is not an OCI image layout: %v: %w", dir, err, ErrBadImage)
-	}
-	return pickImage(idx, 0)
-}
-
-func pickImage(idx v1.ImageIndex, depth int) (v1.Image, error) {
-	if depth > 4 {
-		return nil, fmt.Errorf("image indexes nest too deep: %w", ErrBadImage)
-	}
-	m, err := idx.IndexManifest()
-	if err != nil {
-		return nil, fmt.Errorf("read index: %v: %w", err, ErrBadImage)
-	}
-	var fallback *v1.Descriptor
-	for i := range m.Manifests {
-		d := &m.Manifests[i]
-		if p := d.Platform; p != nil && (p.OS != "linux" || p.Architecture != "amd64") {
-			continue
-		}
-		switch d.MediaType {
-		case types.OCIImageIndex, types.DockerManifestList:
-			child, err := idx.ImageIndex(d.Digest)
-			if err != nil {
-				return nil, fmt.Errorf("read index %s: %v: %w", d.Digest, err, ErrBadImage)
-			}
-			return pickImage(child, depth+1)
-		case types.OCIManifestSchema1, types.DockerManifestSchema2:
-			if d.Platform != nil {
-				return idx.Image(d.Digest)
-			}
-			if fallback == nil {
-				fallback = d
-			}
-		}
-	}
-	if fallback == nil {
-		return nil, fmt.Errorf("no linux/amd64 image in the index: %w", ErrBadImage)
-	}
-	img, err := idx.Image(fallback.Digest)
-	if err != nil {
-		return nil, fmt.Errorf("read image %s: %v: %w", fallback.Digest, err, ErrBadImage)
-	}
-	return img, nil
-}
-
-var blobName = regexp.MustCompile(`^blobs/[a-z0-9]+/[a-f0-9]{32,128}$`)
-
-// untarLayout unpacks an OCI archive's layout into dir, streaming each blob
-// to its file. Only the names a layout has are accepted: nothing else can
-// be written, and no name can leave dir.
-func untarLayout(ctx context.Context, archive, dir string) error {
-	f, err := os.Open(archive)
-	if err != nil {
-		return fmt.Errorf("%v: %w", err, ErrBadSource)
-	}
-	defer f.Close()
-	tr := tar.NewReader(f)
-	seen := 0
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("%s is not an OCI archive: %v: %w", archive, err, ErrBadImage)
-		}
-		n := path.Clean(strings.TrimPrefix(h.Name, "./"))
-		if h.Typeflag == tar.TypeDir || n == "." {
-			continue
-		}
-		if h.Typeflag != tar.TypeReg && h.Typeflag != tar.TypeRegA {
-			return fmt.Errorf("%s: unexpected entry %q in an OCI archive: %w", archive, h.Name, ErrBadImage)
-		}
-		if n != "index.json" && n != "oci-layout" && !blobName.MatchString(n) {
-			continue // e.g. a manifest.json for docker: not ours to read
-		}
-		dst := filepath.Join(dir, filepath.FromSlash(n))
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return err
-		}
-		out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(out, tr)
-		if cerr := out.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return err
-		}
-		seen++
-	}
-	if _, err := os.Stat(filepath.Join(dir, "index.json")); err != nil || seen == 0 {
-		return fmt.Errorf("%s is not an OCI archive (no index.json): %w", archive, ErrBadImage)
-	}
-	return nil
-}
-
-func imageConfig(img v1.Image) (*ImageConfig, error) {
-	d, err := img.Digest()
-	if err != nil {
-		return nil, fmt.Errorf("image digest: %v: %w", err, ErrBadImage)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, fmt.Errorf("image config: %v: %w", err, ErrBadImage)
-	}
-	if cf.OS != "" && cf.OS != "linux" || cf.Architecture != "" && cf.Architecture != "amd64" {
-		return nil, fmt.Errorf("image is %s/%s, guests are linux/amd64: %w", cf.OS, cf.Architecture, ErrBadImage)
-	}
-	c := &ImageConfig{Digest: d.String(), Env: cf.Config.Env, WorkingDir: cf.Config.WorkingDir,
-		User: cf.Config.User, Entrypoint: cf.Config.Entrypoint, Cmd: cf.Config.Cmd}
-	layers, err := img.Layers()
-	if err != nil {
-		return nil, fmt.Errorf("image layers: %v: %w", err, ErrBadImage)
-	}
-	for _, l := range layers {
-		n, err := l.Size()
-		if err != nil {
-			return nil, fmt.Errorf("layer size: %v: %w", err, ErrBadImage)
-		}
-		c.LayerBytes += n
-	}
-	return c, nil
+// imageConfig is what a template keeps of img.
+func imageConfig(img *ocisource.Image) *ImageConfig {
+	c := img.Config.Config
+	return &ImageConfig{Digest: img.Digest, ConfigDigest: img.ConfigDigest, Env: c.Env, WorkingDir: c.WorkingDir,
+		User: c.User, Entrypoint: c.Entrypoint, Cmd: c.Cmd, LayerBytes: img.LayerBytes}
 }
 
 // buildOCI writes vmlinuz, initrd.img and base.qcow2 into dir.
-func buildOCI(ctx context.Context, dir string, in *inputs, img v1.Image, cfg *ImageConfig, diskMiB int, hash string,
+func buildOCI(ctx context.Context, dir string, in *inputs, img *ocisource.Image, cfg *ImageConfig, diskMiB int, hash string,
 	progress func(Progress)) (*manifest, error) {
 	m := &manifest{Kernel: "vmlinuz", Initrd: "initrd.img", BaseDisk: "base.qcow2",
 		KernelArgs: KernelArgs, KernelRelease: in.Release, DiskMiB: diskMiB, Image: cfg}
@@ -417,15 +271,12 @@ func buildOCI(ctx context.Context, dir string, in *inputs, img v1.Image, cfg *Im
 		return nil, err
 	}
 	defer os.RemoveAll(stage)
-	layers, err := img.Layers()
-	if err != nil {
-		return nil, fmt.Errorf("image layers: %v: %w", err, ErrBadImage)
-	}
 	// The disk must hold the files and what mkfs needs for itself (inode
 	// tables, journal): about 8 %.
 	u := newUnpacker(stage, int64(diskMiB)<<20*92/100)
-	for i, l := range layers {
-		if err := applyLayer(ctx, u, l, i+1, len(layers), progress); err != nil {
+	defer u.close()
+	for i, l := range img.Layers {
+		if err := applyLayer(ctx, u, l, i+1, len(img.Layers), progress); err != nil {
 			return nil, err
 		}
 	}
@@ -444,21 +295,26 @@ func buildOCI(ctx context.Context, dir string, in *inputs, img v1.Image, cfg *Im
 	return m, nil
 }
 
-func applyLayer(ctx context.Context, u *unpacker, l v1.Layer, i, n int, progress func(Progress)) error {
-	d, _ := l.Digest()
-	total, _ := l.Size()
-	rc, err := l.Compressed()
+// applyLayer unpacks layer l, checked against its digests as it streams:
+// a mismatch fails the build before anything is published (the staging
+// tree is removed with the build's temp folder).
+func applyLayer(ctx context.Context, u *unpacker, l ocisource.Layer, i, n int, progress func(Progress)) error {
+	d := l.Digest
+	if d == "" {
+		d = l.DiffID
+	}
+	rc, err := l.Blob(ctx)
 	if err != nil {
-		return fmt.Errorf("layer %d (%s): %v: %w", i, d, err, ErrBadImage)
+		return fmt.Errorf("layer %d (%s): %w", i, d, err)
 	}
 	defer rc.Close()
 	cr := &countingReader{r: rc, ctx: ctx, report: func(b int64) {
-		progress(Progress{Step: "layer", Layer: i, Layers: n, Bytes: b, Total: total})
+		progress(Progress{Step: "layer", Layer: i, Layers: n, Bytes: b, Total: l.Size})
 	}}
-	progress(Progress{Step: "layer", Layer: i, Layers: n, Total: total, Message: fmt.Sprintf("layer %d/%d %s", i, n, d)})
-	plain, err := decompress(cr)
+	progress(Progress{Step: "layer", Layer: i, Layers: n, Total: l.Size, Message: fmt.Sprintf("layer %d/%d %s", i, n, d)})
+	plain, err := ocisource.Verified(cr, l)
 	if err != nil {
-		return fmt.Errorf("layer %d (%s): %v: %w", i, d, err, ErrBadImage)
+		return fmt.Errorf("layer %d: %w", i, err)
 	}
 	defer plain.Close()
 	if err := u.apply(plain); err != nil {
@@ -467,11 +323,13 @@ func applyLayer(ctx context.Context, u *unpacker, l v1.Layer, i, n int, progress
 		}
 		return fmt.Errorf("layer %d (%s): %w", i, d, err)
 	}
-	// Drain: a digest check happens at EOF of the compressed stream.
-	if _, err := io.Copy(io.Discard, cr); err != nil {
-		return fmt.Errorf("layer %d (%s): %v: %w", i, d, err, ErrBadImage)
+	if err := plain.Finish(); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("layer %d: %w", i, err)
 	}
-	progress(Progress{Step: "layer", Layer: i, Layers: n, Bytes: cr.n, Total: total})
+	progress(Progress{Step: "layer", Layer: i, Layers: n, Bytes: cr.n, Total: l.Size})
 	return nil
 }
 
@@ -497,85 +355,5 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// injectAgent installs sandboxd and resize2fs (with its own libraries,
-// started through its own loader) under injectDir, and the folders the
-// guest's init mounts on, without replacing anything the image has.
-func injectAgent(root string, in *inputs) error {
-	base := filepath.Join(root, injectDir)
-	if _, err := os.Lstat(base); err == nil {
-		return fmt.Errorf("the image has %s, which zeish reserves: %w", injectDir, ErrBadImage)
-	}
-	if err := os.Mkdir(base, 0o755); err != nil {
-		return err
-	}
-	if err := writeGuestFile(root, injectDir+"/sandboxd", in.Sandboxd, 0o755); err != nil {
-		return err
-	}
-	for _, f := range in.Resize2fs {
-		dst := injectDir + "/lib/" + path.Base(f.GuestPath)
-		if f.GuestPath == "/sbin/resize2fs" {
-			dst = injectDir + "/resize2fs"
-		}
-		if err := writeGuestFile(root, dst, f.Data, 0o755); err != nil {
-			return err
-		}
-	}
-	// The initramfs moves /dev, /proc and /sys here; sandboxd mounts the
-	// rest. Missing ones are made, existing ones (even symlinks) kept.
-	for _, d := range []struct {
-		p    string
-		perm os.FileMode
-	}{{"dev", 0o755}, {"proc", 0o555}, {"sys", 0o555}, {"tmp", 0o777 | os.ModeSticky}, {"run", 0o755}, {"etc", 0o755}, {"root", 0o700}} {
-		p := filepath.Join(root, d.p)
-		if _, err := os.Lstat(p); err == nil {
-			continue
-		}
-		if err := os.Mkdir(p, d.perm); err != nil {
-			return err
-		}
-		if err := os.Chmod(p, d.perm); err != nil {
-			return err
-		}
-	}
-	// The agent rewrites hostname and hosts per sandbox; give images
-	// without them a start (never replacing the image's own).
-	for _, f := range etcFiles {
-		switch f.path {
-		case "/etc/hostname", "/etc/hosts", "/etc/resolv.conf":
-		default:
-			continue
-		}
-		p := filepath.Join(root, f.path)
-		if _, err := os.Lstat(p); err == nil {
-			continue
-		}
-		if err := os.WriteFile(p, []byte(f.data), 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // RegistryAuthError reports whether err is a registry refusing access.
 func RegistryAuthError(err error) bool { return errors.Is(err, ErrRegistryAuth) }
-
-// decompress opens a layer stream compressed with gzip, zstd or nothing,
-// told apart by their magic numbers.
-func decompress(r io.Reader) (io.ReadCloser, error) {
-	br := bufio.NewReaderSize(r, 64<<10)
-	magic, err := br.Peek(4)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	switch {
-	case len(magic) >= 2 && magic[0] == 0x1f && magic[1] == 0x8b:
-		return gzip.NewReader(br)
-	case len(magic) == 4 && magic[0] == 0x28 && magic[1] == 0xb5 && magic[2] == 0x2f && magic[3] == 0xfd:
-		d, err := zstd.NewReader(br)
-		if err != nil {
-			return nil, err
-		}
-		return d.IOReadCloser(), nil
-	}
-	return io.NopCloser(br), nil
-}

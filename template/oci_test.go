@@ -11,11 +11,23 @@ import (
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/zeish/zeish/internal/dialguard"
+	"github.com/zeish/zeish/internal/network"
 	"github.com/zeish/zeish/internal/testenv"
 	"github.com/zeish/zeish/internal/testenv/ociimg"
 	"github.com/zeish/zeish/internal/testskip"
 	"github.com/zeish/zeish/template"
 )
+
+// loopbackGuard refuses what guests may not reach but loopback, where the
+// tests' registries listen (ZEISH_REGISTRY_ALLOW_RANGES in a zeishd).
+func loopbackGuard(t testing.TB) *dialguard.Guard {
+	g, err := dialguard.New(network.DefaultBlocked, []string{"127.0.0.0/8", "::1/128"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
 
 func agentCopy(t *testing.T) string {
 	t.Helper()
@@ -40,9 +52,11 @@ func debugfs(t *testing.T, raw, cmd string) string {
 	return string(out)
 }
 
-// One image, four transports: the first builds, the rest find the build by
-// the image digest. The disk holds the image's files with their modes,
-// owners and xattrs, zeish's agent beside them, and nothing replaced.
+// One image, four transports: the first builds, the other files find its
+// build by what they unpack (config digest and diff_ids, all checked), and
+// the registry pull has a build of its own (the cache scope: files are an
+// account's, pulls are shared). The disk holds the image's files with their
+// modes, owners and xattrs, zeish's agent beside them, and nothing replaced.
 func TestBuildOCITransports(t *testing.T) {
 	testskip.Short(t, "runs mkfs.ext4 and qemu-img")
 	testenv.RequireQEMU(t)
@@ -63,6 +77,7 @@ func TestBuildOCITransports(t *testing.T) {
 		t.Run(src.Transport, func(t *testing.T) {
 			var steps []string
 			a, err := template.BuildOCI(context.Background(), template.OCIOptions{Base: base, Source: src, DiskMiB: 256,
+				Account: "acc_one", RegistryGuard: loopbackGuard(t),
 				Progress: func(p template.Progress) { steps = append(steps, p.Step) }})
 			if err != nil {
 				t.Fatal(err)
@@ -70,13 +85,21 @@ func TestBuildOCITransports(t *testing.T) {
 			if !slices.Contains(steps, "done") {
 				t.Errorf("no done step in %v", steps)
 			}
-			if first == nil {
+			switch {
+			case first == nil:
 				first = a
 				if !slices.Contains(steps, "layer") || !slices.Contains(steps, "disk") {
 					t.Errorf("first build reported %v", steps)
 				}
-			} else if a.Dir != first.Dir {
+			case src.Transport == template.TransportRegistry:
+				if a.Dir == first.Dir {
+					t.Errorf("a registry pull shares the build of an account's files: %s", a.Dir)
+				}
+			case a.Dir != first.Dir:
 				t.Errorf("same image built again: %s vs %s", a.Dir, first.Dir)
+			}
+			if !strings.HasPrefix(a.Image.ConfigDigest, "sha256:") || !strings.HasPrefix(a.Image.Digest, "sha256:") {
+				t.Errorf("digests %q %q", a.Image.Digest, a.Image.ConfigDigest)
 			}
 			c := a.Image
 			if c == nil || c.User != "app" || c.WorkingDir != "/work" || !slices.Contains(c.Env, "GREETING=hello from the image") ||
@@ -160,7 +183,8 @@ func TestBuildOCIBadInput(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cache := t.TempDir()
 			_, err := template.BuildOCI(context.Background(), template.OCIOptions{
-				Base: template.BaseOptions{CacheDir: cache, SandboxdPath: agentCopy(t)}, Source: tt.src, DiskMiB: tt.disk})
+				Base: template.BaseOptions{CacheDir: cache, SandboxdPath: agentCopy(t)}, Source: tt.src, DiskMiB: tt.disk,
+				RegistryGuard: loopbackGuard(t)})
 			if err == nil || !errors.Is(err, tt.is) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error %v, want %v mentioning %q", err, tt.is, tt.want)
 			}

@@ -14,7 +14,19 @@ import (
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/zeish/zeish/internal/dialguard"
 )
+
+// loopback is a registry guard that opens loopback, where test registries
+// listen.
+func loopback(t testing.TB) *dialguard.Guard {
+	g, err := dialguard.New([]string{"127.0.0.0/8"}, []string{"127.0.0.0/8", "::1/128"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
 
 func TestRegistryCredentials(t *testing.T) {
 	for _, c := range []struct{ secret, user, pass, token string }{
@@ -53,10 +65,10 @@ func TestRegistryBearerToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := openImage(ctx, Source{Transport: TransportRegistry, Ref: ref, Token: token}, t.TempDir(), nil); err != nil {
+	if _, err := openImage(ctx, Source{Transport: TransportRegistry, Ref: ref, Token: token}, loopback(t)); err != nil {
 		t.Fatalf("with the token: %v", err)
 	}
-	if _, err := openImage(ctx, Source{Transport: TransportRegistry, Ref: ref, Token: "wrong"}, t.TempDir(), nil); !errors.Is(err, ErrRegistryAuth) {
+	if _, err := openImage(ctx, Source{Transport: TransportRegistry, Ref: ref, Token: "wrong"}, loopback(t)); !errors.Is(err, ErrRegistryAuth) {
 		t.Fatalf("with a wrong token: %v, want ErrRegistryAuth", err)
 	}
 }

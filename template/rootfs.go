@@ -2,11 +2,16 @@ package template
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/zeish/zeish/template/inroot"
+	"golang.org/x/sys/unix"
 )
 
 // DiskMiB is the size of the base root filesystem. Sandboxes with bigger
@@ -41,16 +46,20 @@ var rootDirs = []struct {
 
 // stageRootfs fills dir with the tree that mkfs.ext4 -d copies into the image.
 func stageRootfs(ctx context.Context, dir string, in *inputs) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	root, err := inroot.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
 	for _, d := range rootDirs {
-		p := filepath.Join(dir, d.path)
-		if err := os.MkdirAll(p, 0o755); err != nil {
-			return err
-		}
-		if err := os.Chmod(p, d.perm); err != nil {
+		if err := guestDir(root, d.path, d.perm); err != nil {
 			return err
 		}
 	}
-	if err := writeGuestFile(dir, "/bin/busybox", in.Busybox, 0o755); err != nil {
+	if err := writeGuestFile(root, "/bin/busybox", in.Busybox, 0o755); err != nil {
 		return err
 	}
 	out, err := exec.CommandContext(ctx, in.BusyboxPath, "--list-full").Output()
@@ -62,54 +71,98 @@ func stageRootfs(ctx context.Context, dir string, in *inputs) error {
 		if applet == "sbin/init" || applet == "linuxrc" || applet == "bin/busybox" {
 			continue
 		}
-		if err := guestSymlink(dir, "/"+applet, "/bin/busybox"); err != nil {
+		if err := guestSymlink(root, "/"+applet, "/bin/busybox"); err != nil {
 			return err
 		}
 	}
 	// Real files replace applet symlinks of the same name.
 	for _, f := range in.Resize2fs {
-		if err := writeGuestFile(dir, f.GuestPath, f.Data, 0o755); err != nil {
+		if err := writeGuestFile(root, f.GuestPath, f.Data, 0o755); err != nil {
 			return err
 		}
 	}
-	if err := writeGuestFile(dir, "/usr/sbin/sandboxd", in.Sandboxd, 0o755); err != nil {
+	if err := writeGuestFile(root, "/usr/sbin/sandboxd", in.Sandboxd, 0o755); err != nil {
 		return err
 	}
-	if err := guestSymlink(dir, "/sbin/init", "/usr/sbin/sandboxd"); err != nil {
+	if err := guestSymlink(root, "/sbin/init", "/usr/sbin/sandboxd"); err != nil {
 		return err
 	}
 	for _, f := range etcFiles {
-		if err := writeGuestFile(dir, f.path, []byte(f.data), 0o644); err != nil {
+		if err := writeGuestFile(root, f.path, []byte(f.data), 0o644); err != nil {
 			return err
 		}
 	}
 	// resize2fs (online) and mount look for mounted filesystems here.
-	return guestSymlink(dir, "/etc/mtab", "/proc/self/mounts")
+	return guestSymlink(root, "/etc/mtab", "/proc/self/mounts")
 }
 
-func writeGuestFile(root, guestPath string, data []byte, perm os.FileMode) error {
-	p := filepath.Join(root, guestPath)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return err
+// guestParent opens the folder that holds guestPath inside root (making
+// missing folders on the way) and returns it with the entry's name.
+func guestParent(root *inroot.Root, guestPath string) (*inroot.Dir, string, error) {
+	parent, name := path.Split(path.Clean("/" + guestPath))
+	if name == "" {
+		return nil, "", fmt.Errorf("guest path %q names the root", guestPath)
 	}
-	if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
-		return err
+	dir, err := root.Dir(parent, true)
+	if err != nil {
+		return nil, "", err
 	}
-	if err := os.WriteFile(p, data, perm); err != nil {
-		return err
-	}
-	return os.Chmod(p, perm)
+	return dir, name, nil
 }
 
-func guestSymlink(root, guestPath, target string) error {
-	p := filepath.Join(root, guestPath)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+// writeGuestFile writes data at guestPath in root, replacing a file or
+// symlink there; the path is resolved inside root.
+func writeGuestFile(root *inroot.Root, guestPath string, data []byte, perm os.FileMode) error {
+	dir, name, err := guestParent(root, guestPath)
+	if err != nil {
 		return err
 	}
-	if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+	defer dir.Close()
+	return dir.WriteFile(name, data, perm)
+}
+
+// guestSymlink makes guestPath in root a symlink to target, replacing a
+// file or symlink there.
+func guestSymlink(root *inroot.Root, guestPath, target string) error {
+	dir, name, err := guestParent(root, guestPath)
+	if err != nil {
 		return err
 	}
-	return os.Symlink(target, p)
+	defer dir.Close()
+	if err := dir.Remove(name); err != nil && !errors.Is(err, unix.ENOENT) {
+		return err
+	}
+	return dir.Symlink(target, name)
+}
+
+// guestDir makes the folder guestPath in root (its parents too) and gives
+// it perm exactly (the umask does not apply); one already there keeps its
+// contents.
+func guestDir(root *inroot.Root, guestPath string, perm os.FileMode) error {
+	dir, name, err := guestParent(root, guestPath)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	if err := dir.Mkdir(name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+		return err
+	}
+	return dir.Chmod(name, unixMode(perm))
+}
+
+// unixMode is perm as chmod(2) takes it.
+func unixMode(perm os.FileMode) uint32 {
+	m := uint32(perm.Perm())
+	if perm&os.ModeSetuid != 0 {
+		m |= unix.S_ISUID
+	}
+	if perm&os.ModeSetgid != 0 {
+		m |= unix.S_ISGID
+	}
+	if perm&os.ModeSticky != 0 {
+		m |= unix.S_ISVTX
+	}
+	return m
 }
 
 // makeDisk turns the staged tree into an ext4 filesystem without mounting

@@ -7,16 +7,17 @@ import (
 	"io"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/zeish/zeish/template/inroot"
+	"github.com/zeish/zeish/template/ocisource"
 	"golang.org/x/sys/unix"
 )
 
 // ErrBadImage says the image itself is unusable: not an image, a layer that
 // escapes the root, more data than the disk holds. The message says which.
-var ErrBadImage = errors.New("bad image")
+var ErrBadImage = ocisource.ErrBadImage
 
 // OCI whiteout markers (image-spec layer.md).
 const (
@@ -28,25 +29,31 @@ const (
 // overlay would show them: later layers win, whiteouts delete, opaque
 // markers hide everything lower in their folder.
 //
-// Paths are resolved inside root as the guest will see them: an absolute
-// symlink points into root, not at the host. A name or a relative symlink
-// that climbs above root is refused rather than clamped, since no valid
-// image needs one and a clamped write would land somewhere the author did not
-// mean.
+// Every path is resolved inside root as the guest will see it (package
+// inroot): an absolute symlink points into root, not at the host, and ".."
+// stops at root, so nothing a layer holds can create, change or remove a
+// file outside it. On top of that, a name or a relative symlink that climbs
+// above root is refused rather than clamped, since no valid image needs one
+// and a clamped write would land somewhere the author did not mean.
 type unpacker struct {
-	root  string
-	limit int64 // bytes the disk holds; exceeding it fails the build
-	used  int64 // bytes of file data and inodes written so far
-	owner bool  // chown entries (only root may)
+	path  string
+	root  *inroot.Root // opened by the first apply
+	limit int64        // bytes the disk holds; exceeding it fails the build
+	used  int64        // bytes of file data and inodes written so far
+	owner bool         // chown entries (only root may)
 
 	layer   map[string]bool // paths written by the layer being applied
 	skipped int             // device nodes left out
 	dirs    []dirTime       // folder mtimes, set after their contents
 }
 
+// dirTime is a folder's mtime to set once its contents are in: the folder
+// by where it really is and by its inode, so a folder a later layer
+// replaced (with a symlink, say) is skipped instead of followed.
 type dirTime struct {
-	path string
-	t    time.Time
+	rel      string
+	dev, ino uint64
+	t        time.Time
 }
 
 // inodeCost is what each entry is charged against the disk besides its data:
@@ -54,11 +61,34 @@ type dirTime struct {
 const inodeCost = 512
 
 func newUnpacker(root string, limit int64) *unpacker {
-	return &unpacker{root: root, limit: limit, owner: os.Geteuid() == 0}
+	return &unpacker{path: root, limit: limit, owner: os.Geteuid() == 0}
+}
+
+func (u *unpacker) open() error {
+	if u.root != nil {
+		return nil
+	}
+	r, err := inroot.Open(u.path)
+	if err != nil {
+		return err
+	}
+	u.root = r
+	return nil
+}
+
+// close releases the root; finish calls it.
+func (u *unpacker) close() {
+	if u.root != nil {
+		u.root.Close()
+		u.root = nil
+	}
 }
 
 // apply reads one uncompressed layer as a stream and applies it.
 func (u *unpacker) apply(r io.Reader) error {
+	if err := u.open(); err != nil {
+		return err
+	}
 	u.layer = map[string]bool{}
 	tr := tar.NewReader(r)
 	for {
@@ -75,18 +105,33 @@ func (u *unpacker) apply(r io.Reader) error {
 	}
 }
 
-// finish sets folder mtimes, which writing their contents changed.
+// finish sets folder mtimes, which writing their contents changed, and
+// releases the root. A folder is found again inside the root, and skipped
+// unless it is still the one made (a later layer may have put a symlink or
+// another folder at its path).
 func (u *unpacker) finish() {
+	if u.open() != nil {
+		return
+	}
+	defer u.close()
 	for i := len(u.dirs) - 1; i >= 0; i-- {
 		d := u.dirs[i]
-		unix.Lutimes(d.path, []unix.Timeval{unix.NsecToTimeval(d.t.UnixNano()), unix.NsecToTimeval(d.t.UnixNano())})
+		parentRel, name := path.Split(d.rel)
+		parent, err := u.root.Dir(parentRel, false)
+		if err != nil {
+			continue
+		}
+		if st, err := parent.Lstat(name); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && st.Dev == d.dev && st.Ino == d.ino {
+			parent.Utimes(name, d.t)
+		}
+		parent.Close()
 	}
 }
 
 // cleanName turns a tar entry name into a slash path relative to root,
 // refusing one that climbs above it.
 func cleanName(name string) (string, error) {
-	c := path.Clean(strings.TrimPrefix(name, "/")) // "/etc" in a layer is root's etc
+	c := path.Clean(strings.TrimLeft(name, "/")) // "/etc" (or "//etc") in a layer is root's etc
 	if c == ".." || strings.HasPrefix(c, "../") {
 		return "", fmt.Errorf("layer entry %q climbs above the root: %w", name, ErrBadImage)
 	}
@@ -104,28 +149,54 @@ func (u *unpacker) charge(n int64) error {
 	return nil
 }
 
+// resolve opens folder rel inside the root (see inroot.Root.Dir); a path
+// the image made impossible (a file where a folder must be, a symlink
+// loop, a missing folder) is the image's fault.
+func (u *unpacker) resolve(rel string, create bool) (*inroot.Dir, error) {
+	d, err := u.root.Dir(rel, create)
+	if err != nil {
+		for _, e := range []error{unix.ENOTDIR, unix.ELOOP, unix.ENOENT, unix.ENAMETOOLONG} {
+			if errors.Is(err, e) {
+				return nil, fmt.Errorf("%v: %w", err, ErrBadImage)
+			}
+		}
+		return nil, err
+	}
+	return d, nil
+}
+
 func (u *unpacker) entry(tr *tar.Reader, h *tar.Header) error {
 	rel, err := cleanName(h.Name)
 	if err != nil {
 		return err
 	}
-	if rel == "" || rel == "." {
-		if h.Typeflag == tar.TypeDir {
-			return u.meta(u.root, h) // the root folder's own mode and owner
+	if rel == "" {
+		if h.Typeflag != tar.TypeDir {
+			return nil
 		}
-		return nil
+		top, err := u.resolve("", false)
+		if err != nil {
+			return err
+		}
+		defer top.Close()
+		return u.meta(top, ".", h) // the root folder's own mode and owner
 	}
 	dirRel, base := path.Split(rel)
-	dir, err := u.resolve(strings.TrimSuffix(dirRel, "/"), true)
+	dirRel = strings.TrimSuffix(dirRel, "/")
+	dir, err := u.resolve(dirRel, true)
 	if err != nil {
 		return fmt.Errorf("layer entry %q: %w", h.Name, err)
 	}
+	defer dir.Close()
 	if base == opaqueMarker {
-		return u.opaque(dir, strings.TrimSuffix(dirRel, "/"))
+		return u.opaque(dir, dirRel)
 	}
-	if strings.HasPrefix(base, whiteoutPrefix) {
-		victim := filepath.Join(dir, strings.TrimPrefix(base, whiteoutPrefix))
-		if err := os.RemoveAll(victim); err != nil {
+	if victim, ok := strings.CutPrefix(base, whiteoutPrefix); ok {
+		// ".wh.." and ".wh..." would name the folder itself or its parent.
+		if victim == "" || victim == "." || victim == ".." {
+			return fmt.Errorf("whiteout %q names no entry: %w", h.Name, ErrBadImage)
+		}
+		if err := dir.RemoveAll(victim); err != nil {
 			return fmt.Errorf("whiteout %q: %w", h.Name, err)
 		}
 		return nil
@@ -133,23 +204,26 @@ func (u *unpacker) entry(tr *tar.Reader, h *tar.Header) error {
 	if err := u.charge(h.Size); err != nil {
 		return err
 	}
-	dst := filepath.Join(dir, base)
 	u.layer[rel] = true
 	// An existing entry is replaced, except a folder by a folder (its
 	// contents stay: layers merge).
-	if fi, err := os.Lstat(dst); err == nil && !(fi.IsDir() && h.Typeflag == tar.TypeDir) {
-		if err := os.RemoveAll(dst); err != nil {
+	if st, err := dir.Lstat(base); err == nil && !(st.Mode&unix.S_IFMT == unix.S_IFDIR && h.Typeflag == tar.TypeDir) {
+		if err := dir.RemoveAll(base); err != nil {
 			return err
 		}
 	}
 	switch h.Typeflag {
 	case tar.TypeDir:
-		if err := os.Mkdir(dst, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		if err := dir.Mkdir(base, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
 			return err
 		}
-		u.dirs = append(u.dirs, dirTime{dst, h.ModTime})
+		st, err := dir.Lstat(base)
+		if err != nil {
+			return err
+		}
+		u.dirs = append(u.dirs, dirTime{rel: path.Join(dir.Rel(), base), dev: st.Dev, ino: st.Ino, t: h.ModTime})
 	case tar.TypeReg, tar.TypeRegA:
-		f, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		f, err := dir.Create(base, 0o600)
 		if err != nil {
 			return err
 		}
@@ -161,10 +235,10 @@ func (u *unpacker) entry(tr *tar.Reader, h *tar.Header) error {
 			return fmt.Errorf("write %s: %w", rel, err)
 		}
 	case tar.TypeSymlink:
-		if err := u.checkSymlink(rel, h.Linkname); err != nil {
+		if err := checkSymlink(path.Join(dir.Rel(), base), h.Linkname); err != nil {
 			return err
 		}
-		if err := os.Symlink(h.Linkname, dst); err != nil {
+		if err := dir.Symlink(h.Linkname, base); err != nil {
 			return err
 		}
 	case tar.TypeLink:
@@ -173,19 +247,22 @@ func (u *unpacker) entry(tr *tar.Reader, h *tar.Header) error {
 			return err
 		}
 		tdirRel, tbase := path.Split(target)
+		if tbase == "" {
+			return fmt.Errorf("hard link %q: target %q is the root: %w", h.Name, h.Linkname, ErrBadImage)
+		}
 		tdir, err := u.resolve(strings.TrimSuffix(tdirRel, "/"), false)
 		if err != nil {
 			return fmt.Errorf("hard link %q to %q: %w", h.Name, h.Linkname, err)
 		}
-		src := filepath.Join(tdir, tbase)
-		if fi, err := os.Lstat(src); err != nil || fi.IsDir() {
+		defer tdir.Close()
+		if st, err := tdir.Lstat(tbase); err != nil || st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			return fmt.Errorf("hard link %q: target %q is missing or a folder: %w", h.Name, h.Linkname, ErrBadImage)
 		}
 		// link(2) does not follow a symlink target: the link is to the
 		// entry itself, as tar means.
-		return os.Link(src, dst)
+		return dir.Link(tdir, tbase, base)
 	case tar.TypeFifo:
-		if err := unix.Mkfifo(dst, uint32(h.Mode&0o7777)); err != nil {
+		if err := dir.Mkfifo(base, uint32(h.Mode&0o7777)); err != nil {
 			return err
 		}
 	case tar.TypeChar, tar.TypeBlock:
@@ -197,76 +274,64 @@ func (u *unpacker) entry(tr *tar.Reader, h *tar.Header) error {
 	default:
 		return fmt.Errorf("layer entry %q has unsupported type %q: %w", h.Name, h.Typeflag, ErrBadImage)
 	}
-	return u.meta(dst, h)
+	return u.meta(dir, base, h)
 }
 
-// meta sets owner, mode, extended attributes and times. chown comes first:
-// it clears setuid and setgid bits.
-func (u *unpacker) meta(p string, h *tar.Header) error {
+// meta sets owner, mode, extended attributes and times of the entry name
+// in dir ("." for dir itself). chown comes first: it clears setuid and
+// setgid bits.
+func (u *unpacker) meta(dir *inroot.Dir, name string, h *tar.Header) error {
 	if u.owner {
-		if err := os.Lchown(p, h.Uid, h.Gid); err != nil {
+		if err := dir.Lchown(name, h.Uid, h.Gid); err != nil {
 			return err
 		}
 	}
 	for k, v := range h.PAXRecords {
-		name, ok := strings.CutPrefix(k, "SCHILY.xattr.")
+		attr, ok := strings.CutPrefix(k, "SCHILY.xattr.")
 		if !ok {
 			continue
 		}
 		// ext4 keeps user., trusted. and security. attributes; others
 		// (and ones the staging folder cannot take) are dropped.
-		if err := unix.Lsetxattr(p, name, []byte(v), 0); err != nil && !errors.Is(err, unix.ENOTSUP) && !errors.Is(err, unix.EPERM) {
-			return fmt.Errorf("set xattr %s on %s: %w", name, h.Name, err)
+		if err := dir.Setxattr(name, attr, []byte(v)); err != nil && !errors.Is(err, unix.ENOTSUP) && !errors.Is(err, unix.EPERM) {
+			return fmt.Errorf("set xattr %s on %s: %w", attr, h.Name, err)
 		}
 	}
 	if h.Typeflag == tar.TypeSymlink {
-		t := unix.NsecToTimeval(h.ModTime.UnixNano())
-		return unix.Lutimes(p, []unix.Timeval{t, t})
+		return dir.Utimes(name, h.ModTime)
 	}
-	if err := os.Chmod(p, fileMode(h.Mode)); err != nil {
+	if err := dir.Chmod(name, uint32(h.Mode&0o7777)); err != nil {
 		return err
 	}
 	if h.Typeflag != tar.TypeDir {
-		return os.Chtimes(p, h.ModTime, h.ModTime)
+		return dir.Utimes(name, h.ModTime)
 	}
 	return nil
 }
 
-// fileMode converts tar's Unix mode bits to Go's.
-func fileMode(m int64) os.FileMode {
-	mode := os.FileMode(m & 0o777)
-	if m&0o4000 != 0 {
-		mode |= os.ModeSetuid
-	}
-	if m&0o2000 != 0 {
-		mode |= os.ModeSetgid
-	}
-	if m&0o1000 != 0 {
-		mode |= os.ModeSticky
-	}
-	return mode
-}
-
-// opaque removes what lower layers put into dir, keeping this layer's.
-func (u *unpacker) opaque(dir, rel string) error {
-	entries, err := os.ReadDir(dir)
+// opaque removes what lower layers put into dir (at lexical path rel, as
+// this layer's entries name it), keeping this layer's.
+func (u *unpacker) opaque(dir *inroot.Dir, rel string) error {
+	names, err := dir.Names()
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
 		return err
 	}
-	for _, e := range entries {
-		childRel := path.Join(rel, e.Name())
-		child := filepath.Join(dir, e.Name())
+	for _, name := range names {
+		childRel := path.Join(rel, name)
 		if !u.layer[childRel] {
-			if err := os.RemoveAll(child); err != nil {
+			if err := dir.RemoveAll(name); err != nil {
 				return err
 			}
 			continue
 		}
-		if e.IsDir() {
-			if err := u.opaque(child, childRel); err != nil {
+		if st, err := dir.Lstat(name); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			sub, err := dir.Sub(name)
+			if err != nil {
+				return err
+			}
+			err = u.opaque(sub, childRel)
+			sub.Close()
+			if err != nil {
 				return err
 			}
 		}
@@ -274,20 +339,19 @@ func (u *unpacker) opaque(dir, rel string) error {
 	return nil
 }
 
-// checkSymlink refuses a relative symlink at rel whose target climbs above
-// the root. Absolute targets are fine: the guest resolves them in its root,
-// and so does resolve.
-func (u *unpacker) checkSymlink(rel, target string) error {
+// checkSymlink refuses a relative symlink at rel, where it really is
+// (its folder's symlinks resolved), whose target climbs above the root.
+// Absolute targets are fine: the guest resolves them in its root, and so
+// does every write here. The refusal is a verdict on the image, not the
+// containment: a link that slipped through would still resolve inside.
+func checkSymlink(rel, target string) error {
 	if target == "" {
 		return fmt.Errorf("symlink %q has an empty target: %w", rel, ErrBadImage)
 	}
 	if path.IsAbs(target) {
 		return nil
 	}
-	depth := strings.Count(path.Dir("/"+rel), "/")
-	if path.Dir("/"+rel) == "/" {
-		depth = 0
-	}
+	depth := strings.Count(rel, "/") // folders above the link
 	for _, part := range strings.Split(target, "/") {
 		switch part {
 		case "..":
@@ -301,72 +365,4 @@ func (u *unpacker) checkSymlink(rel, target string) error {
 		}
 	}
 	return nil
-}
-
-// resolve returns the host path of folder rel inside root, following
-// symlinks as the guest would (absolute ones from root, ".." stopping at
-// root). With create, missing folders are made (mode 0755, like tar).
-func (u *unpacker) resolve(rel string, create bool) (string, error) {
-	cur := ""             // resolved, relative to root
-	todo := splitRel(rel) // components still to walk
-	hops := 0
-	for len(todo) > 0 {
-		part := todo[0]
-		todo = todo[1:]
-		switch part {
-		case ".", "":
-			continue
-		case "..":
-			// Names and relative symlinks that climb were refused on the
-			// way in; what is left is an absolute target's "..", which
-			// the guest's kernel stops at its root, and so does this.
-			cur = path.Dir(cur)
-			if cur == "." {
-				cur = ""
-			}
-			continue
-		}
-		next := path.Join(cur, part)
-		host := filepath.Join(u.root, next)
-		fi, err := os.Lstat(host)
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-			if !create {
-				return "", fmt.Errorf("%q does not exist: %w", next, ErrBadImage)
-			}
-			if err := os.Mkdir(host, 0o755); err != nil {
-				return "", err
-			}
-			cur = next
-		case err != nil:
-			return "", err
-		case fi.Mode()&os.ModeSymlink != 0:
-			if hops++; hops > 40 {
-				return "", fmt.Errorf("too many symlinks resolving %q: %w", rel, ErrBadImage)
-			}
-			target, err := os.Readlink(host)
-			if err != nil {
-				return "", err
-			}
-			if path.IsAbs(target) {
-				cur = ""
-			}
-			todo = append(splitRel(target), todo...)
-		case fi.IsDir():
-			cur = next
-		default:
-			return "", fmt.Errorf("%q is not a folder: %w", next, ErrBadImage)
-		}
-	}
-	return filepath.Join(u.root, cur), nil
-}
-
-func splitRel(p string) []string {
-	var out []string
-	for _, s := range strings.Split(p, "/") {
-		if s != "" {
-			out = append(out, s)
-		}
-	}
-	return out
 }

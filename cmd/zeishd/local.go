@@ -11,7 +11,9 @@ import (
 
 	"github.com/zeish/zeish/guest/desktop"
 	"github.com/zeish/zeish/internal/catalog"
+	"github.com/zeish/zeish/internal/dialguard"
 	"github.com/zeish/zeish/internal/imagestore"
+	"github.com/zeish/zeish/internal/network"
 	"github.com/zeish/zeish/internal/node"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/template"
@@ -127,6 +129,10 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 	if err != nil || parallel < 1 {
 		return nil, fmt.Errorf("ZEISH_TEMPLATE_BUILDS: want a positive number, got %q", os.Getenv("ZEISH_TEMPLATE_BUILDS"))
 	}
+	limits, err := templateLimits()
+	if err != nil {
+		return nil, err
+	}
 	netw, err := openNetwork(ctx, log)
 	if err != nil {
 		return nil, err
@@ -186,11 +192,38 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 	if shared {
 		host = nodeID
 	}
-	if err := cat.StartBuilds(ctx, catalog.BuildOptions{Dir: filepath.Join(dataDir, "template-builds"), Parallel: parallel, Warmer: n, Host: host,
-		Ready: n.PublishTemplate}); err != nil {
+	limits.Dir, limits.Parallel, limits.Warmer, limits.Host, limits.Ready = filepath.Join(dataDir, "template-builds"), parallel, n, host, n.PublishTemplate
+	if err := cat.StartBuilds(ctx, limits); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("template builds: %w", err)
 	}
 	l.closers = append(l.closers, cat.Close) // interrupted builds resume on the next start
 	return l, nil
+}
+
+// templateLimits reads what bounds template builds: the registry ranges a
+// pull may reach (the guests' blocked ranges, less ZEISH_REGISTRY_ALLOW_RANGES),
+// the build deadline and the per-account template quotas.
+func templateLimits() (catalog.BuildOptions, error) {
+	var o catalog.BuildOptions
+	guard, err := dialguard.New(network.DefaultBlocked, list(os.Getenv("ZEISH_REGISTRY_ALLOW_RANGES")))
+	if err != nil {
+		return o, fmt.Errorf("ZEISH_REGISTRY_ALLOW_RANGES: %w", err)
+	}
+	o.RegistryGuard = guard
+	if o.Timeout, err = time.ParseDuration(env("ZEISH_TEMPLATE_BUILD_TIMEOUT", catalog.DefaultBuildTimeout.String())); err != nil || o.Timeout <= 0 {
+		return o, fmt.Errorf("ZEISH_TEMPLATE_BUILD_TIMEOUT: want a duration (30m), got %q", os.Getenv("ZEISH_TEMPLATE_BUILD_TIMEOUT"))
+	}
+	if o.Quota.Templates, err = strconv.Atoi(env("ZEISH_PLAN_TEMPLATES", "20")); err != nil || o.Quota.Templates < 0 {
+		return o, fmt.Errorf("ZEISH_PLAN_TEMPLATES: want a number of templates per account, 0 for no cap, got %q", os.Getenv("ZEISH_PLAN_TEMPLATES"))
+	}
+	mib, err := strconv.ParseInt(env("ZEISH_PLAN_TEMPLATE_MIB", "65536"), 10, 64)
+	if err != nil || mib < 0 {
+		return o, fmt.Errorf("ZEISH_PLAN_TEMPLATE_MIB: want MiB of template images per account, 0 for no cap, got %q", os.Getenv("ZEISH_PLAN_TEMPLATE_MIB"))
+	}
+	o.Quota.Bytes = mib << 20
+	if o.Quota.Uploads, err = strconv.Atoi(env("ZEISH_PLAN_TEMPLATE_UPLOADS", "2")); err != nil || o.Quota.Uploads < 0 {
+		return o, fmt.Errorf("ZEISH_PLAN_TEMPLATE_UPLOADS: want a number of uploads per account at once, 0 for no cap, got %q", os.Getenv("ZEISH_PLAN_TEMPLATE_UPLOADS"))
+	}
+	return o, nil
 }

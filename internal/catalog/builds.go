@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/dialguard"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/template"
@@ -23,11 +24,13 @@ import (
 // Builds folder layout (<data dir>/template-builds):
 //
 //	<template id>/build.log   one JSON Event per line, kept after the build
-//	<template id>/image.tar   an uploaded archive, removed once built
-//	<template id>/work/       an oci-archive unpacked while building
+//	<template id>/image.tar   an uploaded archive (read in place), removed once built
+//	<template id>/spec.json   what a restart needs to build it again
 //
 // The built files themselves live in the template cache (oci-<hash>/),
-// shared by every template of the same image digest and disk size.
+// shared by the templates whose builds unpacked the same checked content
+// onto the same disk size within one cache scope (template.cacheScope:
+// registry pulls are shared by every account, uploads stay their account's).
 
 // Event is one line of a template's build log and of its event stream.
 type Event struct {
@@ -74,7 +77,20 @@ type BuildOptions struct {
 	// Ready hears of every build that ended ready (a node uploads the
 	// template's files to the image store the cluster shares); nil: none.
 	Ready func(sandbox.Template)
+	// RegistryGuard refuses registry addresses in blocked ranges, on every
+	// connection a pull makes; nil: registry builds fail (registry_blocked).
+	RegistryGuard *dialguard.Guard
+	// Timeout bounds a build's image part (open, pull, unpack, disk): past
+	// it the build fails with error_code build_timeout and frees its slot.
+	// Default DefaultBuildTimeout. (The warm step has its own bounds: the
+	// boot timeout and ready_timeout_seconds.)
+	Timeout time.Duration
+	// Quota bounds each account's templates (zero fields: no bound).
+	Quota Quota
 }
+
+// DefaultBuildTimeout is a build's deadline unless BuildOptions says.
+const DefaultBuildTimeout = 30 * time.Minute
 
 // Warmer boots a built template, runs its start command, waits for its
 // ready command and saves the machine (node.Warm). unpin is called once the
@@ -87,11 +103,14 @@ type Warmer interface {
 }
 
 type builds struct {
-	dir    string
-	host   string
-	sem    chan struct{}
-	warmer Warmer
-	ready  func(sandbox.Template)
+	dir     string
+	host    string
+	sem     chan struct{}
+	warmer  Warmer
+	guard   *dialguard.Guard
+	timeout time.Duration
+	quota   *quotas
+	ready   func(sandbox.Template)
 
 	mu      sync.Mutex
 	cancels map[string]context.CancelFunc
@@ -111,10 +130,14 @@ func (c *Catalog) StartBuilds(ctx context.Context, opts BuildOptions) error {
 	if opts.Parallel <= 0 {
 		opts.Parallel = 2
 	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultBuildTimeout
+	}
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return err
 	}
 	c.b = &builds{dir: opts.Dir, host: opts.Host, sem: make(chan struct{}, opts.Parallel), warmer: opts.Warmer, ready: opts.Ready,
+		guard: opts.RegistryGuard, timeout: opts.Timeout, quota: newQuotas(opts.Quota),
 		cancels: map[string]context.CancelFunc{}, changed: map[string]chan struct{}{}}
 	all, err := c.store.ListTemplates(ctx)
 	if err != nil {
@@ -126,7 +149,7 @@ func (c *Catalog) StartBuilds(ctx context.Context, opts BuildOptions) error {
 		}
 		req, ok := c.resumable(ctx, t)
 		if !ok {
-			c.finish(t, nil, nil, errors.New("interrupted by a zeishd restart; registry credentials are not kept (or its registry_secret is gone), build it again"))
+			c.finish(t, nil, nil, errInterrupted)
 			continue
 		}
 		c.log.Info("template build resumed after restart", "template", t.ID, "name", t.Name)
@@ -136,6 +159,9 @@ func (c *Catalog) StartBuilds(ctx context.Context, opts BuildOptions) error {
 	go c.sweepLoop(ctx)
 	return nil
 }
+
+// errInterrupted ends a build a restart cannot resume.
+var errInterrupted = errors.New("interrupted by a zeishd restart; registry credentials are not kept (or its registry_secret is gone), build it again")
 
 // holds reports whether t's files are this process's to build and remove:
 // always on a single zeishd, only its own on a cluster's node agent.
@@ -219,6 +245,11 @@ func (c *Catalog) Build(ctx context.Context, req BuildRequest) (sandbox.Template
 	if err := c.nameFree(ctx, req.AccountID, req.Name); err != nil {
 		return sandbox.Template{}, err
 	}
+	used, release, err := c.admit(ctx, req.AccountID, req.Upload != nil)
+	if err != nil {
+		return sandbox.Template{}, err
+	}
+	defer release()
 	now := time.Now().UTC()
 	t := sandbox.Template{ID: sandbox.NewID(sandbox.PrefixTemplate), Name: req.Name, AccountID: req.AccountID,
 		State: sandbox.TemplateBuilding, Source: req.Source.String(), DiskMiB: req.DiskMiB,
@@ -236,7 +267,10 @@ func (c *Catalog) Build(ctx context.Context, req BuildRequest) (sandbox.Template
 	}()
 	if req.Upload != nil {
 		p := filepath.Join(dir, uploadName)
-		if err := copyToFile(p, req.Upload); err != nil {
+		counted := c.countUpload(req.AccountID, used, req.Upload)
+		err := copyToFile(p, counted)
+		counted.done() // from here the kept file counts, or nothing does
+		if err != nil {
 			return t, fmt.Errorf("upload: %w", err)
 		}
 		req.Source.Ref = p
@@ -308,7 +342,13 @@ func (c *Catalog) spawn(t sandbox.Template, req BuildRequest) {
 		}
 		defer func() { <-c.b.sem }()
 		c.appendEvent(t.ID, Event{Type: "log", Message: "build started"})
-		a, err := c.runBuild(ctx, t, req)
+		bctx, bcancel := context.WithTimeout(ctx, c.b.timeout)
+		a, err := c.runBuild(bctx, t, req)
+		if err != nil && ctx.Err() == nil && errors.Is(bctx.Err(), context.DeadlineExceeded) {
+			err = &timeoutError{limit: c.b.timeout, err: err}
+		}
+		bcancel()
+		defer c.pulled(t.ID) // once finish has recorded its layer_bytes
 		var warm *sandbox.TemplateWarm
 		if err == nil && !req.Cold && c.b.warmer != nil {
 			var unpin func()
@@ -321,17 +361,44 @@ func (c *Catalog) spawn(t sandbox.Template, req BuildRequest) {
 }
 
 func (c *Catalog) runBuild(ctx context.Context, t sandbox.Template, req BuildRequest) (*template.Artifacts, error) {
-	dir := filepath.Join(c.b.dir, t.ID)
-	work := filepath.Join(dir, "work")
-	os.RemoveAll(work)
-	if err := os.Mkdir(work, 0o700); err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(work)
-	return template.BuildOCI(ctx, template.OCIOptions{Base: c.opts, Source: req.Source, DiskMiB: req.DiskMiB, WorkDir: work,
+	os.RemoveAll(filepath.Join(c.b.dir, t.ID, "work")) // an oci-archive unpacked by a zeishd before issue 27
+	return template.BuildOCI(ctx, template.OCIOptions{Base: c.opts, Source: req.Source, DiskMiB: req.DiskMiB,
+		Account: t.AccountID, RegistryGuard: c.b.guard, Check: c.checkImage(ctx, t, req.Source),
 		Progress: func(p template.Progress) {
 			c.appendEvent(t.ID, Event{Type: "progress", Progress: &p, Message: p.Message})
 		}})
+}
+
+// timeoutError is a build stopped at its deadline.
+type timeoutError struct {
+	limit time.Duration
+	err   error
+}
+
+func (e *timeoutError) Error() string {
+	return fmt.Sprintf("the build did not finish within %s (ZEISH_TEMPLATE_BUILD_TIMEOUT): %v", e.limit, e.err)
+}
+
+func (e *timeoutError) Unwrap() error { return e.err }
+
+// errorCode is the error_code of a failed build.
+func errorCode(err error) string {
+	var te *timeoutError
+	switch {
+	case errors.As(err, &te):
+		return sandbox.TemplateBuildTimeout
+	case errors.Is(err, errInterrupted):
+		return sandbox.TemplateInterrupted
+	case errors.Is(err, template.ErrRegistryBlocked):
+		return sandbox.TemplateRegistryBlocked
+	case errors.Is(err, template.ErrRegistryAuth):
+		return sandbox.TemplateRegistryAuth
+	case errors.Is(err, errdefs.ErrTemplateQuota):
+		return sandbox.TemplateQuota
+	case errors.Is(err, template.ErrBadImage), errors.Is(err, template.ErrBadSource):
+		return sandbox.TemplateBadImage
+	}
+	return sandbox.TemplateBuildFailed
 }
 
 // warm saves the built template's machine (warm templates); its steps go to
@@ -354,7 +421,7 @@ func applyArtifacts(t *sandbox.Template, a *template.Artifacts) {
 	t.Kernel, t.Initrd, t.BaseDisk, t.KernelArgs, t.Dir = a.Kernel, a.Initrd, a.BaseDisk, a.KernelArgs, a.Dir
 	t.Hash, t.DiskMiB = a.Hash, a.DiskMiB
 	if img := a.Image; img != nil {
-		t.Digest, t.LayerBytes = img.Digest, img.LayerBytes
+		t.Digest, t.ConfigDigest, t.LayerBytes = img.Digest, img.ConfigDigest, img.LayerBytes
 		t.Env, t.WorkingDir, t.User = img.Env, img.WorkingDir, img.User
 		if len(t.StartCmd) == 0 {
 			t.StartCmd = img.StartCmd()
@@ -381,10 +448,10 @@ func (c *Catalog) finish(t sandbox.Template, a *template.Artifacts, warm *sandbo
 	}
 	cur.UpdatedAt = time.Now().UTC()
 	if err != nil {
-		cur.State, cur.StateReason = sandbox.TemplateError, "build failed: "+err.Error()
-		c.log.Warn("template build failed", "template", t.ID, "err", err)
+		cur.State, cur.StateReason, cur.ErrorCode = sandbox.TemplateError, "build failed: "+err.Error(), errorCode(err)
+		c.log.Warn("template build failed", "template", t.ID, "code", cur.ErrorCode, "err", err)
 	} else {
-		cur.State, cur.StateReason = sandbox.TemplateReady, ""
+		cur.State, cur.StateReason, cur.ErrorCode = sandbox.TemplateReady, "", ""
 		applyArtifacts(&cur, a)
 		cur.Warm = warm
 	}

@@ -6,6 +6,7 @@ package catalog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -54,14 +55,15 @@ func New(s store.Store, opts template.BaseOptions) *Catalog {
 	return &Catalog{store: s, opts: opts, log: log}
 }
 
-// Known reports whether name is a template (without building anything), so
-// the API can refuse an unknown one at once.
-func (c *Catalog) Known(ctx context.Context, name string) error {
-	if name == BaseName || c.derivedOf(name) != nil {
-		return nil
-	}
-	if _, err := c.store.GetTemplate(ctx, name); err != nil {
-		return fmt.Errorf("template %q does not exist: %w", name, errdefs.ErrUnknownTemplate)
+// Known reports whether ref (an id or a name) is a template the account
+// may use: its own or a built-in (without building anything). Another
+// account's template is as unknown as one that never existed.
+func (c *Catalog) Known(ctx context.Context, accountID, ref string) error {
+	if _, err := c.Resolve(ctx, accountID, ref); err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return fmt.Errorf("template %q does not exist: %w", ref, errdefs.ErrUnknownTemplate)
+		}
+		return err
 	}
 	return nil
 }

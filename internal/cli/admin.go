@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/zeish/zeish/api"
 	zeish "github.com/zeish/zeish/sdk/go"
 )
 
@@ -70,6 +71,32 @@ func (a *app) keysCmd() *cobra.Command {
 			}
 			a.printf("%s\n", k.Key)
 			fmt.Fprintf(a.err, "key %s for %s: store it now, it is not shown again\n", k.ID, k.AccountID)
+			fmt.Fprintf(a.err, "the same key for E2B's SDKs (E2B_API_KEY): %s\n", k.E2BKey)
+			return nil
+		},
+	})
+	keys.AddCommand(&cobra.Command{
+		Use:   "e2b [KEY]",
+		Short: "Print a key in the form E2B's SDKs accept (e2b_…; the same key); the CLI's own key by default",
+		Long: "E2B's SDKs before 2.46 refuse a key that is not e2b_ and hex digits. Every zeish key has that form too: " +
+			"the same bytes in hex. It is computed here, nothing is asked of the server; revoking the key revokes both forms.",
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key := a.apiKey
+			if len(args) == 1 {
+				key = args[0]
+			}
+			if key == "" {
+				var err error
+				if key, err = zeish.KeyFromEnv(); err != nil {
+					return err
+				}
+			}
+			e2b, err := api.E2BKey(key)
+			if err != nil {
+				return err
+			}
+			a.printf("%s\n", e2b)
 			return nil
 		},
 	})

@@ -354,3 +354,17 @@ func TestFilesPutGet(t *testing.T) {
 		t.Errorf("failed download left a file behind")
 	}
 }
+
+// `zeishctl keys e2b` prints the E2B form of a key (computed here, the
+// server is not asked): given, or the CLI's own; a string that is no key is
+// an error.
+func TestKeysE2BForm(t *testing.T) {
+	const key = "zk_AAECAwQFBgcICQoLDA0ODxAREhMUFRYX"
+	r := zeishctl(t, "http://127.0.0.1:1", nil, "keys", "e2b", key)
+	if r.code != 0 || r.stdout != "e2b_000102030405060708090a0b0c0d0e0f1011121314151617\n" {
+		t.Fatalf("code %d out %q err %q", r.code, r.stdout, r.stderr)
+	}
+	if r := zeishctl(t, "http://127.0.0.1:1", nil, "keys", "e2b"); r.code == 0 || !strings.Contains(r.stderr, "not a zeish API key") {
+		t.Errorf("the CLI's key good-key: code %d err %q", r.code, r.stderr)
+	}
+}

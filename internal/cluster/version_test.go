@@ -32,7 +32,7 @@ func oldRegister(nodeID, url string) []byte {
 	varint := func(b []byte, num protowire.Number, v uint64) []byte {
 		return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), v)
 	}
-	version := varint(varint(nil, 1, 2), 2, 1) // major 2, minor 1
+	version := varint(varint(nil, 1, 2), 2, 1)                                    // major 2, minor 1
 	capacity := varint(str(varint(varint(nil, 1, 2048), 4, 2), 6, "tcg"), 8, 512) // image_disk_mib: 2.1
 	var b []byte
 	b = msg(b, 1, version)

@@ -8,10 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"slices"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/zeish/zeish/api"
@@ -78,6 +75,31 @@ func (f *Facade) call(ctx context.Context, method, path string, in, out any) err
 	return nil
 }
 
+// The zeish operations E2B's lifecycle (lifecycle.go) is written against:
+// these few change when the facade calls zeish's application directly.
+
+// zeishOp carries out pause, resume, stop or start on a sandbox of the
+// caller's and answers it once settled.
+func (f *Facade) zeishOp(ctx context.Context, id, op string) (sandbox.Sandbox, error) {
+	var sb sandbox.Sandbox
+	err := f.call(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/"+op+"?wait=true", struct{}{}, &sb)
+	return sb, err
+}
+
+// zeishWait waits for a sandbox of the caller's to reach st.
+func (f *Facade) zeishWait(ctx context.Context, id string, st sandbox.State) (sandbox.Sandbox, error) {
+	var sb sandbox.Sandbox
+	err := f.call(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/wait", api.WaitRequest{State: st}, &sb)
+	return sb, err
+}
+
+// zeishTimeout sets a sandbox's timeout (and its action, when not "").
+func (f *Facade) zeishTimeout(ctx context.Context, id string, seconds int, action string) (sandbox.Sandbox, error) {
+	var sb sandbox.Sandbox
+	err := f.call(ctx, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/timeout", api.TimeoutRequest{TimeoutSeconds: seconds, OnTimeout: action}, &sb)
+	return sb, err
+}
+
 // recorder is a ResponseWriter kept in memory: control-plane answers are
 // small JSON documents.
 type recorder struct {
@@ -91,13 +113,15 @@ func (r *recorder) Write(p []byte) (int, error) { return r.body.Write(p) }
 func (r *recorder) WriteHeader(code int)        { r.status = code }
 
 // fail answers err in E2B's shape, with zeish's status and words.
+// E2B's body is {code, message, error_code?}: error_code, "machine-readable,
+// not a closed set", carries zeish's code.
 func fail(w http.ResponseWriter, err error) {
 	if ze, ok := err.(*zeishError); ok {
-		msg := ze.message
+		body := map[string]any{"code": ze.status, "message": ze.message}
 		if ze.code != "" {
-			msg = ze.code + ": " + msg
+			body["error_code"] = ze.code
 		}
-		writeError(w, ze.status, msg)
+		writeJSON(w, ze.status, body)
 		return
 	}
 	writeError(w, http.StatusInternalServerError, err.Error())
@@ -129,7 +153,7 @@ type newSandbox struct {
 	Timeout    *int              `json:"timeout"`
 	Metadata   map[string]string `json:"metadata"`
 	EnvVars    map[string]string `json:"envVars"`
-	AutoPause  bool              `json:"autoPause"`
+	lifecycleRequest
 }
 
 // defaultTimeout is E2B's when a create names none.
@@ -137,13 +161,6 @@ const defaultTimeout = 15
 
 // bootAllowance is added to a create's timeout until the sandbox runs.
 const bootAllowance = 600
-
-func onTimeout(autoPause bool) string {
-	if autoPause {
-		return sandbox.OnTimeoutPause
-	}
-	return sandbox.OnTimeoutDelete
-}
 
 func (f *Facade) create(w http.ResponseWriter, r *http.Request) {
 	var req newSandbox
@@ -159,14 +176,19 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request) {
 		timeout = *req.Timeout
 	}
 	if timeout <= 0 {
-		writeError(w, http.StatusBadRequest, "timeout must be positive")
+		writeError(w, http.StatusBadRequest, "Timeout must be greater than 0")
 		return
 	}
+	action, err := req.onTimeout()
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	req.Metadata = req.withAutoResume(req.Metadata, timeout)
 	// E2B counts the timeout from when the sandbox is ready; zeish from the
 	// create. The create gets room for a slow boot, and the timeout is set
 	// again once the sandbox runs.
 	var sb sandbox.Sandbox
-	var err error
 	if isSnapshotID(req.TemplateID) {
 		// A snapshot seeds the sandbox (E2B's Sandbox.create(snapshotID)):
 		// its env and metadata are the snapshot's sandbox's.
@@ -174,7 +196,7 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request) {
 	} else {
 		err = f.call(r.Context(), http.MethodPost, "/sandboxes?wait=true", api.CreateSandboxRequest{
 			Template: req.TemplateID, Env: req.EnvVars, Metadata: req.Metadata,
-			TimeoutSeconds: timeout + bootAllowance, OnTimeout: onTimeout(req.AutoPause),
+			TimeoutSeconds: timeout + bootAllowance, OnTimeout: action,
 		}, &sb)
 	}
 	if err != nil {
@@ -185,7 +207,7 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, fmt.Sprintf("sandbox %s did not start: %s: %s", sb.ID, sb.ErrorCode, sb.ErrorMessage))
 		return
 	}
-	if err := f.call(r.Context(), http.MethodPost, "/sandboxes/"+sb.ID+"/timeout", api.TimeoutRequest{TimeoutSeconds: timeout, OnTimeout: onTimeout(req.AutoPause)}, &sb); err != nil {
+	if sb, err = f.zeishTimeout(r.Context(), sb.ID, timeout, action); err != nil {
 		fail(w, err)
 		return
 	}
@@ -201,10 +223,12 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request) {
 // with a data-plane token of the caller's key.
 func (f *Facade) created(ctx context.Context, sb sandbox.Sandbox) (map[string]any, error) {
 	key, _ := ctx.Value(keyCtx{}).(string)
-	token, err := f.backend.IssueToken(ctx, sb.ID, key, tokenTTL)
+	// On a whole hour, so signed URLs can be checked (sign.go).
+	token, err := f.backend.IssueTokenUntil(ctx, sb.ID, key, tokenExpiry(time.Now()))
 	if err != nil {
 		return nil, err
 	}
+	f.startSampling(sb.ID, token)
 	out := map[string]any{
 		"sandboxID":       sb.ID,
 		"templateID":      sb.Template,
@@ -249,9 +273,11 @@ func (f *Facade) detail(sb sandbox.Sandbox) map[string]any {
 	if sb.OnTimeout == sandbox.OnTimeoutPause || sb.OnTimeout == sandbox.OnTimeoutStop {
 		action = "pause"
 	}
-	md := sb.Metadata
-	if md == nil {
-		md = map[string]string{}
+	md := map[string]string{}
+	for k, v := range sb.Metadata {
+		if k != autoResumeKey {
+			md[k] = v
+		}
 	}
 	out := map[string]any{
 		"sandboxID":   sb.ID,
@@ -266,7 +292,7 @@ func (f *Facade) detail(sb sandbox.Sandbox) map[string]any {
 		"diskSizeMB":  sb.DiskMiB,
 		"envdVersion": envdVersion,
 		"metadata":    md,
-		"lifecycle":   map[string]any{"onTimeout": action, "autoResume": false},
+		"lifecycle":   map[string]any{"onTimeout": action, "autoResume": autoResumes(sb) > 0},
 	}
 	if f.domain != "" {
 		out["domain"] = f.domain
@@ -279,19 +305,24 @@ func (f *Facade) detail(sb sandbox.Sandbox) map[string]any {
 func (f *Facade) lookup(ctx context.Context, id string) (sandbox.Sandbox, error) {
 	var sb sandbox.Sandbox
 	if err := f.call(ctx, http.MethodGet, "/sandboxes/"+url.PathEscape(id), nil, &sb); err != nil {
-		return sb, notFoundIfInvalid(err)
+		return sb, notFoundIfInvalid(id, err)
 	}
 	if _, ok := state(sb.State); !ok {
-		return sb, &zeishError{status: http.StatusNotFound, code: "not_found", message: fmt.Sprintf("sandbox %s is %s", id, sb.State)}
+		return sb, sandboxNotFound(id)
 	}
 	return sb, nil
 }
 
+// sandboxNotFound is E2B's 404 for a sandbox, in its words.
+func sandboxNotFound(id string) error {
+	return &zeishError{status: http.StatusNotFound, code: "not_found", message: fmt.Sprintf("Sandbox %q doesn't exist or you don't have access to it", id)}
+}
+
 // notFoundIfInvalid: an id that zeish cannot even parse names no sandbox,
-// which E2B reports as 404.
-func notFoundIfInvalid(err error) error {
-	if ze, ok := err.(*zeishError); ok && ze.status == http.StatusBadRequest {
-		return &zeishError{status: http.StatusNotFound, code: "not_found", message: ze.message}
+// which E2B reports as 404, as it does one that is not there.
+func notFoundIfInvalid(id string, err error) error {
+	if ze, ok := err.(*zeishError); ok && (ze.status == http.StatusBadRequest || ze.status == http.StatusNotFound) {
+		return sandboxNotFound(id)
 	}
 	return err
 }
@@ -305,21 +336,12 @@ func (f *Facade) get(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, f.detail(sb))
 }
 
-// metrics: zeish keeps no per-sandbox resource samples yet, so there are none
-// to return for a sandbox that exists.
-func (f *Facade) metrics(w http.ResponseWriter, r *http.Request) {
-	if _, err := f.lookup(r.Context(), r.PathValue("id")); err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, []any{})
-}
-
 func (f *Facade) kill(w http.ResponseWriter, r *http.Request) {
 	sb, err := f.lookup(r.Context(), r.PathValue("id"))
 	if err == nil {
 		err = f.call(r.Context(), http.MethodDelete, "/sandboxes/"+sb.ID+"?wait=true", nil, nil)
 		f.defaults.forget(sb.ID)
+		f.samples.forget(sb.ID)
 	}
 	if err != nil {
 		fail(w, err)
@@ -400,63 +422,25 @@ func (f *Facade) listV1(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-const maxPage = 100
-
-// listV2 filters by metadata, state and template, and pages with
-// nextToken: the id of the last sandbox of the previous page.
+// listV2 is Sandbox.list (list.go).
 func (f *Facade) listV2(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	md, err := metadataFilter(q.Get("metadata"))
+	lq, err := parseListQuery(r.URL.Query())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
-	}
-	states := []string{"running", "paused"}
-	if v := q.Get("state"); v != "" {
-		states = strings.Split(v, ",")
-		for _, s := range states {
-			if s != "running" && s != "paused" {
-				writeError(w, http.StatusBadRequest, fmt.Sprintf("state %q: want running or paused", s))
-				return
-			}
-		}
-	}
-	limit := maxPage
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxPage {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit %q: want 1..%d", v, maxPage))
-			return
-		}
-		limit = n
 	}
 	all, err := f.all(r.Context())
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	if after := q.Get("nextToken"); after != "" {
-		i := slices.IndexFunc(all, func(sb sandbox.Sandbox) bool { return sb.ID == after })
-		if i < 0 {
-			writeError(w, http.StatusBadRequest, "nextToken is not valid")
-			return
-		}
-		all = all[i+1:]
+	page, next := lq.page(all)
+	if next != "" {
+		w.Header().Set("X-Next-Token", next)
 	}
 	out := []map[string]any{}
-	var last string
-	for _, sb := range all {
-		st, _ := state(sb.State)
-		if !slices.Contains(states, st) || !matches(sb, md) || (q.Get("template") != "" && sb.Template != q.Get("template")) {
-			continue
-		}
-		if len(out) == limit {
-			// Another match exists: the next page starts after last.
-			w.Header().Set("X-Next-Token", last)
-			break
-		}
+	for _, sb := range page {
 		out = append(out, f.detail(sb))
-		last = sb.ID
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -511,120 +495,6 @@ func (f *Facade) refresh(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// pause freezes a running sandbox; 409 when it is not running.
-func (f *Facade) pause(w http.ResponseWriter, r *http.Request) {
-	sb, err := f.lookup(r.Context(), r.PathValue("id"))
-	if err == nil {
-		err = f.call(r.Context(), http.MethodPost, "/sandboxes/"+sb.ID+"/pause?wait=true", struct{}{}, nil)
-	}
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-type resumeBody struct {
-	Timeout   *int  `json:"timeout"`
-	AutoPause *bool `json:"autoPause"`
-}
-
-// wake runs a paused or stopped sandbox again and gives it timeout seconds
-// (when asked) from now. It says whether the sandbox had to be woken.
-func (f *Facade) wake(ctx context.Context, id string, timeout *int, autoPause *bool) (sandbox.Sandbox, bool, error) {
-	sb, err := f.lookup(ctx, id)
-	if err != nil {
-		return sb, false, err
-	}
-	woken := false
-	switch sb.State {
-	case sandbox.StatePaused:
-		err, woken = f.call(ctx, http.MethodPost, "/sandboxes/"+sb.ID+"/resume?wait=true", struct{}{}, &sb), true
-	case sandbox.StateStopping, sandbox.StateStopped:
-		if sb.State == sandbox.StateStopping {
-			err = f.call(ctx, http.MethodPost, "/sandboxes/"+sb.ID+"/wait", api.WaitRequest{State: sandbox.StateStopped}, &sb)
-		}
-		if err == nil {
-			err, woken = f.call(ctx, http.MethodPost, "/sandboxes/"+sb.ID+"/start?wait=true", struct{}{}, &sb), true
-		}
-	case sandbox.StateStarting:
-		err = f.call(ctx, http.MethodPost, "/sandboxes/"+sb.ID+"/wait", api.WaitRequest{State: sandbox.StateRunning}, &sb)
-	}
-	if err != nil {
-		return sb, woken, err
-	}
-	if sb.State != sandbox.StateRunning {
-		return sb, woken, fmt.Errorf("sandbox %s is %s after resuming: %s", sb.ID, sb.State, sb.ErrorMessage)
-	}
-	if timeout != nil || autoPause != nil {
-		req := api.TimeoutRequest{TimeoutSeconds: defaultTimeout}
-		if timeout != nil {
-			req.TimeoutSeconds = *timeout
-		}
-		if autoPause != nil {
-			req.OnTimeout = onTimeout(*autoPause)
-		}
-		if err := f.call(ctx, http.MethodPost, "/sandboxes/"+sb.ID+"/timeout", req, &sb); err != nil {
-			return sb, woken, err
-		}
-	}
-	return sb, woken, nil
-}
-
-// connect is the current SDK's resume: 201 when the sandbox had to be woken,
-// 200 when it was running.
-func (f *Facade) connect(w http.ResponseWriter, r *http.Request) {
-	var req resumeBody
-	if err := decodeBody(r, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "body: "+err.Error())
-		return
-	}
-	sb, woken, err := f.wake(r.Context(), r.PathValue("id"), req.Timeout, nil)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	status := http.StatusOK
-	if woken {
-		status = http.StatusCreated
-	}
-	body, err := f.created(r.Context(), sb)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	writeJSON(w, status, body)
-}
-
-// resume is the older SDKs' call: only a paused sandbox may be resumed.
-func (f *Facade) resume(w http.ResponseWriter, r *http.Request) {
-	var req resumeBody
-	if err := decodeBody(r, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "body: "+err.Error())
-		return
-	}
-	sb, err := f.lookup(r.Context(), r.PathValue("id"))
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	if st, _ := state(sb.State); st != "paused" {
-		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is already running", sb.ID))
-		return
-	}
-	sb, _, err = f.wake(r.Context(), sb.ID, req.Timeout, req.AutoPause)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	body, err := f.created(r.Context(), sb)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	writeJSON(w, http.StatusCreated, body)
-}
-
 type forkBody struct {
 	Timeout *int `json:"timeout"`
 	Count   int  `json:"count"`
@@ -673,16 +543,18 @@ func (f *Facade) fork(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// templateAlias answers whether a template of that name exists; zeish
+// templateAlias answers whether a template of that name exists for the
+// caller (its own or a built-in, never another account's); zeish
 // templates are known by name, which is their id as well.
 func (f *Facade) templateAlias(w http.ResponseWriter, r *http.Request) {
 	key, _ := r.Context().Value(keyCtx{}).(string)
-	if _, err := f.backend.Authenticate(r.Context(), key); err != nil {
+	account, err := f.backend.Authenticate(r.Context(), key)
+	if err != nil {
 		writeError(w, http.StatusUnauthorized, err.Error())
 		return
 	}
 	alias := r.PathValue("alias")
-	if err := f.tpls.Known(r.Context(), alias); err != nil {
+	if err := f.tpls.Known(r.Context(), account, alias); err != nil {
 		writeError(w, http.StatusNotFound, err.Error())
 		return
 	}

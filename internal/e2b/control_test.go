@@ -60,7 +60,7 @@ func testFacade() *Facade {
 	mk := func(id string, st sandbox.State, age int, md map[string]string) sandbox.Sandbox {
 		return sandbox.Sandbox{ID: id, State: st, Template: "base", CreatedAt: t0.Add(time.Duration(age) * time.Minute), Metadata: md}
 	}
-	return New(Options{API: &fakeAPI{sandboxes: []sandbox.Sandbox{
+	return New(Options{Backend: &fakeBackend{}, API: &fakeAPI{sandboxes: []sandbox.Sandbox{
 		mk("sbx_a", sandbox.StateRunning, 1, map[string]string{"team": "x y", "k": "1"}),
 		mk("sbx_b", sandbox.StatePaused, 2, map[string]string{"team": "x y"}),
 		mk("sbx_c", sandbox.StateStopped, 3, nil),
@@ -95,22 +95,38 @@ func ids(t *testing.T, w *httptest.ResponseRecorder) []string {
 	return out
 }
 
+// Sandbox.list as E2B's API answers it: filters (metadata, state,
+// template, startedAfter at or after), newest first unless order=asc, pages
+// of limit with a keyset nextToken (a removed sandbox does not break it).
 func TestList(t *testing.T) {
 	f := testFacade()
 	// The SDK encodes each key and value, then the pairs as a query.
 	team := "metadata=" + "team%3Dx%252520y"
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tok := func(id string, age int) string {
+		return cursor{t0.Add(time.Duration(age) * time.Minute), id}.token()
+	}
 	for _, tc := range []struct {
 		target string
 		want   []string
 		next   string
 	}{
 		{"/e2b/v2/sandboxes", []string{"sbx_e", "sbx_c", "sbx_b", "sbx_a"}, ""},
+		{"/e2b/v2/sandboxes?order=desc", []string{"sbx_e", "sbx_c", "sbx_b", "sbx_a"}, ""},
+		{"/e2b/v2/sandboxes?order=asc", []string{"sbx_a", "sbx_b", "sbx_c", "sbx_e"}, ""},
 		{"/e2b/v2/sandboxes?state=running", []string{"sbx_e", "sbx_a"}, ""},
 		{"/e2b/v2/sandboxes?state=paused", []string{"sbx_c", "sbx_b"}, ""},
 		{"/e2b/v2/sandboxes?" + team, []string{"sbx_b", "sbx_a"}, ""},
-		{"/e2b/v2/sandboxes?limit=2", []string{"sbx_e", "sbx_c"}, "sbx_c"},
-		{"/e2b/v2/sandboxes?limit=2&nextToken=sbx_c", []string{"sbx_b", "sbx_a"}, ""},
-		{"/e2b/v2/sandboxes?limit=1&state=paused&nextToken=sbx_c", []string{"sbx_b"}, ""},
+		{"/e2b/v2/sandboxes?limit=2", []string{"sbx_e", "sbx_c"}, tok("sbx_c", 3)},
+		{"/e2b/v2/sandboxes?limit=2&nextToken=" + tok("sbx_c", 3), []string{"sbx_b", "sbx_a"}, ""},
+		{"/e2b/v2/sandboxes?limit=1&state=paused&nextToken=" + tok("sbx_c", 3), []string{"sbx_b"}, ""},
+		{"/e2b/v2/sandboxes?limit=2&order=asc", []string{"sbx_a", "sbx_b"}, tok("sbx_b", 2)},
+		{"/e2b/v2/sandboxes?limit=2&order=asc&nextToken=" + tok("sbx_b", 2), []string{"sbx_c", "sbx_e"}, ""},
+		// The token's sandbox need not exist any more: the page goes on from its place.
+		{"/e2b/v2/sandboxes?nextToken=" + tok("sbx_gone", 4), []string{"sbx_c", "sbx_b", "sbx_a"}, ""},
+		{"/e2b/v2/sandboxes?startedAfter=" + t0.Add(2*time.Minute).Format(time.RFC3339Nano), []string{"sbx_e", "sbx_c", "sbx_b"}, ""},
+		{"/e2b/v2/sandboxes?startedAfter=" + t0.Add(2*time.Minute+time.Nanosecond).Format(time.RFC3339Nano), []string{"sbx_e", "sbx_c", "sbx_b"}, ""},
+		{"/e2b/v2/sandboxes?startedAfter=" + t0.Add(2*time.Minute+time.Millisecond).Format(time.RFC3339Nano), []string{"sbx_e", "sbx_c"}, ""},
 		{"/e2b/v2/sandboxes?template=other", []string{}, ""},
 		{"/e2b/sandboxes", []string{"sbx_e", "sbx_a"}, ""},
 		{"/e2b/sandboxes?" + team, []string{"sbx_a"}, ""},
@@ -138,12 +154,19 @@ func TestErrors(t *testing.T) {
 		{"GET", "/e2b/v2/sandboxes?limit=0", "good", http.StatusBadRequest},
 		{"GET", "/e2b/v2/sandboxes?state=gone", "good", http.StatusBadRequest},
 		{"GET", "/e2b/v2/sandboxes?nextToken=sbx_zz", "good", http.StatusBadRequest},
+		{"GET", "/e2b/v2/sandboxes?order=newest", "good", http.StatusBadRequest},
+		{"GET", "/e2b/v2/sandboxes?startedAfter=yesterday", "good", http.StatusBadRequest},
 		{"GET", "/e2b/sandboxes/sbx_nope", "good", http.StatusNotFound},
 		{"GET", "/e2b/sandboxes/sbx_d", "good", http.StatusNotFound}, // destroyed
 		{"GET", "/e2b/sandboxes/sbx_f", "good", http.StatusNotFound}, // failed
 		{"DELETE", "/e2b/sandboxes/sbx_d", "good", http.StatusNotFound},
 		{"POST", "/e2b/sandboxes/sbx_a/timeout", "good", http.StatusBadRequest}, // no body
-		{"GET", "/e2b/no/such/route", "good", http.StatusNotFound},
+		// What zeish does not serve is 501, never a 404 the SDK reads as "no such sandbox".
+		{"GET", "/e2b/no/such/route", "good", http.StatusNotImplemented},
+		{"PUT", "/e2b/sandboxes/sbx_a/network", "good", http.StatusNotImplemented},
+		{"POST", "/e2b/v3/templates", "good", http.StatusNotImplemented},
+		{"GET", "/e2b/volumes", "good", http.StatusNotImplemented},
+		{"GET", "/e2b/secrets", "good", http.StatusNotImplemented},
 	} {
 		w := serve(f, tc.method, tc.target, tc.key)
 		var body struct {
@@ -176,7 +199,7 @@ func TestDetail(t *testing.T) {
 }
 
 func TestHostRoute(t *testing.T) {
-	f := New(Options{Domain: "Example.Test"})
+	f := New(Options{Backend: &fakeBackend{}, Domain: "Example.Test"})
 	for host, want := range map[string]string{
 		"api.example.test":                "api ",
 		"API.example.test:443":            "api ",
@@ -198,7 +221,7 @@ func TestHostRoute(t *testing.T) {
 			t.Errorf("%s: %q %q, want %q", host, id, port, want)
 		}
 	}
-	if got, _ := New(Options{}).hostRoute("api.example.test"); got != "" {
+	if got, _ := New(Options{Backend: &fakeBackend{}}).hostRoute("api.example.test"); got != "" {
 		t.Errorf("no domain: %q", got)
 	}
 }
@@ -252,7 +275,10 @@ func TestMountPorts(t *testing.T) {
 	}
 }
 
-type fakeBackend struct{ asked []string }
+type fakeBackend struct {
+	asked []string
+	boxes map[string]sandbox.Sandbox // what Sandbox reads
+}
 
 func (b *fakeBackend) Authenticate(ctx context.Context, key string) (string, error) {
 	if key != "good" {
@@ -261,8 +287,34 @@ func (b *fakeBackend) Authenticate(ctx context.Context, key string) (string, err
 	return "acc_1", nil
 }
 
-func (b *fakeBackend) IssueToken(ctx context.Context, id, key string, ttl time.Duration) (string, error) {
+func (b *fakeBackend) IssueTokenUntil(ctx context.Context, id, key string, exp time.Time) (string, error) {
 	return "tok", nil
+}
+func (b *fakeBackend) SandboxTokens(ctx context.Context, id string, exps []time.Time) ([]string, error) {
+	if id != "sbx_signed" {
+		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	var out []string
+	for _, exp := range exps {
+		out = append(out, fmt.Sprintf("tok-%d", exp.Unix()))
+	}
+	return out, nil
+}
+func (b *fakeBackend) Sandbox(ctx context.Context, id string) (sandbox.Sandbox, error) {
+	if sb, ok := b.boxes[id]; ok {
+		return sb, nil
+	}
+	return sandbox.Sandbox{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+}
+func (b *fakeBackend) Resume(ctx context.Context, id string, timeout int) error {
+	b.asked = append(b.asked, fmt.Sprintf("resume %s %d", id, timeout))
+	return nil
+}
+func (b *fakeBackend) CheckToken(ctx context.Context, id, token string) error {
+	if token != "good-token" {
+		return fmt.Errorf("bad token: %w", errdefs.ErrUnauthenticated)
+	}
+	return nil
 }
 func (b *fakeBackend) SandboxAgent(ctx context.Context, id, token string) (*guest.Client, error) {
 	b.asked = append(b.asked, id+" "+token)
@@ -303,7 +355,7 @@ func TestEnvdRouting(t *testing.T) {
 
 type fakeTemplates struct{}
 
-func (fakeTemplates) Known(ctx context.Context, name string) error {
+func (fakeTemplates) Known(ctx context.Context, accountID, name string) error {
 	if name != "base" {
 		return errdefs.ErrUnknownTemplate
 	}

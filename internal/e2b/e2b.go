@@ -14,6 +14,7 @@ package e2b
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -32,9 +33,12 @@ import (
 const Prefix = "/e2b"
 
 // envdVersion is the envd version the facade claims: the SDK turns features
-// on by it (0.4.0: no implicit user; 0.5.2: close stdin; 0.5.7: raw uploads).
-// It stays below 0.6.2, which would promise file metadata.
-const envdVersion = "0.5.7"
+// on by it (0.4.0: no implicit user; 0.5.2: close stdin; 0.5.7: raw
+// uploads; 0.6.2: file metadata; 0.6.3: entries in watch events; 0.6.4:
+// watching network mounts, which a zeish guest has none of). Every feature up
+// to it is served, and no SDK from 2.40 to 2.51 gates anything on a later
+// one; envd's later versions changed nothing a client sees.
+const envdVersion = "0.6.4"
 
 // tokenTTL is how long an envd access token from create or connect lasts;
 // connecting again issues a fresh one.
@@ -42,19 +46,36 @@ const tokenTTL = 24 * time.Hour
 
 // Backend is what the facade needs from zeish's server.
 type Backend interface {
-	// IssueToken signs a data-plane token for a sandbox, issued to the API
-	// key apiKey (revoking the key ends the token).
-	IssueToken(ctx context.Context, sandboxID, apiKey string, ttl time.Duration) (string, error)
 	// SandboxAgent checks a token for a sandbox and returns its running
 	// agent (errdefs.ErrUnavailable when the sandbox is gone or not running).
 	SandboxAgent(ctx context.Context, id, token string) (*guest.Client, error)
 	// Authenticate checks an API key (errdefs.ErrUnauthenticated if bad).
 	Authenticate(ctx context.Context, key string) (accountID string, err error)
+	// IssueTokenUntil signs a data-plane token for a sandbox, issued to the
+	// API key apiKey (revoking the key ends the token), that expires at exp
+	// (a whole hour: sign.go).
+	IssueTokenUntil(ctx context.Context, sandboxID, apiKey string, exp time.Time) (string, error)
+	// CheckToken checks a token of a sandbox in whatever state it is
+	// (errdefs.ErrUnauthenticated if bad, errdefs.ErrNotFound when there
+	// is no such sandbox).
+	CheckToken(ctx context.Context, sandboxID, token string) error
+	// Sandbox reads a sandbox, whoever's it is (auto-resume decides from
+	// its state and lifecycle before any caller is known).
+	Sandbox(ctx context.Context, id string) (sandbox.Sandbox, error)
+	// Resume resumes a paused sandbox for its owner, waits until it runs
+	// and gives it timeoutSeconds (E2B's auto-resume).
+	Resume(ctx context.Context, id string, timeoutSeconds int) error
+	// SandboxTokens lists the tokens of a sandbox that expire at one of
+	// exps, for checking signed URLs (sign.go); errdefs.ErrNotFound when
+	// there is no such sandbox.
+	SandboxTokens(ctx context.Context, sandboxID string, exps []time.Time) ([]string, error)
 }
 
 // Templates says which templates exist (internal/catalog).
 type Templates interface {
-	Known(ctx context.Context, name string) error
+	// Known answers for the account's own templates and the built-ins
+	// only: another account's are unknown.
+	Known(ctx context.Context, accountID, ref string) error
 }
 
 // Options configure the facade.
@@ -86,6 +107,10 @@ type Facade struct {
 	procs    *processTable
 	watchers *watcherTable
 	defaults defaultUsers
+	samples  *samplers
+	wakes    wakes
+	// envdLocal serves envd for the sandboxes this process runs.
+	envdLocal http.Handler
 }
 
 // New makes a facade. Processes started through it run on when zeishd stops,
@@ -94,9 +119,17 @@ func New(opts Options) *Facade {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Facade{api: opts.API, backend: opts.Backend, tpls: opts.Templates, log: opts.Logger, domain: strings.ToLower(opts.Domain), envd: opts.Envd,
+	f := &Facade{api: opts.API, backend: opts.Backend, tpls: opts.Templates, log: opts.Logger, domain: strings.ToLower(opts.Domain), envd: opts.Envd,
 		procs: newProcessTable(), watchers: newWatcherTable()}
+	f.samples = newSamplers(func(ctx context.Context, id, token string) (*guest.Client, error) {
+		return f.backend.SandboxAgent(ctx, id, token)
+	})
+	f.envdLocal = f.newEnvdHandler()
+	return f
 }
+
+// Close stops the facade's background work (metrics sampling).
+func (f *Facade) Close() { f.samples.close() }
 
 // Routes lists the control-plane routes, as "METHOD /path".
 func (f *Facade) Routes() []string {
@@ -126,6 +159,7 @@ func (f *Facade) routes() []route {
 		{"POST " + p + "/sandboxes/{id}/refreshes", f.withKey(f.refresh)},
 		{"POST " + p + "/sandboxes/{id}/pause", f.withKey(f.pause)},
 		{"POST " + p + "/sandboxes/{id}/resume", f.withKey(f.resume)},
+		{"POST " + p + "/sandboxes/{id}/connect", f.withKey(f.connect)}, // e2b ≤ 2.50
 		{"POST " + p + "/v2/sandboxes/{id}/connect", f.withKey(f.connect)},
 		{"POST " + p + "/sandboxes/{id}/fork", f.withKey(f.fork)},
 		{"GET " + p + "/templates/aliases/{alias}", f.withKey(f.templateAlias)},
@@ -141,28 +175,34 @@ func (f *Facade) Handler() http.Handler {
 	for _, r := range f.routes() {
 		mux.HandleFunc(r.pattern, r.handler)
 	}
-	if f.envd != nil {
-		mux.Handle(Prefix+"/envd/", f.envd)
-	} else {
-		mux.Handle(Prefix+"/envd/", f.EnvdHandler())
-	}
-	mux.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no such route: "+r.Method+" "+strings.TrimPrefix(r.URL.Path, Prefix))
-	})
+	mux.Handle(Prefix+"/envd/", f.envdServer())
+	mux.HandleFunc(Prefix+"/", notServed)
 	return mux
+}
+
+// notServed answers what E2B's API has and zeish does not (templates built
+// from a Dockerfile, volumes, secrets, updateNetwork, logs…): 501, in E2B's
+// shape, never a 404 an SDK would read as "no such sandbox".
+func notServed(w http.ResponseWriter, r *http.Request) {
+	writeError(w, http.StatusNotImplemented, fmt.Sprintf("%s %s is not served by zeish's E2B API (templates, volumes, secrets, updateNetwork and logs are not; see zeish's docs/e2b.md)",
+		r.Method, strings.TrimPrefix(r.URL.Path, Prefix)))
 }
 
 // EnvdHandler serves envd for the sandboxes this process runs: paths
 // under Prefix+"/envd/", the sandbox in the E2b-Sandbox-Id header, checked
 // with its X-Access-Token. A node agent serves it alone.
-func (f *Facade) EnvdHandler() http.Handler {
+func (f *Facade) EnvdHandler() http.Handler { return f.envdLocal }
+
+func (f *Facade) newEnvdHandler() http.Handler {
 	envd := http.NewServeMux()
 	envd.HandleFunc("GET /health", f.health)
+	envd.HandleFunc("GET /metrics", f.envdMetrics)
 	envd.HandleFunc("GET /files", f.readFile)
 	envd.HandleFunc("POST /files", f.writeFile)
+	envd.HandleFunc("/", notServed)
 	envd.Handle(processconnect.NewProcessHandler(&processService{f: f}))
 	envd.Handle(filesystemconnect.NewFilesystemHandler(&filesystemService{f: f}))
-	return http.StripPrefix(Prefix+"/envd", f.withSandbox(envd))
+	return http.StripPrefix(Prefix+"/envd", f.withSignature(f.withSeries(f.withSandbox(f.sampled(envd)))))
 }
 
 // Mount serves the facade under Prefix, and by host name when a domain is
@@ -176,6 +216,10 @@ func (f *Facade) Mount(next http.Handler) http.Handler {
 		case host == "api":
 			r = rewrite(r, Prefix+r.URL.Path)
 		case host != "" && port != envdPort:
+			// A paused sandbox created with autoResume wakes for its ports'
+			// traffic too.
+			n, _ := strconv.Atoi(port)
+			f.autoResume(r.Context(), host, r.Header.Get(trafficTokenHeader), n)
 			next.ServeHTTP(w, portRequest(r, host, port))
 			return
 		case host != "":
@@ -183,6 +227,15 @@ func (f *Facade) Mount(next http.Handler) http.Handler {
 			r.Header.Set("E2b-Sandbox-Id", host)
 			r.Header.Set("E2b-Sandbox-Port", envdPort)
 		case r.URL.Path == Prefix || strings.HasPrefix(r.URL.Path, Prefix+"/"):
+		case r.URL.Path == "/files" && r.URL.Query().Has("signature"):
+			// A signed URL made with E2B_SANDBOX_URL set: the SDK drops
+			// that URL's path (sign.go).
+			if r.Header.Get("E2b-Sandbox-Id") == "" {
+				writeError(w, http.StatusBadRequest, "a signed URL names its sandbox by host name (49983-<sandbox>.<domain>): with E2B_SANDBOX_URL set it names none; "+
+					"set ZEISH_E2B_DOMAIN and E2B_DOMAIN (not E2B_SANDBOX_URL), or send the E2b-Sandbox-Id header")
+				return
+			}
+			r = rewrite(r, Prefix+"/envd/files")
 		default:
 			next.ServeHTTP(w, r)
 			return

@@ -1,17 +1,12 @@
 package e2b
 
 import (
-	"compress/gzip"
 	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
-	"mime"
-	"mime/multipart"
 	"net/http"
 	"path"
-	"strconv"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -49,7 +44,7 @@ func (f *Facade) withSandbox(h http.Handler) http.Handler {
 			writeError(w, http.StatusBadGateway, "port "+p+" of sandbox "+id+" is not served here: only envd's "+envdPort)
 			return
 		}
-		agent, err := f.backend.SandboxAgent(r.Context(), id, r.Header.Get("X-Access-Token"))
+		agent, err := f.sandboxAgent(r.Context(), id, r.Header.Get("X-Access-Token"))
 		if err != nil {
 			status := http.StatusBadGateway
 			switch errdefs.Of(err).Class {
@@ -96,15 +91,15 @@ func rpcUserName(authorization string) (string, error) {
 }
 
 // resolve makes p absolute the way envd does: relative to the user's home,
-// "~" being that home.
+// "~" (and "") being that home; another user's "~name" is refused.
 func resolve(home, p string) (string, error) {
 	switch {
-	case p == "":
-		return "", fmt.Errorf("path is required: %w", errdefs.ErrInvalidArgument)
-	case p == "~":
+	case p == "" || p == "~":
 		p = home
 	case strings.HasPrefix(p, "~/"):
 		p = path.Join(home, p[2:])
+	case strings.HasPrefix(p, "~"):
+		return "", fmt.Errorf("cannot expand user-specific home dir in %q: %w", p, errdefs.ErrInvalidArgument)
 	case !path.IsAbs(p):
 		p = path.Join(home, p)
 	}
@@ -156,122 +151,4 @@ func rpcError(err error) error {
 		code = connect.CodeUnavailable
 	}
 	return connect.NewError(code, err)
-}
-
-// readFile is GET /files: the file's bytes.
-func (f *Facade) readFile(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	t := targetFrom(r.Context())
-	a, err := f.account(r.Context(), t, q.Get("username"))
-	if err != nil {
-		writeError(w, httpStatus(err), err.Error())
-		return
-	}
-	p, err := resolve(a.home, q.Get("path"))
-	if err != nil {
-		writeError(w, httpStatus(err), err.Error())
-		return
-	}
-	fi, err := t.agent.Stat(r.Context(), p)
-	if err == nil && fi.IsDir {
-		err = fmt.Errorf("%s is a directory: %w", p, errdefs.ErrInvalidArgument)
-	}
-	if err != nil {
-		writeError(w, httpStatus(err), err.Error())
-		return
-	}
-	rc, fi, err := t.agent.ReadFile(r.Context(), p)
-	if err != nil {
-		writeError(w, httpStatus(err), err.Error())
-		return
-	}
-	defer rc.Close()
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": path.Base(p)}))
-	w.Header().Set("Content-Length", strconv.FormatInt(fi.Size, 10))
-	if _, err := io.Copy(w, rc); err != nil {
-		f.log.Debug("e2b: read file", "sandbox", t.id, "err", err)
-	}
-}
-
-// writeFile is POST /files: a multipart form of parts named "file" (their
-// filename is the path when the query has none), or one raw body. Files and
-// the directories made for them belong to the user.
-func (f *Facade) writeFile(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	t := targetFrom(r.Context())
-	a, err := f.account(r.Context(), t, q.Get("username"))
-	if err != nil {
-		writeError(w, httpStatus(err), err.Error())
-		return
-	}
-	var written []map[string]any
-	put := func(name string, body io.Reader) error {
-		p, err := resolve(a.home, name)
-		if err != nil {
-			return err
-		}
-		if err := ensureDir(r.Context(), t.agent, a, path.Dir(p)); err != nil {
-			return err
-		}
-		fi, err := t.agent.WriteFileAs(r.Context(), p, 0o644, a.name, body)
-		if err != nil {
-			return err
-		}
-		written = append(written, map[string]any{"name": path.Base(fi.Path), "type": "file", "path": p})
-		return nil
-	}
-	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	switch {
-	case mt == "multipart/form-data":
-		err = f.writeParts(multipart.NewReader(r.Body, params["boundary"]), q.Get("path"), put)
-	default:
-		body := io.Reader(r.Body)
-		if r.Header.Get("Content-Encoding") == "gzip" {
-			var zr *gzip.Reader
-			if zr, err = gzip.NewReader(r.Body); err == nil {
-				defer zr.Close()
-				body = zr
-			}
-		}
-		if err == nil {
-			err = put(q.Get("path"), body)
-		}
-	}
-	if err != nil {
-		writeError(w, httpStatus(err), err.Error())
-		return
-	}
-	writeJSON(w, http.StatusOK, written)
-}
-
-func (f *Facade) writeParts(mr *multipart.Reader, dest string, put func(string, io.Reader) error) error {
-	n := 0
-	for {
-		part, err := mr.NextPart()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("multipart body: %v: %w", err, errdefs.ErrInvalidArgument)
-		}
-		if part.FormName() != "file" {
-			continue
-		}
-		name := dest
-		if name == "" {
-			// Not part.FileName(): that keeps only the base name, and
-			// a batch write names whole paths.
-			_, params, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
-			name = params["filename"]
-		}
-		if err := put(name, part); err != nil {
-			return err
-		}
-		n++
-	}
-	if n == 0 {
-		return fmt.Errorf("no part named \"file\" in the form: %w", errdefs.ErrInvalidArgument)
-	}
-	return nil
 }

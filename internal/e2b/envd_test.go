@@ -24,7 +24,9 @@ func TestResolve(t *testing.T) {
 		{"~/x/../y", "/root/y", nil},
 		{"/a//b/", "/a/b", nil},
 		{"../../etc", "/etc", nil},
-		{"", "", errdefs.ErrInvalidArgument},
+		// As envd: no path is the home, another user's home is refused.
+		{"", "/root", nil},
+		{"~user/x", "", errdefs.ErrInvalidArgument},
 	} {
 		got, err := resolve("/root", tc.in)
 		if got != tc.want || !errors.Is(err, tc.err) {

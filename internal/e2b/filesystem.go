@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/http"
 	"path"
 	"strings"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
@@ -24,26 +22,6 @@ type filesystemService struct{ f *Facade }
 
 // maxListDepth bounds ListDir's recursion.
 const maxListDepth = 16
-
-func entry(fi guest.FileInfo) *pb.EntryInfo {
-	e := &pb.EntryInfo{
-		Name: fi.Name, Path: fi.Path, Size: fi.Size, Permissions: fi.Mode,
-		Mode: fi.Perm, Type: pb.FileType_FILE_TYPE_FILE, ModifiedTime: timestamppb.New(fi.ModTime),
-	}
-	switch {
-	case fi.Symlink != "":
-		e.Type = pb.FileType_FILE_TYPE_SYMLINK
-		e.SymlinkTarget = &fi.Symlink
-		e.Mode |= uint32(fs.ModeSymlink)
-	case fi.IsDir:
-		e.Type = pb.FileType_FILE_TYPE_DIRECTORY
-		e.Mode |= uint32(fs.ModeDir)
-	}
-	if e.Name == "" {
-		e.Name = path.Base(fi.Path)
-	}
-	return e
-}
 
 // rpcPath resolves a request's path for its user.
 func (s *filesystemService) rpcPath(ctx context.Context, h http.Header, p string) (string, error) {
@@ -66,7 +44,7 @@ func (s *filesystemService) Stat(ctx context.Context, req *connect.Request[pb.St
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	fi, err := targetFrom(ctx).agent.Stat(ctx, p)
+	fi, err := targetFrom(ctx).agent.StatMeta(ctx, p)
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -79,13 +57,19 @@ func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[pb
 		return nil, rpcError(err)
 	}
 	agent := targetFrom(ctx).agent
-	if _, err := agent.Stat(ctx, p); err == nil {
-		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("%s already exists", p))
+	if fi, err := agent.Stat(ctx, p); err == nil {
+		// As envd: an existing directory (or a link to one) is no error
+		// the SDK shows (makeDir returns false), anything else in its
+		// place is.
+		if isDirEntry(fi) {
+			return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("directory already exists: %s", p))
+		}
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path already exists but it is not a directory: %s", p))
 	}
 	if err := ensureDir(ctx, agent, a, p); err != nil {
 		return nil, rpcError(err)
 	}
-	fi, err := agent.Stat(ctx, p)
+	fi, err := agent.StatMeta(ctx, p)
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -93,7 +77,7 @@ func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[pb
 }
 
 // Move renames with the guest's mv, as the user: the agent has no rename of
-// its own.
+// its own. The destination's missing folders are made first, as envd does.
 func (s *filesystemService) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]) (*connect.Response[pb.MoveResponse], error) {
 	a, src, err := s.rpcAccountPath(ctx, req.Header(), req.Msg.GetSource())
 	if err != nil {
@@ -107,6 +91,9 @@ func (s *filesystemService) Move(ctx context.Context, req *connect.Request[pb.Mo
 	if _, err := agent.Stat(ctx, src); err != nil {
 		return nil, rpcError(err)
 	}
+	if err := ensureDir(ctx, agent, a, path.Dir(dst)); err != nil {
+		return nil, rpcError(err)
+	}
 	var stderr strings.Builder
 	res, err := agent.Exec(ctx, guest.ExecRequest{Argv: []string{"mv", "-f", "--", src, dst}, User: a.name}, nil, nil, &stderr)
 	if err == nil && res.ExitCode != 0 {
@@ -115,7 +102,7 @@ func (s *filesystemService) Move(ctx context.Context, req *connect.Request[pb.Mo
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	fi, err := agent.Stat(ctx, dst)
+	fi, err := agent.StatMeta(ctx, dst)
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -136,33 +123,41 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[pb
 	}
 	agent := targetFrom(ctx).agent
 	fi, err := agent.Stat(ctx, p)
-	if err == nil && !fi.IsDir {
-		err = fmt.Errorf("%s is not a directory: %w", p, errdefs.ErrInvalidArgument)
-	}
 	if err != nil {
 		return nil, rpcError(err)
 	}
+	// A link to a directory is listed as the directory, its entries named
+	// below the path asked for (as envd does).
+	dir := p
+	if fi.Target != nil && isDirEntry(fi) {
+		dir = fi.Target.Path
+	} else if !fi.IsDir {
+		return nil, rpcError(fmt.Errorf("path is not a directory: %s: %w", p, errdefs.ErrInvalidArgument))
+	}
 	out := &pb.ListDirResponse{}
-	var walk func(dir string, left int) error
-	walk = func(dir string, left int) error {
-		list, err := agent.List(ctx, dir)
+	var walk func(dir, shown string, left int) error
+	walk = func(dir, shown string, left int) error {
+		list, err := agent.ListMeta(ctx, dir)
 		if err != nil {
 			return err
 		}
 		for _, fi := range list {
-			if fi.Path == "" {
-				fi.Path = path.Join(dir, fi.Name)
+			if fi.Name == "" {
+				fi.Name = path.Base(fi.Path)
 			}
+			real := path.Join(dir, fi.Name)
+			fi.Path = path.Join(shown, fi.Name)
 			out.Entries = append(out.Entries, entry(fi))
-			if fi.IsDir && fi.Symlink == "" && left > 1 {
-				if err := walk(fi.Path, left-1); err != nil && !errors.Is(err, errdefs.ErrFileNotFound) {
+			// Links are not followed below the top.
+			if fi.IsDir && fi.Target == nil && fi.Symlink == "" && left > 1 {
+				if err := walk(real, fi.Path, left-1); err != nil && !errors.Is(err, errdefs.ErrFileNotFound) {
 					return err
 				}
 			}
 		}
 		return nil
 	}
-	if err := walk(p, depth); err != nil {
+	if err := walk(dir, p, depth); err != nil {
 		return nil, rpcError(err)
 	}
 	return connect.NewResponse(out), nil
@@ -173,7 +168,8 @@ func (s *filesystemService) Remove(ctx context.Context, req *connect.Request[pb.
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	if err := targetFrom(ctx).agent.Remove(ctx, p, true); err != nil {
+	// As envd's (os.RemoveAll): removing what is not there succeeds.
+	if err := targetFrom(ctx).agent.Remove(ctx, p, true); err != nil && !errors.Is(err, errdefs.ErrFileNotFound) {
 		return nil, rpcError(err)
 	}
 	return connect.NewResponse(&pb.RemoveResponse{}), nil

@@ -47,7 +47,10 @@ type proc struct {
 	stdin *io.PipeWriter // nil when stdin was not asked for, or once closed
 	subs  map[*subscriber]struct{}
 	ended *pb.ProcessEvent // the end event, once the process ended
-	done  chan struct{}
+	// lost, once set, says why the process can no longer be followed (the
+	// sandbox went away under it): streams end with it instead of an end.
+	lost error
+	done chan struct{}
 }
 
 // subscriber is one stream following a process's events.
@@ -113,8 +116,10 @@ func (p *proc) subscribe() *subscriber {
 	s := &subscriber{ch: make(chan *pb.ProcessEvent, 64), gone: make(chan struct{})}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.ended != nil {
-		s.ch <- p.ended
+	if p.ended != nil || p.lost != nil {
+		if p.ended != nil {
+			s.ch <- p.ended
+		}
 		close(s.ch)
 		return s
 	}
@@ -149,8 +154,14 @@ func (p *proc) publish(ev *pb.ProcessEvent) {
 // end publishes the end event and closes every subscription.
 func (p *proc) end(ev *pb.ProcessEvent) {
 	p.publish(ev)
+	p.finish(ev, nil)
+}
+
+// finish records how following the process ended (its end event, or why it
+// was lost) and closes every subscription.
+func (p *proc) finish(ev *pb.ProcessEvent, lost error) {
 	p.mu.Lock()
-	p.ended = ev
+	p.ended, p.lost = ev, lost
 	subs := p.subs
 	p.subs = nil
 	p.mu.Unlock()
@@ -158,6 +169,27 @@ func (p *proc) end(ev *pb.ProcessEvent) {
 		close(s.ch)
 	}
 	close(p.done)
+}
+
+// settle ends the process as its exec or terminal ended: with its end
+// event, or, when the channel to the guest broke under it (the sandbox was
+// killed, paused away or reached its end of life), as lost: envd's streams
+// end then with the connection, which E2B's SDK turns into its TimeoutError
+// ("…likely due to sandbox timeout"), never into an exit code.
+func (p *proc) settle(res guest.ExecResult, err error, killed bool) {
+	if err != nil && !killed && errdefs.Is(err, errdefs.ClassUnavailable) {
+		p.finish(nil, connect.NewError(connect.CodeUnavailable,
+			fmt.Errorf("the sandbox was killed or reached its end of life while process %d ran (%v)", p.pid, err)))
+		return
+	}
+	p.end(endEvent(res, err, killed))
+}
+
+// failure is why the process was lost, once it was.
+func (p *proc) failure() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lost
 }
 
 type output struct {
@@ -281,7 +313,7 @@ func (s *processService) run(ctx context.Context, t target, p *proc, req guest.E
 		p.stdin.Close()
 	}
 	p.mu.Unlock()
-	p.end(endEvent(res, err, ctx.Err() != nil))
+	p.settle(res, err, ctx.Err() != nil)
 }
 
 // runTerminal waits for a PTY process to end. A stream to the guest that
@@ -291,7 +323,7 @@ func (s *processService) runTerminal(t target, p *proc) {
 	defer p.cancel()
 	defer p.term.Close()
 	res, err := p.term.Result()
-	p.end(endEvent(res, err, false))
+	p.settle(res, err, false)
 }
 
 // endEvent is how a process ended, in envd's words.
@@ -328,7 +360,7 @@ func follow(ctx context.Context, p *proc, sub *subscriber, send func(*pb.Process
 		select {
 		case ev, ok := <-sub.ch:
 			if !ok {
-				return nil
+				return p.failure()
 			}
 			if err := send(ev); err != nil {
 				return err

@@ -1,9 +1,15 @@
 package e2b
 
 import (
+	"context"
+	"fmt"
 	"sync"
 	"testing"
 
+	"connectrpc.com/connect"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/guest"
 	pb "github.com/zeish/zeish/internal/e2b/envdpb/process"
 )
 
@@ -76,5 +82,46 @@ func TestProcessTable(t *testing.T) {
 	tb.remove("sbx_1", a.pid)
 	if _, err := tb.find("sbx_1", &pb.ProcessSelector{Selector: &pb.ProcessSelector_Pid{Pid: a.pid}}); err == nil {
 		t.Fatal("removed process found")
+	}
+}
+
+// A process whose sandbox goes away under it (the channel to the guest
+// breaks: errdefs.ErrUnavailable) is not given an exit code: following it
+// ends with Connect's unavailable, which E2B's SDK turns into its
+// TimeoutError ("…likely due to sandbox timeout") as envd's dropped stream
+// does. A process killed on purpose, or failing otherwise, still ends.
+func TestProcessLostWithItsSandbox(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		err    error
+		killed bool
+		lost   bool
+	}{
+		{"channel broke", fmt.Errorf("guest exec: channel to the agent failed: EOF: %w", errdefs.ErrUnavailable), false, true},
+		{"killed by the caller", fmt.Errorf("guest exec: %w", context.Canceled), true, false},
+		{"could not start", fmt.Errorf("exec: no such file: %w", errdefs.ErrInvalidArgument), false, false},
+		{"exited", nil, false, false},
+	} {
+		p := &proc{pid: 1001, subs: map[*subscriber]struct{}{}, done: make(chan struct{})}
+		sub := p.subscribe()
+		var sent []*pb.ProcessEvent
+		errc := make(chan error, 1)
+		go func() {
+			errc <- follow(context.Background(), p, sub, func(ev *pb.ProcessEvent) error { sent = append(sent, ev); return nil })
+		}()
+		p.settle(guest.ExecResult{ExitCode: 0}, tc.err, tc.killed)
+		err := <-errc
+		if tc.lost {
+			if connect.CodeOf(err) != connect.CodeUnavailable || len(sent) != 0 {
+				t.Errorf("%s: %v after %v, want unavailable and no end", tc.name, err, sent)
+			}
+			if late := follow(context.Background(), p, p.subscribe(), func(*pb.ProcessEvent) error { return nil }); connect.CodeOf(late) != connect.CodeUnavailable {
+				t.Errorf("%s: a later Connect got %v", tc.name, late)
+			}
+			continue
+		}
+		if err != nil || len(sent) != 1 || sent[0].GetEnd() == nil {
+			t.Errorf("%s: %v, sent %v; want the end event", tc.name, err, sent)
+		}
 	}
 }

@@ -104,7 +104,9 @@ func (f *Facade) account(ctx context.Context, t target, name string) (account, e
 		return account{}, err
 	}
 	if !found {
-		return account{}, fmt.Errorf("user %q: the sandbox has no such account: %w", name, errdefs.ErrInvalidArgument)
+		// envd's words and class: an unknown user is an authentication
+		// failure (401, the SDK's AuthenticationError).
+		return account{}, fmt.Errorf("invalid username: '%s': the sandbox has no such account: %w", name, errdefs.ErrUnauthenticated)
 	}
 	return a, nil
 }

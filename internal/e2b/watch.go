@@ -95,7 +95,7 @@ func (n *notified) next(ctx context.Context) ([]*pb.FilesystemEvent, error) {
 		}
 		fe := &pb.FilesystemEvent{Name: ev.Name, Type: t}
 		if n.includeEntry && t != pb.EventType_EVENT_TYPE_REMOVE && t != pb.EventType_EVENT_TYPE_RENAME {
-			if fi, err := n.agent.Stat(ctx, path.Join(n.root, ev.Name)); err == nil {
+			if fi, err := n.agent.StatMeta(ctx, path.Join(n.root, ev.Name)); err == nil {
 				fe.Entry = entry(fi)
 			}
 		}

@@ -75,9 +75,13 @@ func (n *Node) Create(ctx context.Context, r *store.SandboxRecord) (*store.Sandb
 			})
 			return nil
 		}},
-		rollback.Step{Name: "memory", AsIs: true, Do: func(context.Context, *rollback.Stack) (err error) {
-			release, err = n.budget.Reserve(r.MemoryMiB, 1)
-			return err
+		rollback.Step{Name: "memory", AsIs: true, Do: func(context.Context, *rollback.Stack) error {
+			rel, err := n.budget.Reserve(r.MemoryMiB, 1)
+			if err != nil {
+				return err // no release: a refused reservation holds nothing
+			}
+			release = rel
+			return nil
 		}},
 		rollback.Step{Name: "template", AsIs: true, Do: func(ctx context.Context, _ *rollback.Stack) error {
 			// One built on another node must be fetchable from here.

@@ -82,7 +82,7 @@ func connectCode(c errdefs.Class) connect.Code {
 		return connect.CodeNotFound
 	case errdefs.ClassConflict:
 		return connect.CodeFailedPrecondition
-	case errdefs.ClassResourceExhausted, errdefs.ClassRateLimited:
+	case errdefs.ClassResourceExhausted, errdefs.ClassRateLimited, errdefs.ClassTooLarge:
 		return connect.CodeResourceExhausted
 	case errdefs.ClassUnavailable:
 		return connect.CodeUnavailable

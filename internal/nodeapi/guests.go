@@ -160,7 +160,7 @@ func readUpload(stream *connect.ClientStream[nodev2.BuildTemplateRequest], w io.
 		switch part := stream.Msg().Part.(type) {
 		case *nodev2.BuildTemplateRequest_Chunk:
 			if n += int64(len(part.Chunk)); n > MaxUpload {
-				return fmt.Errorf("upload larger than %d GiB: %w", MaxUpload>>30, errdefs.ErrInvalidArgument)
+				return fmt.Errorf("upload larger than %d GiB: %w", MaxUpload>>30, errdefs.ErrUploadTooLarge)
 			}
 			if _, err := w.Write(part.Chunk); err != nil {
 				return err

@@ -226,7 +226,8 @@ func CapacityFromWire(c *nodev2.Capacity) store.NodeCapacity {
 // never its files' paths on the node.
 func TemplateToWire(t sandbox.Template) *nodev2.Template {
 	m := &nodev2.Template{Id: t.ID, Name: t.Name, AccountId: t.AccountID, Builtin: t.Builtin, State: string(t.State),
-		StateReason: t.StateReason, Source: t.Source, Digest: t.Digest, Host: t.Host, Hash: t.Hash, DiskMib: int32(t.DiskMiB),
+		StateReason: t.StateReason, ErrorCode: t.ErrorCode, Source: t.Source, Digest: t.Digest, ConfigDigest: t.ConfigDigest,
+		Host: t.Host, Hash: t.Hash, DiskMib: int32(t.DiskMiB),
 		Env: t.Env, WorkingDir: t.WorkingDir, User: t.User, StartCmd: t.StartCmd, ReadyCmd: t.ReadyCmd,
 		ReadyTimeoutSeconds: int32(t.ReadyTimeoutSeconds), Cold: t.Cold, Vcpus: int32(t.VCPUs), MemoryMib: int32(t.MemoryMiB),
 		LayerBytes: t.LayerBytes, Features: t.Features, CreatedAt: timeToWire(t.CreatedAt), UpdatedAt: timeToWire(t.UpdatedAt)}
@@ -242,7 +243,8 @@ func TemplateFromWire(m *nodev2.Template) sandbox.Template {
 		return sandbox.Template{}
 	}
 	t := sandbox.Template{ID: m.Id, Name: m.Name, AccountID: m.AccountId, Builtin: m.Builtin, State: sandbox.TemplateState(m.State),
-		StateReason: m.StateReason, Source: m.Source, Digest: m.Digest, Host: m.Host, Hash: m.Hash, DiskMiB: int(m.DiskMib),
+		StateReason: m.StateReason, ErrorCode: m.ErrorCode, Source: m.Source, Digest: m.Digest, ConfigDigest: m.ConfigDigest,
+		Host: m.Host, Hash: m.Hash, DiskMiB: int(m.DiskMib),
 		Env: m.Env, WorkingDir: m.WorkingDir, User: m.User, StartCmd: m.StartCmd, ReadyCmd: m.ReadyCmd,
 		ReadyTimeoutSeconds: int(m.ReadyTimeoutSeconds), Cold: m.Cold, VCPUs: int(m.Vcpus), MemoryMiB: int(m.MemoryMib),
 		LayerBytes: m.LayerBytes, Features: m.Features, CreatedAt: timeFromWire(m.CreatedAt), UpdatedAt: timeFromWire(m.UpdatedAt)}

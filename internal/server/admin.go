@@ -93,7 +93,12 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("API key created", "account", id, "key_id", k.ID)
-	writeJSON(w, http.StatusCreated, api.CreatedAPIKey{ID: k.ID, AccountID: id, Key: key, Prefix: k.Prefix, CreatedAt: k.CreatedAt})
+	e2bKey, err := api.E2BKey(key)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, api.CreatedAPIKey{ID: k.ID, AccountID: id, Key: key, E2BKey: e2bKey, Prefix: k.Prefix, CreatedAt: k.CreatedAt})
 }
 
 func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {

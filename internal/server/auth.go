@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/datadir"
 	"github.com/zeish/zeish/internal/store"
@@ -36,8 +37,12 @@ func NewAPIKey() (key, hash string) {
 	return key, HashKey(key)
 }
 
-// HashKey is how keys are stored: never in the clear.
+// HashKey is how keys are stored: never in the clear. A key's E2B form
+// (api.E2BKey) hashes as the key it spells.
 func HashKey(key string) string {
+	if zk, ok := api.ZeishKey(key); ok {
+		key = zk
+	}
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:])
 }

@@ -36,6 +36,8 @@ func statusOf(c errdefs.Class) int {
 		return http.StatusServiceUnavailable
 	case errdefs.ClassGone:
 		return http.StatusGone
+	case errdefs.ClassTooLarge:
+		return http.StatusRequestEntityTooLarge
 	}
 	return http.StatusInternalServerError
 }

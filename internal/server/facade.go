@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
@@ -13,20 +12,6 @@ import (
 // What other front ends mounted beside the API (internal/e2b) need from the
 // server: they make the control-plane calls through Handler, as any client,
 // and reach a sandbox's agent with a data-plane token, as the data plane does.
-
-// IssueToken signs a data-plane token for one sandbox, issued to the live
-// API key apiKey, whose account must own the sandbox.
-func (s *Server) IssueToken(ctx context.Context, sandboxID, apiKey string, ttl time.Duration) (string, error) {
-	key, err := s.store.KeyByHash(ctx, HashKey(apiKey))
-	if err != nil {
-		return "", err
-	}
-	rec, err := s.store.GetSandbox(ctx, sandboxID)
-	if err != nil || rec.AccountID != key.AccountID {
-		return "", fmt.Errorf("sandbox %s not found: %w", sandboxID, errdefs.ErrNotFound)
-	}
-	return s.tokens.issue(rec, key.ID, time.Now().Add(ttl).UTC().Truncate(time.Second)), nil
-}
 
 // SandboxAgent checks a data-plane token for sandbox id and returns the
 // sandbox's agent. A sandbox that is gone or not running is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -22,12 +23,7 @@ import (
 // not when they expire; tokens of the account's other keys live on.
 func TestRevokedKeyEndsItsTokens(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st, dir := sqliteStore(t)
 	acct := sandbox.NewID(sandbox.PrefixAccount)
 	if err := st.CreateAccount(ctx, store.Account{ID: acct, Name: "team", CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
@@ -102,4 +98,77 @@ func TestRevokedKeyEndsItsTokens(t *testing.T) {
 	if _, _, err := s.tokens.verify(old, sb.ID, time.Now()); !errors.Is(err, errdefs.ErrUnauthenticated) {
 		t.Fatalf("old-format token: %v", err)
 	}
+}
+
+// A key's E2B form (what E2B's SDKs before 2.46 accept) opens the same
+// account as the key, and revoking the key closes it too.
+func TestE2BFormOfAKey(t *testing.T) {
+	ctx := context.Background()
+	st, dir := sqliteStore(t)
+	s, err := New(Options{Store: st, DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminPath, err := EnsureAdmin(ctx, st, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := readKeyFile(adminPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	call := func(method, path, key string) (int, []byte) {
+		req, _ := http.NewRequest(method, ts.URL+api.BasePath+path, strings.NewReader(`{}`))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b []byte
+		b, _ = io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	acct := sandbox.NewID(sandbox.PrefixAccount)
+	if err := st.CreateAccount(ctx, store.Account{ID: acct, Name: "team", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	code, body := call("POST", "/admin/accounts/"+acct+"/keys", admin)
+	var made api.CreatedAPIKey
+	if code != http.StatusCreated || json.Unmarshal(body, &made) != nil {
+		t.Fatalf("create key: %d %s", code, body)
+	}
+	if want, _ := api.E2BKey(made.Key); made.E2BKey != want || want == "" {
+		t.Fatalf("created key's E2B form %q, want %q", made.E2BKey, want)
+	}
+	for _, key := range []string{made.Key, made.E2BKey} {
+		if code, body := call("GET", "/public/sandboxes", key); code != http.StatusOK {
+			t.Fatalf("%s…: %d %s", key[:6], code, body)
+		}
+	}
+	if a, err := s.Authenticate(ctx, made.E2BKey); err != nil || a != acct {
+		t.Fatalf("Authenticate(E2B form) = %q, %v; want %s", a, err, acct)
+	}
+	if code, _ := call("DELETE", "/admin/keys/"+made.ID, admin); code != http.StatusOK {
+		t.Fatalf("revoke: %d", code)
+	}
+	for _, key := range []string{made.Key, made.E2BKey} {
+		if code, _ := call("GET", "/public/sandboxes", key); code != http.StatusUnauthorized {
+			t.Errorf("%s… after revoking: %d, want 401", key[:6], code)
+		}
+	}
+}
+
+// sqliteStore is a fresh SQLite store in a test's own data dir.
+func sqliteStore(t *testing.T) (store.Store, string) {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "zeish.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st, dir
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/api"
+	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/catalog"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/template"
@@ -29,32 +30,8 @@ const (
 
 func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) {
 	acct := accountFrom(r.Context())
-	var (
-		req    api.BuildTemplateRequest
-		upload io.Reader
-	)
-	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if mt == "multipart/form-data" {
-		// Parts in order: spec first, then the archive, streamed as it
-		// arrives (never parsed into memory or a temp file by net/http).
-		mr := multipart.NewReader(http.MaxBytesReader(w, r.Body, maxUploadBytes), params["boundary"])
-		part, err := mr.NextPart()
-		if err != nil || part.FormName() != "spec" {
-			writeError(w, r, invalid("multipart body: the first part must be \"spec\" (the JSON request)"))
-			return
-		}
-		dec := json.NewDecoder(io.LimitReader(part, maxBody))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			writeError(w, r, invalid("spec part: %s", strings.TrimPrefix(err.Error(), "json: ")))
-			return
-		}
-		if part, err = mr.NextPart(); err != nil || part.FormName() != "image" {
-			writeError(w, r, invalid("multipart body: the second part must be \"image\" (the archive)"))
-			return
-		}
-		upload = part
-	} else if err := decode(r, &req); err != nil {
+	req, upload, err := decodeBuild(w, r)
+	if err != nil {
 		writeError(w, r, err)
 		return
 	}
@@ -70,13 +47,49 @@ func (s *Server) createTemplate(w http.ResponseWriter, r *http.Request) {
 	}
 	t, err := build(r.Context(), breq)
 	if err != nil {
-		if errors.As(err, new(*http.MaxBytesError)) {
-			err = invalid("upload larger than %d GiB", maxUploadBytes>>30)
-		}
-		writeError(w, r, err)
+		writeError(w, r, uploadErr(err))
 		return
 	}
 	writeJSON(w, http.StatusAccepted, t)
+}
+
+// decodeBuild reads a build request: JSON, or multipart/form-data with a
+// "spec" part (the JSON) first and the "image" part (the archive) second.
+// The archive is returned as a reader of the part as it arrives: net/http
+// never parses it into memory or a temp file, and the caller stores it.
+func decodeBuild(w http.ResponseWriter, r *http.Request) (req api.BuildTemplateRequest, upload io.Reader, err error) {
+	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if mt != "multipart/form-data" {
+		return req, nil, decode(r, &req)
+	}
+	if params["boundary"] == "" {
+		return req, nil, invalid("multipart body: the Content-Type has no boundary")
+	}
+	mr := multipart.NewReader(http.MaxBytesReader(w, r.Body, maxUploadBytes), params["boundary"])
+	part, err := mr.NextPart()
+	if err != nil || part.FormName() != "spec" {
+		return req, nil, uploadErr(invalid("multipart body: the first part must be \"spec\" (the JSON request)"), err)
+	}
+	dec := json.NewDecoder(io.LimitReader(part, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, nil, uploadErr(invalid("spec part: %s", strings.TrimPrefix(err.Error(), "json: ")), err)
+	}
+	if part, err = mr.NextPart(); err != nil || part.FormName() != "image" {
+		return req, nil, uploadErr(invalid("multipart body: the second part must be \"image\" (the archive)"), err)
+	}
+	return req, part, nil
+}
+
+// uploadErr is err, unless cause (or err itself) is the body passing its
+// 32 GiB cap: that is upload_too_large, whatever the reader made of it.
+func uploadErr(err error, cause ...error) error {
+	for _, c := range append(cause, err) {
+		if errors.As(c, new(*http.MaxBytesError)) {
+			return fmt.Errorf("upload larger than %d GiB: %w", maxUploadBytes>>30, errdefs.ErrUploadTooLarge)
+		}
+	}
+	return err
 }
 
 // buildRequest validates a build request at the edge.

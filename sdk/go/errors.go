@@ -120,6 +120,8 @@ func codeForStatus(status int) string {
 		return errdefs.ErrInvalidState.Code
 	case http.StatusTooManyRequests:
 		return errdefs.ErrRateLimited.Code
+	case http.StatusRequestEntityTooLarge:
+		return errdefs.ErrUploadTooLarge.Code
 	case http.StatusBadGateway, http.StatusServiceUnavailable:
 		return errdefs.ErrUnavailable.Code
 	case http.StatusGatewayTimeout:

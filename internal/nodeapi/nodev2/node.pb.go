@@ -2663,6 +2663,8 @@ type Template struct {
 	Features            []string               `protobuf:"bytes,23,rep,name=features,proto3" json:"features,omitempty"`
 	CreatedAt           *timestamppb.Timestamp `protobuf:"bytes,24,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	UpdatedAt           *timestamppb.Timestamp `protobuf:"bytes,25,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	ErrorCode           string                 `protobuf:"bytes,26,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`          // why a build failed (sandbox.TemplateErrorCodes)
+	ConfigDigest        string                 `protobuf:"bytes,27,opt,name=config_digest,json=configDigest,proto3" json:"config_digest,omitempty"` // the image config's digest
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -2870,6 +2872,20 @@ func (x *Template) GetUpdatedAt() *timestamppb.Timestamp {
 		return x.UpdatedAt
 	}
 	return nil
+}
+
+func (x *Template) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
+}
+
+func (x *Template) GetConfigDigest() string {
+	if x != nil {
+		return x.ConfigDigest
+	}
+	return ""
 }
 
 type TemplateReply struct {
@@ -3900,7 +3916,7 @@ const file_zeish_node_v2_node_proto_rawDesc = "" +
 	"\n" +
 	"memory_mib\x18\x03 \x01(\x05R\tmemoryMib\x12\x19\n" +
 	"\bdisk_mib\x18\x04 \x01(\x05R\adiskMib\x12\x19\n" +
-	"\bbuild_ms\x18\x05 \x01(\x03R\abuildMs\"\xf5\x05\n" +
+	"\bbuild_ms\x18\x05 \x01(\x03R\abuildMs\"\xb9\x06\n" +
 	"\bTemplate\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
@@ -3933,7 +3949,10 @@ const file_zeish_node_v2_node_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\x19 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"D\n" +
+	"updated_at\x18\x19 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x1a \x01(\tR\terrorCode\x12#\n" +
+	"\rconfig_digest\x18\x1b \x01(\tR\fconfigDigest\"D\n" +
 	"\rTemplateReply\x123\n" +
 	"\btemplate\x18\x01 \x01(\v2\x17.zeish.node.v2.TemplateR\btemplate\"R\n" +
 	"\x15DeleteTemplateRequest\x12\x1d\n" +

@@ -155,8 +155,14 @@ func WriteLayout(t testing.TB, img v1.Image, dir string) string {
 // WriteOCIArchive writes img as a tar of an OCI image layout.
 func WriteOCIArchive(t testing.TB, img v1.Image, dir string) string {
 	t.Helper()
-	src := WriteLayout(t, img, t.TempDir())
-	p := filepath.Join(dir, "oci.tar")
+	return TarFolder(t, WriteLayout(t, img, t.TempDir()), filepath.Join(dir, "oci.tar"))
+}
+
+// TarFolder writes the folder src as the tar at p (an OCI archive, when
+// src holds a layout: tests tamper with a layout's files, then tar it) and
+// returns p.
+func TarFolder(t testing.TB, src, p string) string {
+	t.Helper()
 	f, err := os.Create(p)
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +200,7 @@ func WriteOCIArchive(t testing.TB, img v1.Image, dir string) string {
 		err = tw.Close()
 	}
 	if err != nil {
-		t.Fatalf("oci archive: %v", err)
+		t.Fatalf("tar %s: %v", src, err)
 	}
 	return p
 }

@@ -10,10 +10,45 @@
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { get as httpGet } from "node:http";
+import { createRequire } from "node:module";
 import { connect, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+
+/** The e2b SDKs the suite runs: the package aliases of package.json ("e2b-2-45": "npm:e2b@2.45.0"), oldest first. */
+export function sdkPackages() {
+  const pkg = JSON.parse(readFileSync(join(dirname(fileURLToPath(import.meta.url)), "..", "package.json"), "utf8"));
+  const names = Object.keys(pkg.dependencies).filter((n) => /^e2b-\d+-\d+$/.test(n));
+  const version = (n) => pkg.dependencies[n].replace(/^npm:e2b@/, "");
+  return names.map((name) => ({ name, version: version(name) })).sort((a, b) => cmpVersions(a.version, b.version));
+}
+
+function cmpVersions(a, b) {
+  const pa = a.split(".").map(Number);
+  const pb = b.split(".").map(Number);
+  for (let i = 0; i < 3; i++) if (pa[i] !== pb[i]) return pa[i] - pb[i];
+  return 0;
+}
+
+/** The SDK a run tests (E2B_SDK names its alias; the newest by default): its module, its version, and how it compares. */
+export async function sdk() {
+  const all = sdkPackages();
+  const name = process.env.E2B_SDK || all.at(-1).name;
+  const require = createRequire(import.meta.url);
+  const version = JSON.parse(readFileSync(join(dirname(require.resolve(name)), "..", "package.json"), "utf8")).version;
+  return {
+    module: await import(name), name, version,
+    atLeast: (v) => cmpVersions(version, v) >= 0,
+    newest: cmpVersions(version, all.at(-1).version) >= 0,
+  };
+}
+
+/** A zeish key's E2B form (e2b_ and the hex of its bytes; api.E2BKey): E2B's SDKs before 2.46 accept no other. */
+export function e2bKey(zeishKey) {
+  return "e2b_" + Buffer.from(zeishKey.replace(/^zk_/, ""), "base64url").toString("hex");
+}
 
 export function repoRoot() {
   let dir = dirname(fileURLToPath(import.meta.url));
@@ -168,6 +203,7 @@ export class Harness {
         await new Promise((r) => setTimeout(r, 100));
       }
       h.apiKey = readFileSync(join(h.dataDir, "admin.key"), "utf8").trim();
+      h.e2bKey = e2bKey(h.apiKey);
     } catch (err) {
       h.failed = true;
       await h.stop();
@@ -221,7 +257,19 @@ export class Harness {
   /** The SDK's connection options for this server (what E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY would say). */
   opts(extra = {}) {
     // Boots under TCG on a shared machine can outlast the SDK's default 60 s request timeout.
-    return { apiUrl: `${this.base}/e2b`, sandboxUrl: `${this.base}/e2b/envd`, apiKey: this.apiKey, requestTimeoutMs: 600_000, ...extra };
+    return { apiUrl: `${this.base}/e2b`, sandboxUrl: `${this.base}/e2b/envd`, apiKey: this.e2bKey, requestTimeoutMs: 600_000, ...extra };
+  }
+
+  /** GET path of a host name under e2bDomain (getHost's), sent to zeishd as a TLS proxy with a wildcard name would. */
+  hostGet(host, path, headers = {}) {
+    const lookup = (_name, opts, cb) => (opts?.all ? cb(null, [{ address: "127.0.0.1", family: 4 }]) : cb(null, "127.0.0.1", 4));
+    return new Promise((resolve, reject) => {
+      httpGet({ host, port: this.port, path, headers, lookup }, (res) => {
+        let body = "";
+        res.on("data", (d) => (body += d));
+        res.on("end", () => resolve({ status: res.statusCode, body }));
+      }).on("error", reject);
+    });
   }
 
   /** A call to zeish's own API, for what the E2B SDK cannot see. */

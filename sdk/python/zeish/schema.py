@@ -15,7 +15,7 @@ __all__ = ["ERROR_CODES", "ERROR_STATUS"]  # the types are imported by name
 Empty: TypeAlias = dict[str, Any]
 
 #: The stable code of an error. Its HTTP status follows from its class.
-ErrorCode: TypeAlias = Literal['internal', 'invalid_argument', 'unknown_template', 'invalid_git_repo', 'git_credentials_in_url', 'invalid_git_ref', 'git_ref_conflict', 'no_git_repo', 'template_lacks_git', 'template_lacks_feature', 'invalid_accel', 'unauthenticated', 'token_expired', 'forbidden', 'not_found', 'file_not_found', 'invalid_state', 'name_taken', 'file_exists', 'node_full', 'limit_reached', 'running_slots_full', 'storage_full', 'budget_exhausted', 'rate_limited', 'daily_cap_reached', 'too_many_requests', 'timeout', 'unavailable', 'desktop_not_enabled', 'off_screen', 'unknown_secret', 'disk_too_small']
+ErrorCode: TypeAlias = Literal['internal', 'invalid_argument', 'unknown_template', 'invalid_git_repo', 'git_credentials_in_url', 'invalid_git_ref', 'git_ref_conflict', 'no_git_repo', 'template_lacks_git', 'template_lacks_feature', 'invalid_accel', 'unauthenticated', 'token_expired', 'forbidden', 'not_found', 'file_not_found', 'invalid_state', 'name_taken', 'file_exists', 'node_full', 'limit_reached', 'running_slots_full', 'storage_full', 'budget_exhausted', 'rate_limited', 'daily_cap_reached', 'too_many_requests', 'timeout', 'unavailable', 'desktop_not_enabled', 'off_screen', 'unknown_secret', 'disk_too_small', 'template_quota_reached', 'upload_too_large', 'too_many_uploads']
 
 #: A sandbox id, `sbx_` and 20 lower-case base32 characters.
 SandboxID: TypeAlias = str
@@ -453,6 +453,11 @@ class CreatedAPIKey(TypedDict):
 
     #: The key (`zk_…`): shown this once only.
     key: str
+
+    #: The same key in the form E2B's SDKs accept (`e2b_` and the hex of its bytes; SDKs before 2.46
+    #: refuse any other), for `E2B_API_KEY`. Either form works wherever a key does; revoking the key
+    #: revokes both. Shown this once only.
+    e2b_key: str
     prefix: str
     created_at: str
 
@@ -761,11 +766,26 @@ class Template(TypedDict):
     #: Why a build failed (`error`).
     state_reason: NotRequired[str]
 
+    #: Why the build of a template in `error` failed, stably (`state_reason` has the words):
+    #: `build_timeout` (it did not finish within `ZEISH_TEMPLATE_BUILD_TIMEOUT`, a registry that
+    #: stalls, say; its slot was freed), `bad_image` (not an image, a blob that does not match its
+    #: digest, metadata past its cap, a layer that leaves the root, more than the disk holds),
+    #: `registry_auth` (the registry refused the credentials), `registry_blocked` (the registry's
+    #: address is in a range builds may not reach), `template_quota_reached` (the image's layers
+    #: would take the account past `ZEISH_PLAN_TEMPLATE_MIB`), `interrupted` (zeishd restarted and
+    #: could not resume it: inline credentials are not kept), `build_failed` (anything else).
+    error_code: NotRequired[Literal['build_timeout', 'bad_image', 'registry_auth', 'registry_blocked', 'template_quota_reached', 'interrupted', 'build_failed']]
+
     #: Where the image came from: `registry:…`, `docker-archive:upload`, …
     source: NotRequired[str]
 
-    #: The image's manifest digest.
+    #: The image's manifest digest (the sha256 of the manifest read, checked against what named it);
+    #: a docker archive has no manifest: its config's digest, Docker's image ID.
     digest: NotRequired[str]
+
+    #: The image config's digest; with the layers' `diff_ids` it names (each checked) it is what the
+    #: build unpacked, and keys the build cache.
+    config_digest: NotRequired[str]
 
     #: Content hash of everything the build used.
     hash: str
@@ -945,6 +965,30 @@ class FileInfo(TypedDict):
 
     #: The target, if the file is a symbolic link.
     symlink: NotRequired[str]
+
+    #: The owner's name in the guest (the uid as a number when it has no name).
+    owner: NotRequired[str]
+
+    #: The group's name in the guest (the gid as a number when it has no name).
+    group: NotRequired[str]
+    target: NotRequired[LinkTarget]
+
+    #: The file's user metadata (its `user.e2b.*` extended attributes); only in answers that ask for
+    #: it (E2B's envd calls), never in this API's.
+    metadata: NotRequired[dict[str, str]]
+
+
+class LinkTarget(TypedDict):
+    """Where a symbolic link finally leads, every link on the way followed."""
+
+    #: The absolute path; empty when the link cannot be resolved (it dangles or loops).
+    path: str
+
+    #: What is there, like FileInfo's mode; absent when path is empty.
+    mode: NotRequired[str]
+
+    #: Its permission bits.
+    perm: NotRequired[int]
 
 
 class FileList(TypedDict):
@@ -1186,6 +1230,9 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
     'off_screen',
     'unknown_secret',
     'disk_too_small',
+    'template_quota_reached',
+    'upload_too_large',
+    'too_many_uploads',
 )
 
 #: The HTTP status each error code comes with (the ErrorCode table).
@@ -1223,4 +1270,7 @@ ERROR_STATUS: dict[str, int] = {
     'off_screen': 400,
     'unknown_secret': 400,
     'disk_too_small': 400,
+    'template_quota_reached': 409,
+    'upload_too_large': 413,
+    'too_many_uploads': 429,
 }

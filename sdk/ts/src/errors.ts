@@ -32,9 +32,11 @@ export class InvalidArgumentError extends ZeishError {}
 export class AuthenticationError extends ZeishError {}
 /** 404: `not_found`, `file_not_found`. */
 export class NotFoundError extends ZeishError {}
-/** 409: `invalid_state`, `name_taken`, `file_exists`, `node_full`, `limit_reached`, `running_slots_full`, `storage_full`, `budget_exhausted`. */
+/** 409: `invalid_state`, `name_taken`, `file_exists`, `node_full`, `limit_reached`, `running_slots_full`, `storage_full`, `budget_exhausted`, `template_quota_reached`. */
 export class ConflictError extends ZeishError {}
-/** 429: `rate_limited` (see `retryAfter`), `daily_cap_reached`, `too_many_requests`. */
+/** 413: `upload_too_large` (a template upload past 32 GiB or the account's template bytes quota). */
+export class TooLargeError extends ZeishError {}
+/** 429: `rate_limited` (see `retryAfter`), `daily_cap_reached`, `too_many_requests`, `too_many_uploads`. */
 export class RateLimitError extends ZeishError {}
 /** 503 `timeout`: an operation or wait did not finish in time. */
 export class TimeoutError extends ZeishError {}
@@ -98,6 +100,9 @@ const classByCode: Record<ErrorCode, new (s: number, c: ErrorCode, m: string, o?
   unknown_secret: InvalidArgumentError,
   disk_too_small: InvalidArgumentError,
   invalid_accel: InvalidArgumentError,
+  template_quota_reached: ConflictError,
+  upload_too_large: TooLargeError,
+  too_many_uploads: RateLimitError,
 };
 
 /** The code a status implies when the body names none (a proxy's error page, say). */
@@ -108,6 +113,7 @@ function codeForStatus(status: number): ErrorCode {
     case 403: return "forbidden";
     case 404: return "not_found";
     case 409: return "invalid_state";
+    case 413: return "upload_too_large";
     case 429: return "rate_limited";
     case 503: return "unavailable";
     case 504: return "timeout";

@@ -8,7 +8,7 @@ export {
 } from "./sandbox.js";
 export { Desktop, type MouseButton } from "./desktop.js";
 export {
-  ZeishError, InvalidArgumentError, AuthenticationError, NotFoundError, ConflictError, RateLimitError,
+  ZeishError, InvalidArgumentError, AuthenticationError, NotFoundError, ConflictError, TooLargeError, RateLimitError,
   TimeoutError, ServerError, SandboxStateError, isZeishError,
 } from "./errors.js";
 export {

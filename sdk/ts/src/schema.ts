@@ -918,11 +918,30 @@ export interface paths {
          *     refused) onto an ext4 disk of `disk_mib`, with zeish's agent installed under `/.zeish`
          *     beside the image's own files. The image config's `Env`, `WorkingDir` and `User` become
          *     the exec defaults of its sandboxes and `Entrypoint` + `Cmd` the default `start_cmd`, run
-         *     once at each sandbox's boot. Builds are cached by image digest and disk size, run a few
-         *     at a time (`ZEISH_TEMPLATE_BUILDS`, default 2) and are resumed after a zeishd restart
+         *     once at each sandbox's boot. Every blob is checked against the digest that names it (an
+         *     index or manifest against its descriptor, the config against the manifest, each layer as
+         *     it streams against its digest, size and the config's `diff_ids`); a mismatch fails the
+         *     build (`error_code: bad_image`) and nothing is kept. `index.json`, indexes, manifests and
+         *     configs are read up to 4 MiB each (1000 layers, 1024 index entries); more is `bad_image`.
+         *     Builds are cached by what they unpack (the config digest and the layers' `diff_ids`),
+         *     the disk size and a scope: a registry pull is shared by every account that pulls the
+         *     same image, an upload (or a path on the server) only by its own account's builds. They
+         *     run a few at a time (`ZEISH_TEMPLATE_BUILDS`, default 2), each within
+         *     `ZEISH_TEMPLATE_BUILD_TIMEOUT` (default 30m; past it the build ends in `error` with
+         *     `error_code: build_timeout` and frees its slot), and are resumed after a zeishd restart
          *     (one with inline registry credentials fails instead: they are not kept; one with
-         *     `registry_secret` reads the secret again). Follow a build with
+         *     `registry_secret` reads the secret again). A registry host is dialled only at addresses
+         *     guests may reach too (not loopback, private, link-local or reserved ranges, checked on
+         *     every connection after name resolution; `ZEISH_REGISTRY_ALLOW_RANGES` opens a range):
+         *     otherwise the build ends with `error_code: registry_blocked`. Follow a build with
          *     `GET /api/v1/public/templates/{id}/events`.
+         *
+         *     Each account may keep `ZEISH_PLAN_TEMPLATES` templates (default 20; `409
+         *     template_quota_reached`) holding `ZEISH_PLAN_TEMPLATE_MIB` of images (default 64 GiB: an
+         *     upload counts its archive as it streams, `413 upload_too_large` past what is left; a
+         *     registry image its layers, a build past the quota ends with `error_code:
+         *     template_quota_reached`), and stream `ZEISH_PLAN_TEMPLATE_UPLOADS` uploads at once
+         *     (default 2; `429 too_many_uploads`). These are checked before anything is stored.
          *
          *     Send JSON with `from: registry:host/repo:tag` (optional credentials: `registry_secret`,
          *     the name of an account secret (`PUT /api/v1/public/secrets/{name}`), or inline
@@ -1555,9 +1574,12 @@ export interface components {
          *     | `off_screen` | 400 | A desktop action's coordinates are outside the screen. |
          *     | `unknown_secret` | 400 | The secret named in the request (registry_secret) is not one of the account's secrets (PUT /public/secrets/{name}). |
          *     | `disk_too_small` | 400 | disk_mib is smaller than the template's disk; the message names the template's size. |
+         *     | `template_quota_reached` | 409 | The account keeps as many templates, or as many bytes of template images, as its quota allows (ZEISH_PLAN_TEMPLATES, ZEISH_PLAN_TEMPLATE_MIB); the message says which. Delete a template first. |
+         *     | `upload_too_large` | 413 | The uploaded archive passes 32 GiB or what the account's template bytes quota (ZEISH_PLAN_TEMPLATE_MIB) has left; nothing of it is kept. |
+         *     | `too_many_uploads` | 429 | The account already streams as many template uploads as it may at once (ZEISH_PLAN_TEMPLATE_UPLOADS); retry when one has finished. |
          * @enum {string}
          */
-        ErrorCode: "internal" | "invalid_argument" | "unknown_template" | "invalid_git_repo" | "git_credentials_in_url" | "invalid_git_ref" | "git_ref_conflict" | "no_git_repo" | "template_lacks_git" | "template_lacks_feature" | "invalid_accel" | "unauthenticated" | "token_expired" | "forbidden" | "not_found" | "file_not_found" | "invalid_state" | "name_taken" | "file_exists" | "node_full" | "limit_reached" | "running_slots_full" | "storage_full" | "budget_exhausted" | "rate_limited" | "daily_cap_reached" | "too_many_requests" | "timeout" | "unavailable" | "desktop_not_enabled" | "off_screen" | "unknown_secret" | "disk_too_small";
+        ErrorCode: "internal" | "invalid_argument" | "unknown_template" | "invalid_git_repo" | "git_credentials_in_url" | "invalid_git_ref" | "git_ref_conflict" | "no_git_repo" | "template_lacks_git" | "template_lacks_feature" | "invalid_accel" | "unauthenticated" | "token_expired" | "forbidden" | "not_found" | "file_not_found" | "invalid_state" | "name_taken" | "file_exists" | "node_full" | "limit_reached" | "running_slots_full" | "storage_full" | "budget_exhausted" | "rate_limited" | "daily_cap_reached" | "too_many_requests" | "timeout" | "unavailable" | "desktop_not_enabled" | "off_screen" | "unknown_secret" | "disk_too_small" | "template_quota_reached" | "upload_too_large" | "too_many_uploads";
         /**
          * @description A sandbox id, `sbx_` and 20 lower-case base32 characters.
          * @example sbx_0f3k9q2m7c4x8z1b5n6p
@@ -2011,6 +2033,8 @@ export interface components {
             account_id: components["schemas"]["AccountID"];
             /** @description The key (`zk_…`): shown this once only. */
             key: string;
+            /** @description The same key in the form E2B's SDKs accept (`e2b_` and the hex of its bytes; SDKs before 2.46 refuse any other), for `E2B_API_KEY`. Either form works wherever a key does; revoking the key revokes both. Shown this once only. */
+            e2b_key: string;
             prefix: string;
             /** Format: date-time */
             created_at: string;
@@ -2297,10 +2321,25 @@ export interface components {
             state: "building" | "ready" | "error" | "deleted";
             /** @description Why a build failed (`error`). */
             state_reason?: string;
+            /**
+             * @description Why the build of a template in `error` failed, stably (`state_reason` has the words):
+             *     `build_timeout` (it did not finish within `ZEISH_TEMPLATE_BUILD_TIMEOUT`, a registry that
+             *     stalls, say; its slot was freed), `bad_image` (not an image, a blob that does not match
+             *     its digest, metadata past its cap, a layer that leaves the root, more than the disk
+             *     holds), `registry_auth` (the registry refused the credentials), `registry_blocked` (the
+             *     registry's address is in a range builds may not reach), `template_quota_reached` (the
+             *     image's layers would take the account past `ZEISH_PLAN_TEMPLATE_MIB`), `interrupted`
+             *     (zeishd restarted and could not resume it: inline credentials are not kept),
+             *     `build_failed` (anything else).
+             * @enum {string}
+             */
+            error_code?: "build_timeout" | "bad_image" | "registry_auth" | "registry_blocked" | "template_quota_reached" | "interrupted" | "build_failed";
             /** @description Where the image came from: `registry:…`, `docker-archive:upload`, … */
             source?: string;
-            /** @description The image's manifest digest. */
+            /** @description The image's manifest digest (the sha256 of the manifest read, checked against what named it); a docker archive has no manifest: its config's digest, Docker's image ID. */
             digest?: string;
+            /** @description The image config's digest; with the layers' `diff_ids` it names (each checked) it is what the build unpacked, and keys the build cache. */
+            config_digest?: string;
             /** @description Content hash of everything the build used. */
             hash: string;
             /**
@@ -2495,6 +2534,24 @@ export interface components {
             mod_time: string;
             /** @description The target, if the file is a symbolic link. */
             symlink?: string;
+            /** @description The owner's name in the guest (the uid as a number when it has no name). */
+            owner?: string;
+            /** @description The group's name in the guest (the gid as a number when it has no name). */
+            group?: string;
+            target?: components["schemas"]["LinkTarget"];
+            /** @description The file's user metadata (its `user.e2b.*` extended attributes); only in answers that ask for it (E2B's envd calls), never in this API's. */
+            metadata?: {
+                [key: string]: string;
+            };
+        };
+        /** @description Where a symbolic link finally leads, every link on the way followed. */
+        LinkTarget: {
+            /** @description The absolute path; empty when the link cannot be resolved (it dangles or loops). */
+            path: string;
+            /** @description What is there, like FileInfo's mode; absent when path is empty. */
+            mode?: string;
+            /** @description Its permission bits. */
+            perm?: number;
         };
         FileList: {
             files: components["schemas"]["FileInfo"][];
@@ -2723,8 +2780,26 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description `name_taken`: the account has a template of that name, or it is a built-in's. */
+        /** @description `name_taken`: the account has a template of that name, or it is a built-in's. `template_quota_reached`: the account keeps as many templates (`ZEISH_PLAN_TEMPLATES`), or bytes of template images (`ZEISH_PLAN_TEMPLATE_MIB`), as it may. */
         NameTaken: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description `upload_too_large`: the archive passes 32 GiB, or what the account's template bytes quota has left (counted as it streams); nothing of it is kept. */
+        UploadTooLarge: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description `too_many_uploads`: the account already streams `ZEISH_PLAN_TEMPLATE_UPLOADS` uploads; retry when one has finished. */
+        TooManyUploads: {
             headers: {
                 [name: string]: unknown;
             };
@@ -4434,6 +4509,8 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             409: components["responses"]["NameTaken"];
+            413: components["responses"]["UploadTooLarge"];
+            429: components["responses"]["TooManyUploads"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };

@@ -93,6 +93,9 @@ export const ERROR_CODES = [
   "off_screen",
   "unknown_secret",
   "disk_too_small",
+  "template_quota_reached",
+  "upload_too_large",
+  "too_many_uploads",
 ] as const satisfies readonly ErrorCode[];
 
 // Fails to compile if the schema gains a code the list above lacks.
