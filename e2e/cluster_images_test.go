@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/testenv"
-	"github.com/zeish/zeish/internal/testenv/ociimg"
 	"github.com/zeish/zeish/sandbox"
 	zeish "github.com/zeish/zeish/sdk/go"
 )
@@ -61,16 +59,8 @@ func TestClusterImages(t *testing.T) {
 
 	t.Run("a template built on one node, created from on another", func(t *testing.T) {
 		only("node-a")
-		f, err := os.Open(ociimg.WriteDockerArchive(t, ociimg.Standard(t), t.TempDir()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		tpl, err := l.client.UploadTemplate(ctx, zeish.BuildTemplateRequest{Name: "img", From: "docker-archive", DiskMiB: 256, Cold: true}, f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if tpl, err = l.client.WaitTemplate(ctx, tpl.ID, nil); err != nil || tpl.State != sandbox.TemplateReady || tpl.Host != "node-a" {
+		tpl, err := l.client.WaitTemplate(ctx, l.uploadTemplate(ctx, t, "img").ID, nil)
+		if err != nil || tpl.State != sandbox.TemplateReady || tpl.Host != "node-a" {
 			t.Fatalf("template build on node-a: %+v %v", tpl, err)
 		}
 		only("node-c")

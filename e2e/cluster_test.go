@@ -257,21 +257,12 @@ func TestCluster(t *testing.T) {
 
 	// Every process serves /metrics: the control plane each node's state
 	// from the registry, a node agent its own capacity.
-	scrape := func(addr string) string {
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return string(b)
-	}
-	if m := scrape(l.control.Addr); !strings.Contains(m, `zeish_node_up{node="node-a",region="lab"} 1`) ||
+	if m := scrape(t, l.control.Addr); !strings.Contains(m, `zeish_node_up{node="node-a",region="lab"} 1`) ||
 		!strings.Contains(m, `zeish_node_memory_budget_mib{node="node-b"} 1152`) || !strings.Contains(m, `zeish_sandboxes{state="running"}`) ||
 		!strings.Contains(m, `zeish_node_image_disk_mib{node="node-a"} 0`) {
 		t.Fatalf("control plane /metrics:\n%s", m)
 	}
-	if m := scrape(l.nodes["node-a"].Addr); !strings.Contains(m, `zeish_node_memory_budget_mib{node="node-a"} 1280`) {
+	if m := scrape(t, l.nodes["node-a"].Addr); !strings.Contains(m, `zeish_node_memory_budget_mib{node="node-a"} 1280`) {
 		t.Fatalf("node agent /metrics:\n%s", m)
 	}
 

@@ -8,7 +8,6 @@ import (
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/node/images"
-	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 )
@@ -154,28 +153,5 @@ func (n *Node) CloneImage(ctx context.Context, image, parentID string, children 
 	if err != nil {
 		return nil, err
 	}
-	release, err := n.admitChildren(ctx, parent, children)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	var (
-		lease *images.Lease
-		meta  *images.Meta
-	)
-	err = rollback.Run(ctx,
-		rollback.Step{Name: "image", AsIs: true, Do: func(ctx context.Context, undo *rollback.Stack) (err error) {
-			lease = n.images.Lease(image)
-			undo.Add(func(context.Context) error { lease.Release(); return nil })
-			meta, err = n.image(ctx, image, "")
-			return err
-		}},
-		rollback.Step{Name: "children", AsIs: true, Do: func(ctx context.Context, _ *rollback.Stack) error {
-			return n.startChildren(ctx, parent, meta, lease, children)
-		}},
-	)
-	if err != nil {
-		return nil, err
-	}
-	return children, nil
+	return n.cloneFromImage(ctx, parent, image, "the fork's image "+image, children)
 }

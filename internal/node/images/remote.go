@@ -133,13 +133,7 @@ func (s *Store) Publish(m *Meta) {
 // WaitUploaded waits for image id's upload in flight, if any (tests, and
 // a fork whose children start elsewhere).
 func (s *Store) WaitUploaded(ctx context.Context, id string) error {
-	r := s.remote
-	if r == nil {
-		return nil
-	}
-	r.mu.Lock()
-	up := r.uploads[id]
-	r.mu.Unlock()
+	up := s.inFlight(id)
 	if up == nil {
 		return nil
 	}
@@ -154,17 +148,22 @@ func (s *Store) WaitUploaded(ctx context.Context, id string) error {
 
 // Uploaded is the progress of image id's upload in flight (ok false: none).
 func (s *Store) Uploaded(id string) (imagestore.Progress, bool) {
-	r := s.remote
-	if r == nil {
-		return imagestore.Progress{}, false
-	}
-	r.mu.Lock()
-	up := r.uploads[id]
-	r.mu.Unlock()
+	up := s.inFlight(id)
 	if up == nil {
 		return imagestore.Progress{}, false
 	}
 	return up.Progress(), true
+}
+
+// inFlight is image id's upload in flight (nil: none, or no store).
+func (s *Store) inFlight(id string) *imagestore.Upload {
+	r := s.remote
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.uploads[id]
 }
 
 // ResumeUploads publishes every complete image that is not durable yet:
@@ -422,17 +421,13 @@ func (s *Store) RemoteLayers(ctx context.Context, id string) ([]string, error) {
 // record of the cluster needs it. An error keeps the local folder, so the
 // next gc tries again (a crash between the two does the same).
 func (s *Store) dropRemote(ctx context.Context, id string) error {
-	r := s.remote
-	if r == nil {
+	if s.remote == nil {
 		return nil
 	}
-	r.mu.Lock()
-	up := r.uploads[id]
-	r.mu.Unlock()
-	if up != nil {
+	if s.inFlight(id) != nil {
 		return fmt.Errorf("image %s is being uploaded", id)
 	}
-	return r.Store.Delete(ctx, id)
+	return s.remote.Store.Delete(ctx, id)
 }
 
 // fetchErr classes a local failure of a fetch: a full disk is storage_full.
