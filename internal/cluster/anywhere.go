@@ -2,8 +2,10 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
@@ -214,16 +216,36 @@ func (r *Router) CloneAny(ctx context.Context, parentID string, children []*stor
 	if err != nil {
 		return pause, made, err
 	}
+	// The other nodes start their shares at once, each fetching the image.
+	type started struct {
+		children []*store.SandboxRecord
+		err      error
+	}
+	out := make([]started, len(plan))
+	var wg sync.WaitGroup
 	next := 0
-	for _, p := range plan {
+	for i, p := range plan {
 		kids := rest[next : next+p.count]
 		next += p.count
-		more, err := r.client(p.node).CloneImage(ctx, image, parentID, parent.SecretEnv, kids)
-		if err != nil {
-			// The children placed so far run; the caller sees which.
-			return pause, made, fmt.Errorf("%d of %d children started; node %s: %w", len(made), len(children), p.node.ID, err)
+		wg.Go(func() {
+			more, err := r.client(p.node).CloneImage(ctx, image, parentID, parent.SecretEnv, kids)
+			if err != nil {
+				err = fmt.Errorf("node %s: %w", p.node.ID, err)
+			}
+			out[i] = started{more, err}
+		})
+	}
+	wg.Wait()
+	var errs []error
+	for _, o := range out {
+		made = append(made, o.children...)
+		if o.err != nil {
+			errs = append(errs, o.err)
 		}
-		made = append(made, more...)
+	}
+	if len(errs) > 0 {
+		// The children started run; the caller sees which.
+		return pause, made, fmt.Errorf("%d of %d children started: %w", len(made), len(children), errors.Join(errs...))
 	}
 	return pause, made, nil
 }
