@@ -193,6 +193,7 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 		host = nodeID
 	}
 	limits.Dir, limits.Parallel, limits.Warmer, limits.Host, limits.Ready = filepath.Join(dataDir, "template-builds"), parallel, n, host, n.PublishTemplate
+	limits.Removed = n.UnpublishTemplate
 	if err := cat.StartBuilds(ctx, limits); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("template builds: %w", err)

@@ -70,6 +70,21 @@ func (n *Node) PublishTemplate(t sandbox.Template) {
 	}()
 }
 
+// UnpublishTemplate deletes deleted template t's files from the image
+// store (the catalog asks before it removes them here); nothing without a
+// store or for a template this node did not build. Nodes that fetched them
+// keep their copies until their cache's bound evicts them.
+func (n *Node) UnpublishTemplate(ctx context.Context, t sandbox.Template) error {
+	r := n.opts.ImageStore
+	if r == nil || t.Host != n.opts.ID {
+		return nil
+	}
+	if err := r.Store.Delete(ctx, templateImage(t)); err != nil && !errdefs.Is(err, errdefs.ClassNotFound) {
+		return fmt.Errorf("image store: %w", err)
+	}
+	return nil
+}
+
 // heldElsewhere reports whether template t's files are another node's.
 func (n *Node) heldElsewhere(t sandbox.Template) bool { return t.Host != "" && t.Host != n.opts.ID }
 

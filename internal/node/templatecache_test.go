@@ -22,7 +22,7 @@ import (
 // until the upload is whole, then fetches its files once into its template
 // cache and boots from them. Past the cache's bound the least recently
 // used template no sandbox stands on goes; one a sandbox stands on stays,
-// however old.
+// however old. A deleted template leaves the store.
 func TestTemplateFromAnotherNode(t *testing.T) {
 	ctx := context.Background()
 	b, err := folder.New(t.TempDir())
@@ -110,6 +110,23 @@ func TestTemplateFromAnotherNode(t *testing.T) {
 	}
 	if r := other.get(first); r.State != sandbox.StateRunning {
 		t.Fatalf("the first sandbox of tpl_one: %s", r.State)
+	}
+	// A deleted template leaves the store (its builder's catalog asks);
+	// twice is fine, and another node's call deletes nothing of it.
+	two := built["tpl_two"]
+	if err := other.n.UnpublishTemplate(ctx, two); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := shared.Durable(ctx, templateImage(two)); err != nil || !ok {
+		t.Fatalf("tpl_two after node-2 unpublished it: durable %v %v, want still there", ok, err)
+	}
+	for range 2 {
+		if err := builder.n.UnpublishTemplate(ctx, two); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, err := shared.Durable(ctx, templateImage(two)); err != nil || ok {
+		t.Fatalf("tpl_two after its builder unpublished it: durable %v %v", ok, err)
 	}
 }
 
