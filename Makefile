@@ -31,7 +31,8 @@ vet:
 	@test -z "$$(gofmt -l .)" || (echo "gofmt needed:"; gofmt -l .; exit 1)
 
 # VM tests share two cores: -p 2 keeps at most two test binaries at once.
-test: deps vet
+# The console is bundled first: zeishd embeds it, and e2e tests drive it.
+test: deps vet console
 	$(GO) test -p 2 -timeout 30m ./...
 	$(MAKE) test-ts
 	$(MAKE) test-python
@@ -95,6 +96,8 @@ FUZZ_TARGETS := ./guest:FuzzFrameReader ./guest:FuzzReadChunk ./internal/server:
 	./internal/server:FuzzSnapshotName ./sandbox:FuzzCheckName ./sandbox:FuzzCheckID \
 	./internal/network:FuzzServeDNS ./sandbox:FuzzParseRule ./guest:FuzzListReplies \
 	./internal/guestports:FuzzParse ./internal/server:FuzzTermControl \
+	./internal/server:FuzzRewriteDevToolsJSON ./internal/server:FuzzHostPort ./internal/server:FuzzTokenVerify \
+	./internal/e2b:FuzzHostRoute ./guest:FuzzParseCredential \
 	./template:FuzzUnpackContained ./template:FuzzEntry ./template:FuzzCheckSymlink ./template/inroot:FuzzResolve \
 	./template/ocisource:FuzzIndexArchive ./template/ocisource:FuzzDecompress ./template/ocisource:FuzzParseManifest \
 	./internal/server:FuzzTemplateUpload

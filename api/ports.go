@@ -15,6 +15,13 @@ type Port struct {
 	URL    string `json:"url"`            // <data plane>/ports/<port>/
 	Host   string `json:"host,omitempty"` // <port>-<id>.<domain>, when the server has a public domain
 	TCPURL string `json:"tcp_url"`        // WebSocket carrying raw TCP to the port
+	// BrowserURL is the port on an origin of its own, what to open in a
+	// browser: http(s)://<port>-<id>.<domain>[:port]/ with the server's
+	// public domain, else with "localhost" when the server was reached on
+	// a loopback address (browsers resolve *.localhost to it). URL, on the
+	// server's own origin, is for programs: a browser gets its pages
+	// sandboxed there (an opaque origin, no cookies).
+	BrowserURL string `json:"browser_url,omitempty"`
 }
 
 // PortList is GET /public/sandboxes/{id}/ports: the ports the guest

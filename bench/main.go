@@ -21,6 +21,9 @@
 //	net     what networking adds to create → first exec and fork → first
 //	        exec (network vs enabled: false on one zeishd in a NetLab),
 //	        iperf3 guest↔uplink vs plain QEMU on a TAP
+//	attack  (only with -only attack) a third account's exec and create
+//	        latency, idle and while a silent guest behind a public port is
+//	        called by 1,100 clients and another guest floods DNS
 //
 // Usage:
 //

@@ -62,16 +62,11 @@ const (
 func runNet(ctx context.Context, e *benchEnv) (_ *report, err error) {
 	mem := e.opts.memMiB
 	r := &report{Section: "net", Title: fmt.Sprintf("Networking: cost on create and fork, throughput (%d MiB, %s)", mem, e.accel)}
-	lab, err := testenv.OpenNetLab()
-	if lab != nil {
-		defer func() { err = errors.Join(err, lab.Close()) }()
-	}
+	lab, err := sealedLab()
 	if err != nil {
-		return nil, fmt.Errorf("netlab: %w", err)
-	}
-	if err := lab.Sealed(); err != nil {
 		return nil, err
 	}
+	defer func() { err = errors.Join(err, lab.Close()) }()
 	skip := func(part string) bool { return slices.Contains(strings.Split(e.opts.netSkip, ","), part) }
 	var iperf []guestFile
 	if !skip("iperf") {
@@ -459,9 +454,26 @@ func pairs(a, b []float64) []float64 {
 	return d
 }
 
+// sealedLab opens a NetLab and checks its node namespace reaches nothing
+// but the lab; the caller closes it.
+func sealedLab() (*testenv.NetLab, error) {
+	lab, err := testenv.OpenNetLab()
+	if err == nil {
+		err = lab.Sealed()
+	}
+	if err != nil {
+		if lab != nil {
+			err = errors.Join(err, lab.Close())
+		}
+		return nil, fmt.Errorf("netlab: %w", err)
+	}
+	return lab, nil
+}
+
 // labServer starts a networked zeishd in the lab's node namespace, with no
-// default caps (a sandbox that asks for none is uncapped).
-func (e *benchEnv) labServer(ctx context.Context, lab *testenv.NetLab) (*zeish.Client, *testenv.Zeishd, func() error, error) {
+// default caps (a sandbox that asks for none is uncapped) unless env (more
+// settings, which win) gives some.
+func (e *benchEnv) labServer(ctx context.Context, lab *testenv.NetLab, env ...string) (*zeish.Client, *testenv.Zeishd, func() error, error) {
 	const listen = "127.0.0.1:7421"
 	relay, err := lab.Relay(lab.Node, listen)
 	if err != nil {
@@ -482,6 +494,7 @@ func (e *benchEnv) labServer(ctx context.Context, lab *testenv.NetLab) (*zeish.C
 		},
 		OwnProcessGroup: true,
 	}
+	z.Env = append(z.Env, env...)
 	if err := z.Start(ctx); err != nil {
 		return nil, nil, nil, err
 	}

@@ -92,3 +92,40 @@ func TestGitCredentialHelper(t *testing.T) {
 		t.Fatalf("forgotten credential still answered: %q", got)
 	}
 }
+
+// FuzzParseCredential: whatever a process in the guest sends the helper,
+// the request it reads has keys without "=" or a newline and values
+// without a newline, no more than the bound is read, and the token goes
+// out only for the credential's own protocol and host, as exactly a user
+// name and a password.
+func FuzzParseCredential(f *testing.F) {
+	for _, seed := range []string{
+		"protocol=https\nhost=git.example:8443\npath=r.git\n\n", "protocol=https\nhost=evil.example\nhost=git.example:8443\n",
+		"host=git.example:8443\r\nprotocol=https\r\n", "protocol=https\nhost=git.example:8443\x00evil\n", "=\n==\nhost\n", "",
+		"protocol=https\nhost=GIT.EXAMPLE:8443", strings.Repeat("a", maxCredentialRequest+10) + "\nprotocol=https\nhost=git.example:8443\n",
+	} {
+		f.Add([]byte(seed))
+	}
+	auth := &GitAuth{Protocol: "https", Host: "git.example:8443", Username: "x-access-token", Password: "tok"}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		r := bytes.NewReader(in)
+		req := parseCredential(r)
+		if read := len(in) - r.Len(); read > maxCredentialRequest {
+			t.Fatalf("read %d bytes, more than %d", read, maxCredentialRequest)
+		}
+		for k, v := range req {
+			if strings.ContainsAny(k, "=\n") || strings.Contains(v, "\n") {
+				t.Fatalf("%q: key %q value %q", in, k, v)
+			}
+		}
+		switch got := answerCredential(auth, req); got {
+		case "":
+		case "username=x-access-token\npassword=tok\n":
+			if req["protocol"] != auth.Protocol || !strings.EqualFold(req["host"], auth.Host) {
+				t.Fatalf("%q: answered a request for %q://%q", in, req["protocol"], req["host"])
+			}
+		default:
+			t.Fatalf("%q: answered %q", in, got)
+		}
+	})
+}

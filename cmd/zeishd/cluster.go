@@ -163,6 +163,10 @@ func runControl(ctx context.Context) error {
 	// Templates are resolved here and built on the nodes (the built-in ones).
 	cat := catalog.New(st, template.BaseOptions{Logger: log})
 	mtr := metrics.New(metrics.Options{Store: st, Nodes: nodeStates(nodes, lost), Logger: log})
+	dataPlane, err := dataPlaneLimits()
+	if err != nil {
+		return err
+	}
 	// The image store, if the nodes share one: the API shows what is durable in it.
 	var images server.ImageDurability
 	if remote, err := openImageStore(ctx, log, ""); err != nil {
@@ -172,7 +176,7 @@ func runControl(ctx context.Context) error {
 	}
 	srv, err := server.New(server.Options{Store: st, Node: router, Cluster: router, Catalog: cat, DataDir: dataDir, Images: images,
 		Version: version.Version, PublicURL: os.Getenv("ZEISH_PUBLIC_URL"), PublicDomain: os.Getenv("ZEISH_PUBLIC_DOMAIN"),
-		Logger: log, Plan: &plan, Prices: &prices, Metrics: mtr,
+		GuestDomains: guestDomains(), DataPlane: dataPlane, Logger: log, Plan: &plan, Prices: &prices, Metrics: mtr,
 		TokenKeyFor: func(host string) []byte { return cluster.DataPlaneKey(tokenKey, host) }})
 	if err != nil {
 		return err
@@ -272,8 +276,13 @@ func runNode(ctx context.Context) error {
 	defer loc.Close()
 	// The node's own capacity; sandbox counts are the control plane's.
 	mtr := metrics.New(metrics.Options{NodeID: id, Capacity: loc.node.Capacity, Logger: log, Extra: loc.collectors()})
+	dataPlane, err := dataPlaneLimits()
+	if err != nil {
+		return err
+	}
 	srv, err := server.New(server.Options{Store: st, Node: ownSandboxes{loc.node, id}, Catalog: loc.cat, DataDir: dataDir, TokenKey: keys.TokenKey,
-		Version: version.Version, PublicURL: self, PublicDomain: os.Getenv("ZEISH_PUBLIC_DOMAIN"), Logger: log, Metrics: mtr})
+		Version: version.Version, PublicURL: self, PublicDomain: os.Getenv("ZEISH_PUBLIC_DOMAIN"), GuestDomains: guestDomains(),
+		DataPlane: dataPlane, Logger: log, Metrics: mtr})
 	if err != nil {
 		return err
 	}

@@ -177,13 +177,18 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	dataPlane, err := dataPlaneLimits()
+	if err != nil {
+		return err
+	}
 	mtr := metrics.New(metrics.Options{Store: st, NodeID: nodeID, Capacity: n.Capacity, Logger: log, Extra: loc.collectors()})
 	var images server.ImageDurability
 	if loc.images != nil {
 		images = loc.images
 	}
 	srv, err := server.New(server.Options{Store: st, Node: n, Catalog: cat, DataDir: dataDir, Metrics: mtr, Images: images,
-		Version: version.Version, PublicURL: os.Getenv("ZEISH_PUBLIC_URL"), PublicDomain: os.Getenv("ZEISH_PUBLIC_DOMAIN"), Logger: log, Plan: &plan, Prices: &prices})
+		Version: version.Version, PublicURL: os.Getenv("ZEISH_PUBLIC_URL"), PublicDomain: os.Getenv("ZEISH_PUBLIC_DOMAIN"),
+		GuestDomains: guestDomains(), DataPlane: dataPlane, Logger: log, Plan: &plan, Prices: &prices})
 	if err != nil {
 		return err
 	}
@@ -207,7 +212,8 @@ func run(ctx context.Context) error {
 	return serve(ctx, log, ln, facade.Mount(apiHandler), hosts)
 }
 
-// httpLimits are the HTTP server's limits (ZEISH_MAX_CONNECTIONS).
+// httpLimits are the HTTP server's limits (ZEISH_MAX_CONNECTIONS; a
+// stream's stall limit is ZEISH_DATA_IDLE_TIMEOUT, as in dataPlaneLimits).
 func httpLimits() (server.Limits, error) {
 	limits := server.DefaultLimits
 	if v := os.Getenv("ZEISH_MAX_CONNECTIONS"); v != "" {
@@ -217,7 +223,54 @@ func httpLimits() (server.Limits, error) {
 		}
 		limits.MaxConns = n
 	}
+	dp, err := dataPlaneLimits()
+	if err != nil {
+		return limits, err
+	}
+	limits.StreamIdle = dp.Idle
 	return limits, nil
+}
+
+// dataPlaneLimits bound the data plane per sandbox and per account
+// (ZEISH_DATA_CALLS_PER_SANDBOX, ZEISH_DATA_CALLS_PER_ACCOUNT), the wait for
+// a guest port's response headers (ZEISH_PORT_HEADER_TIMEOUT) and how long
+// a forward or stream may stall (ZEISH_DATA_IDLE_TIMEOUT); 0 turns each off.
+func dataPlaneLimits() (*server.DataPlaneLimits, error) {
+	l := server.DefaultDataPlane
+	for _, f := range []struct {
+		name string
+		dst  *int
+	}{{"ZEISH_DATA_CALLS_PER_SANDBOX", &l.SandboxCalls}, {"ZEISH_DATA_CALLS_PER_ACCOUNT", &l.AccountCalls}} {
+		if v := os.Getenv(f.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return nil, fmt.Errorf("%s=%q: want a whole number, 0 for no limit", f.name, v)
+			}
+			*f.dst = n
+		}
+	}
+	for _, f := range []struct {
+		name string
+		dst  *time.Duration
+	}{{"ZEISH_PORT_HEADER_TIMEOUT", &l.PortHeaders}, {"ZEISH_DATA_IDLE_TIMEOUT", &l.Idle}} {
+		if v := os.Getenv(f.name); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return nil, fmt.Errorf("%s=%q: want a duration (1m), 0 for no limit", f.name, v)
+			}
+			*f.dst = d
+		}
+	}
+	return &l, nil
+}
+
+// guestDomains are the front ends' domains whose host names lead to guest
+// ports (E2B's): pages asked for by them are on their port's own origin.
+func guestDomains() []string {
+	if d := os.Getenv("ZEISH_E2B_DOMAIN"); d != "" {
+		return []string{d}
+	}
+	return nil
 }
 
 // planFromEnv is the quota plan every account gets.

@@ -15,6 +15,11 @@
 //	                       "sent N answered N refused N"
 //	nettool dnslatency NAME N  resolve NAME N times, one after the other (2 s
 //	                       each at most); print "ok N p50_ms X p90_ms X max_ms X"
+//	nettool page PORT FILE serve FILE as the HTML page at every path, with
+//	                       a cookie (at …/toss one in the name of zeish's
+//	                       console session too), logging each request's
+//	                       Cookie header to FILE.cookies (page.go)
+//	nettool silent PORT    accept connections, read them, never answer
 //
 // dnsflood is the hostile guest of the DNS tests and load tests: run it in
 // one guest and dnslatency in another to see what a neighbour's flood costs.
@@ -69,6 +74,10 @@ func main() {
 		exit(dnsFlood(os.Args[2:]))
 	case "dnslatency":
 		exit(dnsLatency(os.Args[2:]))
+	case "page":
+		exit(page(os.Args[2], os.Args[3]))
+	case "silent":
+		exit(silent(os.Args[2]))
 	}
 	limit := 4 * time.Second
 	if os.Args[1] == "fetch" || os.Args[1] == "push" {

@@ -39,6 +39,9 @@ func (a *app) portsCmd() *cobra.Command {
 			if p.Host != "" {
 				row(tw, "Host:", p.Host)
 			}
+			if p.BrowserURL != "" {
+				row(tw, "Browser:", p.BrowserURL) // the port's own origin; URL is for programs
+			}
 			return tw.Flush()
 		},
 	}

@@ -223,7 +223,7 @@ func (f *Facade) create(w http.ResponseWriter, r *http.Request) {
 // with a data-plane token of the caller's key.
 func (f *Facade) created(ctx context.Context, sb sandbox.Sandbox) (map[string]any, error) {
 	key, _ := ctx.Value(keyCtx{}).(string)
-	// On a whole hour, so signed URLs can be checked (sign.go).
+	// On the expiry grid, so signed URLs can be checked (sign.go).
 	token, err := f.backend.IssueTokenUntil(ctx, sb.ID, key, tokenExpiry(time.Now()))
 	if err != nil {
 		return nil, err

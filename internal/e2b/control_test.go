@@ -316,9 +316,9 @@ func (b *fakeBackend) CheckToken(ctx context.Context, id, token string) error {
 	}
 	return nil
 }
-func (b *fakeBackend) SandboxAgent(ctx context.Context, id, token string) (*guest.Client, error) {
+func (b *fakeBackend) SandboxAgent(ctx context.Context, id, token string) (*guest.Client, func(), error) {
 	b.asked = append(b.asked, id+" "+token)
-	return nil, fmt.Errorf("sandbox %s is gone: %w", id, errdefs.ErrUnavailable)
+	return nil, nil, fmt.Errorf("sandbox %s is gone: %w", id, errdefs.ErrUnavailable)
 }
 
 // envd is found by host name or by E2B's headers; a sandbox that is gone

@@ -40,20 +40,23 @@ const Prefix = "/e2b"
 // one; envd's later versions changed nothing a client sees.
 const envdVersion = "0.6.4"
 
-// tokenTTL is how long an envd access token from create or connect lasts;
-// connecting again issues a fresh one.
-const tokenTTL = 24 * time.Hour
+// tokenTTL is how long an envd access token from create or connect lasts,
+// as long as the native API's longest (a token opens the sandbox's ports
+// too); connecting again issues a fresh one.
+const tokenTTL = time.Hour
 
 // Backend is what the facade needs from zeish's server.
 type Backend interface {
 	// SandboxAgent checks a token for a sandbox and returns its running
-	// agent (errdefs.ErrUnavailable when the sandbox is gone or not running).
-	SandboxAgent(ctx context.Context, id, token string) (*guest.Client, error)
+	// agent (errdefs.ErrUnavailable when the sandbox is gone or not
+	// running) and the release of the call's slot in the data plane's
+	// budget (errdefs.ClassRateLimited when it has none).
+	SandboxAgent(ctx context.Context, id, token string) (*guest.Client, func(), error)
 	// Authenticate checks an API key (errdefs.ErrUnauthenticated if bad).
 	Authenticate(ctx context.Context, key string) (accountID string, err error)
 	// IssueTokenUntil signs a data-plane token for a sandbox, issued to the
 	// API key apiKey (revoking the key ends the token), that expires at exp
-	// (a whole hour: sign.go).
+	// (on the grid of sign.go).
 	IssueTokenUntil(ctx context.Context, sandboxID, apiKey string, exp time.Time) (string, error)
 	// CheckToken checks a token of a sandbox in whatever state it is
 	// (errdefs.ErrUnauthenticated if bad, errdefs.ErrNotFound when there
@@ -121,7 +124,7 @@ func New(opts Options) *Facade {
 	}
 	f := &Facade{api: opts.API, backend: opts.Backend, tpls: opts.Templates, log: opts.Logger, domain: strings.ToLower(opts.Domain), envd: opts.Envd,
 		procs: newProcessTable(), watchers: newWatcherTable()}
-	f.samples = newSamplers(func(ctx context.Context, id, token string) (*guest.Client, error) {
+	f.samples = newSamplers(func(ctx context.Context, id, token string) (*guest.Client, func(), error) {
 		return f.backend.SandboxAgent(ctx, id, token)
 	})
 	f.envdLocal = f.newEnvdHandler()

@@ -44,7 +44,7 @@ func (f *Facade) withSandbox(h http.Handler) http.Handler {
 			writeError(w, http.StatusBadGateway, "port "+p+" of sandbox "+id+" is not served here: only envd's "+envdPort)
 			return
 		}
-		agent, err := f.sandboxAgent(r.Context(), id, r.Header.Get("X-Access-Token"))
+		agent, release, err := f.sandboxAgent(r.Context(), id, r.Header.Get("X-Access-Token"))
 		if err != nil {
 			status := http.StatusBadGateway
 			switch errdefs.Of(err).Class {
@@ -52,10 +52,14 @@ func (f *Facade) withSandbox(h http.Handler) http.Handler {
 				status = http.StatusUnauthorized
 			case errdefs.ClassInvalid:
 				status = http.StatusBadRequest
+			case errdefs.ClassRateLimited:
+				status = http.StatusTooManyRequests
+				w.Header().Set("Connection", "close")
 			}
 			writeError(w, status, err.Error())
 			return
 		}
+		defer release()
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), agentCtx{}, target{id: id, agent: agent})))
 	})
 }

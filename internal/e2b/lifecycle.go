@@ -326,13 +326,13 @@ func (f *Facade) autoResume(ctx context.Context, id, token string, port int) (bo
 
 // sandboxAgent is Backend.SandboxAgent that first auto-resumes a paused
 // sandbox marked for it.
-func (f *Facade) sandboxAgent(ctx context.Context, id, token string) (*guest.Client, error) {
-	agent, err := f.backend.SandboxAgent(ctx, id, token)
+func (f *Facade) sandboxAgent(ctx context.Context, id, token string) (*guest.Client, func(), error) {
+	agent, release, err := f.backend.SandboxAgent(ctx, id, token)
 	if err == nil || !errdefs.Is(err, errdefs.ClassUnavailable) {
-		return agent, err
+		return agent, release, err
 	}
 	if woke, werr := f.autoResume(ctx, id, token, 0); werr != nil || !woke {
-		return agent, err
+		return nil, nil, err
 	}
 	return f.backend.SandboxAgent(ctx, id, token)
 }

@@ -83,12 +83,12 @@ type samplers struct {
 	mu sync.Mutex
 	m  map[string]*series
 	// agent finds a sandbox's running agent with a token (Backend.SandboxAgent).
-	agent func(ctx context.Context, id, token string) (*guest.Client, error)
+	agent func(ctx context.Context, id, token string) (*guest.Client, func(), error)
 	every time.Duration
 	stop  chan struct{} // closed by close: every sampler ends
 }
 
-func newSamplers(agent func(ctx context.Context, id, token string) (*guest.Client, error)) *samplers {
+func newSamplers(agent func(ctx context.Context, id, token string) (*guest.Client, func(), error)) *samplers {
 	return &samplers{m: map[string]*series{}, agent: agent, every: sampleEvery, stop: make(chan struct{})}
 }
 
@@ -172,10 +172,11 @@ func (s *samplers) sample(id string) (done bool, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.every)
 	defer cancel()
-	agent, err := s.agent(ctx, id, token)
+	agent, release, err := s.agent(ctx, id, token)
 	if err != nil {
 		return false, err
 	}
+	defer release()
 	st, err := agent.Stats(ctx)
 	if err != nil {
 		return false, err

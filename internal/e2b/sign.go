@@ -19,21 +19,27 @@ import (
 // unpadded) and, with useSignatureExpiration, signature_expiration (unix
 // seconds). envd checks the hash against its one access token; a zeish
 // sandbox has had a token per create and connect, so the facade gives its
-// tokens expiries on whole hours and checks a signature against every token
-// that could be live now (Backend.SandboxTokens): one per live API key of
-// the account and per whole hour in the tokens' lifetime.
+// tokens expiries on a grid of tokenStep and checks a signature against
+// every token that could be live now (Backend.SandboxTokens): one per live
+// API key of the account and per grid point in the tokens' lifetime.
 
-// tokenExpiry is when a token issued at now expires: the first whole hour
-// at least tokenTTL away.
+// tokenStep is the grid tokens expire on: a token lasts between tokenTTL
+// less tokenStep and tokenTTL, never longer (tokenTTL is the native API's
+// longest), and a signature is checked against tokenTTL/tokenStep+1
+// expiries of each key.
+const tokenStep = 5 * time.Minute
+
+// tokenExpiry is when a token issued at now expires: the last grid point
+// at most tokenTTL away.
 func tokenExpiry(now time.Time) time.Time {
-	return now.Add(tokenTTL).Truncate(time.Hour).Add(time.Hour)
+	return now.Add(tokenTTL - tokenStep).Truncate(tokenStep).Add(tokenStep)
 }
 
 // liveExpiries are the expiries of every token tokenExpiry may have given
 // that has not expired at now.
 func liveExpiries(now time.Time) []time.Time {
 	var out []time.Time
-	for exp := now.Truncate(time.Hour).Add(time.Hour); !exp.After(tokenExpiry(now)); exp = exp.Add(time.Hour) {
+	for exp := now.Truncate(tokenStep).Add(tokenStep); !exp.After(tokenExpiry(now)); exp = exp.Add(tokenStep) {
 		out = append(out, exp)
 	}
 	return out

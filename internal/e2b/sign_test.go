@@ -20,8 +20,9 @@ func TestSignatureMatchesTheSDK(t *testing.T) {
 	}
 }
 
-// Tokens expire on whole hours at least a day away, and every token that
-// may still be live is among those a signature is checked against.
+// Tokens expire on the grid, at most tokenTTL (an hour) away and less than
+// a step earlier, and every token that may still be live is among those a
+// signature is checked against.
 func TestTokenExpiries(t *testing.T) {
 	for _, now := range []time.Time{
 		time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC),
@@ -29,11 +30,11 @@ func TestTokenExpiries(t *testing.T) {
 		time.Date(2026, 3, 1, 10, 17, 3, 0, time.UTC),
 	} {
 		exp := tokenExpiry(now)
-		if exp.Sub(now) < tokenTTL || exp.Sub(now) > tokenTTL+time.Hour || !exp.Equal(exp.Truncate(time.Hour)) {
+		if exp.Sub(now) <= tokenTTL-tokenStep || exp.Sub(now) > tokenTTL || !exp.Equal(exp.Truncate(tokenStep)) {
 			t.Errorf("issued at %s: expires %s", now, exp)
 		}
 		// Issued then, checked at any later instant before it expires.
-		for later := now; later.Before(exp); later = later.Add(37 * time.Minute) {
+		for later := now; later.Before(exp); later = later.Add(73 * time.Second) {
 			found := false
 			for _, e := range liveExpiries(later) {
 				found = found || e.Equal(exp)

@@ -236,7 +236,7 @@ func (t *tokenSigner) verifyWith(key []byte, token, sandboxID string, now time.T
 		return "", "", fmt.Errorf("this data-plane token is for another sandbox: %w", errdefs.ErrUnauthenticated)
 	}
 	exp, err := strconv.ParseInt(parts[3], 10, 64)
-	if err != nil {
+	if err != nil || strconv.FormatInt(exp, 10) != parts[3] { // only as issue writes it
 		return "", "", fmt.Errorf("malformed data-plane token: %w", errdefs.ErrUnauthenticated)
 	}
 	if now.Unix() >= exp {

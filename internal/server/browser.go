@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -91,13 +92,15 @@ func wsScheme(u string) string {
 
 // viaProxy turns a WebSocket URL Chromium listed (ws://<guest>/devtools/…)
 // into one through the data plane under base, with tok in the query if
-// given.
+// given. The guest wrote it: a path that climbs out of /devtools/ (dot
+// segments) is refused, and the path goes out escaped, so none of it
+// reads as a query or a fragment.
 func viaProxy(chromeURL, base, tok string) (string, error) {
 	u, err := url.Parse(chromeURL)
-	if err != nil || !strings.HasPrefix(u.Path, "/devtools/") {
+	if err != nil || !strings.HasPrefix(u.Path, "/devtools/") || path.Clean(u.Path) != u.Path {
 		return "", fmt.Errorf("unexpected DevTools URL %q", chromeURL)
 	}
-	out := base + u.Path
+	out := base + (&url.URL{Path: u.Path}).EscapedPath()
 	if tok != "" {
 		out += "?token=" + url.QueryEscape(tok)
 	}
@@ -144,6 +147,15 @@ func (s *Server) browserProxy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	release, err := s.calls.acquire(rec.ID, rec.AccountID)
+	if err != nil {
+		refuseBusy(w, r, err)
+		return
+	}
+	defer release()
+	// Whatever listens on the browser's port is the guest's: never
+	// content of zeishd's origin (guestorigin.go).
+	w = &guestWriter{ResponseWriter: w}
 	addr, err := s.node.PortAddr(rec, sandbox.BrowserPort)
 	if err != nil {
 		writeError(w, r, err)
@@ -167,14 +179,16 @@ func (s *Server) browserProxy(w http.ResponseWriter, r *http.Request) {
 			pr.Out.Header.Del("Origin") // checked here by the token, not by Chromium's allow-list
 			pr.Out.Header.Del("Cookie")
 		},
+		Transport: s.browser,
 		ModifyResponse: func(resp *http.Response) error {
+			filterGuestHeaders(resp.Header, false, "")
 			if !strings.HasPrefix(path, "/json") || !strings.Contains(resp.Header.Get("Content-Type"), "json") {
 				return nil
 			}
 			return rewriteDevToolsJSON(resp, base, tok)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeError(w, r, fmt.Errorf("the browser of sandbox %s: %v: %w", rec.ID, err, errdefs.ErrUnavailable))
+			writeError(w, r, portError(sandbox.BrowserPort, rec.ID, s.data, err))
 		},
 	}
 	rp.ServeHTTP(w, r)

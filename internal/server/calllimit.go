@@ -13,32 +13,63 @@ import (
 // 429 too_many_requests at once instead of queueing.
 const MaxCallsPerSandbox = 32
 
+// MaxCallsPerAccount bounds the same across all of an account's sandboxes,
+// so one tenant (or the public traffic to its ports) cannot take all of the
+// server's connections (Limits.MaxConns): past it a call gets 429
+// account_calls_full.
+const MaxCallsPerAccount = 128
+
+// callLimiter counts the data plane's work in flight: calls (exec, files,
+// terminals, E2B's envd), requests to guest ports and TCP splices, by
+// sandbox and by the account that owns it. A request to a public port
+// without a token counts against the sandbox's owner: it holds the owner's
+// guest, whoever sent it.
 type callLimiter struct {
-	mu       sync.Mutex
-	max      int
-	inFlight map[string]int
+	mu         sync.Mutex
+	perSandbox int
+	perAccount int
+	sandboxes  map[string]int
+	accounts   map[string]int
 }
 
-func newCallLimiter(max int) *callLimiter {
-	return &callLimiter{max: max, inFlight: map[string]int{}}
+func newCallLimiter(perSandbox, perAccount int) *callLimiter {
+	return &callLimiter{perSandbox: perSandbox, perAccount: perAccount, sandboxes: map[string]int{}, accounts: map[string]int{}}
 }
 
-// acquire takes a slot of sandbox id; call the returned func when done.
-func (l *callLimiter) acquire(id string) (func(), error) {
+// acquire takes a slot of sandbox id and of its account; call the returned
+// func when done (more than once is harmless). A limit of 0 or less is no
+// limit.
+func (l *callLimiter) acquire(id, account string) (func(), error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.inFlight[id] >= l.max {
-		return nil, fmt.Errorf("sandbox %s has %d data-plane calls in flight, the most it may: %w", id, l.max, errdefs.ErrTooManyRequests)
+	if l.perSandbox > 0 && l.sandboxes[id] >= l.perSandbox {
+		return nil, fmt.Errorf("sandbox %s has %d data-plane calls and port connections in flight, the most it may: %w", id, l.perSandbox, errdefs.ErrTooManyRequests)
 	}
-	l.inFlight[id]++
+	if l.perAccount > 0 && l.accounts[account] >= l.perAccount {
+		return nil, fmt.Errorf("the account of sandbox %s has %d data-plane calls and port connections in flight across its sandboxes, the most it may: %w", id, l.perAccount, errdefs.ErrAccountCalls)
+	}
+	l.sandboxes[id]++
+	l.accounts[account]++
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			l.mu.Lock()
 			defer l.mu.Unlock()
-			if l.inFlight[id]--; l.inFlight[id] <= 0 {
-				delete(l.inFlight, id)
-			}
+			drop(l.sandboxes, id)
+			drop(l.accounts, account)
 		})
 	}, nil
+}
+
+// inFlight is what sandbox id and its account hold now (for tests).
+func (l *callLimiter) inFlight(id, account string) (sandbox, acct int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sandboxes[id], l.accounts[account]
+}
+
+func drop(m map[string]int, k string) {
+	if m[k]--; m[k] <= 0 {
+		delete(m, k)
+	}
 }

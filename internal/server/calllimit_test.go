@@ -7,31 +7,51 @@ import (
 	"github.com/zeish/zeish/errdefs"
 )
 
-// A sandbox gets max calls in flight, the next is too_many_requests, a
-// finished call frees its slot (once, however often released), and other
-// sandboxes are not affected.
+// A sandbox gets max calls in flight, the next is too_many_requests; an
+// account gets its own max across its sandboxes, the next is
+// account_calls_full; a finished call frees its slots (once, however often
+// released), and other sandboxes and accounts are not affected.
 func TestCallLimiter(t *testing.T) {
-	l := newCallLimiter(2)
-	r1, err1 := l.acquire("sbx_a")
-	_, err2 := l.acquire("sbx_a")
-	if err1 != nil || err2 != nil {
-		t.Fatal(err1, err2)
+	l := newCallLimiter(2, 3)
+	var releases []func()
+	take := func(id, acct string, want error) {
+		t.Helper()
+		rel, err := l.acquire(id, acct)
+		if !errors.Is(err, want) || (want == nil && err != nil) {
+			t.Fatalf("acquire %s of %s: %v, want %v", id, acct, err, want)
+		}
+		if err == nil {
+			releases = append(releases, rel)
+		}
 	}
-	if _, err := l.acquire("sbx_a"); !errors.Is(err, errdefs.ErrTooManyRequests) {
-		t.Fatalf("third call: %v, want too_many_requests", err)
+	take("sbx_a", "acc_1", nil)
+	take("sbx_a", "acc_1", nil)
+	take("sbx_a", "acc_1", errdefs.ErrTooManyRequests)
+	take("sbx_b", "acc_1", nil)
+	take("sbx_c", "acc_1", errdefs.ErrAccountCalls) // the account's third is its last
+	take("sbx_d", "acc_2", nil)                     // another account
+	for _, e := range []*errdefs.Error{errdefs.ErrTooManyRequests, errdefs.ErrAccountCalls} {
+		if statusOf(e.Class) != 429 {
+			t.Fatalf("%s must be 429", e.Code)
+		}
 	}
-	if statusOf(errdefs.Of(errdefs.ErrTooManyRequests).Class) != 429 {
-		t.Fatal("too_many_requests must be 429")
+	releases[0]()
+	releases[0]()
+	if s, a := l.inFlight("sbx_a", "acc_1"); s != 1 || a != 2 {
+		t.Fatalf("after one release: sandbox %d, account %d in flight; want 1, 2", s, a)
 	}
-	if _, err := l.acquire("sbx_b"); err != nil {
-		t.Fatalf("another sandbox: %v", err)
+	take("sbx_c", "acc_1", nil)
+	take("sbx_c", "acc_1", errdefs.ErrAccountCalls) // a double release freed one slot, not two
+	for _, r := range releases {
+		r()
 	}
-	r1()
-	r1()
-	if _, err := l.acquire("sbx_a"); err != nil {
-		t.Fatalf("after one finished: %v", err)
+	if s, a := l.inFlight("sbx_a", "acc_1"); s != 0 || a != 0 || len(l.sandboxes) != 0 || len(l.accounts) != 0 {
+		t.Fatalf("all released: %v %v", l.sandboxes, l.accounts)
 	}
-	if _, err := l.acquire("sbx_a"); !errors.Is(err, errdefs.ErrTooManyRequests) {
-		t.Fatalf("a double release freed two slots: %v", err)
+	unlimited := newCallLimiter(0, 0)
+	for range 1000 {
+		if _, err := unlimited.acquire("sbx_a", "acc_1"); err != nil {
+			t.Fatalf("no limits: %v", err)
+		}
 	}
 }

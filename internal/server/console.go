@@ -192,8 +192,17 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 	id := base64.RawURLEncoding.EncodeToString(b)
 	s.sessions().put(id, consoleSession{keyHash: hash, expires: time.Now().Add(sessionLifetime)})
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/console", MaxAge: int(sessionLifetime.Seconds()),
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secureCookie(r)})
 	writeJSON(w, http.StatusOK, s.sessionView(r.WithContext(context.WithValue(r.Context(), accountKey, acct))))
+}
+
+// secureCookie says whether the session cookie is sent over https only:
+// when the console is served over TLS, here or by a proxy in front
+// (ZEISH_PUBLIC_URL https://…). The cookie carries no Domain, so it goes
+// back only to the host that set it, never to a guest port's host name
+// under it (guestorigin.go).
+func (s *Server) secureCookie(r *http.Request) bool {
+	return r.TLS != nil || strings.HasPrefix(strings.ToLower(s.opts.PublicURL), "https://")
 }
 
 func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
@@ -205,7 +214,7 @@ func (s *Server) signOut(w http.ResponseWriter, r *http.Request) {
 		s.sessions().drop(c.Value)
 	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/console", MaxAge: -1,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secureCookie(r)})
 	w.WriteHeader(http.StatusNoContent)
 }
 

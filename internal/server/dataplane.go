@@ -54,9 +54,9 @@ func (s *Server) withToken(h http.HandlerFunc) http.HandlerFunc {
 			writeError(w, r, fmt.Errorf("the sandbox of this token no longer exists: %w", errdefs.ErrUnauthenticated))
 			return
 		}
-		release, err := s.calls.acquire(id)
+		release, err := s.calls.acquire(id, acct)
 		if err != nil {
-			writeError(w, r, err)
+			refuseBusy(w, r, err)
 			return
 		}
 		defer release()

@@ -13,28 +13,39 @@ import (
 // server: they make the control-plane calls through Handler, as any client,
 // and reach a sandbox's agent with a data-plane token, as the data plane does.
 
-// SandboxAgent checks a data-plane token for sandbox id and returns the
-// sandbox's agent. A sandbox that is gone or not running is
-// errdefs.ErrUnavailable; a bad token errdefs.ErrUnauthenticated.
-func (s *Server) SandboxAgent(ctx context.Context, id, token string) (*guest.Client, error) {
+// SandboxAgent checks a data-plane token for sandbox id, takes a slot of
+// the data plane's budget for the call (release it when the call ends) and
+// returns the sandbox's agent. A sandbox that is gone or not running is
+// errdefs.ErrUnavailable; a bad token errdefs.ErrUnauthenticated; no room
+// in the budget too_many_requests or account_calls_full.
+func (s *Server) SandboxAgent(ctx context.Context, id, token string) (*guest.Client, func(), error) {
 	if err := sandbox.CheckID(sandbox.PrefixSandbox, id); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	acct, err := s.checkToken(ctx, token, id)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rec, err := s.store.GetSandbox(ctx, id)
 	if err != nil && !errdefs.Is(err, errdefs.ClassNotFound) {
-		return nil, storeErr(err)
+		return nil, nil, storeErr(err)
 	}
 	if err != nil || rec.AccountID != acct {
-		return nil, fmt.Errorf("sandbox %s not found: %w", id, errdefs.ErrUnavailable)
+		return nil, nil, fmt.Errorf("sandbox %s not found: %w", id, errdefs.ErrUnavailable)
 	}
 	if !sandbox.Allows(rec.State, sandbox.OpAccess) {
-		return nil, fmt.Errorf("sandbox %s is %s, not running: %w", id, rec.State, errdefs.ErrUnavailable)
+		return nil, nil, fmt.Errorf("sandbox %s is %s, not running: %w", id, rec.State, errdefs.ErrUnavailable)
 	}
-	return s.node.Agent(ctx, rec)
+	release, err := s.calls.acquire(rec.ID, rec.AccountID)
+	if err != nil {
+		return nil, nil, err
+	}
+	agent, err := s.node.Agent(ctx, rec)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	return agent, release, nil
 }
 
 // Authenticate checks an API key and returns its account's id.

@@ -20,9 +20,9 @@ func (s *Server) gitStatus(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, fmt.Errorf("sandbox %s has no git_repo: %w", rec.ID, errdefs.ErrNoGitRepo))
 		return
 	}
-	release, err := s.calls.acquire(rec.ID)
+	release, err := s.calls.acquire(rec.ID, rec.AccountID)
 	if err != nil {
-		writeError(w, r, err)
+		refuseBusy(w, r, err)
 		return
 	}
 	defer release()

@@ -168,3 +168,57 @@ func TestHTTPServerCapsConnections(t *testing.T) {
 	}
 	t.Fatalf("the waiting connection was not served after one of the %d closed: %v", l.MaxConns, err)
 }
+
+// A stream is cut when it stalls: a client that stops reading its output
+// or stops sending its body for StreamIdle. One that is merely quiet (a
+// command with nothing to say for a while) lives on.
+func TestHTTPServerCutsStalledStreams(t *testing.T) {
+	l := Limits{ReadHeader: time.Second, Body: time.Second, Write: time.Minute, Idle: time.Minute, StreamIdle: 300 * time.Millisecond}
+	ended := make(chan error, 1)
+	addr := serveLimited(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case api.DataPath + "/sandboxes/sbx_x/files": // a download nobody reads
+			chunk := make([]byte, 64<<10)
+			for {
+				if _, err := w.Write(chunk); err != nil {
+					ended <- err
+					return
+				}
+			}
+		case api.DataPath + "/sandboxes/sbx_x/exec": // an upload that stops
+			_, err := io.ReadAll(r.Body)
+			ended <- err
+		default: // a quiet command
+			time.Sleep(3 * l.StreamIdle)
+			io.WriteString(w, "done")
+		}
+	}), l)
+	for _, c := range []struct{ name, send string }{
+		{"client stops reading", "GET " + api.DataPath + "/sandboxes/sbx_x/files HTTP/1.1\r\nHost: x\r\n\r\n"},
+		{"client stops sending", "POST " + api.DataPath + "/sandboxes/sbx_x/exec HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"ar"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn := dial(t, addr)
+			if _, err := io.WriteString(conn, c.send); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-ended:
+				if err == nil {
+					t.Fatal("the stream ended without an error")
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the stalled stream was kept")
+			}
+		})
+	}
+	resp, err := http.Get("http://" + addr + api.DataPath + "/sandboxes/sbx_x/processes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "done" {
+		t.Fatalf("a quiet stream: %d %q, want it to finish", resp.StatusCode, b)
+	}
+}

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -24,7 +23,11 @@ import (
 // Guest ports are reached through the data plane: HTTP and WebSocket by a
 // reverse proxy (…/ports/{port}/{path}, or the Host P-<id>.<domain>), raw
 // TCP as a WebSocket (…/tcp/{port}). Each needs the sandbox's data-plane
-// token, unless the owner opened the port to the public.
+// token, unless the owner opened the port to the public. The host form is
+// the port's own origin; the path form is zeishd's, where a guest's
+// answers are sandboxed (guestorigin.go). Every request and forward holds
+// a slot of the data plane's budget (calllimit.go) and is bounded in time
+// (guestconn.go).
 
 func parsePort(s string) (int, error) {
 	p, err := strconv.Atoi(s)
@@ -91,11 +94,20 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port int, path string) {
+	w, r = asStream(w, r, s.data.Idle) // by host name, the HTTP server took it for a control-plane call
 	rec, withToken, err := s.portAccess(r, id, port)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
+	release, err := s.calls.acquire(rec.ID, rec.AccountID)
+	if err != nil {
+		refuseBusy(w, r, err)
+		return
+	}
+	defer release()
+	own := s.ownOrigin(r, rec.ID, port)
+	w = &guestWriter{ResponseWriter: w, own: own, host: r.Host}
 	if s.onOtherNode(w, r, rec, fmt.Sprintf("%s/sandboxes/%s/ports/%d%s", api.DataPath, rec.ID, port, path)) {
 		return
 	}
@@ -105,6 +117,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 		return
 	}
 	rp := &httputil.ReverseProxy{
+		Transport: s.ports,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", addr
 			pr.Out.URL.Path, pr.Out.URL.RawPath = path, ""
@@ -112,10 +125,16 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 			if withToken {
 				pr.Out.Header.Del("Authorization") // the token is ours, never the guest's
 			}
+			stripZeishCookies(pr.Out.Header)
 			pr.SetXForwarded()
 		},
+		// A WebSocket's 101 goes out without passing guestWriter.
+		ModifyResponse: func(resp *http.Response) error {
+			filterGuestHeaders(resp.Header, own, r.Host)
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeError(w, r, fmt.Errorf("port %d of sandbox %s: %v: %w", port, rec.ID, err, errdefs.ErrUnavailable))
+			writeError(w, r, portError(port, rec.ID, s.data, err))
 		},
 	}
 	rp.ServeHTTP(w, r)
@@ -134,25 +153,34 @@ func (s *Server) onOtherNode(w http.ResponseWriter, r *http.Request, rec *store.
 	return true
 }
 
-// byHost serves P-<id>.<PublicDomain> from the guest's port P, everything
-// else from next.
+// byHost serves P-<id>.<domain> from the guest's port P, for the public
+// domain and for localhost (guestorigin.go), everything else from next.
 func (s *Server) byHost(next http.Handler) http.Handler {
-	if s.opts.PublicDomain == "" {
-		return next
+	var suffixes []string
+	for _, d := range s.servedDomains() {
+		suffixes = append(suffixes, "."+strings.ToLower(d))
 	}
-	suffix := "." + strings.TrimPrefix(s.opts.PublicDomain, ".")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, id, ok := hostPort(r.Host, suffix)
-		if !ok {
-			next.ServeHTTP(w, r)
+		for _, suffix := range suffixes {
+			p, id, ok := hostPort(r.Host, suffix)
+			if !ok {
+				continue
+			}
+			if strings.HasPrefix(r.URL.Path, api.DataPath+"/sandboxes/"+id+"/") {
+				// A control plane handed this host-form request to the
+				// sandbox's node in the path form (onOtherNode), Host
+				// kept: the path names the port.
+				break
+			}
+			port, err := parsePort(p)
+			if err != nil {
+				writeError(w, r, err)
+				return
+			}
+			s.proxy(w, r, id, port, r.URL.Path)
 			return
 		}
-		port, err := parsePort(p)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		s.proxy(w, r, id, port, r.URL.Path)
+		next.ServeHTTP(w, r)
 	})
 }
 
@@ -189,6 +217,12 @@ func (s *Server) tcpPort(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	release, err := s.calls.acquire(rec.ID, rec.AccountID)
+	if err != nil {
+		refuseBusy(w, r, err)
+		return
+	}
+	defer release()
 	if s.onOtherNode(w, r, rec, r.URL.Path) {
 		return
 	}
@@ -199,9 +233,10 @@ func (s *Server) tcpPort(w http.ResponseWriter, r *http.Request) {
 	}
 	up, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(r.Context(), "tcp", addr)
 	if err != nil {
-		writeError(w, r, fmt.Errorf("port %d of sandbox %s: %v: %w", port, rec.ID, err, errdefs.ErrUnavailable))
+		writeError(w, r, portError(port, rec.ID, s.data, err))
 		return
 	}
+	up = closeWhenIdle(up, s.data.Idle)
 	defer up.Close()
 	ws, err := websocket.Accept(w, r, nil)
 	if err != nil {
@@ -212,24 +247,6 @@ func (s *Server) tcpPort(w http.ResponseWriter, r *http.Request) {
 	c := websocket.NetConn(ctx, ws, websocket.MessageBinary)
 	defer c.Close()
 	Splice(c, up)
-}
-
-// Splice copies both ways until either side ends, then closes both.
-func Splice(a, b net.Conn) {
-	done := make(chan struct{}, 2)
-	cp := func(dst, src net.Conn) {
-		io.Copy(dst, src)
-		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-			cw.CloseWrite()
-		} else {
-			dst.Close()
-		}
-		done <- struct{}{}
-	}
-	go cp(a, b)
-	go cp(b, a)
-	<-done
-	<-done
 }
 
 // setPort is POST /public/sandboxes/{id}/ports.
@@ -248,17 +265,19 @@ func (s *Server) setPort(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.portInfo(s.publicURL(r)+api.DataPath+"/sandboxes/"+rec.ID, rec, req.Port))
+	writeJSON(w, http.StatusOK, s.portInfo(r, s.publicURL(r)+api.DataPath+"/sandboxes/"+rec.ID, rec, req.Port))
 }
 
-// portInfo is port of sandbox rec, whose data plane is at base.
-func (s *Server) portInfo(base string, rec *store.SandboxRecord, port int) api.Port {
+// portInfo is port of sandbox rec, whose data plane is at base, as the
+// client of r is told of it.
+func (s *Server) portInfo(r *http.Request, base string, rec *store.SandboxRecord, port int) api.Port {
 	out := api.Port{Port: port, Public: slices.Contains(rec.PublicPorts, port),
 		URL: fmt.Sprintf("%s/ports/%d/", base, port), TCPURL: fmt.Sprintf("%s/tcp/%d", base, port)}
 	out.TCPURL = "ws" + strings.TrimPrefix(out.TCPURL, "http")
 	if s.opts.PublicDomain != "" {
-		out.Host = fmt.Sprintf("%d-%s.%s", port, strings.Replace(rec.ID, "_", "-", 1), strings.TrimPrefix(s.opts.PublicDomain, "."))
+		out.Host = portHostName(rec.ID, port, s.opts.PublicDomain)
 	}
+	out.BrowserURL = s.browserURL(r, rec.ID, port)
 	return out
 }
 
@@ -288,11 +307,11 @@ func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
 	seen := map[int]bool{}
 	for _, l := range listening {
 		seen[l.Port] = true
-		out.Ports = append(out.Ports, api.ListedPort{Port: s.portInfo(base, rec, l.Port), Listening: true, Loopback: l.Loopback})
+		out.Ports = append(out.Ports, api.ListedPort{Port: s.portInfo(r, base, rec, l.Port), Listening: true, Loopback: l.Loopback})
 	}
 	for _, p := range rec.PublicPorts {
 		if !seen[p] {
-			out.Ports = append(out.Ports, api.ListedPort{Port: s.portInfo(base, rec, p)})
+			out.Ports = append(out.Ports, api.ListedPort{Port: s.portInfo(r, base, rec, p)})
 		}
 	}
 	slices.SortFunc(out.Ports, func(a, b api.ListedPort) int { return a.Port.Port - b.Port.Port })

@@ -42,9 +42,17 @@ type Options struct {
 	// URLs); empty: the address the client connected to (see publicURL).
 	PublicURL string
 	// PublicDomain, when set, serves guest ports at P-<id>.<PublicDomain>
-	// too (the Host header picks the sandbox and port).
+	// too (the Host header picks the sandbox and port); with none, they are
+	// served at P-<id>.localhost (guestorigin.go).
 	PublicDomain string
-	Logger       *slog.Logger
+	// GuestDomains are more domains whose P-<id> host names a front end in
+	// front of this server routes to guest ports through the path form
+	// (E2B's, internal/e2b): a port's page requested by such a name is on
+	// its own origin, not sandboxed.
+	GuestDomains []string
+	// DataPlane bounds the data plane (zero: DefaultDataPlane).
+	DataPlane *DataPlaneLimits
+	Logger    *slog.Logger
 	// Plan is every account's quota (zero: DefaultPlan); Prices the price
 	// table (zero: metering.DefaultPrices).
 	Plan   *Plan
@@ -73,7 +81,10 @@ type Server struct {
 	tokens  *tokenSigner
 	prices  metering.Prices
 	log     *slog.Logger
-	calls   *callLimiter // data-plane calls in flight per sandbox
+	calls   *callLimiter // data-plane calls in flight per sandbox and per account
+	data    DataPlaneLimits
+	ports   *http.Transport // to guest ports
+	browser *http.Transport // to the browser's DevTools: CDP sessions may idle for long
 	console consoleSessions
 }
 
@@ -97,8 +108,13 @@ func New(opts Options) (*Server, error) {
 	if opts.Prices != nil {
 		prices = *opts.Prices
 	}
+	data := DefaultDataPlane
+	if opts.DataPlane != nil {
+		data = *opts.DataPlane
+	}
 	s := &Server{opts: opts, store: opts.Store, node: opts.Node, tokens: t, log: opts.Logger,
-		prices: prices, calls: newCallLimiter(MaxCallsPerSandbox)}
+		prices: prices, calls: newCallLimiter(data.SandboxCalls, data.AccountCalls), data: data,
+		ports: portTransport(data), browser: portTransport(DataPlaneLimits{PortHeaders: data.PortHeaders})}
 	s.control = control.New(control.Options{Store: opts.Store, Node: opts.Node, Plan: plan, Cost: s.cost, Logger: opts.Logger})
 	return s, nil
 }

@@ -85,7 +85,7 @@ class ConflictError(ZeishError):
 
 
 class RateLimitError(ZeishError):
-    """429: ``rate_limited`` (see ``retry_after``), ``daily_cap_reached``, ``too_many_requests``."""
+    """429: ``rate_limited`` (see ``retry_after``), ``daily_cap_reached``, ``too_many_requests``, ``account_calls_full``."""
 
 
 class ZeishTimeoutError(ZeishError):

@@ -15,7 +15,7 @@ __all__ = ["ERROR_CODES", "ERROR_STATUS"]  # the types are imported by name
 Empty: TypeAlias = dict[str, Any]
 
 #: The stable code of an error. Its HTTP status follows from its class.
-ErrorCode: TypeAlias = Literal['internal', 'invalid_argument', 'unknown_template', 'invalid_git_repo', 'git_credentials_in_url', 'invalid_git_ref', 'git_ref_conflict', 'no_git_repo', 'template_lacks_git', 'template_lacks_feature', 'invalid_accel', 'unauthenticated', 'token_expired', 'forbidden', 'not_found', 'file_not_found', 'invalid_state', 'name_taken', 'file_exists', 'node_full', 'limit_reached', 'running_slots_full', 'storage_full', 'budget_exhausted', 'rate_limited', 'daily_cap_reached', 'too_many_requests', 'timeout', 'unavailable', 'desktop_not_enabled', 'off_screen', 'unknown_secret', 'disk_too_small', 'template_quota_reached', 'upload_too_large', 'too_many_uploads']
+ErrorCode: TypeAlias = Literal['internal', 'invalid_argument', 'unknown_template', 'invalid_git_repo', 'git_credentials_in_url', 'invalid_git_ref', 'git_ref_conflict', 'no_git_repo', 'template_lacks_git', 'template_lacks_feature', 'invalid_accel', 'unauthenticated', 'token_expired', 'forbidden', 'not_found', 'file_not_found', 'invalid_state', 'name_taken', 'file_exists', 'node_full', 'limit_reached', 'running_slots_full', 'storage_full', 'budget_exhausted', 'rate_limited', 'daily_cap_reached', 'too_many_requests', 'account_calls_full', 'timeout', 'unavailable', 'desktop_not_enabled', 'off_screen', 'unknown_secret', 'disk_too_small', 'template_quota_reached', 'upload_too_large', 'too_many_uploads']
 
 #: A sandbox id, `sbx_` and 20 lower-case base32 characters.
 SandboxID: TypeAlias = str
@@ -372,7 +372,9 @@ class Port(TypedDict):
     port: int
     public: bool
 
-    #: The port's HTTP base, `<data plane>/ports/<port>/`.
+    #: The port's HTTP base on the data plane, `<data plane>/ports/<port>/`: for programs. It is on
+    #: zeishd's own origin, so a browser gets its pages sandboxed there (an opaque origin: no
+    #: cookies, no storage); open `browser_url` instead.
     url: str
 
     #: `<port>-<id>.<ZEISH_PUBLIC_DOMAIN>`, when the server has one.
@@ -380,6 +382,13 @@ class Port(TypedDict):
 
     #: The WebSocket carrying raw TCP to the port.
     tcp_url: str
+
+    #: The port on an origin of its own, what to open in a browser:
+    #: `http(s)://<port>-<id>.<ZEISH_PUBLIC_DOMAIN>[:port]/` (scheme and port of the data plane's
+    #: URL), or, without a public domain, `http://<port>-<id>.localhost:<port>/` when the server was
+    #: reached on a loopback address (browsers resolve every `*.localhost` name to it). Absent when
+    #: neither applies: a browser on another machine needs `ZEISH_PUBLIC_DOMAIN`.
+    browser_url: NotRequired[str]
 
 
 class PortList(TypedDict):
@@ -1224,6 +1233,7 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
     'rate_limited',
     'daily_cap_reached',
     'too_many_requests',
+    'account_calls_full',
     'timeout',
     'unavailable',
     'desktop_not_enabled',
@@ -1264,6 +1274,7 @@ ERROR_STATUS: dict[str, int] = {
     'rate_limited': 429,
     'daily_cap_reached': 429,
     'too_many_requests': 429,
+    'account_calls_full': 429,
     'timeout': 503,
     'unavailable': 503,
     'desktop_not_enabled': 400,

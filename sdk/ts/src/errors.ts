@@ -36,7 +36,7 @@ export class NotFoundError extends ZeishError {}
 export class ConflictError extends ZeishError {}
 /** 413: `upload_too_large` (a template upload past 32 GiB or the account's template bytes quota). */
 export class TooLargeError extends ZeishError {}
-/** 429: `rate_limited` (see `retryAfter`), `daily_cap_reached`, `too_many_requests`, `too_many_uploads`. */
+/** 429: `rate_limited` (see `retryAfter`), `daily_cap_reached`, `too_many_requests`, `account_calls_full`, `too_many_uploads`. */
 export class RateLimitError extends ZeishError {}
 /** 503 `timeout`: an operation or wait did not finish in time. */
 export class TimeoutError extends ZeishError {}
@@ -93,6 +93,7 @@ const classByCode: Record<ErrorCode, new (s: number, c: ErrorCode, m: string, o?
   rate_limited: RateLimitError,
   daily_cap_reached: RateLimitError,
   too_many_requests: RateLimitError,
+  account_calls_full: RateLimitError,
   timeout: TimeoutError,
   unavailable: ServerError,
   desktop_not_enabled: InvalidArgumentError,

@@ -1320,7 +1320,10 @@ export interface paths {
         /**
          * Raw TCP to a guest port, over a WebSocket
          * @description Upgrades to a WebSocket whose binary messages carry a TCP connection to the guest's port,
-         *     both ways (what `zeishctl ports forward` uses). Same access rules as the port proxy.
+         *     both ways (what `zeishctl ports forward` uses). Same access rules and budget as the port
+         *     proxy. The connection ends when either side does (the client closing the WebSocket closes
+         *     the guest's connection, silent guest or not) or when nothing moves either way for
+         *     `ZEISH_DATA_IDLE_TIMEOUT` (10 m).
          */
         get: operations["tcpPort"];
         put?: never;
@@ -1567,7 +1570,8 @@ export interface components {
          *     | `budget_exhausted` | 409 | The sandbox's max_cost_micros is reached: it stays stopped; fork it with a new budget. |
          *     | `rate_limited` | 429 | Too many creates in a short time; retry after Retry-After seconds. |
          *     | `daily_cap_reached` | 429 | The account's daily create cap is reached. |
-         *     | `too_many_requests` | 429 | Too many data-plane calls in flight on this sandbox; retry when one has finished. |
+         *     | `too_many_requests` | 429 | Too many data-plane calls, guest-port requests and TCP forwards in flight on this sandbox; retry when one has finished. |
+         *     | `account_calls_full` | 429 | Too many data-plane calls, guest-port requests and TCP forwards in flight across the account's sandboxes; retry when one has finished. |
          *     | `timeout` | 503 | The operation did not finish in time. |
          *     | `unavailable` | 503 | A dependency (the VM, its agent, the store) is not reachable now. |
          *     | `desktop_not_enabled` | 400 | The sandbox has no desktop: create or fork it with desktop: true, from a template that has one. |
@@ -1579,7 +1583,7 @@ export interface components {
          *     | `too_many_uploads` | 429 | The account already streams as many template uploads as it may at once (ZEISH_PLAN_TEMPLATE_UPLOADS); retry when one has finished. |
          * @enum {string}
          */
-        ErrorCode: "internal" | "invalid_argument" | "unknown_template" | "invalid_git_repo" | "git_credentials_in_url" | "invalid_git_ref" | "git_ref_conflict" | "no_git_repo" | "template_lacks_git" | "template_lacks_feature" | "invalid_accel" | "unauthenticated" | "token_expired" | "forbidden" | "not_found" | "file_not_found" | "invalid_state" | "name_taken" | "file_exists" | "node_full" | "limit_reached" | "running_slots_full" | "storage_full" | "budget_exhausted" | "rate_limited" | "daily_cap_reached" | "too_many_requests" | "timeout" | "unavailable" | "desktop_not_enabled" | "off_screen" | "unknown_secret" | "disk_too_small" | "template_quota_reached" | "upload_too_large" | "too_many_uploads";
+        ErrorCode: "internal" | "invalid_argument" | "unknown_template" | "invalid_git_repo" | "git_credentials_in_url" | "invalid_git_ref" | "git_ref_conflict" | "no_git_repo" | "template_lacks_git" | "template_lacks_feature" | "invalid_accel" | "unauthenticated" | "token_expired" | "forbidden" | "not_found" | "file_not_found" | "invalid_state" | "name_taken" | "file_exists" | "node_full" | "limit_reached" | "running_slots_full" | "storage_full" | "budget_exhausted" | "rate_limited" | "daily_cap_reached" | "too_many_requests" | "account_calls_full" | "timeout" | "unavailable" | "desktop_not_enabled" | "off_screen" | "unknown_secret" | "disk_too_small" | "template_quota_reached" | "upload_too_large" | "too_many_uploads";
         /**
          * @description A sandbox id, `sbx_` and 20 lower-case base32 characters.
          * @example sbx_0f3k9q2m7c4x8z1b5n6p
@@ -1974,12 +1978,24 @@ export interface components {
         Port: {
             port: number;
             public: boolean;
-            /** @description The port's HTTP base, `<data plane>/ports/<port>/`. */
+            /**
+             * @description The port's HTTP base on the data plane, `<data plane>/ports/<port>/`: for programs. It is
+             *     on zeishd's own origin, so a browser gets its pages sandboxed there (an opaque origin:
+             *     no cookies, no storage); open `browser_url` instead.
+             */
             url: string;
             /** @description `<port>-<id>.<ZEISH_PUBLIC_DOMAIN>`, when the server has one. */
             host?: string;
             /** @description The WebSocket carrying raw TCP to the port. */
             tcp_url: string;
+            /**
+             * @description The port on an origin of its own, what to open in a browser:
+             *     `http(s)://<port>-<id>.<ZEISH_PUBLIC_DOMAIN>[:port]/` (scheme and port of the data plane's
+             *     URL), or, without a public domain, `http://<port>-<id>.localhost:<port>/` when the server
+             *     was reached on a loopback address (browsers resolve every `*.localhost` name to it).
+             *     Absent when neither applies: a browser on another machine needs `ZEISH_PUBLIC_DOMAIN`.
+             */
+            browser_url?: string;
         };
         PortList: {
             ports: components["schemas"]["ListedPort"][];
@@ -2875,8 +2891,12 @@ export interface components {
             };
         };
         /**
-         * @description `too_many_requests`: this sandbox already has as many data-plane calls in flight as it
-         *     may (32); retry when one has finished.
+         * @description The data plane's budget is spent. `too_many_requests`: this sandbox already has as many
+         *     data-plane calls, guest-port requests and TCP forwards in flight as it may
+         *     (`ZEISH_DATA_CALLS_PER_SANDBOX`, 32); `account_calls_full`: its account has as many across
+         *     all of its sandboxes (`ZEISH_DATA_CALLS_PER_ACCOUNT`, 128). A request to a public port
+         *     counts against the sandbox and the account that owns it, whoever sends it. Retry when one
+         *     has finished; the server closes the connection of a refused request.
          */
         TooManyCalls: {
             headers: {
@@ -5066,6 +5086,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["DataUnauthorized"];
             409: components["responses"]["NotRunning"];
+            429: components["responses"]["TooManyCalls"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
             /** @description `101`: a WebSocket upgrade the guest accepted, then the WebSocket. */
@@ -5110,6 +5131,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["DataUnauthorized"];
             409: components["responses"]["NotRunning"];
+            429: components["responses"]["TooManyCalls"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
             /** @description `101`: a WebSocket upgrade the guest accepted, then the WebSocket. */
@@ -5154,6 +5176,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["DataUnauthorized"];
             409: components["responses"]["NotRunning"];
+            429: components["responses"]["TooManyCalls"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
             /** @description `101`: a WebSocket upgrade the guest accepted, then the WebSocket. */
@@ -5198,6 +5221,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["DataUnauthorized"];
             409: components["responses"]["NotRunning"];
+            429: components["responses"]["TooManyCalls"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
             /** @description `101`: a WebSocket upgrade the guest accepted, then the WebSocket. */
@@ -5242,6 +5266,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["DataUnauthorized"];
             409: components["responses"]["NotRunning"];
+            429: components["responses"]["TooManyCalls"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
             /** @description `101`: a WebSocket upgrade the guest accepted, then the WebSocket. */
@@ -5287,6 +5312,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["DataUnauthorized"];
             409: components["responses"]["NotRunning"];
+            429: components["responses"]["TooManyCalls"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
             /** @description `101`: the DevTools WebSocket. */
@@ -5332,6 +5358,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["DataUnauthorized"];
             409: components["responses"]["NotRunning"];
+            429: components["responses"]["TooManyCalls"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
             /** @description Chromium's answer; JSON ones with their WebSocket URLs rewritten. */
@@ -5367,6 +5394,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["DataUnauthorized"];
             409: components["responses"]["NotRunning"];
+            429: components["responses"]["TooManyCalls"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };

@@ -87,6 +87,7 @@ export const ERROR_CODES = [
   "rate_limited",
   "daily_cap_reached",
   "too_many_requests",
+  "account_calls_full",
   "timeout",
   "unavailable",
   "desktop_not_enabled",

@@ -362,7 +362,19 @@ function drawTree(l: Lineage, current: string): SVGElement {
   return g;
 }
 
-interface ListedPort { port: number; public: boolean; listening: boolean; loopback?: boolean; url: string; host?: string; tcp_url: string }
+interface ListedPort { port: number; public: boolean; listening: boolean; loopback?: boolean; url: string; host?: string; tcp_url: string; browser_url?: string }
+
+/**
+ * How a port is opened in a browser: only ever on its own origin
+ * (browser_url, <port>-<id>.<domain>), never the path form on this origin,
+ * where a guest's page would run beside the console (the server sandboxes
+ * it there anyway).
+ */
+function portLink(q: ListedPort): HTMLElement {
+  if (!q.public) return h("span", { class: "note" }, "needs the sandbox's token: " + q.url);
+  if (q.browser_url && /^https?:\/\//.test(q.browser_url)) return h("a", { href: q.browser_url, target: "_blank", rel: "noopener noreferrer", "data-browser-url": q.browser_url }, q.browser_url);
+  return h("span", { class: "note" }, "set ZEISH_PUBLIC_DOMAIN to open it in a browser; for programs: " + q.url);
+}
 
 /** Ports: what the guest listens on, how each port is reached, and opening one to the public. */
 function ports(p: HTMLElement, id: string): Cleanup {
@@ -385,14 +397,14 @@ function ports(p: HTMLElement, id: string): Cleanup {
         h("tr", { "data-port": String(q.port), "data-listening": String(q.listening), "data-public": String(q.public) },
           h("td", {}, String(q.port)),
           h("td", {}, q.listening ? (q.loopback ? "yes (loopback only)" : "yes") : "no"),
-          h("td", {}, q.public ? h("a", { href: q.url, target: "_blank", rel: "noopener" }, q.host || q.url) : h("span", { class: "note" }, "needs the sandbox's token: " + q.url)),
+          h("td", {}, portLink(q)),
           h("td", {}, h("button", { class: q.public ? "danger" : undefined, onclick: () => setPublic(q.port, !q.public) }, q.public ? "Make private" : "Make public")))));
     } catch (e) {
       replace(msg, errorBox(explain(e)));
     }
   };
   replace(p,
-    h("p", { class: "note" }, "Every guest port is reached through the data plane with the sandbox's token; a public port needs none."),
+    h("p", { class: "note" }, "Every guest port is reached through the data plane with the sandbox's token; a public port needs none, and opens in a browser on an origin of its own."),
     h("form", { class: "row", onsubmit: (ev: Event) => { ev.preventDefault(); void setPublic(Number((port as HTMLInputElement).value), true); } },
       h("label", {}, "Open a port to the public", port), h("button", { id: "open-port", type: "submit" }, "Open")),
     msg,
