@@ -132,9 +132,16 @@ func runControl(ctx context.Context, cfg *config.Config) error {
 	// Templates are resolved here and built on the nodes (the built-in ones).
 	cat := catalog.New(st, template.BaseOptions{Logger: log})
 	mtr := metrics.New(metrics.Options{Store: st, Nodes: nodeStates(nodes, lost), Logger: log})
+	// The image store, if the nodes share one: the API shows what is durable in it.
+	var images control.ImageDurability
+	if remote, err := openImageStore(ctx, log, cfg, ""); err != nil {
+		return err
+	} else if remote != nil {
+		images = remote.Store
+	}
 	ctl := control.New(control.Options{Store: st, Node: router, Cluster: router, Catalog: cat, Plan: planOf(cfg), Prices: pricesOf(cfg),
 		TokenKey: tokenKey, TokenKeyFor: func(host string) []byte { return cluster.DataPlaneKey(tokenKey, host) },
-		Calls: callsOf(cfg), Metrics: mtr, Logger: log})
+		Calls: callsOf(cfg), Images: images, Metrics: mtr, Logger: log})
 	srv := server.New(server.Options{Control: ctl, Proxy: router, Version: version.Version, PublicURL: cfg.PublicURL,
 		PublicDomain: cfg.PublicDomain, GuestDomains: guestDomains(cfg), DataPlane: dataPlaneOf(cfg), Logger: log, Metrics: mtr})
 	reg := &cluster.Registry{Nodes: nodes, Key: tokenKey, AllowHTTP: hosts.allowHTTP, Every: lost / 3, Logger: log}
@@ -229,7 +236,7 @@ func runNode(ctx context.Context, cfg *config.Config) error {
 	}
 	defer loc.Close()
 	// The node's own capacity; sandbox counts are the control plane's.
-	mtr := metrics.New(metrics.Options{NodeID: id, Capacity: loc.node.Capacity, Logger: log})
+	mtr := metrics.New(metrics.Options{NodeID: id, Capacity: loc.node.Capacity, Logger: log, Extra: loc.collectors()})
 	// The node's own application: its data plane, on tokens the control
 	// plane signed. Policy (quotas, budgets, timeouts) is the control
 	// plane's: nothing here creates or runs a sandbox.

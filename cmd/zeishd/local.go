@@ -10,6 +10,7 @@ import (
 	"github.com/zeish/zeish/internal/catalog"
 	"github.com/zeish/zeish/internal/config"
 	"github.com/zeish/zeish/internal/dialguard"
+	"github.com/zeish/zeish/internal/imagestore"
 	"github.com/zeish/zeish/internal/network"
 	"github.com/zeish/zeish/internal/node"
 	"github.com/zeish/zeish/internal/store"
@@ -21,6 +22,8 @@ import (
 // local is the node that runs this host's VMs: the single binary's own, or
 // a node agent's (zeishd node).
 type local struct {
+	// images is the image store the cluster's nodes share (nil: none).
+	images  *imagestore.Store
 	node    *node.Node
 	cat     *catalog.Catalog
 	driver  vmm.Driver
@@ -59,13 +62,21 @@ func openLocal(ctx context.Context, log *slog.Logger, cfg *config.Config, st sto
 		return nil, err
 	}
 	l := &local{}
+	remote, err := openImageStore(ctx, log, cfg, "/dev/shm")
+	if err != nil {
+		return nil, err
+	}
+	if remote != nil {
+		l.images = remote.Store
+	}
 	if netw != nil {
 		l.closers = append(l.closers, func() { netw.Close() }) // after the node: guests' rules stay while their VMs run
 	}
 	n := node.New(node.Options{ID: nodeID, Region: cfg.Region, DataDir: cfg.DataDir, Store: st, Driver: driver, Templates: cat,
 		Logger: log, BootTimeout: cfg.BootTimeout, MemoryBudgetMiB: cfg.MemoryBudgetMiB, Network: netw,
 		AccountImageRAMMiB: cfg.PlanImageRAMMiB, ColdAfter: cfg.ColdAfter, StoppedPromotion: cfg.ForkPromotion == "stopped",
-		Desktop: cfg.Desktop, ReadyVMs: cfg.ReadyVMs, DiskLayers: cfg.DiskLayers})
+		Desktop: cfg.Desktop, ReadyVMs: cfg.ReadyVMs, DiskLayers: cfg.DiskLayers,
+		ImageStore: remote, TemplateCacheMiB: cfg.TemplateCacheMiB})
 	l.closers = append(l.closers, n.Close)
 	l.node, l.cat, l.driver = n, cat, driver
 	if err := n.Recover(ctx); err != nil {
@@ -82,7 +93,8 @@ func openLocal(ctx context.Context, log *slog.Logger, cfg *config.Config, st sto
 		l.Close()
 		return nil, err
 	}
-	builds.Dir, builds.Warmer, builds.Host = filepath.Join(cfg.DataDir, "template-builds"), n, host
+	builds.Dir, builds.Warmer, builds.Host, builds.Ready = filepath.Join(cfg.DataDir, "template-builds"), n, host, n.PublishTemplate
+	builds.Removed = n.UnpublishTemplate
 	if err := cat.StartBuilds(ctx, builds); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("template builds: %w", err)

@@ -156,9 +156,13 @@ func run(ctx context.Context, cfg *config.Config) error {
 		return err
 	}
 	plan := planOf(cfg)
-	mtr := metrics.New(metrics.Options{Store: st, NodeID: nodeID, Capacity: n.Capacity, Logger: log})
+	mtr := metrics.New(metrics.Options{Store: st, NodeID: nodeID, Capacity: n.Capacity, Logger: log, Extra: loc.collectors()})
+	var images control.ImageDurability
+	if loc.images != nil {
+		images = loc.images
+	}
 	ctl := control.New(control.Options{Store: st, Node: n, Catalog: cat, Plan: plan, Prices: pricesOf(cfg), TokenKey: tokenKey,
-		Calls: callsOf(cfg), Metrics: mtr, Logger: log})
+		Calls: callsOf(cfg), Images: images, Metrics: mtr, Logger: log})
 	srv := server.New(server.Options{Control: ctl, Metrics: mtr, Version: version.Version, PublicURL: cfg.PublicURL,
 		PublicDomain: cfg.PublicDomain, GuestDomains: guestDomains(cfg), DataPlane: dataPlaneOf(cfg), Logger: log})
 	// Budget stops and timeouts go through the node: the enforcer ends

@@ -145,15 +145,27 @@ type Config struct {
 	// VM launch to guest-agent answer; past it the create fails and is rolled back
 	BootTimeout time.Duration `env:"ZEISH_BOOT_TIMEOUT" default:"3m" min:"1ns" roles:"all,node"`
 
-	// where a cluster's images go (issue 29): `s3://BUCKET/PREFIX?endpoint=URL&region=R` for any S3
-	// API (AWS S3, GCS's S3 API, MinIO, Ceph RGW, SeaweedFS), keys from
-	// `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, the shared credentials file, `&credentials=FILE` or
-	// `&credentials=iam`; or `file:///path`. Content-addressed chunks, a manifest per image written
-	// last, gc by leases; see docs/images.md. **The store and its lazy-RAM FUSE server
-	// (`internal/imagestore`, `internal/imagefs`) exist; zeishd does not read this setting yet**
+	// the image store a cluster's nodes share (issue 29), set on the control plane and on every node:
+	// `s3://BUCKET/PREFIX?endpoint=URL&region=R` for any S3 API (AWS S3, GCS's S3 API, MinIO, Ceph
+	// RGW, SeaweedFS), keys from `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, the shared credentials
+	// file, `&credentials=FILE` or `&credentials=iam`; or `file:///path`. Nodes upload every complete
+	// image (snapshots, stopped sandboxes, fork images, templates they built) in the background and
+	// fetch what they lack, so starts, restores, snapshot clones, forks with `placement: any` and
+	// creates from any template run on any node; the API shows `durable` / `image_durable`. A store
+	// that cannot be reached or refuses the keys stops zeishd at start. See docs/images.md
 	//
 	// Default: unset: images stay on the node that made them.
-	ImageStore string `env:"ZEISH_IMAGE_STORE" roles:"all,node"`
+	ImageStore string `env:"ZEISH_IMAGE_STORE" roles:"all,control,node"`
+
+	// with an image store: how long a node asked to start an image waits for another node's upload
+	// of it to finish (a fork's children placed on other nodes wait for the fork's image) before
+	// `not_found`
+	ImageFetchWait time.Duration `env:"ZEISH_IMAGE_FETCH_WAIT" default:"5m" min:"0s" roles:"all,node"`
+
+	// with an image store: the disk a node gives the templates it fetched (built on other nodes), in
+	// `<data>/template-cache`; past it the least recently used that no sandbox of the node stands on
+	// go; `0`: no bound
+	TemplateCacheMiB int `env:"ZEISH_TEMPLATE_CACHE_MIB" default:"8192" min:"0" roles:"all,node"`
 
 	// guest memory the host may promise: sandboxes that may run plus the RAM images (snapshots, fork
 	// bases) keep in `/dev/shm`; beyond it create, fork and start get 409 `node_full`, and without

@@ -55,6 +55,9 @@ type Options struct {
 	Replica string
 	// Calls bounds the data plane's work in flight (nil: DefaultCalls).
 	Calls *CallLimits
+	// Images is the image store the nodes share (nil: none): views show
+	// which snapshots and stopped sandboxes are durable in it.
+	Images ImageDurability
 }
 
 // Control is the application: every call, every policy.
@@ -65,7 +68,8 @@ type Control struct {
 	quotas  *quotas
 	prices  metering.Prices
 	tokens  tokenSigner
-	calls   *callLimiter // data-plane calls in flight per sandbox
+	calls   *callLimiter // data-plane calls in flight per sandbox and per account
+	images  ImageDurability
 	cluster Cluster
 	metrics *metrics.Metrics
 	log     *slog.Logger
@@ -93,7 +97,7 @@ func New(o Options) *Control {
 	q := newQuotas(o.Plan, o.Store)
 	q.log = o.Logger
 	c := &Control{store: o.Store, node: o.Node, catalog: o.Catalog, quotas: q, prices: o.Prices,
-		tokens: tokenSigner{key: o.TokenKey, keyFor: o.TokenKeyFor}, calls: newCallLimiter(o.callLimits()), cluster: o.Cluster,
+		tokens: tokenSigner{key: o.TokenKey, keyFor: o.TokenKeyFor}, calls: newCallLimiter(o.callLimits()), images: o.Images, cluster: o.Cluster,
 		metrics: o.Metrics, log: o.Logger, replica: o.Replica}
 	c.cost = c.costAt
 	return c
@@ -110,6 +114,9 @@ func (c *Control) Capabilities() vmm.Capabilities { return c.node.Capabilities()
 func (c *Control) view(r *store.SandboxRecord) sandbox.Sandbox {
 	sb := r.Sandbox
 	sb.CostMicros = c.costAt(r, time.Now())
+	if r.ResumeImage != "" { // stopped: its saved state is an image
+		sb.ImageDurable = c.durable(context.Background(), r.ResumeImage)
+	}
 	return sb
 }
 

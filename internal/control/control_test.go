@@ -141,13 +141,17 @@ func TestCloneAndCreatePolicy(t *testing.T) {
 		return out
 	}
 	ctl, f := fixture(t, parent)
-	if _, _, err := ctl.clone(ctx, parent, kids(3)); !errors.Is(err, errdefs.ErrRunningSlots) || len(f.calls) != 0 {
+	if _, _, err := ctl.clone(ctx, parent, kids(3), ""); !errors.Is(err, errdefs.ErrRunningSlots) || len(f.calls) != 0 {
 		t.Fatalf("fork of 3 on 2 slots: %v, node calls %v", err, f.calls)
+	}
+	// A placement that is neither parent nor any is refused before anything.
+	if _, _, err := ctl.clone(ctx, parent, kids(1), "elsewhere"); !errors.Is(err, errdefs.ErrInvalidArgument) || len(f.calls) != 0 {
+		t.Fatalf("placement elsewhere: %v, node calls %v", err, f.calls)
 	}
 	// The node fails after the admission: the 2 creates come back.
 	boom := errors.New("capture failed")
 	f.clone = func([]*store.SandboxRecord) (time.Duration, []*store.SandboxRecord, error) { return 0, nil, boom }
-	if _, _, err := ctl.clone(ctx, parent, kids(2)); !errors.Is(err, boom) {
+	if _, _, err := ctl.clone(ctx, parent, kids(2), ""); !errors.Is(err, boom) {
 		t.Fatalf("failed fork: %v", err)
 	}
 	// 3 creates a minute: a failed create gives its token back too.
@@ -157,7 +161,7 @@ func TestCloneAndCreatePolicy(t *testing.T) {
 	}
 	f.create = func(r *store.SandboxRecord) (*store.SandboxRecord, error) { return r, nil }
 	f.clone = func(c []*store.SandboxRecord) (time.Duration, []*store.SandboxRecord, error) { return 0, c, nil }
-	if _, _, err := ctl.clone(ctx, parent, kids(2)); err != nil {
+	if _, _, err := ctl.clone(ctx, parent, kids(2), ""); err != nil {
 		t.Fatalf("fork of 2 after the refunds: %v", err)
 	}
 	if _, err := ctl.create(ctx, sbx("", "")); err != nil {

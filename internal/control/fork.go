@@ -19,7 +19,7 @@ func (c *Control) Clone(ctx context.Context, who Caller, ref string, req api.Clo
 	if err != nil {
 		return api.CloneResponse{}, err
 	}
-	pause, made, err := c.clone(ctx, parent, children)
+	pause, made, err := c.clone(ctx, parent, children, req.Placement)
 	if err != nil {
 		return api.CloneResponse{}, err
 	}
@@ -56,10 +56,24 @@ func (c *Control) CloneSnapshot(ctx context.Context, who Caller, ref, snapRef st
 	return c.cloned(0, made), nil
 }
 
+// PlacingNode is a Node that places a fork's children on other hosts
+// when the parent's has no room (a cluster's router with an image store).
+type PlacingNode interface {
+	CloneAny(ctx context.Context, parentID string, children []*store.SandboxRecord, placement string) (time.Duration, []*store.SandboxRecord, error)
+}
+
 // clone admits the children (free names, running slots, rate tokens and
 // the daily cap for all of them) before the node captures the parent; the
-// rate tokens of children the node did not make are given back.
-func (c *Control) clone(ctx context.Context, parent *store.SandboxRecord, children []*store.SandboxRecord) (time.Duration, []*store.SandboxRecord, error) {
+// rate tokens of children the node did not make are given back. placement
+// ("" or "parent": the parent's node; "any": other nodes for those that do
+// not fit there, where the node can place them; one host has only its own)
+// says where they go.
+func (c *Control) clone(ctx context.Context, parent *store.SandboxRecord, children []*store.SandboxRecord, placement string) (time.Duration, []*store.SandboxRecord, error) {
+	switch placement {
+	case "", api.PlacementParent, api.PlacementAny:
+	default:
+		return 0, nil, invalid("placement %q: want %q or %q", placement, api.PlacementParent, api.PlacementAny)
+	}
 	if err := c.namesFree(ctx, parent.AccountID, children); err != nil {
 		return 0, nil, err
 	}
@@ -67,7 +81,15 @@ func (c *Control) clone(ctx context.Context, parent *store.SandboxRecord, childr
 	if err != nil {
 		return 0, nil, err
 	}
-	pause, made, err := c.node.Clone(ctx, parent.ID, children)
+	var (
+		pause time.Duration
+		made  []*store.SandboxRecord
+	)
+	if pn, ok := c.node.(PlacingNode); ok && placement == api.PlacementAny {
+		pause, made, err = pn.CloneAny(ctx, parent.ID, children, placement)
+	} else {
+		pause, made, err = c.node.Clone(ctx, parent.ID, children)
+	}
 	done(len(made))
 	return pause, made, err
 }

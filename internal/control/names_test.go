@@ -52,7 +52,7 @@ func TestNamesChecked(t *testing.T) {
 				r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{Name: c.create, AccountID: "acc_a", CreatedAt: time.Now()}}
 				_, err = ctl.create(ctx, r)
 			} else {
-				_, _, err = ctl.clone(ctx, sbx("sbx_p", sandbox.StateRunning), kids(c.children...))
+				_, _, err = ctl.clone(ctx, sbx("sbx_p", sandbox.StateRunning), kids(c.children...), "")
 			}
 			if c.want == nil && err != nil || c.want != nil && errdefs.Of(err) != c.want {
 				t.Fatalf("got %v, want %v", err, c.want)

@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
@@ -81,7 +82,7 @@ func (c *Control) CreateSnapshot(ctx context.Context, who Caller, ref string, re
 	if err != nil {
 		return sandbox.Snapshot{}, err
 	}
-	return snap.Snapshot, nil
+	return c.snapshotView(ctx, snap), nil
 }
 
 // Snapshots lists the snapshots of the caller's sandbox ref.
@@ -96,7 +97,7 @@ func (c *Control) Snapshots(ctx context.Context, who Caller, ref string) (api.Sn
 	}
 	out := api.SnapshotList{Snapshots: []sandbox.Snapshot{}}
 	for _, x := range snaps {
-		out.Snapshots = append(out.Snapshots, x.Snapshot)
+		out.Snapshots = append(out.Snapshots, c.snapshotView(ctx, x))
 	}
 	return out, nil
 }
@@ -107,7 +108,7 @@ func (c *Control) Snapshot(ctx context.Context, who Caller, ref SnapshotRef) (sa
 	if err != nil {
 		return sandbox.Snapshot{}, err
 	}
-	return snap.Snapshot, nil
+	return c.snapshotView(ctx, snap), nil
 }
 
 // DeleteSnapshot removes the caller's snapshot ref (its image goes once
@@ -136,10 +137,18 @@ func (c *Control) Restore(ctx context.Context, who Caller, ref SnapshotRef) (san
 		if err := c.checkBudget(r); err != nil {
 			return sandbox.Snapshot{}, sandbox.Sandbox{}, err
 		}
+		if !slices.Contains(sandbox.SlotStates, r.State) {
+			// An error sandbox (its node lost, say) runs again: a slot.
+			done, err := c.quotas.admit(ctx, r.AccountID, 1, false, r.ID)
+			if err != nil {
+				return sandbox.Snapshot{}, sandbox.Sandbox{}, err
+			}
+			defer done(1)
+		}
 	}
 	snap, r, err = c.node.Restore(ctx, snap.ID)
 	if err != nil {
 		return sandbox.Snapshot{}, sandbox.Sandbox{}, err
 	}
-	return snap.Snapshot, c.view(r), nil
+	return c.snapshotView(ctx, snap), c.view(r), nil
 }
