@@ -175,7 +175,18 @@ type CloneRequest struct {
 	Desktop       *bool   `json:"desktop,omitempty"`
 	// Network replaces the parent's egress policy for the children.
 	Network *NetworkRequest `json:"network,omitempty"`
+	// Placement of the children in a cluster: "parent" (default: all on
+	// the parent's node, or node_full) or "any" (those that do not fit
+	// there start on other nodes, from the fork's image in the image
+	// store).
+	Placement string `json:"placement,omitempty"`
 }
+
+// Fork placements (CloneRequest.Placement).
+const (
+	PlacementParent = "parent"
+	PlacementAny    = "any"
+)
 
 // MaxCloneCount bounds one clone call.
 const MaxCloneCount = sandbox.MaxForkCount

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"os"
+	"testing"
 
 	"github.com/zeish/zeish/internal/testenv/ociimg"
 	"github.com/zeish/zeish/sandbox"
@@ -15,19 +16,12 @@ import (
 func (l *lab) templateOnCluster(ctx context.Context) {
 	t := l.t
 	t.Helper()
-	f, err := os.Open(ociimg.WriteDockerArchive(t, ociimg.Standard(t), t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	tpl, err := l.client.UploadTemplate(ctx, zeish.BuildTemplateRequest{Name: "img", From: "docker-archive", DiskMiB: 256, Cold: true}, f)
-	if err != nil {
-		t.Fatalf("upload a template through the control plane: %v", err)
-	}
+	tpl := l.uploadTemplate(ctx, t, "img")
 	if _, ok := l.nodes[tpl.Host]; !ok {
 		t.Fatalf("template %s held by %q, not one of the nodes", tpl.ID, tpl.Host)
 	}
-	if tpl, err = l.client.WaitTemplate(ctx, tpl.ID, nil); err != nil || tpl.State != sandbox.TemplateReady {
+	tpl, err := l.client.WaitTemplate(ctx, tpl.ID, nil)
+	if err != nil || tpl.State != sandbox.TemplateReady {
 		t.Fatalf("template build on %s: %+v %v", tpl.Host, tpl, err)
 	}
 	var last zeish.TemplateEvent
@@ -48,4 +42,20 @@ func (l *lab) templateOnCluster(ctx context.Context) {
 	if _, err := l.client.DeleteSandbox(ctx, sb.ID, zeish.Wait()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// uploadTemplate uploads the standard test image as cold template name
+// through the control plane; its build runs in the background.
+func (l *lab) uploadTemplate(ctx context.Context, t *testing.T, name string) zeish.Template {
+	t.Helper()
+	f, err := os.Open(ociimg.WriteDockerArchive(t, ociimg.Standard(t), t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tpl, err := l.client.UploadTemplate(ctx, zeish.BuildTemplateRequest{Name: name, From: "docker-archive", DiskMiB: 256, Cold: true}, f)
+	if err != nil {
+		t.Fatalf("upload a template through the control plane: %v", err)
+	}
+	return tpl
 }

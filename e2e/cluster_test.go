@@ -48,8 +48,9 @@ func tempDir(t *testing.T, prefix string) string {
 // startCluster runs control-plane replicas (ZEISH_ROLE=control) on a
 // fresh database, sharing the first one's keys. Node agents are added with
 // addNode. Cleanup deletes every sandbox through a live replica, stops
-// everything and fails on VM processes or RAM files left behind.
-func startCluster(t *testing.T, lostAfter time.Duration, replicas int) *lab {
+// everything and fails on VM processes or RAM files left behind. env are
+// more settings of the replicas.
+func startCluster(t *testing.T, lostAfter time.Duration, replicas int, env ...string) *lab {
 	t.Helper()
 	testenv.RequireQEMU(t)
 	buildBinaries(t)
@@ -61,6 +62,7 @@ func startCluster(t *testing.T, lostAfter time.Duration, replicas int) *lab {
 				"ZEISH_NODE_LOST_AFTER=" + lostAfter.String(), "ZEISH_LOG_LEVEL=debug",
 				"ZEISH_PUBLIC_DOMAIN=" + clusterDomain, "ZEISH_E2B_DOMAIN=" + clusterE2BDomain,
 				fmt.Sprintf("ZEISH_PLAN_RUNNING_SLOTS=%d", clusterSlots)}}
+		z.Env = append(z.Env, env...)
 		if i > 0 {
 			// Replicas share the keys that seal secrets and sign tokens.
 			for _, f := range []string{"secrets.key", "token.key"} {
@@ -95,7 +97,10 @@ func (l *lab) use(i int) {
 // addNode starts a node agent with a memory budget, joined with a join
 // token made for it as an operator would, and waits until the control
 // plane lists it live.
-func (l *lab) addNode(id string, budgetMiB int) *testenv.Zeishd {
+func (l *lab) addNode(id string, budgetMiB int) *testenv.Zeishd { return l.addNodeEnv(id, budgetMiB) }
+
+// addNodeEnv is addNode with more settings.
+func (l *lab) addNodeEnv(id string, budgetMiB int, env ...string) *testenv.Zeishd {
 	t := l.t
 	t.Helper()
 	tpl := testenv.BaseTemplate(t)
@@ -108,6 +113,7 @@ func (l *lab) addNode(id string, budgetMiB int) *testenv.Zeishd {
 			"ZEISH_JOIN_TOKEN=" + join, "ZEISH_CLUSTER_ALLOW_HTTP=on", "ZEISH_DATABASE_URL=" + l.db, "ZEISH_REGION=lab", "ZEISH_PUBLIC_DOMAIN=" + clusterDomain,
 			"ZEISH_NODE_LABELS=disk=ssd,rack=" + id, fmt.Sprintf("ZEISH_MEMORY_BUDGET_MIB=%d", budgetMiB),
 			"ZEISH_SANDBOXD=" + testenv.SandboxdBinary(t), "ZEISH_TEMPLATE_CACHE=" + filepath.Dir(tpl.Dir), "ZEISH_LOG_LEVEL=debug"}}
+	z.Env = append(z.Env, env...)
 	l.nodes[id] = z
 	if err := z.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -251,21 +257,12 @@ func TestCluster(t *testing.T) {
 
 	// Every process serves /metrics: the control plane each node's state
 	// from the registry, a node agent its own capacity.
-	scrape := func(addr string) string {
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return string(b)
-	}
-	if m := scrape(l.control.Addr); !strings.Contains(m, `zeish_node_up{node="node-a",region="lab"} 1`) ||
+	if m := scrape(t, l.control.Addr); !strings.Contains(m, `zeish_node_up{node="node-a",region="lab"} 1`) ||
 		!strings.Contains(m, `zeish_node_memory_budget_mib{node="node-b"} 1152`) || !strings.Contains(m, `zeish_sandboxes{state="running"}`) ||
 		!strings.Contains(m, `zeish_node_image_disk_mib{node="node-a"} 0`) {
 		t.Fatalf("control plane /metrics:\n%s", m)
 	}
-	if m := scrape(l.nodes["node-a"].Addr); !strings.Contains(m, `zeish_node_memory_budget_mib{node="node-a"} 1280`) {
+	if m := scrape(t, l.nodes["node-a"].Addr); !strings.Contains(m, `zeish_node_memory_budget_mib{node="node-a"} 1280`) {
 		t.Fatalf("node agent /metrics:\n%s", m)
 	}
 

@@ -103,7 +103,7 @@ var table = map[Op]rule{
 	OpDelete:     {from: []State{StateStarting, StateRunning, StatePaused, StateStopping, StateStopped, StateError, StateDeleting}, to: StateDeleting},
 	OpClone:      {from: []State{StateRunning, StatePaused, StateStopped}, to: stay, words: "a fork"},
 	OpSnapshot:   {from: []State{StateRunning, StatePaused, StateStopped}, to: stay, words: "a snapshot"},
-	OpRestore:    {from: []State{StateRunning, StatePaused, StateStopped}, to: StateStarting, to2: map[State]State{StateStopped: StateStopped}},
+	OpRestore:    {from: []State{StateRunning, StatePaused, StateStopped, StateError}, to: StateStarting, to2: map[State]State{StateStopped: StateStopped}},
 	OpAccess:     {from: []State{StateRunning}, to: stay, words: "data-plane access"},
 	OpSetTimeout: {from: []State{StateStarting, StateRunning, StatePaused, StateStopping, StateStopped}, to: stay, words: "a timeout"},
 	OpSetNetwork: {from: []State{StateStarting, StateRunning, StatePaused, StateStopping, StateStopped, StateError}, to: stay, words: "a network change"},

@@ -88,7 +88,7 @@ func TestLifecycle(t *testing.T) {
 		{"restore a paused sandbox", OpRestore, StatePaused, StateStarting},
 		{"restore a stopped sandbox in place", OpRestore, StateStopped, StateStopped},
 		{"the in-place restore needs it still stopped", OpRewind, StateStarting, refused},
-		{"no restore of an error", OpRestore, StateError, refused},
+		{"restore of an error brings it back from the snapshot (its node lost, say)", OpRestore, StateError, StateStarting},
 		// SPEC, Public API: data plane at the url access returns.
 		{"data plane on a running sandbox", OpAccess, StateRunning, StateRunning},
 		{"no data plane on a paused sandbox", OpAccess, StatePaused, refused},
@@ -185,7 +185,7 @@ func TestDescribe(t *testing.T) {
 		OpDelete:  "Any sandbox not destroyed; it becomes deleting.",
 		OpStop:    "Needs the sandbox running or paused; it becomes stopping.",
 		OpClone:   "Needs the sandbox running, paused or stopped; its state does not change.",
-		OpRestore: "Needs the sandbox running, paused or stopped; it becomes starting (stopped stays stopped).",
+		OpRestore: "Needs the sandbox running, paused, stopped or error; it becomes starting (stopped stays stopped).",
 	}
 	for op, want := range cases {
 		if got := Describe(op); got != want {

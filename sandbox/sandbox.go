@@ -54,8 +54,11 @@ type Sandbox struct {
 	PublicPorts  []int    `json:"public_ports,omitempty"` // guest ports served through the data plane without a token
 	Accel        string   `json:"accel,omitempty"`
 	// NodeLabels are the labels its create asked its node to carry.
-	NodeLabels    map[string]string `json:"node_labels,omitempty"`
-	ParentID      string            `json:"parent_id,omitempty"`
+	NodeLabels map[string]string `json:"node_labels,omitempty"`
+	ParentID   string            `json:"parent_id,omitempty"`
+	// ImageDurable: a stopped sandbox's saved state is whole in the image
+	// store (nil: not stopped, or no image store). Shown, never stored.
+	ImageDurable  *bool             `json:"image_durable,omitempty"`
 	Env           map[string]string `json:"env"`
 	GitRepo       string            `json:"git_repo,omitempty"`
 	GitBranch     string            `json:"git_branch,omitempty"`
@@ -219,6 +222,9 @@ type Snapshot struct {
 	CreatedAt  time.Time `json:"created_at"`
 	SizeBytes  int64     `json:"size_bytes"`
 	IncludeRAM bool      `json:"include_ram"`
+	// Durable: the snapshot's image is whole in the image store (nil: no
+	// image store). Shown, never stored.
+	Durable *bool `json:"durable,omitempty"`
 }
 
 // MaxSnapshots is how many snapshots one sandbox may keep.

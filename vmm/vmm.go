@@ -215,6 +215,11 @@ type Driver interface {
 	// DiskBacking names the file the disk file path is backed by ("" for
 	// none), as the file records it.
 	DiskBacking(path string) (string, error)
+	// Relink records backing as the file the disk file path is backed by,
+	// reading neither: backing holds what the old one did (the same layer,
+	// copied to another path or host: an image fetched from the image
+	// store). path must not be open.
+	Relink(ctx context.Context, path, backing string) error
 	// MergeLayers writes out, a new layer holding everything the chain from
 	// top down to base (base excluded) holds, backed by base. The chain's
 	// layers must be frozen; out must not exist.

@@ -167,7 +167,14 @@ func runControl(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Options{Store: st, Node: router, Cluster: router, Catalog: cat, DataDir: dataDir,
+	// The image store, if the nodes share one: the API shows what is durable in it.
+	var images server.ImageDurability
+	if remote, err := openImageStore(ctx, log, ""); err != nil {
+		return err
+	} else if remote != nil {
+		images = remote.Store
+	}
+	srv, err := server.New(server.Options{Store: st, Node: router, Cluster: router, Catalog: cat, DataDir: dataDir, Images: images,
 		Version: version.Version, PublicURL: os.Getenv("ZEISH_PUBLIC_URL"), PublicDomain: os.Getenv("ZEISH_PUBLIC_DOMAIN"),
 		GuestDomains: guestDomains(), DataPlane: dataPlane, Logger: log, Plan: &plan, Prices: &prices, Metrics: mtr,
 		TokenKeyFor: func(host string) []byte { return cluster.DataPlaneKey(tokenKey, host) }})
@@ -268,7 +275,7 @@ func runNode(ctx context.Context) error {
 	}
 	defer loc.Close()
 	// The node's own capacity; sandbox counts are the control plane's.
-	mtr := metrics.New(metrics.Options{NodeID: id, Capacity: loc.node.Capacity, Logger: log})
+	mtr := metrics.New(metrics.Options{NodeID: id, Capacity: loc.node.Capacity, Logger: log, Extra: loc.collectors()})
 	dataPlane, err := dataPlaneLimits()
 	if err != nil {
 		return err

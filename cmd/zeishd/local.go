@@ -12,6 +12,7 @@ import (
 	"github.com/zeish/zeish/guest/desktop"
 	"github.com/zeish/zeish/internal/catalog"
 	"github.com/zeish/zeish/internal/dialguard"
+	"github.com/zeish/zeish/internal/imagestore"
 	"github.com/zeish/zeish/internal/network"
 	"github.com/zeish/zeish/internal/node"
 	"github.com/zeish/zeish/internal/store"
@@ -23,6 +24,8 @@ import (
 // local is the node that runs this host's VMs: the single binary's own, or
 // a node agent's (zeishd node).
 type local struct {
+	// images is the image store the cluster's nodes share (nil: none).
+	images  *imagestore.Store
 	node    *node.Node
 	cat     *catalog.Catalog
 	driver  vmm.Driver
@@ -139,13 +142,27 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 	if err != nil {
 		return nil, fmt.Errorf("ZEISH_DESKTOP_SIZE: %w", err)
 	}
+	// Templates built on other nodes, fetched from the image store, kept
+	// up to this much disk (least recently used first out).
+	tplCacheMiB, err := strconv.Atoi(env("ZEISH_TEMPLATE_CACHE_MIB", "8192"))
+	if err != nil || tplCacheMiB < 0 {
+		return nil, fmt.Errorf("ZEISH_TEMPLATE_CACHE_MIB: want a number of MiB, 0 for no bound, got %q", os.Getenv("ZEISH_TEMPLATE_CACHE_MIB"))
+	}
 	l := &local{budget: budget}
+	remote, err := openImageStore(ctx, log, "/dev/shm")
+	if err != nil {
+		return nil, err
+	}
+	if remote != nil {
+		l.images = remote.Store
+	}
 	if netw != nil {
 		l.closers = append(l.closers, func() { netw.Close() }) // after the node: guests' rules stay while their VMs run
 	}
 	n := node.New(node.Options{ID: nodeID, Region: os.Getenv("ZEISH_REGION"), DataDir: dataDir, Store: st, Driver: driver, Templates: cat,
 		Logger: log, BootTimeout: bootTimeout, MemoryBudgetMiB: budget, Network: netw, AccountImageRAMMiB: imageRAM, ColdAfter: coldAfter,
-		StoppedPromotion: env("ZEISH_FORK_PROMOTION", "live") == "stopped", Desktop: desk, ReadyVMs: readyVMs, DiskLayers: diskLayers})
+		StoppedPromotion: env("ZEISH_FORK_PROMOTION", "live") == "stopped", Desktop: desk, ReadyVMs: readyVMs, DiskLayers: diskLayers,
+		ImageStore: remote, TemplateCacheMiB: tplCacheMiB})
 	l.closers = append(l.closers, n.Close)
 	l.node, l.cat, l.driver = n, cat, driver
 	if err := n.Recover(ctx); err != nil {
@@ -175,7 +192,8 @@ func openLocal(ctx context.Context, log *slog.Logger, dataDir string, st store.S
 	if shared {
 		host = nodeID
 	}
-	limits.Dir, limits.Parallel, limits.Warmer, limits.Host = filepath.Join(dataDir, "template-builds"), parallel, n, host
+	limits.Dir, limits.Parallel, limits.Warmer, limits.Host, limits.Ready = filepath.Join(dataDir, "template-builds"), parallel, n, host, n.PublishTemplate
+	limits.Removed = n.UnpublishTemplate
 	if err := cat.StartBuilds(ctx, limits); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("template builds: %w", err)

@@ -74,6 +74,13 @@ type BuildOptions struct {
 	// Warmer saves a built template's booted machine, so that its sandboxes
 	// start from it (warm templates); nil: every template boots cold.
 	Warmer Warmer
+	// Ready hears of every build that ended ready (a node uploads the
+	// template's files to the image store the cluster shares); nil: none.
+	Ready func(sandbox.Template)
+	// Removed is asked, before a deleted template's files go, to drop
+	// what else holds them (the node deletes them from the image store);
+	// an error keeps the template for the next sweep. nil: nothing.
+	Removed func(context.Context, sandbox.Template) error
 	// RegistryGuard refuses registry addresses in blocked ranges, on every
 	// connection a pull makes; nil: registry builds fail (registry_blocked).
 	RegistryGuard *dialguard.Guard
@@ -107,6 +114,8 @@ type builds struct {
 	guard   *dialguard.Guard
 	timeout time.Duration
 	quota   *quotas
+	ready   func(sandbox.Template)
+	removed func(context.Context, sandbox.Template) error
 
 	mu      sync.Mutex
 	cancels map[string]context.CancelFunc
@@ -132,7 +141,7 @@ func (c *Catalog) StartBuilds(ctx context.Context, opts BuildOptions) error {
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return err
 	}
-	c.b = &builds{dir: opts.Dir, host: opts.Host, sem: make(chan struct{}, opts.Parallel), warmer: opts.Warmer,
+	c.b = &builds{dir: opts.Dir, host: opts.Host, sem: make(chan struct{}, opts.Parallel), warmer: opts.Warmer, ready: opts.Ready, removed: opts.Removed,
 		guard: opts.RegistryGuard, timeout: opts.Timeout, quota: newQuotas(opts.Quota),
 		cancels: map[string]context.CancelFunc{}, changed: map[string]chan struct{}{}}
 	all, err := c.store.ListTemplates(ctx)
@@ -457,6 +466,9 @@ func (c *Catalog) finish(t sandbox.Template, a *template.Artifacts, warm *sandbo
 	os.Remove(filepath.Join(c.b.dir, t.ID, uploadName))
 	c.appendEvent(t.ID, Event{Type: "state", Template: &cur})
 	c.log.Info("template build ended", "template", t.ID, "name", t.Name, "state", cur.State)
+	if err == nil && c.b.ready != nil {
+		c.b.ready(cur)
+	}
 }
 
 // appendEvent adds e to the template's build log and wakes its watchers.
@@ -667,6 +679,12 @@ func (c *Catalog) Sweep(ctx context.Context) {
 		}
 		if running {
 			continue // its end calls Sweep again
+		}
+		if c.b != nil && c.b.removed != nil {
+			if err := c.b.removed(ctx, t); err != nil {
+				c.log.Warn("template kept until its copies go", "template", t.ID, "err", err)
+				continue
+			}
 		}
 		if t.Dir != "" && !dirInUse[t.Dir] && strings.HasPrefix(filepath.Base(t.Dir), "oci-") {
 			if err := os.RemoveAll(t.Dir); err != nil {

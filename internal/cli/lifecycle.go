@@ -88,6 +88,11 @@ flag sets them.
 			if f.Changed("desktop") {
 				req.Desktop = &desktop
 			}
+			if f.Changed("placement") {
+				if req.Placement != api.PlacementParent && req.Placement != api.PlacementAny {
+					return usageErrorf("--placement must be %s or %s, got %q", api.PlacementParent, api.PlacementAny, req.Placement)
+				}
+			}
 			opts, watch := a.waitMode(wait)
 			resp, err := a.sdk().CloneSandbox(cmd.Context(), args[0], req, opts...)
 			if err != nil {
@@ -116,6 +121,7 @@ flag sets them.
 	f.Int64Var(&maxCost, "max-cost-micros", 0, "cost cap of each child in micro-dollars (default: the parent's)")
 	f.BoolVar(&browser, "browser", false, "give the children a browser, --browser=false to drop it (default: as the parent)")
 	f.BoolVar(&desktop, "desktop", false, "give the children a desktop, --desktop=false to drop it (default: as the parent)")
+	f.StringVar(&req.Placement, "placement", "", "in a cluster: parent (default: all on the parent's node) or any (those that do not fit there on other nodes)")
 	f.BoolVar(&wait, "wait", false, "return once every child is running (or failed)")
 	return cmd
 }

@@ -122,6 +122,7 @@ func TestCloneSendsOnlySetFlags(t *testing.T) {
 	}{
 		{"no flags", nil, `{}`},
 		{"count and name", []string{"--count", "3", "--name", "try"}, `{"name":"try","count":3}`},
+		{"placement any", []string{"--count", "6", "--placement", "any"}, `{"count":6,"placement":"any"}`},
 		{"count 1 set explicitly is sent", []string{"--count=1"}, `{"count":1}`},
 		{"branch and pr", []string{"--git-branch", "fix-1", "--pr-number", "12"}, `{"git_branch":"fix-1","pr_number":12}`},
 		{"zero values the user set are sent", []string{"--git-branch", "", "--pr-number", "0", "--max-cost-micros", "0", "--browser=false", "--desktop=false"},

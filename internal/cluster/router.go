@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -203,13 +204,25 @@ func (r *Router) Create(ctx context.Context, rec *store.SandboxRecord) (*store.S
 		return nil, fmt.Errorf("store: %w: %w", errdefs.ErrUnavailable, err)
 	}
 	want := Want{Region: rec.Region, Accel: rec.Accel, Labels: rec.NodeLabels, MemoryMiB: rec.MemoryMiB}
-	// A template built in the cluster is on the node that built it only.
+	// A template built in the cluster is on the node that built it, and
+	// in the image store for the nodes of protocol 2.2, which fetch it
+	// (a node without the store refuses, and the next is asked).
+	holder := ""
 	if t, err := r.o.Store.GetTemplate(ctx, rec.Template); err == nil {
-		want.Node = t.Host
+		holder = t.Host
 	}
 	order, err := Place(nodes, want, time.Now(), r.o.LostAfter)
 	if err != nil {
 		return nil, err
+	}
+	if holder != "" {
+		order = slices.DeleteFunc(order, func(n store.NodeRecord) bool {
+			return n.ID != holder && nodeapi.ParseMinor(n.Protocol) < nodeapi.MinorImages
+		})
+		if len(order) == 0 {
+			return nil, fmt.Errorf("the template is held by node %s, which is not live with room, and no node of protocol %s that could fetch it has %d MiB free: %w",
+				holder, nodeapi.Format(nodeapi.ProtocolMajor, nodeapi.MinorImages), rec.MemoryMiB, errdefs.ErrNodeFull)
+		}
 	}
 	if err := r.seal(rec, rec.SecretEnv); err != nil {
 		return nil, err
@@ -243,21 +256,6 @@ func (r *Router) Clone(ctx context.Context, parentID string, children []*store.S
 	return c.Clone(ctx, parentID, parent.SecretEnv, children)
 }
 
-// CloneSnapshot starts children on the node that keeps the snapshot.
-func (r *Router) CloneSnapshot(ctx context.Context, snapID string, children []*store.SandboxRecord) ([]*store.SandboxRecord, error) {
-	parent, n, c, err := r.ofSnapshot(ctx, snapID)
-	if err != nil {
-		return nil, err
-	}
-	if n.Draining {
-		return nil, fmt.Errorf("node %s is draining: %w", n.ID, errdefs.ErrNodeFull)
-	}
-	if err := r.sealChildren(children, parent.SecretEnv); err != nil {
-		return nil, err
-	}
-	return c.CloneSnapshot(ctx, snapID, parent.ID, parent.SecretEnv, children)
-}
-
 func (r *Router) CreateSnapshot(ctx context.Context, id, name string) (*store.SnapshotRecord, error) {
 	_, c, err := r.of(ctx, id)
 	if err != nil {
@@ -274,16 +272,6 @@ func (r *Router) DeleteSnapshot(ctx context.Context, id string) error {
 	return c.DeleteSnapshot(ctx, id)
 }
 
-// Restore rolls the snapshot's sandbox back on its node, which delivers
-// the sandbox's secrets to the guest again.
-func (r *Router) Restore(ctx context.Context, snapID string) (*store.SnapshotRecord, *store.SandboxRecord, error) {
-	rec, _, c, err := r.ofSnapshot(ctx, snapID)
-	if err != nil {
-		return nil, nil, err
-	}
-	return c.Restore(ctx, snapID, rec.ID, rec.SecretEnv)
-}
-
 func (r *Router) call(ctx context.Context, id string, f func(*nodeapi.RemoteNode) (*store.SandboxRecord, error)) (*store.SandboxRecord, error) {
 	_, c, err := r.of(ctx, id)
 	if err != nil {
@@ -292,15 +280,6 @@ func (r *Router) call(ctx context.Context, id string, f func(*nodeapi.RemoteNode
 	return f(c)
 }
 
-// Start starts a stopped sandbox on its node, which delivers its secrets
-// to the guest again.
-func (r *Router) Start(ctx context.Context, id string) (*store.SandboxRecord, error) {
-	rec, _, c, err := r.sandboxOn(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return c.Start(ctx, id, rec.SecretEnv)
-}
 func (r *Router) Stop(ctx context.Context, id string) (*store.SandboxRecord, error) {
 	return r.call(ctx, id, func(c *nodeapi.RemoteNode) (*store.SandboxRecord, error) { return c.Stop(ctx, id) })
 }

@@ -22,9 +22,8 @@ import (
 	"github.com/zeish/zeish/sandbox"
 )
 
-// oldRegister is a RegisterRequest as a node of protocol 2.0 encodes it:
-// the fields 2.0 has, by number, and none that 2.1 added
-// (Capacity.image_disk_mib).
+// oldRegister is a RegisterRequest as a node of protocol 2.1 encodes it:
+// the fields 2.1 has, by number (2.2 added no field to it).
 func oldRegister(nodeID, url string) []byte {
 	msg := func(b []byte, num protowire.Number, body []byte) []byte {
 		return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), body)
@@ -33,8 +32,8 @@ func oldRegister(nodeID, url string) []byte {
 	varint := func(b []byte, num protowire.Number, v uint64) []byte {
 		return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), v)
 	}
-	version := varint(nil, 1, 2) // major 2, minor 0 (proto3 leaves a zero out)
-	capacity := str(varint(varint(nil, 1, 2048), 4, 2), 6, "tcg")
+	version := varint(varint(nil, 1, 2), 2, 1)                                    // major 2, minor 1
+	capacity := varint(str(varint(varint(nil, 1, 2048), 4, 2), 6, "tcg"), 8, 512) // image_disk_mib: 2.1
 	var b []byte
 	b = msg(b, 1, version)
 	b = str(b, 2, nodeID)
@@ -42,12 +41,12 @@ func oldRegister(nodeID, url string) []byte {
 	b = str(b, 5, url)
 	b = msg(b, 6, capacity)
 	b = varint(b, 7, 1)
-	return str(b, 8, "zeishd 2.0")
+	return str(b, 8, "zeishd 2.1")
 }
 
 // A node of the previous minor version still works: its registration, in
-// the shape it sends, is accepted at the version it speaks (2.0), which
-// the registry keeps for the router; the field it lacks reads as unknown.
+// the shape it sends, is accepted at the version it speaks (2.1), which
+// the registry keeps for the router.
 func TestPreviousMinorNodeRegisters(t *testing.T) {
 	g := newRegistry(t, true)
 	cred := g.joined("old")
@@ -64,23 +63,23 @@ func TestPreviousMinorNodeRegisters(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("a 2.0 registration: %s %s", resp.Status, body)
+		t.Fatalf("a 2.1 registration: %s %s", resp.Status, body)
 	}
 	var rep nodev2.RegisterReply
 	if err := proto.Unmarshal(body, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.Version.GetMajor() != 2 || rep.Version.GetMinor() != 0 || rep.CallKey != CallKey(master, "old") {
-		t.Fatalf("reply to a 2.0 node: %+v", &rep)
+	if rep.Version.GetMajor() != 2 || rep.Version.GetMinor() != 1 || rep.CallKey != CallKey(master, "old") {
+		t.Fatalf("reply to a 2.1 node: %+v", &rep)
 	}
 	n, err := g.st.GetNode(context.Background(), "old")
-	if err != nil || n.Protocol != "2.0" || n.Capacity.MemoryBudgetMiB != 2048 || n.Capacity.ImageDiskMiB != 0 || n.Version != "zeishd 2.0" {
-		t.Fatalf("the 2.0 node's row: %+v %v", n, err)
+	if err != nil || n.Protocol != "2.1" || n.Capacity.MemoryBudgetMiB != 2048 || n.Capacity.ImageDiskMiB != 512 || n.Version != "zeishd 2.1" {
+		t.Fatalf("the 2.1 node's row: %+v %v", n, err)
 	}
 }
 
-// oldNode is a node agent of protocol 2.0: the calls of 2.0 only, every
-// other unimplemented (as a 2.0 build's generated handler answers).
+// oldNode is a node agent of protocol 2.1: the calls of 2.1 only, every
+// other unimplemented (as a 2.1 build's generated handler answers).
 type oldNode struct {
 	nodev2connect.UnimplementedNodeHandler
 	now nodev2connect.NodeHandler
@@ -90,8 +89,10 @@ func (o oldNode) Create(ctx context.Context, req *connect.Request[nodev2.CreateR
 	return o.now.Create(ctx, req)
 }
 
-// The router asks a 2.0 node only what 2.0 has: a create goes through; a
-// call of 2.1 is refused before it is sent, saying what to upgrade.
+// The router asks a 2.1 node only what 2.1 has: a create goes through; a
+// call of 2.2 (a fork's children from the image store) is refused before
+// it is sent, saying what to upgrade, and a start of a sandbox another
+// node stopped is never placed on it.
 func TestRouterAsksOnlyWhatTheNodesVersionHas(t *testing.T) {
 	g := newRegistry(t, true)
 	ctx := context.Background()
@@ -108,15 +109,29 @@ func TestRouterAsksOnlyWhatTheNodesVersionHas(t *testing.T) {
 	req.Header.Set("Content-Type", "application/proto")
 	req.Header.Set("Authorization", "Bearer "+cred)
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("register the 2.0 node: %v %v", resp, err)
+		t.Fatalf("register the 2.1 node: %v %v", resp, err)
 	}
 	r := NewRouter(Options{Store: g.st, Nodes: g.st, Key: master})
 	made, err := r.Create(ctx, &store.SandboxRecord{Sandbox: sandbox.Sandbox{AccountID: "acc_a", MemoryMiB: 256}})
 	if err != nil || made.Host != "old" {
-		t.Fatalf("a create on the 2.0 node: %+v %v", made, err)
+		t.Fatalf("a create on the 2.1 node: %+v %v", made, err)
 	}
-	_, err = r.ListeningPorts(ctx, made)
-	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "node protocol 2.0") || !strings.Contains(err.Error(), "needs 2.1") {
-		t.Fatalf("listing ports on a 2.0 node: %v", err)
+	n, err := g.st.GetNode(ctx, "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.client(n).CloneImage(ctx, "img_x", made.ID, nil, []*store.SandboxRecord{{}})
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "node protocol 2.1") || !strings.Contains(err.Error(), "needs 2.2") {
+		t.Fatalf("children from the image store on a 2.1 node: %v", err)
+	}
+	// A sandbox stopped on a lost node is never sent to the 2.1 one.
+	if _, err := g.st.UpdateSandbox(ctx, made.ID, func(rec *store.SandboxRecord) error {
+		rec.State, rec.Host = sandbox.StateStopped, "gone"
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Start(ctx, made.ID); !errors.Is(err, errdefs.ErrNodeFull) || !strings.Contains(err.Error(), "protocol 2.2") {
+		t.Fatalf("a start of a sandbox whose node is gone, with only a 2.1 node live: %v", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
@@ -87,6 +88,24 @@ func (c *Control) Create(ctx context.Context, r *store.SandboxRecord) (*store.Sa
 // sandbox.ChildNames and sandbox.Inherit). SPEC, fork rule 5: a fork of N
 // is N creates and N running slots, all or none.
 func (c *Control) Clone(ctx context.Context, parent *store.SandboxRecord, children []*store.SandboxRecord) (time.Duration, []*store.SandboxRecord, error) {
+	return c.CloneWith(ctx, parent, children, "")
+}
+
+// PlacingNode is a Node that places a fork's children on other hosts
+// when the parent's has no room (a cluster's router with an image store).
+type PlacingNode interface {
+	CloneAny(ctx context.Context, parentID string, children []*store.SandboxRecord, placement string) (time.Duration, []*store.SandboxRecord, error)
+}
+
+// CloneWith is Clone with a placement of the children ("" or "parent":
+// the parent's node; "any": other nodes for those that do not fit there,
+// where the node can place them; one host has only its own).
+func (c *Control) CloneWith(ctx context.Context, parent *store.SandboxRecord, children []*store.SandboxRecord, placement string) (time.Duration, []*store.SandboxRecord, error) {
+	switch placement {
+	case "", api.PlacementParent, api.PlacementAny:
+	default:
+		return 0, nil, fmt.Errorf("placement %q: want %q or %q: %w", placement, api.PlacementParent, api.PlacementAny, errdefs.ErrInvalidArgument)
+	}
 	if err := c.namesFree(ctx, parent.AccountID, children); err != nil {
 		return 0, nil, err
 	}
@@ -94,7 +113,15 @@ func (c *Control) Clone(ctx context.Context, parent *store.SandboxRecord, childr
 	if err != nil {
 		return 0, nil, err
 	}
-	pause, made, err := c.node.Clone(ctx, parent.ID, children)
+	var (
+		pause time.Duration
+		made  []*store.SandboxRecord
+	)
+	if pn, ok := c.node.(PlacingNode); ok && placement == api.PlacementAny {
+		pause, made, err = pn.CloneAny(ctx, parent.ID, children, placement)
+	} else {
+		pause, made, err = c.node.Clone(ctx, parent.ID, children)
+	}
 	done(len(made))
 	return pause, made, err
 }

@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/store"
@@ -51,6 +52,14 @@ func (c *Control) Restore(ctx context.Context, r *store.SandboxRecord, snap *sto
 	if next, err := sandbox.Next(r.State, sandbox.OpRestore); err == nil && next != r.State {
 		if err := c.CheckBudget(r); err != nil {
 			return nil, nil, err
+		}
+		if !slices.Contains(sandbox.SlotStates, r.State) {
+			// An error sandbox (its node lost, say) runs again: a slot.
+			done, err := c.quotas.admit(ctx, r.AccountID, 1, false, r.ID)
+			if err != nil {
+				return nil, nil, err
+			}
+			defer done(1)
 		}
 	}
 	return c.node.Restore(ctx, snap.ID)

@@ -37,7 +37,9 @@ type Options struct {
 	Capacity func() (Capacity, error) // nil: no node metrics
 	// Nodes, on a control plane, lists the node agents: each one's last
 	// reported capacity, health and liveness.
-	Nodes  func(ctx context.Context) ([]NodeState, error)
+	Nodes func(ctx context.Context) ([]NodeState, error)
+	// Extra are more collectors to serve (the image store's).
+	Extra  []prometheus.Collector
 	Logger *slog.Logger
 }
 
@@ -73,6 +75,7 @@ func New(o Options) *Metrics {
 	}
 	m.registry.MustRegister(m.ForkPause, &stateCollector{o: o},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.registry.MustRegister(o.Extra...)
 	return m
 }
 

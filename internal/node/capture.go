@@ -49,6 +49,8 @@ func (n *Node) capture(ctx context.Context, id string, op sandbox.Op) (*captured
 	if cap.lease == nil {
 		cap.lease = n.images.Lease(cap.image.ID)
 	}
+	// Complete: to the image store, after the pause (remote.go).
+	n.images.Publish(cap.image)
 	// One line per capture with the whole pause (promotion included): the
 	// bench reads snapshot pauses from it.
 	n.log.Info("capture done", logSandbox, id, "image", cap.image.ID, "pause_ms", cap.pause.Milliseconds())

@@ -83,6 +83,13 @@ func (n *Node) Create(ctx context.Context, r *store.SandboxRecord) (*store.Sandb
 			release = rel
 			return nil
 		}},
+		rollback.Step{Name: "template", AsIs: true, Do: func(ctx context.Context, _ *rollback.Stack) error {
+			// One built on another node must be fetchable from here.
+			if tpl, err := n.opts.Store.GetTemplate(ctx, r.Template); err == nil {
+				return n.templateReady(ctx, tpl)
+			}
+			return nil // the boot says what is wrong with it
+		}},
 		rollback.Step{Name: "record", AsIs: true, Do: func(ctx context.Context, _ *rollback.Stack) error {
 			return n.createRecords(ctx, []bool{picked}, r)
 		}},
@@ -139,6 +146,10 @@ func (n *Node) boot(ctx context.Context, r *store.SandboxRecord) {
 	n.bootNew(ctx, r, "boot", clone, func(ctx context.Context, spec *vmm.Spec) error {
 		tpl, err := n.opts.Templates.Get(ctx, r.Template)
 		if err != nil {
+			return fmt.Errorf("template %s: %w: %w", r.Template, errTemplate, err)
+		}
+		// Built on another node: its files from the image store, once.
+		if err := n.localTemplate(ctx, &tpl, r.ID); err != nil {
 			return fmt.Errorf("template %s: %w: %w", r.Template, errTemplate, err)
 		}
 		r.Kernel, r.Initrd, r.KernelArgs = tpl.Kernel, tpl.Initrd, tpl.KernelArgs

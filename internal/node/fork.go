@@ -63,6 +63,12 @@ func (n *Node) CloneSnapshot(ctx context.Context, snapID string, children []*sto
 	if err != nil {
 		return nil, err
 	}
+	return n.cloneFromImage(ctx, parent, snap.Image, "snapshot "+snapID, children)
+}
+
+// cloneFromImage starts children of parent from image (what names it in
+// errors), fetched from the image store when this node lacks it.
+func (n *Node) cloneFromImage(ctx context.Context, parent *store.SandboxRecord, image, what string, children []*store.SandboxRecord) ([]*store.SandboxRecord, error) {
 	release, err := n.admitChildren(ctx, parent, children)
 	if err != nil {
 		return nil, err
@@ -74,10 +80,10 @@ func (n *Node) CloneSnapshot(ctx context.Context, snapID string, children []*sto
 	)
 	err = rollback.Run(ctx,
 		rollback.Step{Name: "image", AsIs: true, Do: func(_ context.Context, undo *rollback.Stack) (err error) {
-			lease = n.images.Lease(snap.Image)
+			lease = n.images.Lease(image)
 			undo.Add(func(context.Context) error { lease.Release(); return nil })
-			if meta, err = n.images.ReadMachine(snap.Image); err != nil {
-				return fmt.Errorf("snapshot %s has no complete image (%v): %w", snapID, err, errdefs.ErrInternal)
+			if meta, err = n.image(ctx, image, ""); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
 			}
 			return nil
 		}},
@@ -143,6 +149,7 @@ func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, i
 					return err
 				}
 				c.Kernel, c.Initrd, c.KernelArgs = parent.Kernel, parent.Initrd, parent.KernelArgs
+				c.Host = n.opts.ID // the parent's, or this one when it is another's (CloneImage)
 				c.Layers = image.Chain()
 				c.State, c.CreatedAt, c.UpdatedAt = sandbox.StateStarting, now, now
 				if c.Metadata == nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
@@ -156,16 +157,31 @@ func (n *Node) suspend(ctx context.Context, id string) error {
 		}},
 		rollback.Step{Name: "record", Do: func(context.Context, *rollback.Stack) error {
 			meta.CreatedAt = time.Now().UTC()
+			// The disk is frozen into the image too, so the image is the
+			// whole stopped sandbox: another node can start it from the
+			// image store. The next start makes a fresh overlay on it.
+			if n.images.HasRemote() && r.DiskBase == "" {
+				if err := n.images.FreezeDisk(meta, r.Disk, r.Layers); err != nil {
+					n.log.Warn("stop: disk not frozen into the image; the sandbox can start on this node only", logSandbox, id, "err", err)
+					meta.Disk = ""
+				}
+			}
 			return n.images.Write(meta)
 		}},
 		rollback.Step{Name: "resume image", Do: func(ctx context.Context, _ *rollback.Stack) error {
 			r.ResumeImage = meta.ID
+			if meta.Disk != "" {
+				r.Layers = meta.Chain()
+				r.Gen++
+				r.Disk, r.DiskBase = n.diskPath(id, r.Gen), meta.Disk
+			}
 			return n.saveVM(ctx, r, nil)
 		}},
 	)
 	if err != nil {
 		return err
 	}
+	n.images.Publish(meta)
 	os.RemoveAll(h.Spec.Dir)
 	n.images.Collect(ctx)
 	return nil
@@ -179,6 +195,12 @@ func (n *Node) Start(ctx context.Context, id string) (*store.SandboxRecord, erro
 	if err != nil {
 		return nil, err
 	}
+	if !n.ours(cur) && sandbox.Allows(cur.State, sandbox.OpStart) {
+		// Stopped on another node: only an image the store holds can move.
+		if err := n.inStore(ctx, cur.ResumeImage, cur); err != nil {
+			return nil, err
+		}
+	}
 	if sandbox.Allows(cur.State, sandbox.OpStart) {
 		release, err := n.budget.Reserve(cur.MemoryMiB, 1)
 		if err != nil {
@@ -186,10 +208,16 @@ func (n *Node) Start(ctx context.Context, id string) (*store.SandboxRecord, erro
 		}
 		defer release()
 	}
+	from := "" // the node it moves from, if another's
 	r, err := n.opts.Store.UpdateSandbox(ctx, id, func(r *store.SandboxRecord) error {
 		next, err := sandbox.NextFor(id, r.State, sandbox.OpStart)
 		if err != nil {
 			return err
+		}
+		if !n.ours(r) {
+			// This node's from now on: the control plane's watch of the
+			// old node must not take the start for that node's.
+			from, r.Host = r.Host, n.opts.ID
 		}
 		r.State, r.StateReason, r.UpdatedAt = next, "", time.Now().UTC()
 		return nil
@@ -199,10 +227,16 @@ func (n *Node) Start(ctx context.Context, id string) (*store.SandboxRecord, erro
 	}
 	n.watch.notify(id)
 	n.run(id, func(ctx context.Context) {
-		if err := n.resumeStopped(ctx, id); err != nil {
+		if err := n.resumeStopped(ctx, id, from); err != nil {
 			n.log.Error("start failed", logSandbox, id, "err", err)
-			// Nothing of the stopped sandbox was changed: it can be started again.
-			n.transition(ctx, id, sandbox.OpStartFailed, "start failed: "+err.Error(), nil)
+			// Nothing of the stopped sandbox was changed: it can be started
+			// again (on the node it was on, if it came from another).
+			n.transition(ctx, id, sandbox.OpStartFailed, "start failed: "+err.Error(), func(r *store.SandboxRecord) {
+				// Not taken over (its disk is not here yet): still the old node's.
+				if from != "" && r.Host == n.opts.ID && !strings.HasPrefix(r.Disk, n.sandboxDir(id)+string(filepath.Separator)) {
+					r.Host = from
+				}
+			})
 			return
 		}
 		n.transition(ctx, id, sandbox.OpReady, "", nil)
@@ -210,11 +244,22 @@ func (n *Node) Start(ctx context.Context, id string) (*store.SandboxRecord, erro
 	return r, nil
 }
 
-// resumeStopped starts a VM from the sandbox's resume image on its disk.
-func (n *Node) resumeStopped(ctx context.Context, id string) error {
+// resumeStopped starts a VM from the sandbox's resume image on its disk;
+// from is the node it stopped on when that was another.
+func (n *Node) resumeStopped(ctx context.Context, id, from string) error {
 	r, err := n.opts.Store.GetSandbox(ctx, id)
 	if err != nil {
 		return err
+	}
+	if from != "" {
+		// Stopped on another node (lost, or full): from the image store.
+		m, err := n.image(ctx, r.ResumeImage, id)
+		if err != nil {
+			return fmt.Errorf("sandbox %s stopped on node %s: %w", id, from, err)
+		}
+		if err := n.takeOver(ctx, r, m, true); err != nil {
+			return err
+		}
 	}
 	m, err := n.images.Read(r.ResumeImage)
 	if err != nil || m.VM == nil {

@@ -94,7 +94,7 @@ func TestTransitions(t *testing.T) {
 		},
 		sandbox.StateError: {
 			"pause": {sandbox.StateError, invalid}, "resume": {sandbox.StateError, invalid}, "stop": {sandbox.StateError, invalid},
-			"start": {sandbox.StateError, invalid}, "snapshot": {sandbox.StateError, invalid}, "restore": {sandbox.StateError, invalid},
+			"start": {sandbox.StateError, invalid}, "snapshot": {sandbox.StateError, invalid}, "restore": {running, nil},
 			"clone": {sandbox.StateError, invalid}, "delete": {destroyed, nil},
 		},
 		destroyed: {

@@ -95,6 +95,16 @@ type Options struct {
 	// ReadyWarmup are the execs a ready VM tries until one runs (default
 	// DefaultReadyWarmup).
 	ReadyWarmup [][]string
+	// ImageStore is the image store the cluster's nodes share
+	// (ZEISH_IMAGE_STORE; internal/node/images: remote.go): complete images
+	// are uploaded to it in the background, and sandboxes, snapshots and
+	// fork children whose images another node made start here from it.
+	// nil: images stay on this host.
+	ImageStore *images.Remote
+	// TemplateCacheMiB bounds the disk the templates fetched from the
+	// image store take in the data dir (templatecache.go); the least
+	// recently used no sandbox here stands on go first. 0: no bound.
+	TemplateCacheMiB int
 }
 
 // Node runs the sandboxes of one host.
@@ -156,7 +166,7 @@ func New(opts Options) *Node {
 		ops:   map[string]*op{},
 	}
 	n.images = images.New(images.Options{Dir: filepath.Join(opts.DataDir, "images"), Driver: opts.Driver,
-		Referrers: imageRefs{n}, Host: opts.ID, ColdAfter: opts.ColdAfter, Logger: n.log})
+		Referrers: imageRefs{n}, Host: opts.ID, ColdAfter: opts.ColdAfter, Remote: opts.ImageStore, Logger: n.log})
 	n.agents = agents.New(opts.Driver, opts.BootTimeout)
 	n.links = sandboxnet.New(opts.Network, n.log)
 	n.budget = budget.New(budget.Options{Host: opts.ID, ShmDir: opts.ShmDir, LimitMiB: opts.MemoryBudgetMiB,
@@ -184,6 +194,11 @@ func (n *Node) Close() {
 	n.stop()
 	n.wg.Wait()
 	n.agents.CloseAll()
+	if n.images.HasRemote() {
+		// Other nodes' deletes free images here too (remote.go): one last
+		// collection, as the periodic one would.
+		n.images.Collect(context.Background())
+	}
 }
 
 func (n *Node) sandboxDir(id string) string {

@@ -69,11 +69,19 @@ func (n *Node) Recover(ctx context.Context) error {
 		}})
 	n.images.Recover()
 	n.images.Collect(ctx)
+	n.images.ResumeUploads() // what a restart cut short goes on
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
 		n.images.RunCold(n.life)
 	}()
+	if n.images.HasRemote() {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.collectEvery(n.life, remoteCollectEvery)
+		}()
+	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()

@@ -7,7 +7,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/rollback"
 	"github.com/zeish/zeish/internal/store"
@@ -102,11 +101,12 @@ func (n *Node) Restore(ctx context.Context, snapID string) (*store.SnapshotRecor
 	if err != nil {
 		return nil, nil, err
 	}
-	meta, err := n.images.ReadMachine(snap.Image)
+	meta, err := n.image(ctx, snap.Image, "")
 	if err != nil {
-		return nil, nil, fmt.Errorf("snapshot %s: its image is incomplete (%v): %w", snapID, err, errdefs.ErrInternal)
+		return nil, nil, fmt.Errorf("snapshot %s: %w", snapID, err)
 	}
 	var inPlace bool // a stopped sandbox stays stopped: only its next start changes
+	var moved bool   // from another node (lost): this node's from now on
 	r, err := n.opts.Store.UpdateSandbox(ctx, snap.SandboxID, func(r *store.SandboxRecord) error {
 		next, err := sandbox.NextFor(r.ID, r.State, sandbox.OpRestore)
 		if err != nil {
@@ -114,6 +114,11 @@ func (n *Node) Restore(ctx context.Context, snapID string) (*store.SnapshotRecor
 		}
 		if inPlace = next == r.State; !inPlace {
 			r.State, r.StateReason, r.UpdatedAt = next, "restoring "+snap.Name, time.Now().UTC()
+			if moved = !n.ours(r); moved {
+				// Before it starts: the control plane's watch of the lost
+				// node must not take the restore for that node's.
+				r.Host = n.opts.ID
+			}
 		}
 		return nil
 	})
@@ -130,7 +135,7 @@ func (n *Node) Restore(ctx context.Context, snapID string) (*store.SnapshotRecor
 		return snap, r, err
 	}
 	n.run(r.ID, func(ctx context.Context) {
-		if err := n.restoreRunning(ctx, r.ID, meta); err != nil {
+		if err := n.restoreRunning(ctx, r.ID, meta, moved); err != nil {
 			n.log.Error("restore failed", logSandbox, r.ID, "err", err)
 			if kept := (*errKeptOldVM)(nil); errors.As(err, &kept) {
 				n.transition(ctx, r.ID, sandbox.OpReady, "restore to "+snap.Name+" failed, running as before: "+err.Error(), nil)
@@ -151,6 +156,9 @@ func (n *Node) restoreStopped(ctx context.Context, id string, meta *images.Meta)
 	if err != nil {
 		return err
 	}
+	if !n.ours(r) {
+		return n.takeOver(ctx, r, meta, true)
+	}
 	old := r.Disk
 	r.Gen++
 	r.Disk = n.diskPath(id, r.Gen)
@@ -168,7 +176,7 @@ func (n *Node) restoreStopped(ctx context.Context, id string, meta *images.Meta)
 // snapshot, and hands the guest its identity again (secrets included). The
 // old VM goes only once the new one answers: if the new one does not come
 // up, the sandbox keeps running on the old one (errKeptOldVM).
-func (n *Node) restoreRunning(ctx context.Context, id string, meta *images.Meta) (err error) {
+func (n *Node) restoreRunning(ctx context.Context, id string, meta *images.Meta, moved bool) (err error) {
 	r, err := n.opts.Store.GetSandbox(ctx, id)
 	if err != nil {
 		return err
@@ -176,6 +184,13 @@ func (n *Node) restoreRunning(ctx context.Context, id string, meta *images.Meta)
 	h, err := r.VMHandle()
 	if err != nil {
 		return err
+	}
+	if moved {
+		// Its node is lost, with the VM: the snapshot brings it back here.
+		if err := n.takeOver(ctx, r, meta, false); err != nil {
+			return err
+		}
+		h = nil
 	}
 	prev := *r // the VM fields to put back if the new VM fails
 	prev.Layers = append([]string(nil), r.Layers...)

@@ -239,7 +239,11 @@ func (w *warmRun) record(_ context.Context, _ *rollback.Stack) error {
 		return fmt.Errorf("keep the disk: %w", err)
 	}
 	images.ReadOnly(w.meta.Disk)
-	return w.n.images.Write(w.meta)
+	if err := w.n.images.Write(w.meta); err != nil {
+		return err
+	}
+	w.n.images.Publish(w.meta)
+	return nil
 }
 
 // CollectImages removes the images nothing needs any more: a deleted warm

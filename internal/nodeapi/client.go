@@ -94,6 +94,21 @@ func (n *RemoteNode) CloneSnapshot(ctx context.Context, snapID, sandboxID string
 	return made, err
 }
 
+// CloneImage starts children of sandbox parentID from image, its fork's
+// image, which the node fetches from the image store (2.2).
+func (n *RemoteNode) CloneImage(ctx context.Context, image, parentID string, parentSecrets map[string]string, children []*store.SandboxRecord) ([]*store.SandboxRecord, error) {
+	if err := needs(n.id, n.minor, MinorImages, "starting a fork's children away from its parent"); err != nil {
+		return nil, err
+	}
+	_, made, err := n.made(n.c.CloneImage(ctx, connect.NewRequest(&nodev2.CloneImageRequest{ImageId: image, ParentId: parentID,
+		Children: toChildren(children), ParentSecretEnv: parentSecrets})))
+	return made, err
+}
+
+// Needs refuses what needs protocol minor want of a node that speaks an
+// older one, saying what (unavailable: another node may do it).
+func (n *RemoteNode) Needs(want uint32, what string) error { return needs(n.id, n.minor, want, what) }
+
 func (n *RemoteNode) CreateSnapshot(ctx context.Context, id, name string) (*store.SnapshotRecord, error) {
 	rep, err := n.c.CreateSnapshot(ctx, connect.NewRequest(&nodev2.CreateSnapshotRequest{SandboxId: id, Name: name}))
 	if err != nil {

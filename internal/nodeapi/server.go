@@ -24,6 +24,13 @@ type Server struct {
 
 var _ nodev2connect.NodeHandler = (*Server)(nil)
 
+// ImageCloner is what a node that shares an image store adds to
+// control.Node: children of a fork captured on another node, started from
+// its image (*node.Node has it).
+type ImageCloner interface {
+	CloneImage(ctx context.Context, image, parentID string, children []*store.SandboxRecord) ([]*store.SandboxRecord, error)
+}
+
 // Handler mounts the Node service for local, behind the control plane's
 // call key for this node; st is the store local writes to, which keeps the
 // secrets each call delivers; templates builds templates (nil: none).
@@ -119,6 +126,20 @@ func (s *Server) CloneSnapshot(ctx context.Context, req *connect.Request[nodev2.
 		return nil, ToWire(err)
 	}
 	made, err := s.node.CloneSnapshot(ctx, req.Msg.SnapshotId, kids)
+	return cloneReply(0, made, err)
+}
+
+func (s *Server) CloneImage(ctx context.Context, req *connect.Request[nodev2.CloneImageRequest]) (*connect.Response[nodev2.CloneReply], error) {
+	s.deliver(req.Msg.ParentId, req.Msg.ParentSecretEnv)
+	kids, err := s.children(req.Msg.Children, req.Msg.ParentSecretEnv)
+	if err != nil {
+		return nil, ToWire(err)
+	}
+	ic, ok := s.node.(ImageCloner)
+	if !ok {
+		return nil, ToWire(fmt.Errorf("this node starts no sandboxes from the image store: %w", errdefs.ErrUnavailable))
+	}
+	made, err := ic.CloneImage(ctx, req.Msg.ImageId, req.Msg.ParentId, kids)
 	return cloneReply(0, made, err)
 }
 

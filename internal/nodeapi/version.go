@@ -16,7 +16,7 @@ import (
 // what the minor agreed at its registration has.
 const (
 	ProtocolMajor = 2
-	ProtocolMinor = 1
+	ProtocolMinor = 2
 )
 
 // What each minor version adds, for the calls that need it.
@@ -25,6 +25,10 @@ const (
 	// DesktopStatus, BuildTemplate, DeleteTemplate, TemplateEvents and
 	// Capacity.image_disk_mib.
 	MinorGuestReads = 1
+	// MinorImages: CloneImage, and a node that starts, restores and clones
+	// sandboxes and snapshots whose images another node made (it fetches
+	// them from the image store).
+	MinorImages = 2
 )
 
 // Ours is this build's version, as a node sends it.

@@ -16,20 +16,21 @@ import (
 // TestWireCarriesEverySharedField until it is mapped in wire.go (and the
 // proto, as a new minor version) or listed here.
 var notOnTheWire = map[string]string{
-	"MAC":         "VM-private: the node's",
-	"Handle":      "VM-private: the node's",
-	"Disk":        "VM-private: the node's",
-	"DiskBase":    "VM-private: the node's",
-	"Layers":      "VM-private: the node's",
-	"ResumeImage": "VM-private: the node's",
-	"Kernel":      "VM-private: the node's",
-	"Initrd":      "VM-private: the node's",
-	"KernelArgs":  "VM-private: the node's",
-	"Pristine":    "VM-private: the node's",
-	"Gen":         "VM-private: the node's",
-	"SecretEnv":   "travels on its own (secret_env), with the call that needs it",
-	"NetKept":     "the control plane's bookkeeping of a delete",
-	"LostFrom":    "the control plane's (node_lost)",
+	"MAC":          "VM-private: the node's",
+	"Handle":       "VM-private: the node's",
+	"Disk":         "VM-private: the node's",
+	"DiskBase":     "VM-private: the node's",
+	"Layers":       "VM-private: the node's",
+	"ResumeImage":  "VM-private: the node's",
+	"Kernel":       "VM-private: the node's",
+	"Initrd":       "VM-private: the node's",
+	"KernelArgs":   "VM-private: the node's",
+	"Pristine":     "VM-private: the node's",
+	"Gen":          "VM-private: the node's",
+	"SecretEnv":    "travels on its own (secret_env), with the call that needs it",
+	"NetKept":      "the control plane's bookkeeping of a delete",
+	"LostFrom":     "the control plane's (node_lost)",
+	"ImageDurable": "the control plane's: read from the image store when it shows a sandbox",
 }
 
 var wireTime = time.Date(2026, 12, 4, 10, 11, 12, 13000, time.UTC)
@@ -102,7 +103,7 @@ func TestWireCarriesEverySharedField(t *testing.T) {
 	}
 
 	s := new(store.SnapshotRecord)
-	fill(t, reflect.ValueOf(s).Elem(), map[string]string{"Image": "the node's image id"})
+	fill(t, reflect.ValueOf(s).Elem(), map[string]string{"Image": "the node's image id", "Durable": "the control plane's: read from the image store"})
 	sback, err := SnapshotFromWire(SnapshotToWire(s))
 	if err != nil || !reflect.DeepEqual(sback, s) {
 		t.Fatalf("a snapshot changed on the wire:\n sent %+v\n  got %+v (%v)", s, sback, err)

@@ -65,7 +65,7 @@ func (s *Server) cloneFrom(w http.ResponseWriter, r *http.Request, fromSnapshot 
 		}
 		made, err = s.control.CloneSnapshot(r.Context(), parent, snap.ID, children)
 	} else {
-		pause, made, err = s.control.Clone(r.Context(), parent, children)
+		pause, made, err = s.control.CloneWith(r.Context(), parent, children, req.Placement)
 	}
 	if err != nil {
 		writeError(w, r, err)

@@ -29,6 +29,9 @@ var DefaultPlan = control.DefaultPlan
 // Options configure a Server.
 type Options struct {
 	Store store.Store
+	// Images is the image store the nodes share (nil: none): the API shows
+	// which snapshots and stopped sandboxes are durable in it.
+	Images ImageDurability
 	// Node runs the sandboxes (*node.Node, the local one); the server
 	// reaches it through the control plane's interface.
 	Node    control.Node

@@ -35,7 +35,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, snap.Snapshot)
+	writeJSON(w, http.StatusCreated, s.snapshotView(r.Context(), snap))
 }
 
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
@@ -51,7 +51,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	}
 	out := api.SnapshotList{Snapshots: []sandbox.Snapshot{}}
 	for _, x := range snaps {
-		out.Snapshots = append(out.Snapshots, x.Snapshot)
+		out.Snapshots = append(out.Snapshots, s.snapshotView(r.Context(), x))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -62,7 +62,7 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, snap.Snapshot)
+	writeJSON(w, http.StatusOK, s.snapshotView(r.Context(), snap))
 }
 
 func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
@@ -104,5 +104,5 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, status, api.RestoreResponse{Snapshot: snap.Snapshot, Sandbox: s.view(rec)})
+	writeJSON(w, status, api.RestoreResponse{Snapshot: s.snapshotView(r.Context(), snap), Sandbox: s.view(rec)})
 }

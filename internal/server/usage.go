@@ -17,6 +17,9 @@ import (
 func (s *Server) view(r *store.SandboxRecord) sandbox.Sandbox {
 	sb := r.Sandbox
 	sb.CostMicros = s.cost(r, time.Now())
+	if r.ResumeImage != "" { // stopped: its saved state is an image
+		sb.ImageDurable = s.durable(context.Background(), r.ResumeImage)
+	}
 	return sb
 }
 

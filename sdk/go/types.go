@@ -29,6 +29,12 @@ type (
 	Process               = guest.Process
 )
 
+// Fork placements (CloneRequest.Placement) in a cluster.
+const (
+	PlacementParent = api.PlacementParent // every child on the parent's node, or node_full
+	PlacementAny    = api.PlacementAny    // those that do not fit there on other nodes
+)
+
 // Sandbox states, as the API reports them.
 const (
 	StateStarting  = sandbox.StateStarting

@@ -103,6 +103,20 @@ func (d *Driver) MergeLayers(ctx context.Context, top, base, out string) error {
 	return os.Rename(tmp, out)
 }
 
+// Relink changes the backing file name in path's header and nothing else
+// (qemu-img rebase -u): backing is a copy of the layer the old name meant.
+func (d *Driver) Relink(ctx context.Context, path, backing string) error {
+	out, err := exec.CommandContext(ctx, d.qemuImgPath, "rebase", "-q", "-u", "-f", "qcow2",
+		"-b", backing, "-F", "qcow2", path).CombinedOutput()
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("qemu-img rebase -u: %w: %s", err, tail(string(out), 1024))
+	}
+	return nil
+}
+
 // inChain reports whether base is in top's backing chain.
 func (d *Driver) inChain(top, base string) bool {
 	for p, i := top, 0; p != "" && i < 1000; i++ {

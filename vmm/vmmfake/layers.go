@@ -31,6 +31,24 @@ func (d *Driver) DiskBacking(path string) (string, error) {
 	return backing, nil
 }
 
+// Relink makes the fake disk file path name backing.
+func (d *Driver) Relink(_ context.Context, path, backing string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("disk %s: %w", path, err)
+	}
+	first, rest, _ := strings.Cut(string(b), "\n")
+	if !strings.HasPrefix(first, overlayOf) {
+		return fmt.Errorf("relink %s: %w: a base disk has no backing", path, errdefs.ErrInvalidArgument)
+	}
+	out := overlayOf + backing
+	if rest = strings.TrimSuffix(rest, "\n"); rest != "" {
+		out += "\n" + rest
+	}
+	os.Chmod(path, 0o600)
+	return writeFile(path, out)
+}
+
 // MergeLayers writes out as a layer over base that holds top's chain: base
 // must be in it.
 func (d *Driver) MergeLayers(_ context.Context, top, base, out string) error {

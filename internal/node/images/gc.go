@@ -50,14 +50,14 @@ func (s *Store) Collect(ctx context.Context) {
 	entries, _ := os.ReadDir(s.opts.Dir)
 	for _, e := range entries {
 		if id := e.Name(); !roots.Whole[id] {
-			s.collect(id, roots.Layers[id])
+			s.collect(ctx, id, roots.Layers[id])
 		}
 	}
 }
 
 // collect removes image id's memory and state, and its folder unless
 // keepLayer.
-func (s *Store) collect(id string, keepLayer bool) {
+func (s *Store) collect(ctx context.Context, id string, keepLayer bool) {
 	dir := s.Dir(id)
 	m, err := s.Read(id)
 	if err != nil {
@@ -82,6 +82,13 @@ func (s *Store) collect(id string, keepLayer bool) {
 		}
 	}
 	if !keepLayer {
+		// Nothing in the cluster needs it (the roots are every record's):
+		// out of the shared store first, so a failure leaves the folder
+		// for the next round to try again.
+		if err := s.dropRemote(ctx, id); err != nil {
+			s.log.Warn("gc: image kept until the image store deletes it", "image", id, "err", err)
+			return
+		}
 		os.RemoveAll(dir)
 		s.log.Info("gc: removed image", "image", id)
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +25,21 @@ func (fakeDriver) DiscardImage(_ string, img *vmm.Image) error {
 		os.Remove(img.StateFile)
 	}
 	return nil
+}
+
+// A fake disk layer's first line names its backing file ("overlay of X").
+func (fakeDriver) DiskBacking(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	return strings.TrimPrefix(first, "overlay of "), nil
+}
+
+func (fakeDriver) Relink(_ context.Context, path, backing string) error {
+	os.Chmod(path, 0o600)
+	return os.WriteFile(path, []byte("overlay of "+backing+"\n"), 0o600)
 }
 
 // fakeRefs are referrers whose answers a test sets; during, if set, runs

@@ -20,6 +20,7 @@
 package images
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -31,6 +32,7 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/internal/datadir"
+	"github.com/zeish/zeish/internal/imagestore"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
 )
@@ -68,6 +70,10 @@ type Driver interface {
 	// DiscardImage removes an image's memory and state wherever the driver
 	// keeps them (img nil: whatever a capture cut short left).
 	DiscardImage(dir string, img *vmm.Image) error
+	// DiskBacking and Relink read and set the file a disk layer is backed
+	// by (a layer fetched from the image store names this node's copy).
+	DiskBacking(path string) (string, error)
+	Relink(ctx context.Context, path, backing string) error
 }
 
 // Options configure a Store.
@@ -81,7 +87,10 @@ type Options struct {
 	ColdAfter time.Duration
 	// Tiers are tried after the cold tier to bring an image's RAM back
 	// (tier.go); none today.
-	Tiers  []Tier
+	Tiers []Tier
+	// Remote is the image store the cluster's nodes share (remote.go); nil:
+	// images stay on this host.
+	Remote *Remote
 	Logger *slog.Logger
 }
 
@@ -95,7 +104,8 @@ type Store struct {
 	gcMu sync.Mutex
 	cold *coldTier
 	// tiers bring RAM back: the cold tier first, then Options.Tiers.
-	tiers []Tier
+	tiers  []Tier
+	remote *remote
 }
 
 // New opens the images in opts.Dir.
@@ -106,6 +116,9 @@ func New(opts Options) *Store {
 	s := &Store{opts: opts, log: opts.Logger, leases: leases{held: map[string]int{}}}
 	s.cold = &coldTier{s: s}
 	s.tiers = append([]Tier{s.cold}, opts.Tiers...)
+	if opts.Remote != nil {
+		s.remote = &remote{Remote: *opts.Remote, uploads: map[string]*imagestore.Upload{}, layers: map[string][]string{}}
+	}
 	return s
 }
 

@@ -228,7 +228,13 @@ func (m *Merger) mergeOf(ctx context.Context, sandboxID, top, bottom string) (me
 		rollback.Step{Name: "merge", Do: func(ctx context.Context, _ *rollback.Stack) error {
 			return m.opts.Driver.MergeLayers(ctx, topMeta.Disk, base, meta.Disk)
 		}},
-		rollback.Step{Name: "record", Do: func(context.Context, *rollback.Stack) error { return imgs.Write(meta) }},
+		rollback.Step{Name: "record", Do: func(context.Context, *rollback.Stack) error {
+			if err := imgs.Write(meta); err != nil {
+				return err
+			}
+			imgs.Publish(meta) // disks moved onto it go through it: others must find it
+			return nil
+		}},
 	)
 	if err != nil {
 		return "", nil, err

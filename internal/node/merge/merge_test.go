@@ -35,6 +35,9 @@ func (d *fakeDriver) DiskBacking(path string) (string, error) {
 	}
 	return strings.TrimPrefix(strings.TrimSpace(string(b)), "backed by "), nil
 }
+func (d *fakeDriver) Relink(_ context.Context, path, backing string) error {
+	return os.WriteFile(path, []byte("backed by "+backing), 0o600)
+}
 func (d *fakeDriver) MergeLayers(_ context.Context, top, base, out string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()

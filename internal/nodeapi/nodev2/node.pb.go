@@ -1111,6 +1111,74 @@ func (x *CloneSnapshotRequest) GetParentSecretEnv() map[string]string {
 	return nil
 }
 
+type CloneImageRequest struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	ImageId         string                 `protobuf:"bytes,1,opt,name=image_id,json=imageId,proto3" json:"image_id,omitempty"`    // the fork's image, in the image store
+	ParentId        string                 `protobuf:"bytes,2,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"` // the sandbox it was captured from
+	Children        []*Child               `protobuf:"bytes,3,rep,name=children,proto3" json:"children,omitempty"`
+	ParentSecretEnv map[string]string      `protobuf:"bytes,4,rep,name=parent_secret_env,json=parentSecretEnv,proto3" json:"parent_secret_env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *CloneImageRequest) Reset() {
+	*x = CloneImageRequest{}
+	mi := &file_zeish_node_v2_node_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloneImageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloneImageRequest) ProtoMessage() {}
+
+func (x *CloneImageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_zeish_node_v2_node_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloneImageRequest.ProtoReflect.Descriptor instead.
+func (*CloneImageRequest) Descriptor() ([]byte, []int) {
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *CloneImageRequest) GetImageId() string {
+	if x != nil {
+		return x.ImageId
+	}
+	return ""
+}
+
+func (x *CloneImageRequest) GetParentId() string {
+	if x != nil {
+		return x.ParentId
+	}
+	return ""
+}
+
+func (x *CloneImageRequest) GetChildren() []*Child {
+	if x != nil {
+		return x.Children
+	}
+	return nil
+}
+
+func (x *CloneImageRequest) GetParentSecretEnv() map[string]string {
+	if x != nil {
+		return x.ParentSecretEnv
+	}
+	return nil
+}
+
 type CloneReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	PauseMicros   int64                  `protobuf:"varint,1,opt,name=pause_micros,json=pauseMicros,proto3" json:"pause_micros,omitempty"` // how long the parent did not run
@@ -1121,7 +1189,7 @@ type CloneReply struct {
 
 func (x *CloneReply) Reset() {
 	*x = CloneReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[10]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1133,7 +1201,7 @@ func (x *CloneReply) String() string {
 func (*CloneReply) ProtoMessage() {}
 
 func (x *CloneReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[10]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1146,7 +1214,7 @@ func (x *CloneReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloneReply.ProtoReflect.Descriptor instead.
 func (*CloneReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{10}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CloneReply) GetPauseMicros() int64 {
@@ -1172,7 +1240,7 @@ type SandboxReply struct {
 
 func (x *SandboxReply) Reset() {
 	*x = SandboxReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[11]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1184,7 +1252,7 @@ func (x *SandboxReply) String() string {
 func (*SandboxReply) ProtoMessage() {}
 
 func (x *SandboxReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[11]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1197,7 +1265,7 @@ func (x *SandboxReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxReply.ProtoReflect.Descriptor instead.
 func (*SandboxReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{11}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SandboxReply) GetSandbox() *Sandbox {
@@ -1217,7 +1285,7 @@ type CreateSnapshotRequest struct {
 
 func (x *CreateSnapshotRequest) Reset() {
 	*x = CreateSnapshotRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[12]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1229,7 +1297,7 @@ func (x *CreateSnapshotRequest) String() string {
 func (*CreateSnapshotRequest) ProtoMessage() {}
 
 func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[12]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1242,7 +1310,7 @@ func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*CreateSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{12}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateSnapshotRequest) GetSandboxId() string {
@@ -1268,7 +1336,7 @@ type SnapshotReply struct {
 
 func (x *SnapshotReply) Reset() {
 	*x = SnapshotReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[13]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1280,7 +1348,7 @@ func (x *SnapshotReply) String() string {
 func (*SnapshotReply) ProtoMessage() {}
 
 func (x *SnapshotReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[13]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1293,7 +1361,7 @@ func (x *SnapshotReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotReply.ProtoReflect.Descriptor instead.
 func (*SnapshotReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{13}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SnapshotReply) GetSnapshot() *Snapshot {
@@ -1312,7 +1380,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[14]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +1392,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[14]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1405,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{14}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeleteSnapshotRequest) GetSnapshotId() string {
@@ -1355,7 +1423,7 @@ type DeleteSnapshotReply struct {
 
 func (x *DeleteSnapshotReply) Reset() {
 	*x = DeleteSnapshotReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[15]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1435,7 @@ func (x *DeleteSnapshotReply) String() string {
 func (*DeleteSnapshotReply) ProtoMessage() {}
 
 func (x *DeleteSnapshotReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[15]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1448,7 @@ func (x *DeleteSnapshotReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotReply.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{15}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{16}
 }
 
 type RestoreRequest struct {
@@ -1394,7 +1462,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[16]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1406,7 +1474,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[16]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1419,7 +1487,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{16}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RestoreRequest) GetSnapshotId() string {
@@ -1453,7 +1521,7 @@ type RestoreReply struct {
 
 func (x *RestoreReply) Reset() {
 	*x = RestoreReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[17]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1465,7 +1533,7 @@ func (x *RestoreReply) String() string {
 func (*RestoreReply) ProtoMessage() {}
 
 func (x *RestoreReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[17]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1478,7 +1546,7 @@ func (x *RestoreReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreReply.ProtoReflect.Descriptor instead.
 func (*RestoreReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{17}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RestoreReply) GetSnapshot() *Snapshot {
@@ -1507,7 +1575,7 @@ type LifecycleRequest struct {
 
 func (x *LifecycleRequest) Reset() {
 	*x = LifecycleRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[18]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1519,7 +1587,7 @@ func (x *LifecycleRequest) String() string {
 func (*LifecycleRequest) ProtoMessage() {}
 
 func (x *LifecycleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[18]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1532,7 +1600,7 @@ func (x *LifecycleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LifecycleRequest.ProtoReflect.Descriptor instead.
 func (*LifecycleRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{18}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LifecycleRequest) GetSandboxId() string {
@@ -1573,7 +1641,7 @@ type WaitRequest struct {
 
 func (x *WaitRequest) Reset() {
 	*x = WaitRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[19]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +1653,7 @@ func (x *WaitRequest) String() string {
 func (*WaitRequest) ProtoMessage() {}
 
 func (x *WaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[19]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +1666,7 @@ func (x *WaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitRequest.ProtoReflect.Descriptor instead.
 func (*WaitRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{19}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WaitRequest) GetSandboxId() string {
@@ -1626,7 +1694,7 @@ type SetPortPublicRequest struct {
 
 func (x *SetPortPublicRequest) Reset() {
 	*x = SetPortPublicRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[20]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1638,7 +1706,7 @@ func (x *SetPortPublicRequest) String() string {
 func (*SetPortPublicRequest) ProtoMessage() {}
 
 func (x *SetPortPublicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[20]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1651,7 +1719,7 @@ func (x *SetPortPublicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPortPublicRequest.ProtoReflect.Descriptor instead.
 func (*SetPortPublicRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{20}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetPortPublicRequest) GetSandboxId() string {
@@ -1685,7 +1753,7 @@ type SetNetworkRequest struct {
 
 func (x *SetNetworkRequest) Reset() {
 	*x = SetNetworkRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[21]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1697,7 +1765,7 @@ func (x *SetNetworkRequest) String() string {
 func (*SetNetworkRequest) ProtoMessage() {}
 
 func (x *SetNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[21]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1710,7 +1778,7 @@ func (x *SetNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNetworkRequest.ProtoReflect.Descriptor instead.
 func (*SetNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{21}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SetNetworkRequest) GetSandboxId() string {
@@ -1737,7 +1805,7 @@ type NetBytesReply struct {
 
 func (x *NetBytesReply) Reset() {
 	*x = NetBytesReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[22]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +1817,7 @@ func (x *NetBytesReply) String() string {
 func (*NetBytesReply) ProtoMessage() {}
 
 func (x *NetBytesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[22]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +1830,7 @@ func (x *NetBytesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetBytesReply.ProtoReflect.Descriptor instead.
 func (*NetBytesReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{22}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NetBytesReply) GetIn() uint64 {
@@ -1789,7 +1857,7 @@ type ListeningPort struct {
 
 func (x *ListeningPort) Reset() {
 	*x = ListeningPort{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[23]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1801,7 +1869,7 @@ func (x *ListeningPort) String() string {
 func (*ListeningPort) ProtoMessage() {}
 
 func (x *ListeningPort) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[23]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1814,7 +1882,7 @@ func (x *ListeningPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListeningPort.ProtoReflect.Descriptor instead.
 func (*ListeningPort) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{23}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListeningPort) GetPort() int32 {
@@ -1840,7 +1908,7 @@ type ListeningPortsReply struct {
 
 func (x *ListeningPortsReply) Reset() {
 	*x = ListeningPortsReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[24]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +1920,7 @@ func (x *ListeningPortsReply) String() string {
 func (*ListeningPortsReply) ProtoMessage() {}
 
 func (x *ListeningPortsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[24]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +1933,7 @@ func (x *ListeningPortsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListeningPortsReply.ProtoReflect.Descriptor instead.
 func (*ListeningPortsReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{24}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListeningPortsReply) GetPorts() []*ListeningPort {
@@ -1885,7 +1953,7 @@ type GitFile struct {
 
 func (x *GitFile) Reset() {
 	*x = GitFile{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[25]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1897,7 +1965,7 @@ func (x *GitFile) String() string {
 func (*GitFile) ProtoMessage() {}
 
 func (x *GitFile) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[25]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1910,7 +1978,7 @@ func (x *GitFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitFile.ProtoReflect.Descriptor instead.
 func (*GitFile) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{25}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GitFile) GetPath() string {
@@ -1942,7 +2010,7 @@ type GitStatusReply struct {
 
 func (x *GitStatusReply) Reset() {
 	*x = GitStatusReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[26]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1954,7 +2022,7 @@ func (x *GitStatusReply) String() string {
 func (*GitStatusReply) ProtoMessage() {}
 
 func (x *GitStatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[26]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1967,7 +2035,7 @@ func (x *GitStatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitStatusReply.ProtoReflect.Descriptor instead.
 func (*GitStatusReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{26}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GitStatusReply) GetRepo() string {
@@ -2031,7 +2099,7 @@ type BrowserVersionReply struct {
 
 func (x *BrowserVersionReply) Reset() {
 	*x = BrowserVersionReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[27]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2111,7 @@ func (x *BrowserVersionReply) String() string {
 func (*BrowserVersionReply) ProtoMessage() {}
 
 func (x *BrowserVersionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[27]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2124,7 @@ func (x *BrowserVersionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserVersionReply.ProtoReflect.Descriptor instead.
 func (*BrowserVersionReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{27}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BrowserVersionReply) GetBrowser() string {
@@ -2102,7 +2170,7 @@ type DesktopStatusReply struct {
 
 func (x *DesktopStatusReply) Reset() {
 	*x = DesktopStatusReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[28]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2114,7 +2182,7 @@ func (x *DesktopStatusReply) String() string {
 func (*DesktopStatusReply) ProtoMessage() {}
 
 func (x *DesktopStatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[28]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2127,7 +2195,7 @@ func (x *DesktopStatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopStatusReply.ProtoReflect.Descriptor instead.
 func (*DesktopStatusReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{28}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DesktopStatusReply) GetRunning() bool {
@@ -2205,7 +2273,7 @@ type BuildSpec struct {
 
 func (x *BuildSpec) Reset() {
 	*x = BuildSpec{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[29]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2285,7 @@ func (x *BuildSpec) String() string {
 func (*BuildSpec) ProtoMessage() {}
 
 func (x *BuildSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[29]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2298,7 @@ func (x *BuildSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildSpec.ProtoReflect.Descriptor instead.
 func (*BuildSpec) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{29}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BuildSpec) GetAccountId() string {
@@ -2363,7 +2431,7 @@ type BuildTemplateRequest struct {
 
 func (x *BuildTemplateRequest) Reset() {
 	*x = BuildTemplateRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[30]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2375,7 +2443,7 @@ func (x *BuildTemplateRequest) String() string {
 func (*BuildTemplateRequest) ProtoMessage() {}
 
 func (x *BuildTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[30]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2388,7 +2456,7 @@ func (x *BuildTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildTemplateRequest.ProtoReflect.Descriptor instead.
 func (*BuildTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{30}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *BuildTemplateRequest) GetPart() isBuildTemplateRequest_Part {
@@ -2456,7 +2524,7 @@ type UploadEnd struct {
 
 func (x *UploadEnd) Reset() {
 	*x = UploadEnd{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[31]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2468,7 +2536,7 @@ func (x *UploadEnd) String() string {
 func (*UploadEnd) ProtoMessage() {}
 
 func (x *UploadEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[31]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2481,7 +2549,7 @@ func (x *UploadEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadEnd.ProtoReflect.Descriptor instead.
 func (*UploadEnd) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{31}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *UploadEnd) GetBytes() int64 {
@@ -2504,7 +2572,7 @@ type TemplateWarm struct {
 
 func (x *TemplateWarm) Reset() {
 	*x = TemplateWarm{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[32]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +2584,7 @@ func (x *TemplateWarm) String() string {
 func (*TemplateWarm) ProtoMessage() {}
 
 func (x *TemplateWarm) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[32]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +2597,7 @@ func (x *TemplateWarm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateWarm.ProtoReflect.Descriptor instead.
 func (*TemplateWarm) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{32}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TemplateWarm) GetImage() string {
@@ -2603,7 +2671,7 @@ type Template struct {
 
 func (x *Template) Reset() {
 	*x = Template{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[33]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2615,7 +2683,7 @@ func (x *Template) String() string {
 func (*Template) ProtoMessage() {}
 
 func (x *Template) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[33]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2628,7 +2696,7 @@ func (x *Template) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Template.ProtoReflect.Descriptor instead.
 func (*Template) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{33}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Template) GetId() string {
@@ -2829,7 +2897,7 @@ type TemplateReply struct {
 
 func (x *TemplateReply) Reset() {
 	*x = TemplateReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[34]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2841,7 +2909,7 @@ func (x *TemplateReply) String() string {
 func (*TemplateReply) ProtoMessage() {}
 
 func (x *TemplateReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[34]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2854,7 +2922,7 @@ func (x *TemplateReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateReply.ProtoReflect.Descriptor instead.
 func (*TemplateReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{34}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TemplateReply) GetTemplate() *Template {
@@ -2874,7 +2942,7 @@ type DeleteTemplateRequest struct {
 
 func (x *DeleteTemplateRequest) Reset() {
 	*x = DeleteTemplateRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[35]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2886,7 +2954,7 @@ func (x *DeleteTemplateRequest) String() string {
 func (*DeleteTemplateRequest) ProtoMessage() {}
 
 func (x *DeleteTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[35]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2899,7 +2967,7 @@ func (x *DeleteTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTemplateRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{35}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteTemplateRequest) GetAccountId() string {
@@ -2926,7 +2994,7 @@ type TemplateEventsRequest struct {
 
 func (x *TemplateEventsRequest) Reset() {
 	*x = TemplateEventsRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[36]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2938,7 +3006,7 @@ func (x *TemplateEventsRequest) String() string {
 func (*TemplateEventsRequest) ProtoMessage() {}
 
 func (x *TemplateEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[36]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2951,7 +3019,7 @@ func (x *TemplateEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateEventsRequest.ProtoReflect.Descriptor instead.
 func (*TemplateEventsRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{36}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TemplateEventsRequest) GetTemplateId() string {
@@ -2982,7 +3050,7 @@ type TemplateProgress struct {
 
 func (x *TemplateProgress) Reset() {
 	*x = TemplateProgress{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[37]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2994,7 +3062,7 @@ func (x *TemplateProgress) String() string {
 func (*TemplateProgress) ProtoMessage() {}
 
 func (x *TemplateProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[37]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3007,7 +3075,7 @@ func (x *TemplateProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateProgress.ProtoReflect.Descriptor instead.
 func (*TemplateProgress) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{37}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TemplateProgress) GetStep() string {
@@ -3065,7 +3133,7 @@ type TemplateEvent struct {
 
 func (x *TemplateEvent) Reset() {
 	*x = TemplateEvent{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[38]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3077,7 +3145,7 @@ func (x *TemplateEvent) String() string {
 func (*TemplateEvent) ProtoMessage() {}
 
 func (x *TemplateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[38]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3090,7 +3158,7 @@ func (x *TemplateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateEvent.ProtoReflect.Descriptor instead.
 func (*TemplateEvent) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{38}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TemplateEvent) GetTime() *timestamppb.Timestamp {
@@ -3145,7 +3213,7 @@ type Capacity struct {
 
 func (x *Capacity) Reset() {
 	*x = Capacity{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[39]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3157,7 +3225,7 @@ func (x *Capacity) String() string {
 func (*Capacity) ProtoMessage() {}
 
 func (x *Capacity) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[39]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3170,7 +3238,7 @@ func (x *Capacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capacity.ProtoReflect.Descriptor instead.
 func (*Capacity) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{39}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Capacity) GetMemoryBudgetMib() int64 {
@@ -3239,7 +3307,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[40]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3251,7 +3319,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[40]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3264,7 +3332,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{40}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *JoinRequest) GetJoinToken() string {
@@ -3290,7 +3358,7 @@ type JoinReply struct {
 
 func (x *JoinReply) Reset() {
 	*x = JoinReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[41]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3302,7 +3370,7 @@ func (x *JoinReply) String() string {
 func (*JoinReply) ProtoMessage() {}
 
 func (x *JoinReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[41]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3315,7 +3383,7 @@ func (x *JoinReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinReply.ProtoReflect.Descriptor instead.
 func (*JoinReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{41}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *JoinReply) GetCredential() string {
@@ -3341,7 +3409,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[42]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3353,7 +3421,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[42]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3366,7 +3434,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{42}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RegisterRequest) GetVersion() *Version {
@@ -3437,7 +3505,7 @@ type RegisterReply struct {
 
 func (x *RegisterReply) Reset() {
 	*x = RegisterReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[43]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3449,7 +3517,7 @@ func (x *RegisterReply) String() string {
 func (*RegisterReply) ProtoMessage() {}
 
 func (x *RegisterReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[43]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3462,7 +3530,7 @@ func (x *RegisterReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterReply.ProtoReflect.Descriptor instead.
 func (*RegisterReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{43}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RegisterReply) GetVersion() *Version {
@@ -3504,7 +3572,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[44]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3516,7 +3584,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[44]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3529,7 +3597,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{44}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *HeartbeatRequest) GetNodeId() string {
@@ -3562,7 +3630,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[45]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3574,7 +3642,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[45]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3587,7 +3655,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{45}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *HeartbeatReply) GetDraining() bool {
@@ -3719,6 +3787,14 @@ const file_zeish_node_v2_node_proto_rawDesc = "" +
 	"sandbox_id\x18\x02 \x01(\tR\tsandboxId\x120\n" +
 	"\bchildren\x18\x03 \x03(\v2\x14.zeish.node.v2.ChildR\bchildren\x12d\n" +
 	"\x11parent_secret_env\x18\x04 \x03(\v28.zeish.node.v2.CloneSnapshotRequest.ParentSecretEnvEntryR\x0fparentSecretEnv\x1aB\n" +
+	"\x14ParentSecretEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa4\x02\n" +
+	"\x11CloneImageRequest\x12\x19\n" +
+	"\bimage_id\x18\x01 \x01(\tR\aimageId\x12\x1b\n" +
+	"\tparent_id\x18\x02 \x01(\tR\bparentId\x120\n" +
+	"\bchildren\x18\x03 \x03(\v2\x14.zeish.node.v2.ChildR\bchildren\x12a\n" +
+	"\x11parent_secret_env\x18\x04 \x03(\v25.zeish.node.v2.CloneImageRequest.ParentSecretEnvEntryR\x0fparentSecretEnv\x1aB\n" +
 	"\x14ParentSecretEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"c\n" +
@@ -3956,11 +4032,13 @@ const file_zeish_node_v2_node_proto_rawDesc = "" +
 	"\aOP_STOP\x10\x02\x12\f\n" +
 	"\bOP_PAUSE\x10\x03\x12\r\n" +
 	"\tOP_RESUME\x10\x04\x12\r\n" +
-	"\tOP_DELETE\x10\x052\x83\v\n" +
+	"\tOP_DELETE\x10\x052\xce\v\n" +
 	"\x04Node\x12C\n" +
 	"\x06Create\x12\x1c.zeish.node.v2.CreateRequest\x1a\x1b.zeish.node.v2.SandboxReply\x12?\n" +
 	"\x05Clone\x12\x1b.zeish.node.v2.CloneRequest\x1a\x19.zeish.node.v2.CloneReply\x12O\n" +
-	"\rCloneSnapshot\x12#.zeish.node.v2.CloneSnapshotRequest\x1a\x19.zeish.node.v2.CloneReply\x12T\n" +
+	"\rCloneSnapshot\x12#.zeish.node.v2.CloneSnapshotRequest\x1a\x19.zeish.node.v2.CloneReply\x12I\n" +
+	"\n" +
+	"CloneImage\x12 .zeish.node.v2.CloneImageRequest\x1a\x19.zeish.node.v2.CloneReply\x12T\n" +
 	"\x0eCreateSnapshot\x12$.zeish.node.v2.CreateSnapshotRequest\x1a\x1c.zeish.node.v2.SnapshotReply\x12Z\n" +
 	"\x0eDeleteSnapshot\x12$.zeish.node.v2.DeleteSnapshotRequest\x1a\".zeish.node.v2.DeleteSnapshotReply\x12E\n" +
 	"\aRestore\x12\x1d.zeish.node.v2.RestoreRequest\x1a\x1b.zeish.node.v2.RestoreReply\x12I\n" +
@@ -3995,7 +4073,7 @@ func file_zeish_node_v2_node_proto_rawDescGZIP() []byte {
 }
 
 var file_zeish_node_v2_node_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_zeish_node_v2_node_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_zeish_node_v2_node_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_zeish_node_v2_node_proto_goTypes = []any{
 	(State)(0),                    // 0: zeish.node.v2.State
 	(Op)(0),                       // 1: zeish.node.v2.Op
@@ -4009,147 +4087,153 @@ var file_zeish_node_v2_node_proto_goTypes = []any{
 	(*Child)(nil),                 // 9: zeish.node.v2.Child
 	(*CloneRequest)(nil),          // 10: zeish.node.v2.CloneRequest
 	(*CloneSnapshotRequest)(nil),  // 11: zeish.node.v2.CloneSnapshotRequest
-	(*CloneReply)(nil),            // 12: zeish.node.v2.CloneReply
-	(*SandboxReply)(nil),          // 13: zeish.node.v2.SandboxReply
-	(*CreateSnapshotRequest)(nil), // 14: zeish.node.v2.CreateSnapshotRequest
-	(*SnapshotReply)(nil),         // 15: zeish.node.v2.SnapshotReply
-	(*DeleteSnapshotRequest)(nil), // 16: zeish.node.v2.DeleteSnapshotRequest
-	(*DeleteSnapshotReply)(nil),   // 17: zeish.node.v2.DeleteSnapshotReply
-	(*RestoreRequest)(nil),        // 18: zeish.node.v2.RestoreRequest
-	(*RestoreReply)(nil),          // 19: zeish.node.v2.RestoreReply
-	(*LifecycleRequest)(nil),      // 20: zeish.node.v2.LifecycleRequest
-	(*WaitRequest)(nil),           // 21: zeish.node.v2.WaitRequest
-	(*SetPortPublicRequest)(nil),  // 22: zeish.node.v2.SetPortPublicRequest
-	(*SetNetworkRequest)(nil),     // 23: zeish.node.v2.SetNetworkRequest
-	(*NetBytesReply)(nil),         // 24: zeish.node.v2.NetBytesReply
-	(*ListeningPort)(nil),         // 25: zeish.node.v2.ListeningPort
-	(*ListeningPortsReply)(nil),   // 26: zeish.node.v2.ListeningPortsReply
-	(*GitFile)(nil),               // 27: zeish.node.v2.GitFile
-	(*GitStatusReply)(nil),        // 28: zeish.node.v2.GitStatusReply
-	(*BrowserVersionReply)(nil),   // 29: zeish.node.v2.BrowserVersionReply
-	(*DesktopStatusReply)(nil),    // 30: zeish.node.v2.DesktopStatusReply
-	(*BuildSpec)(nil),             // 31: zeish.node.v2.BuildSpec
-	(*BuildTemplateRequest)(nil),  // 32: zeish.node.v2.BuildTemplateRequest
-	(*UploadEnd)(nil),             // 33: zeish.node.v2.UploadEnd
-	(*TemplateWarm)(nil),          // 34: zeish.node.v2.TemplateWarm
-	(*Template)(nil),              // 35: zeish.node.v2.Template
-	(*TemplateReply)(nil),         // 36: zeish.node.v2.TemplateReply
-	(*DeleteTemplateRequest)(nil), // 37: zeish.node.v2.DeleteTemplateRequest
-	(*TemplateEventsRequest)(nil), // 38: zeish.node.v2.TemplateEventsRequest
-	(*TemplateProgress)(nil),      // 39: zeish.node.v2.TemplateProgress
-	(*TemplateEvent)(nil),         // 40: zeish.node.v2.TemplateEvent
-	(*Capacity)(nil),              // 41: zeish.node.v2.Capacity
-	(*JoinRequest)(nil),           // 42: zeish.node.v2.JoinRequest
-	(*JoinReply)(nil),             // 43: zeish.node.v2.JoinReply
-	(*RegisterRequest)(nil),       // 44: zeish.node.v2.RegisterRequest
-	(*RegisterReply)(nil),         // 45: zeish.node.v2.RegisterReply
-	(*HeartbeatRequest)(nil),      // 46: zeish.node.v2.HeartbeatRequest
-	(*HeartbeatReply)(nil),        // 47: zeish.node.v2.HeartbeatReply
-	nil,                           // 48: zeish.node.v2.Sandbox.NodeLabelsEntry
-	nil,                           // 49: zeish.node.v2.Sandbox.EnvEntry
-	nil,                           // 50: zeish.node.v2.Sandbox.MetadataEntry
-	nil,                           // 51: zeish.node.v2.CreateRequest.SecretEnvEntry
-	nil,                           // 52: zeish.node.v2.CloneRequest.ParentSecretEnvEntry
-	nil,                           // 53: zeish.node.v2.CloneSnapshotRequest.ParentSecretEnvEntry
-	nil,                           // 54: zeish.node.v2.RestoreRequest.SecretEnvEntry
-	nil,                           // 55: zeish.node.v2.LifecycleRequest.SecretEnvEntry
-	nil,                           // 56: zeish.node.v2.RegisterRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 57: google.protobuf.Timestamp
+	(*CloneImageRequest)(nil),     // 12: zeish.node.v2.CloneImageRequest
+	(*CloneReply)(nil),            // 13: zeish.node.v2.CloneReply
+	(*SandboxReply)(nil),          // 14: zeish.node.v2.SandboxReply
+	(*CreateSnapshotRequest)(nil), // 15: zeish.node.v2.CreateSnapshotRequest
+	(*SnapshotReply)(nil),         // 16: zeish.node.v2.SnapshotReply
+	(*DeleteSnapshotRequest)(nil), // 17: zeish.node.v2.DeleteSnapshotRequest
+	(*DeleteSnapshotReply)(nil),   // 18: zeish.node.v2.DeleteSnapshotReply
+	(*RestoreRequest)(nil),        // 19: zeish.node.v2.RestoreRequest
+	(*RestoreReply)(nil),          // 20: zeish.node.v2.RestoreReply
+	(*LifecycleRequest)(nil),      // 21: zeish.node.v2.LifecycleRequest
+	(*WaitRequest)(nil),           // 22: zeish.node.v2.WaitRequest
+	(*SetPortPublicRequest)(nil),  // 23: zeish.node.v2.SetPortPublicRequest
+	(*SetNetworkRequest)(nil),     // 24: zeish.node.v2.SetNetworkRequest
+	(*NetBytesReply)(nil),         // 25: zeish.node.v2.NetBytesReply
+	(*ListeningPort)(nil),         // 26: zeish.node.v2.ListeningPort
+	(*ListeningPortsReply)(nil),   // 27: zeish.node.v2.ListeningPortsReply
+	(*GitFile)(nil),               // 28: zeish.node.v2.GitFile
+	(*GitStatusReply)(nil),        // 29: zeish.node.v2.GitStatusReply
+	(*BrowserVersionReply)(nil),   // 30: zeish.node.v2.BrowserVersionReply
+	(*DesktopStatusReply)(nil),    // 31: zeish.node.v2.DesktopStatusReply
+	(*BuildSpec)(nil),             // 32: zeish.node.v2.BuildSpec
+	(*BuildTemplateRequest)(nil),  // 33: zeish.node.v2.BuildTemplateRequest
+	(*UploadEnd)(nil),             // 34: zeish.node.v2.UploadEnd
+	(*TemplateWarm)(nil),          // 35: zeish.node.v2.TemplateWarm
+	(*Template)(nil),              // 36: zeish.node.v2.Template
+	(*TemplateReply)(nil),         // 37: zeish.node.v2.TemplateReply
+	(*DeleteTemplateRequest)(nil), // 38: zeish.node.v2.DeleteTemplateRequest
+	(*TemplateEventsRequest)(nil), // 39: zeish.node.v2.TemplateEventsRequest
+	(*TemplateProgress)(nil),      // 40: zeish.node.v2.TemplateProgress
+	(*TemplateEvent)(nil),         // 41: zeish.node.v2.TemplateEvent
+	(*Capacity)(nil),              // 42: zeish.node.v2.Capacity
+	(*JoinRequest)(nil),           // 43: zeish.node.v2.JoinRequest
+	(*JoinReply)(nil),             // 44: zeish.node.v2.JoinReply
+	(*RegisterRequest)(nil),       // 45: zeish.node.v2.RegisterRequest
+	(*RegisterReply)(nil),         // 46: zeish.node.v2.RegisterReply
+	(*HeartbeatRequest)(nil),      // 47: zeish.node.v2.HeartbeatRequest
+	(*HeartbeatReply)(nil),        // 48: zeish.node.v2.HeartbeatReply
+	nil,                           // 49: zeish.node.v2.Sandbox.NodeLabelsEntry
+	nil,                           // 50: zeish.node.v2.Sandbox.EnvEntry
+	nil,                           // 51: zeish.node.v2.Sandbox.MetadataEntry
+	nil,                           // 52: zeish.node.v2.CreateRequest.SecretEnvEntry
+	nil,                           // 53: zeish.node.v2.CloneRequest.ParentSecretEnvEntry
+	nil,                           // 54: zeish.node.v2.CloneSnapshotRequest.ParentSecretEnvEntry
+	nil,                           // 55: zeish.node.v2.CloneImageRequest.ParentSecretEnvEntry
+	nil,                           // 56: zeish.node.v2.RestoreRequest.SecretEnvEntry
+	nil,                           // 57: zeish.node.v2.LifecycleRequest.SecretEnvEntry
+	nil,                           // 58: zeish.node.v2.RegisterRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 59: google.protobuf.Timestamp
 }
 var file_zeish_node_v2_node_proto_depIdxs = []int32{
-	57, // 0: zeish.node.v2.Interval.start:type_name -> google.protobuf.Timestamp
-	57, // 1: zeish.node.v2.Interval.end:type_name -> google.protobuf.Timestamp
+	59, // 0: zeish.node.v2.Interval.start:type_name -> google.protobuf.Timestamp
+	59, // 1: zeish.node.v2.Interval.end:type_name -> google.protobuf.Timestamp
 	0,  // 2: zeish.node.v2.Sandbox.state:type_name -> zeish.node.v2.State
 	3,  // 3: zeish.node.v2.Sandbox.network:type_name -> zeish.node.v2.Network
-	48, // 4: zeish.node.v2.Sandbox.node_labels:type_name -> zeish.node.v2.Sandbox.NodeLabelsEntry
-	49, // 5: zeish.node.v2.Sandbox.env:type_name -> zeish.node.v2.Sandbox.EnvEntry
-	50, // 6: zeish.node.v2.Sandbox.metadata:type_name -> zeish.node.v2.Sandbox.MetadataEntry
-	57, // 7: zeish.node.v2.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	57, // 8: zeish.node.v2.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
-	57, // 9: zeish.node.v2.Sandbox.destroyed_at:type_name -> google.protobuf.Timestamp
-	57, // 10: zeish.node.v2.Sandbox.timeout_at:type_name -> google.protobuf.Timestamp
+	49, // 4: zeish.node.v2.Sandbox.node_labels:type_name -> zeish.node.v2.Sandbox.NodeLabelsEntry
+	50, // 5: zeish.node.v2.Sandbox.env:type_name -> zeish.node.v2.Sandbox.EnvEntry
+	51, // 6: zeish.node.v2.Sandbox.metadata:type_name -> zeish.node.v2.Sandbox.MetadataEntry
+	59, // 7: zeish.node.v2.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	59, // 8: zeish.node.v2.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
+	59, // 9: zeish.node.v2.Sandbox.destroyed_at:type_name -> google.protobuf.Timestamp
+	59, // 10: zeish.node.v2.Sandbox.timeout_at:type_name -> google.protobuf.Timestamp
 	4,  // 11: zeish.node.v2.Sandbox.running:type_name -> zeish.node.v2.Interval
-	57, // 12: zeish.node.v2.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	59, // 12: zeish.node.v2.Snapshot.created_at:type_name -> google.protobuf.Timestamp
 	5,  // 13: zeish.node.v2.CreateRequest.sandbox:type_name -> zeish.node.v2.Sandbox
-	51, // 14: zeish.node.v2.CreateRequest.secret_env:type_name -> zeish.node.v2.CreateRequest.SecretEnvEntry
+	52, // 14: zeish.node.v2.CreateRequest.secret_env:type_name -> zeish.node.v2.CreateRequest.SecretEnvEntry
 	5,  // 15: zeish.node.v2.Child.sandbox:type_name -> zeish.node.v2.Sandbox
 	9,  // 16: zeish.node.v2.CloneRequest.children:type_name -> zeish.node.v2.Child
-	52, // 17: zeish.node.v2.CloneRequest.parent_secret_env:type_name -> zeish.node.v2.CloneRequest.ParentSecretEnvEntry
+	53, // 17: zeish.node.v2.CloneRequest.parent_secret_env:type_name -> zeish.node.v2.CloneRequest.ParentSecretEnvEntry
 	9,  // 18: zeish.node.v2.CloneSnapshotRequest.children:type_name -> zeish.node.v2.Child
-	53, // 19: zeish.node.v2.CloneSnapshotRequest.parent_secret_env:type_name -> zeish.node.v2.CloneSnapshotRequest.ParentSecretEnvEntry
-	5,  // 20: zeish.node.v2.CloneReply.children:type_name -> zeish.node.v2.Sandbox
-	5,  // 21: zeish.node.v2.SandboxReply.sandbox:type_name -> zeish.node.v2.Sandbox
-	6,  // 22: zeish.node.v2.SnapshotReply.snapshot:type_name -> zeish.node.v2.Snapshot
-	54, // 23: zeish.node.v2.RestoreRequest.secret_env:type_name -> zeish.node.v2.RestoreRequest.SecretEnvEntry
-	6,  // 24: zeish.node.v2.RestoreReply.snapshot:type_name -> zeish.node.v2.Snapshot
-	5,  // 25: zeish.node.v2.RestoreReply.sandbox:type_name -> zeish.node.v2.Sandbox
-	1,  // 26: zeish.node.v2.LifecycleRequest.op:type_name -> zeish.node.v2.Op
-	55, // 27: zeish.node.v2.LifecycleRequest.secret_env:type_name -> zeish.node.v2.LifecycleRequest.SecretEnvEntry
-	0,  // 28: zeish.node.v2.WaitRequest.want:type_name -> zeish.node.v2.State
-	3,  // 29: zeish.node.v2.SetNetworkRequest.network:type_name -> zeish.node.v2.Network
-	25, // 30: zeish.node.v2.ListeningPortsReply.ports:type_name -> zeish.node.v2.ListeningPort
-	27, // 31: zeish.node.v2.GitStatusReply.dirty:type_name -> zeish.node.v2.GitFile
-	31, // 32: zeish.node.v2.BuildTemplateRequest.spec:type_name -> zeish.node.v2.BuildSpec
-	33, // 33: zeish.node.v2.BuildTemplateRequest.end:type_name -> zeish.node.v2.UploadEnd
-	34, // 34: zeish.node.v2.Template.warm:type_name -> zeish.node.v2.TemplateWarm
-	57, // 35: zeish.node.v2.Template.created_at:type_name -> google.protobuf.Timestamp
-	57, // 36: zeish.node.v2.Template.updated_at:type_name -> google.protobuf.Timestamp
-	35, // 37: zeish.node.v2.TemplateReply.template:type_name -> zeish.node.v2.Template
-	57, // 38: zeish.node.v2.TemplateEvent.time:type_name -> google.protobuf.Timestamp
-	39, // 39: zeish.node.v2.TemplateEvent.progress:type_name -> zeish.node.v2.TemplateProgress
-	35, // 40: zeish.node.v2.TemplateEvent.template:type_name -> zeish.node.v2.Template
-	2,  // 41: zeish.node.v2.RegisterRequest.version:type_name -> zeish.node.v2.Version
-	56, // 42: zeish.node.v2.RegisterRequest.labels:type_name -> zeish.node.v2.RegisterRequest.LabelsEntry
-	41, // 43: zeish.node.v2.RegisterRequest.capacity:type_name -> zeish.node.v2.Capacity
-	2,  // 44: zeish.node.v2.RegisterReply.version:type_name -> zeish.node.v2.Version
-	41, // 45: zeish.node.v2.HeartbeatRequest.capacity:type_name -> zeish.node.v2.Capacity
-	8,  // 46: zeish.node.v2.Node.Create:input_type -> zeish.node.v2.CreateRequest
-	10, // 47: zeish.node.v2.Node.Clone:input_type -> zeish.node.v2.CloneRequest
-	11, // 48: zeish.node.v2.Node.CloneSnapshot:input_type -> zeish.node.v2.CloneSnapshotRequest
-	14, // 49: zeish.node.v2.Node.CreateSnapshot:input_type -> zeish.node.v2.CreateSnapshotRequest
-	16, // 50: zeish.node.v2.Node.DeleteSnapshot:input_type -> zeish.node.v2.DeleteSnapshotRequest
-	18, // 51: zeish.node.v2.Node.Restore:input_type -> zeish.node.v2.RestoreRequest
-	20, // 52: zeish.node.v2.Node.Lifecycle:input_type -> zeish.node.v2.LifecycleRequest
-	21, // 53: zeish.node.v2.Node.Wait:input_type -> zeish.node.v2.WaitRequest
-	22, // 54: zeish.node.v2.Node.SetPortPublic:input_type -> zeish.node.v2.SetPortPublicRequest
-	23, // 55: zeish.node.v2.Node.SetNetwork:input_type -> zeish.node.v2.SetNetworkRequest
-	7,  // 56: zeish.node.v2.Node.NetBytes:input_type -> zeish.node.v2.SandboxRef
-	7,  // 57: zeish.node.v2.Node.ListeningPorts:input_type -> zeish.node.v2.SandboxRef
-	7,  // 58: zeish.node.v2.Node.GitStatus:input_type -> zeish.node.v2.SandboxRef
-	7,  // 59: zeish.node.v2.Node.BrowserVersion:input_type -> zeish.node.v2.SandboxRef
-	7,  // 60: zeish.node.v2.Node.DesktopStatus:input_type -> zeish.node.v2.SandboxRef
-	32, // 61: zeish.node.v2.Node.BuildTemplate:input_type -> zeish.node.v2.BuildTemplateRequest
-	37, // 62: zeish.node.v2.Node.DeleteTemplate:input_type -> zeish.node.v2.DeleteTemplateRequest
-	38, // 63: zeish.node.v2.Node.TemplateEvents:input_type -> zeish.node.v2.TemplateEventsRequest
-	42, // 64: zeish.node.v2.Control.Join:input_type -> zeish.node.v2.JoinRequest
-	44, // 65: zeish.node.v2.Control.Register:input_type -> zeish.node.v2.RegisterRequest
-	46, // 66: zeish.node.v2.Control.Heartbeat:input_type -> zeish.node.v2.HeartbeatRequest
-	13, // 67: zeish.node.v2.Node.Create:output_type -> zeish.node.v2.SandboxReply
-	12, // 68: zeish.node.v2.Node.Clone:output_type -> zeish.node.v2.CloneReply
-	12, // 69: zeish.node.v2.Node.CloneSnapshot:output_type -> zeish.node.v2.CloneReply
-	15, // 70: zeish.node.v2.Node.CreateSnapshot:output_type -> zeish.node.v2.SnapshotReply
-	17, // 71: zeish.node.v2.Node.DeleteSnapshot:output_type -> zeish.node.v2.DeleteSnapshotReply
-	19, // 72: zeish.node.v2.Node.Restore:output_type -> zeish.node.v2.RestoreReply
-	13, // 73: zeish.node.v2.Node.Lifecycle:output_type -> zeish.node.v2.SandboxReply
-	13, // 74: zeish.node.v2.Node.Wait:output_type -> zeish.node.v2.SandboxReply
-	13, // 75: zeish.node.v2.Node.SetPortPublic:output_type -> zeish.node.v2.SandboxReply
-	13, // 76: zeish.node.v2.Node.SetNetwork:output_type -> zeish.node.v2.SandboxReply
-	24, // 77: zeish.node.v2.Node.NetBytes:output_type -> zeish.node.v2.NetBytesReply
-	26, // 78: zeish.node.v2.Node.ListeningPorts:output_type -> zeish.node.v2.ListeningPortsReply
-	28, // 79: zeish.node.v2.Node.GitStatus:output_type -> zeish.node.v2.GitStatusReply
-	29, // 80: zeish.node.v2.Node.BrowserVersion:output_type -> zeish.node.v2.BrowserVersionReply
-	30, // 81: zeish.node.v2.Node.DesktopStatus:output_type -> zeish.node.v2.DesktopStatusReply
-	36, // 82: zeish.node.v2.Node.BuildTemplate:output_type -> zeish.node.v2.TemplateReply
-	36, // 83: zeish.node.v2.Node.DeleteTemplate:output_type -> zeish.node.v2.TemplateReply
-	40, // 84: zeish.node.v2.Node.TemplateEvents:output_type -> zeish.node.v2.TemplateEvent
-	43, // 85: zeish.node.v2.Control.Join:output_type -> zeish.node.v2.JoinReply
-	45, // 86: zeish.node.v2.Control.Register:output_type -> zeish.node.v2.RegisterReply
-	47, // 87: zeish.node.v2.Control.Heartbeat:output_type -> zeish.node.v2.HeartbeatReply
-	67, // [67:88] is the sub-list for method output_type
-	46, // [46:67] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	54, // 19: zeish.node.v2.CloneSnapshotRequest.parent_secret_env:type_name -> zeish.node.v2.CloneSnapshotRequest.ParentSecretEnvEntry
+	9,  // 20: zeish.node.v2.CloneImageRequest.children:type_name -> zeish.node.v2.Child
+	55, // 21: zeish.node.v2.CloneImageRequest.parent_secret_env:type_name -> zeish.node.v2.CloneImageRequest.ParentSecretEnvEntry
+	5,  // 22: zeish.node.v2.CloneReply.children:type_name -> zeish.node.v2.Sandbox
+	5,  // 23: zeish.node.v2.SandboxReply.sandbox:type_name -> zeish.node.v2.Sandbox
+	6,  // 24: zeish.node.v2.SnapshotReply.snapshot:type_name -> zeish.node.v2.Snapshot
+	56, // 25: zeish.node.v2.RestoreRequest.secret_env:type_name -> zeish.node.v2.RestoreRequest.SecretEnvEntry
+	6,  // 26: zeish.node.v2.RestoreReply.snapshot:type_name -> zeish.node.v2.Snapshot
+	5,  // 27: zeish.node.v2.RestoreReply.sandbox:type_name -> zeish.node.v2.Sandbox
+	1,  // 28: zeish.node.v2.LifecycleRequest.op:type_name -> zeish.node.v2.Op
+	57, // 29: zeish.node.v2.LifecycleRequest.secret_env:type_name -> zeish.node.v2.LifecycleRequest.SecretEnvEntry
+	0,  // 30: zeish.node.v2.WaitRequest.want:type_name -> zeish.node.v2.State
+	3,  // 31: zeish.node.v2.SetNetworkRequest.network:type_name -> zeish.node.v2.Network
+	26, // 32: zeish.node.v2.ListeningPortsReply.ports:type_name -> zeish.node.v2.ListeningPort
+	28, // 33: zeish.node.v2.GitStatusReply.dirty:type_name -> zeish.node.v2.GitFile
+	32, // 34: zeish.node.v2.BuildTemplateRequest.spec:type_name -> zeish.node.v2.BuildSpec
+	34, // 35: zeish.node.v2.BuildTemplateRequest.end:type_name -> zeish.node.v2.UploadEnd
+	35, // 36: zeish.node.v2.Template.warm:type_name -> zeish.node.v2.TemplateWarm
+	59, // 37: zeish.node.v2.Template.created_at:type_name -> google.protobuf.Timestamp
+	59, // 38: zeish.node.v2.Template.updated_at:type_name -> google.protobuf.Timestamp
+	36, // 39: zeish.node.v2.TemplateReply.template:type_name -> zeish.node.v2.Template
+	59, // 40: zeish.node.v2.TemplateEvent.time:type_name -> google.protobuf.Timestamp
+	40, // 41: zeish.node.v2.TemplateEvent.progress:type_name -> zeish.node.v2.TemplateProgress
+	36, // 42: zeish.node.v2.TemplateEvent.template:type_name -> zeish.node.v2.Template
+	2,  // 43: zeish.node.v2.RegisterRequest.version:type_name -> zeish.node.v2.Version
+	58, // 44: zeish.node.v2.RegisterRequest.labels:type_name -> zeish.node.v2.RegisterRequest.LabelsEntry
+	42, // 45: zeish.node.v2.RegisterRequest.capacity:type_name -> zeish.node.v2.Capacity
+	2,  // 46: zeish.node.v2.RegisterReply.version:type_name -> zeish.node.v2.Version
+	42, // 47: zeish.node.v2.HeartbeatRequest.capacity:type_name -> zeish.node.v2.Capacity
+	8,  // 48: zeish.node.v2.Node.Create:input_type -> zeish.node.v2.CreateRequest
+	10, // 49: zeish.node.v2.Node.Clone:input_type -> zeish.node.v2.CloneRequest
+	11, // 50: zeish.node.v2.Node.CloneSnapshot:input_type -> zeish.node.v2.CloneSnapshotRequest
+	12, // 51: zeish.node.v2.Node.CloneImage:input_type -> zeish.node.v2.CloneImageRequest
+	15, // 52: zeish.node.v2.Node.CreateSnapshot:input_type -> zeish.node.v2.CreateSnapshotRequest
+	17, // 53: zeish.node.v2.Node.DeleteSnapshot:input_type -> zeish.node.v2.DeleteSnapshotRequest
+	19, // 54: zeish.node.v2.Node.Restore:input_type -> zeish.node.v2.RestoreRequest
+	21, // 55: zeish.node.v2.Node.Lifecycle:input_type -> zeish.node.v2.LifecycleRequest
+	22, // 56: zeish.node.v2.Node.Wait:input_type -> zeish.node.v2.WaitRequest
+	23, // 57: zeish.node.v2.Node.SetPortPublic:input_type -> zeish.node.v2.SetPortPublicRequest
+	24, // 58: zeish.node.v2.Node.SetNetwork:input_type -> zeish.node.v2.SetNetworkRequest
+	7,  // 59: zeish.node.v2.Node.NetBytes:input_type -> zeish.node.v2.SandboxRef
+	7,  // 60: zeish.node.v2.Node.ListeningPorts:input_type -> zeish.node.v2.SandboxRef
+	7,  // 61: zeish.node.v2.Node.GitStatus:input_type -> zeish.node.v2.SandboxRef
+	7,  // 62: zeish.node.v2.Node.BrowserVersion:input_type -> zeish.node.v2.SandboxRef
+	7,  // 63: zeish.node.v2.Node.DesktopStatus:input_type -> zeish.node.v2.SandboxRef
+	33, // 64: zeish.node.v2.Node.BuildTemplate:input_type -> zeish.node.v2.BuildTemplateRequest
+	38, // 65: zeish.node.v2.Node.DeleteTemplate:input_type -> zeish.node.v2.DeleteTemplateRequest
+	39, // 66: zeish.node.v2.Node.TemplateEvents:input_type -> zeish.node.v2.TemplateEventsRequest
+	43, // 67: zeish.node.v2.Control.Join:input_type -> zeish.node.v2.JoinRequest
+	45, // 68: zeish.node.v2.Control.Register:input_type -> zeish.node.v2.RegisterRequest
+	47, // 69: zeish.node.v2.Control.Heartbeat:input_type -> zeish.node.v2.HeartbeatRequest
+	14, // 70: zeish.node.v2.Node.Create:output_type -> zeish.node.v2.SandboxReply
+	13, // 71: zeish.node.v2.Node.Clone:output_type -> zeish.node.v2.CloneReply
+	13, // 72: zeish.node.v2.Node.CloneSnapshot:output_type -> zeish.node.v2.CloneReply
+	13, // 73: zeish.node.v2.Node.CloneImage:output_type -> zeish.node.v2.CloneReply
+	16, // 74: zeish.node.v2.Node.CreateSnapshot:output_type -> zeish.node.v2.SnapshotReply
+	18, // 75: zeish.node.v2.Node.DeleteSnapshot:output_type -> zeish.node.v2.DeleteSnapshotReply
+	20, // 76: zeish.node.v2.Node.Restore:output_type -> zeish.node.v2.RestoreReply
+	14, // 77: zeish.node.v2.Node.Lifecycle:output_type -> zeish.node.v2.SandboxReply
+	14, // 78: zeish.node.v2.Node.Wait:output_type -> zeish.node.v2.SandboxReply
+	14, // 79: zeish.node.v2.Node.SetPortPublic:output_type -> zeish.node.v2.SandboxReply
+	14, // 80: zeish.node.v2.Node.SetNetwork:output_type -> zeish.node.v2.SandboxReply
+	25, // 81: zeish.node.v2.Node.NetBytes:output_type -> zeish.node.v2.NetBytesReply
+	27, // 82: zeish.node.v2.Node.ListeningPorts:output_type -> zeish.node.v2.ListeningPortsReply
+	29, // 83: zeish.node.v2.Node.GitStatus:output_type -> zeish.node.v2.GitStatusReply
+	30, // 84: zeish.node.v2.Node.BrowserVersion:output_type -> zeish.node.v2.BrowserVersionReply
+	31, // 85: zeish.node.v2.Node.DesktopStatus:output_type -> zeish.node.v2.DesktopStatusReply
+	37, // 86: zeish.node.v2.Node.BuildTemplate:output_type -> zeish.node.v2.TemplateReply
+	37, // 87: zeish.node.v2.Node.DeleteTemplate:output_type -> zeish.node.v2.TemplateReply
+	41, // 88: zeish.node.v2.Node.TemplateEvents:output_type -> zeish.node.v2.TemplateEvent
+	44, // 89: zeish.node.v2.Control.Join:output_type -> zeish.node.v2.JoinReply
+	46, // 90: zeish.node.v2.Control.Register:output_type -> zeish.node.v2.RegisterReply
+	48, // 91: zeish.node.v2.Control.Heartbeat:output_type -> zeish.node.v2.HeartbeatReply
+	70, // [70:92] is the sub-list for method output_type
+	48, // [48:70] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_zeish_node_v2_node_proto_init() }
@@ -4157,7 +4241,7 @@ func file_zeish_node_v2_node_proto_init() {
 	if File_zeish_node_v2_node_proto != nil {
 		return
 	}
-	file_zeish_node_v2_node_proto_msgTypes[30].OneofWrappers = []any{
+	file_zeish_node_v2_node_proto_msgTypes[31].OneofWrappers = []any{
 		(*BuildTemplateRequest_Spec)(nil),
 		(*BuildTemplateRequest_Chunk)(nil),
 		(*BuildTemplateRequest_End)(nil),
@@ -4168,7 +4252,7 @@ func file_zeish_node_v2_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_zeish_node_v2_node_proto_rawDesc), len(file_zeish_node_v2_node_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   55,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -261,6 +261,11 @@ class Sandbox(TypedDict):
 
     #: The sandbox this one was forked from.
     parent_id: NotRequired[SandboxID]
+
+    #: For a `stopped` sandbox with an image store (`ZEISH_IMAGE_STORE`): whether its saved state is
+    #: whole in the store, so it can start on another node if its own is lost (only running memory
+    #: is lost with a node). Absent otherwise.
+    image_durable: NotRequired[bool]
     env: EnvMap
 
     #: The repository cloned into `git_path` at create.
@@ -634,6 +639,13 @@ class CloneRequest(TypedDict):
     #: child resumes the parent's machine, network card included.
     network: NotRequired[NetworkRequest]
 
+    #: Where the children run in a cluster. `parent`: all on the parent's node (its image is there),
+    #: or 409 `node_full` when they do not fit. `any`: as many as fit on the parent's node, the rest
+    #: on other nodes, which start them from the fork's image once it is in the image store
+    #: (`ZEISH_IMAGE_STORE`); each child's `host` says where it runs. On one host both mean the
+    #: same.
+    placement: NotRequired[Literal['parent', 'any']]
+
 
 class GitStatusDirtyItem(TypedDict):
     """The API's `GitStatusDirtyItem` object."""
@@ -718,6 +730,12 @@ class Snapshot(TypedDict):
 
     #: Always true.
     include_ram: bool
+
+    #: Whether the snapshot's image is whole in the image store (`ZEISH_IMAGE_STORE`), so it
+    #: survives the loss of the node that took it and can be restored or cloned on another. The
+    #: upload runs in the background after the snapshot; until it is done the snapshot is served
+    #: from its node only. Absent without an image store.
+    durable: NotRequired[bool]
 
 
 class SnapshotList(TypedDict):

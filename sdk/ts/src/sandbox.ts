@@ -66,6 +66,8 @@ export interface CloneOptions extends LifecycleOptions {
   maxCostMicros?: number;
   browser?: boolean;
   desktop?: boolean;
+  /** In a cluster: `parent` (default: every child on the parent's node, or 409 node_full) or `any` (those that do not fit there start on other nodes). */
+  placement?: "parent" | "any";
 }
 
 export interface CloneResult {

@@ -1834,6 +1834,12 @@ export interface components {
             };
             /** @description The sandbox this one was forked from. */
             parent_id?: components["schemas"]["SandboxID"];
+            /**
+             * @description For a `stopped` sandbox with an image store (`ZEISH_IMAGE_STORE`): whether its saved
+             *     state is whole in the store, so it can start on another node if its own is lost (only
+             *     running memory is lost with a node). Absent otherwise.
+             */
+            image_durable?: boolean;
             env: components["schemas"]["EnvMap"];
             /** @description The repository cloned into `git_path` at create. */
             git_repo?: string;
@@ -2227,6 +2233,16 @@ export interface components {
              *     parent's: a child resumes the parent's machine, network card included.
              */
             network?: components["schemas"]["NetworkRequest"];
+            /**
+             * @description Where the children run in a cluster. `parent`: all on the parent's node (its image is
+             *     there), or 409 `node_full` when they do not fit. `any`: as many as fit on the parent's
+             *     node, the rest on other nodes, which start them from the fork's image once it is in the
+             *     image store (`ZEISH_IMAGE_STORE`); each child's `host` says where it runs. On one host
+             *     both mean the same.
+             * @default parent
+             * @enum {string}
+             */
+            placement?: "parent" | "any";
         };
         GitStatus: {
             repo: string;
@@ -2294,6 +2310,13 @@ export interface components {
             size_bytes: number;
             /** @description Always true. */
             include_ram: boolean;
+            /**
+             * @description Whether the snapshot's image is whole in the image store (`ZEISH_IMAGE_STORE`), so it
+             *     survives the loss of the node that took it and can be restored or cloned on another.
+             *     The upload runs in the background after the snapshot; until it is done the snapshot is
+             *     served from its node only. Absent without an image store.
+             */
+            durable?: boolean;
         };
         SnapshotList: {
             snapshots: components["schemas"]["Snapshot"][];

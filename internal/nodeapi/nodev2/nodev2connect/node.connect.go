@@ -80,6 +80,8 @@ const (
 	NodeCloneProcedure = "/zeish.node.v2.Node/Clone"
 	// NodeCloneSnapshotProcedure is the fully-qualified name of the Node's CloneSnapshot RPC.
 	NodeCloneSnapshotProcedure = "/zeish.node.v2.Node/CloneSnapshot"
+	// NodeCloneImageProcedure is the fully-qualified name of the Node's CloneImage RPC.
+	NodeCloneImageProcedure = "/zeish.node.v2.Node/CloneImage"
 	// NodeCreateSnapshotProcedure is the fully-qualified name of the Node's CreateSnapshot RPC.
 	NodeCreateSnapshotProcedure = "/zeish.node.v2.Node/CreateSnapshot"
 	// NodeDeleteSnapshotProcedure is the fully-qualified name of the Node's DeleteSnapshot RPC.
@@ -127,6 +129,9 @@ type NodeClient interface {
 	Clone(context.Context, *connect.Request[nodev2.CloneRequest]) (*connect.Response[nodev2.CloneReply], error)
 	// CloneSnapshot starts children from a snapshot kept on this node.
 	CloneSnapshot(context.Context, *connect.Request[nodev2.CloneSnapshotRequest]) (*connect.Response[nodev2.CloneReply], error)
+	// 2.2: children of a fork whose parent runs on another node, started
+	// from the fork's image, fetched from the image store.
+	CloneImage(context.Context, *connect.Request[nodev2.CloneImageRequest]) (*connect.Response[nodev2.CloneReply], error)
 	CreateSnapshot(context.Context, *connect.Request[nodev2.CreateSnapshotRequest]) (*connect.Response[nodev2.SnapshotReply], error)
 	DeleteSnapshot(context.Context, *connect.Request[nodev2.DeleteSnapshotRequest]) (*connect.Response[nodev2.DeleteSnapshotReply], error)
 	Restore(context.Context, *connect.Request[nodev2.RestoreRequest]) (*connect.Response[nodev2.RestoreReply], error)
@@ -181,6 +186,12 @@ func NewNodeClient(httpClient connect.HTTPClient, baseURL string, opts ...connec
 			httpClient,
 			baseURL+NodeCloneSnapshotProcedure,
 			connect.WithSchema(nodeMethods.ByName("CloneSnapshot")),
+			connect.WithClientOptions(opts...),
+		),
+		cloneImage: connect.NewClient[nodev2.CloneImageRequest, nodev2.CloneReply](
+			httpClient,
+			baseURL+NodeCloneImageProcedure,
+			connect.WithSchema(nodeMethods.ByName("CloneImage")),
 			connect.WithClientOptions(opts...),
 		),
 		createSnapshot: connect.NewClient[nodev2.CreateSnapshotRequest, nodev2.SnapshotReply](
@@ -281,6 +292,7 @@ type nodeClient struct {
 	create         *connect.Client[nodev2.CreateRequest, nodev2.SandboxReply]
 	clone          *connect.Client[nodev2.CloneRequest, nodev2.CloneReply]
 	cloneSnapshot  *connect.Client[nodev2.CloneSnapshotRequest, nodev2.CloneReply]
+	cloneImage     *connect.Client[nodev2.CloneImageRequest, nodev2.CloneReply]
 	createSnapshot *connect.Client[nodev2.CreateSnapshotRequest, nodev2.SnapshotReply]
 	deleteSnapshot *connect.Client[nodev2.DeleteSnapshotRequest, nodev2.DeleteSnapshotReply]
 	restore        *connect.Client[nodev2.RestoreRequest, nodev2.RestoreReply]
@@ -311,6 +323,11 @@ func (c *nodeClient) Clone(ctx context.Context, req *connect.Request[nodev2.Clon
 // CloneSnapshot calls zeish.node.v2.Node.CloneSnapshot.
 func (c *nodeClient) CloneSnapshot(ctx context.Context, req *connect.Request[nodev2.CloneSnapshotRequest]) (*connect.Response[nodev2.CloneReply], error) {
 	return c.cloneSnapshot.CallUnary(ctx, req)
+}
+
+// CloneImage calls zeish.node.v2.Node.CloneImage.
+func (c *nodeClient) CloneImage(ctx context.Context, req *connect.Request[nodev2.CloneImageRequest]) (*connect.Response[nodev2.CloneReply], error) {
+	return c.cloneImage.CallUnary(ctx, req)
 }
 
 // CreateSnapshot calls zeish.node.v2.Node.CreateSnapshot.
@@ -397,6 +414,9 @@ type NodeHandler interface {
 	Clone(context.Context, *connect.Request[nodev2.CloneRequest]) (*connect.Response[nodev2.CloneReply], error)
 	// CloneSnapshot starts children from a snapshot kept on this node.
 	CloneSnapshot(context.Context, *connect.Request[nodev2.CloneSnapshotRequest]) (*connect.Response[nodev2.CloneReply], error)
+	// 2.2: children of a fork whose parent runs on another node, started
+	// from the fork's image, fetched from the image store.
+	CloneImage(context.Context, *connect.Request[nodev2.CloneImageRequest]) (*connect.Response[nodev2.CloneReply], error)
 	CreateSnapshot(context.Context, *connect.Request[nodev2.CreateSnapshotRequest]) (*connect.Response[nodev2.SnapshotReply], error)
 	DeleteSnapshot(context.Context, *connect.Request[nodev2.DeleteSnapshotRequest]) (*connect.Response[nodev2.DeleteSnapshotReply], error)
 	Restore(context.Context, *connect.Request[nodev2.RestoreRequest]) (*connect.Response[nodev2.RestoreReply], error)
@@ -447,6 +467,12 @@ func NewNodeHandler(svc NodeHandler, opts ...connect.HandlerOption) (string, htt
 		NodeCloneSnapshotProcedure,
 		svc.CloneSnapshot,
 		connect.WithSchema(nodeMethods.ByName("CloneSnapshot")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeCloneImageHandler := connect.NewUnaryHandler(
+		NodeCloneImageProcedure,
+		svc.CloneImage,
+		connect.WithSchema(nodeMethods.ByName("CloneImage")),
 		connect.WithHandlerOptions(opts...),
 	)
 	nodeCreateSnapshotHandler := connect.NewUnaryHandler(
@@ -547,6 +573,8 @@ func NewNodeHandler(svc NodeHandler, opts ...connect.HandlerOption) (string, htt
 			nodeCloneHandler.ServeHTTP(w, r)
 		case NodeCloneSnapshotProcedure:
 			nodeCloneSnapshotHandler.ServeHTTP(w, r)
+		case NodeCloneImageProcedure:
+			nodeCloneImageHandler.ServeHTTP(w, r)
 		case NodeCreateSnapshotProcedure:
 			nodeCreateSnapshotHandler.ServeHTTP(w, r)
 		case NodeDeleteSnapshotProcedure:
@@ -596,6 +624,10 @@ func (UnimplementedNodeHandler) Clone(context.Context, *connect.Request[nodev2.C
 
 func (UnimplementedNodeHandler) CloneSnapshot(context.Context, *connect.Request[nodev2.CloneSnapshotRequest]) (*connect.Response[nodev2.CloneReply], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("zeish.node.v2.Node.CloneSnapshot is not implemented"))
+}
+
+func (UnimplementedNodeHandler) CloneImage(context.Context, *connect.Request[nodev2.CloneImageRequest]) (*connect.Response[nodev2.CloneReply], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("zeish.node.v2.Node.CloneImage is not implemented"))
 }
 
 func (UnimplementedNodeHandler) CreateSnapshot(context.Context, *connect.Request[nodev2.CreateSnapshotRequest]) (*connect.Response[nodev2.SnapshotReply], error) {

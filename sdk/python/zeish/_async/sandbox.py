@@ -200,13 +200,14 @@ class AsyncSnapshots:
         browser: bool | None = None,
         desktop: bool | None = None,
         network: NetworkRequest | None = None,
+        placement: Literal["parent", "any"] | None = None,
         wait: bool = True,
         wait_timeout: float = DEFAULT_WAIT,
     ) -> AsyncCloneResult:
         """New sandboxes from the snapshot: fork children of the sandbox as it
         was when the snapshot was taken; the sandbox itself is untouched."""
         req = body(count=count, name=name, git_branch=git_branch, pr_number=pr_number, max_cost_micros=max_cost_micros)
-        req.update(body(browser=browser, desktop=desktop, network=network))
+        req.update(body(browser=browser, desktop=desktop, network=network, placement=placement))
         return await fork_at(self._t, self._path(ref) + "/clone", req, wait, wait_timeout, self._sb._ttl)
 
 
@@ -310,14 +311,17 @@ class AsyncSandbox(AsyncResource):
         browser: bool | None = None,
         desktop: bool | None = None,
         network: NetworkRequest | None = None,
+        placement: Literal["parent", "any"] | None = None,
         wait: bool = True,
         wait_timeout: float = DEFAULT_WAIT,
     ) -> AsyncCloneResult:
         """Forks the sandbox while it runs: ``count`` children (1–16) carry on
         from this instant, copy-on-write. By default waits until every child
-        runs. Fields left out keep the parent's value."""
+        runs. Fields left out keep the parent's value. In a cluster,
+        ``placement="any"`` starts the children that do not fit on the
+        parent's node on other nodes (each child's ``host`` says where)."""
         req = body(count=count, name=name, git_branch=git_branch, pr_number=pr_number, max_cost_micros=max_cost_micros)
-        req.update(body(browser=browser, desktop=desktop, network=network))
+        req.update(body(browser=browser, desktop=desktop, network=network, placement=placement))
         return await fork_at(self._t, self._path("/clone"), req, wait, wait_timeout, self._ttl)
 
     fork = clone

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/zeish/zeish/internal/imagestore"
+	"github.com/zeish/zeish/internal/node/images"
+)
+
+// openImageStore opens the image store the cluster's nodes share, named by
+// ZEISH_IMAGE_STORE (s3://bucket/prefix?endpoint=…, or file:///path for a
+// folder every node mounts): nil when unset, the single-host default where
+// images stay on their host. A store that cannot be reached, or refuses
+// the credentials, stops zeishd at start with a message saying so.
+func openImageStore(ctx context.Context, log *slog.Logger, shmDir string) (*images.Remote, error) {
+	raw := os.Getenv("ZEISH_IMAGE_STORE")
+	if raw == "" {
+		return nil, nil
+	}
+	wait, err := time.ParseDuration(env("ZEISH_IMAGE_FETCH_WAIT", "5m"))
+	if err != nil || wait < 0 {
+		return nil, fmt.Errorf("ZEISH_IMAGE_FETCH_WAIT: want a duration (5m), got %q", os.Getenv("ZEISH_IMAGE_FETCH_WAIT"))
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	b, err := imagestore.OpenBackend(cctx, raw)
+	if err != nil {
+		return nil, fmt.Errorf("ZEISH_IMAGE_STORE: %w", err)
+	}
+	st := imagestore.New(b, imagestore.Options{Logger: log})
+	log.Info("image store", "store", st.String())
+	go collectStore(ctx, log, st)
+	return &images.Remote{Store: st, ShmDir: shmDir, WaitDurable: wait}, nil
+}
+
+// collectStore runs the image store's chunk gc hourly: chunks no manifest
+// or lease lists go (images themselves are deleted by the nodes' gc, when
+// no record needs them). Every node runs it; runs may overlap safely.
+func collectStore(ctx context.Context, log *slog.Logger, st *imagestore.Store) {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if stats, err := st.GC(ctx); err != nil {
+			log.Warn("image store gc", "err", err)
+		} else if stats.Deleted > 0 {
+			log.Info("image store gc", "deleted_chunks", stats.Deleted, "deleted_bytes", stats.DeletedBytes)
+		}
+	}
+}
+
+// collectors are the image store's metrics, for /metrics (none without one).
+func (l *local) collectors() []prometheus.Collector {
+	if l.images == nil {
+		return nil
+	}
+	return l.images.Metrics().Collectors()
+}

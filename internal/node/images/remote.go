@@ -1,0 +1,444 @@
+package images
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/datadir"
+	"github.com/zeish/zeish/internal/imagestore"
+	"github.com/zeish/zeish/vmm"
+)
+
+// The remote tier is the image store every node of a cluster shares
+// (internal/imagestore, ZEISH_IMAGE_STORE). Unlike the cold tier it holds
+// whole images: memory, device state and the frozen disk layer, with the
+// image's record, so a node that never had an image can start a VM from
+// it. An image is uploaded in the background once it is complete (Publish,
+// after the capture: a pause never waits for it) and is durable once its
+// manifest is in the store; a marker file in its folder (durableFile)
+// records that on the node. Until then it is served from its node only.
+// docs/images.md says how it fits together.
+
+const (
+	durableFile = "durable" // in an image's folder: the store holds it whole
+	// Names of an image's files in the store.
+	fileMem   = "mem"
+	fileState = "state"
+	fileDisk  = "disk"
+)
+
+// Remote is a node's view of the shared image store.
+type Remote struct {
+	Store *imagestore.Store
+	// ShmDir is where fetched images' RAM files go (the tmpfs the driver
+	// maps guests' RAM from).
+	ShmDir string
+	// WaitDurable is how long a fetch waits for an image another node is
+	// still uploading (a fork's children placed elsewhere wait for the
+	// fork's image).
+	WaitDurable time.Duration
+}
+
+// remote is the store's state of its remote tier.
+type remote struct {
+	Remote
+	mu      sync.Mutex
+	uploads map[string]*imagestore.Upload // by image id, in flight
+	fetches singleflight.Group
+	// layers caches the disk chain of images known only from the store
+	// (manifests never change), for gc's roots.
+	layers map[string][]string
+}
+
+// HasRemote reports whether the node shares an image store.
+func (s *Store) HasRemote() bool { return s.remote != nil }
+
+// Durable reports whether image id is whole in the shared store, as this
+// node knows it (its marker; an image fetched from the store is durable).
+func (s *Store) Durable(id string) bool {
+	_, err := os.Lstat(filepath.Join(s.Dir(id), durableFile))
+	return err == nil
+}
+
+// portable is an image's record as the store keeps it: no paths, since
+// each node keeps its files in its own data dir.
+type portable struct {
+	ID         string    `json:"id"`
+	SandboxID  string    `json:"sandbox_id"`
+	MemoryMiB  int       `json:"memory_mib,omitempty"`
+	HasVM      bool      `json:"vm,omitempty"`
+	HasMem     bool      `json:"mem,omitempty"`
+	HasDisk    bool      `json:"disk,omitempty"`
+	Layers     []string  `json:"layers,omitempty"`
+	MergedFrom string    `json:"merged_from,omitempty"`
+	Base       string    `json:"base,omitempty"` // the disk's bottom (a template's disk) as its node named it
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+// Publish uploads image m to the shared store in the background, as a
+// delta of the image below its disk (its RAM's origin, when it was a fork
+// child or a restored VM). It returns at once; nothing if the node shares
+// no store, the image is not complete or is durable already. A node
+// restarted mid-upload publishes again (Resume): the store keeps what was
+// stored and the upload goes on from there.
+func (s *Store) Publish(m *Meta) {
+	r := s.remote
+	if r == nil || m == nil || m.Disk == "" || s.Durable(m.ID) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.uploads[m.ID] != nil {
+		return
+	}
+	spec, err := s.uploadSpec(m)
+	if err != nil {
+		s.log.Warn("image store: not uploading", "image", m.ID, "err", err)
+		return
+	}
+	// The upload reads the image's files: gc must not take them meanwhile.
+	lease := s.Lease(m.ID)
+	up := r.Store.StartUpload(context.Background(), spec)
+	r.uploads[m.ID] = up
+	go func() {
+		defer lease.Release()
+		began := time.Now()
+		man, err := up.Wait()
+		r.mu.Lock()
+		delete(r.uploads, m.ID)
+		r.mu.Unlock()
+		if err != nil {
+			s.log.Warn("image store: upload failed; the image is served from this node only", "image", m.ID, "err", err)
+			return
+		}
+		if err := datadir.WriteFile(filepath.Join(s.Dir(m.ID), durableFile), []byte(time.Now().UTC().Format(time.RFC3339)+"\n")); err != nil {
+			s.log.Warn("image store: mark durable", "image", m.ID, "err", err)
+		}
+		p := up.Progress()
+		s.log.Info("image durable", "image", m.ID, "parent", spec.Parent, "uploaded_bytes", p.Uploaded+p.Manifest,
+			"shared_bytes", p.Shared, "stored_bytes", man.StoredBytes(), "seconds", time.Since(began).Seconds())
+	}()
+}
+
+// WaitUploaded waits for image id's upload in flight, if any (tests, and
+// a fork whose children start elsewhere).
+func (s *Store) WaitUploaded(ctx context.Context, id string) error {
+	up := s.inFlight(id)
+	if up == nil {
+		return nil
+	}
+	select {
+	case <-up.Done():
+		_, err := up.Wait()
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Uploaded is the progress of image id's upload in flight (ok false: none).
+func (s *Store) Uploaded(id string) (imagestore.Progress, bool) {
+	up := s.inFlight(id)
+	if up == nil {
+		return imagestore.Progress{}, false
+	}
+	return up.Progress(), true
+}
+
+// inFlight is image id's upload in flight (nil: none, or no store).
+func (s *Store) inFlight(id string) *imagestore.Upload {
+	r := s.remote
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.uploads[id]
+}
+
+// ResumeUploads publishes every complete image that is not durable yet:
+// what a restart interrupted.
+func (s *Store) ResumeUploads() {
+	if s.remote == nil {
+		return
+	}
+	for _, m := range s.All() {
+		if m.VM != nil && m.Disk != "" {
+			s.Publish(m)
+		}
+	}
+}
+
+func (s *Store) uploadSpec(m *Meta) (imagestore.UploadSpec, error) {
+	p := portable{ID: m.ID, SandboxID: m.SandboxID, HasDisk: m.Disk != "", Layers: m.Layers,
+		MergedFrom: m.MergedFrom, CreatedAt: m.CreatedAt}
+	spec := imagestore.UploadSpec{ID: m.ID}
+	if len(m.Layers) > 0 {
+		spec.Parent = m.Layers[len(m.Layers)-1]
+	} else {
+		base, err := s.opts.Driver.DiskBacking(m.Disk)
+		if err != nil {
+			return spec, err
+		}
+		p.Base = base
+	}
+	var parent *Meta
+	if spec.Parent != "" {
+		parent, _ = s.Read(spec.Parent)
+	}
+	local := func(path func(*Meta) string) string {
+		if parent == nil || parent.VM == nil {
+			return ""
+		}
+		if p := path(parent); p != "" {
+			if _, err := os.Lstat(p); err == nil {
+				return p
+			}
+		}
+		return ""
+	}
+	if m.VM != nil {
+		p.HasVM, p.MemoryMiB = true, m.VM.MemoryMiB
+		spec.Files = append(spec.Files, imagestore.SourceFile{Name: fileState, Path: m.VM.StateFile})
+		if m.VM.MemFile != "" {
+			p.HasMem = true
+			spec.Files = append(spec.Files, imagestore.SourceFile{Name: fileMem, Path: m.VM.MemFile,
+				ParentPath: local(func(p *Meta) string { return p.VM.MemFile })})
+		}
+	}
+	spec.Files = append(spec.Files, imagestore.SourceFile{Name: fileDisk, Path: m.Disk})
+	b, err := json.Marshal(p)
+	spec.Meta = b
+	return spec, err
+}
+
+// Fetch makes image id local, bringing it from the shared store when the
+// node lacks it: whole (memory, state and disk layer) unless layerOnly,
+// with the images its disk chain goes through (their layers only). A
+// fetched layer is made to name this node's copy of the layer below it.
+// progress (nil: none) hears the bytes fetched so far of the whole.
+func (s *Store) Fetch(ctx context.Context, id string, layerOnly bool, progress func(done, total int64)) (*Meta, error) {
+	if m, err := s.Read(id); err == nil && (layerOnly || m.VM != nil) {
+		return m, nil
+	}
+	r := s.remote
+	if r == nil {
+		return nil, fmt.Errorf("image %s is not on host %s, and no image store is set (ZEISH_IMAGE_STORE) to fetch it from: %w",
+			id, s.opts.Host, errdefs.ErrNotFound)
+	}
+	key := id
+	if layerOnly {
+		key += " layer"
+	}
+	v, err, _ := r.fetches.Do(key, func() (any, error) { return s.fetch(ctx, id, layerOnly, progress) })
+	if err != nil {
+		return nil, err
+	}
+	return v.(*Meta), nil
+}
+
+func (s *Store) fetch(ctx context.Context, id string, layerOnly bool, progress func(done, total int64)) (*Meta, error) {
+	r := s.remote
+	man, err := s.manifest(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var p portable
+	if err := json.Unmarshal(man.Meta, &p); err != nil || p.ID != id {
+		return nil, fmt.Errorf("image %s: its record in the store is unreadable (%v): %w", id, err, errdefs.ErrInternal)
+	}
+	// The layers below first: this one's disk is made to name them.
+	for _, l := range p.Layers {
+		if _, err := s.Fetch(ctx, l, true, nil); err != nil {
+			return nil, fmt.Errorf("image %s: layer %s: %w", id, l, err)
+		}
+	}
+	backing := p.Base
+	if len(p.Layers) > 0 {
+		backing = s.LayerPath(p.Layers[len(p.Layers)-1])
+	} else if _, err := os.Stat(backing); err != nil {
+		return nil, fmt.Errorf("image %s stands on disk %s, which host %s does not have: %w", id, backing, s.opts.Host, errdefs.ErrUnavailable)
+	}
+	// A lease: gc must not take the folder while it is made.
+	lease := s.Lease(id)
+	defer lease.Release()
+	m, err := s.Read(id) // a layer fetched before, now wanted whole
+	fresh := err != nil
+	if fresh {
+		m = &Meta{ID: id, SandboxID: p.SandboxID, Layers: p.Layers, MergedFrom: p.MergedFrom, CreatedAt: p.CreatedAt}
+	}
+	want := []string{}
+	if fresh && p.HasDisk {
+		want = append(want, fileDisk)
+	}
+	if !layerOnly && p.HasVM {
+		want = append(want, fileState)
+		if p.HasMem {
+			want = append(want, fileMem)
+		}
+	}
+	var total, done int64
+	for _, name := range want {
+		if f, ok := man.File(name); ok {
+			total += f.Size
+		}
+	}
+	dir := s.Dir(id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fetchErr(err)
+	}
+	var made []string
+	undo := func() {
+		for _, f := range made {
+			os.Remove(f)
+		}
+		if fresh {
+			os.RemoveAll(dir)
+		}
+	}
+	vm := &vmm.Image{Dir: dir, MemoryMiB: p.MemoryMiB}
+	began := time.Now()
+	for _, name := range want {
+		var dst string
+		switch name {
+		case fileDisk:
+			dst = s.LayerPath(id)
+		case fileState:
+			dst = filepath.Join(dir, "state.bin")
+			vm.StateFile = dst
+		case fileMem:
+			dst = filepath.Join(r.ShmDir, "zeish-img-"+id+".mem")
+			vm.MemFile = dst
+		}
+		if err := r.Store.FetchFile(ctx, man, name, dst); err != nil {
+			undo()
+			return nil, fmt.Errorf("fetch image %s from %s: %w", id, r.Store, fetchErr(err))
+		}
+		made = append(made, dst)
+		if f, ok := man.File(name); ok {
+			done += f.Size
+		}
+		if progress != nil {
+			progress(done, total)
+		}
+		if name == fileDisk {
+			if err := s.opts.Driver.Relink(ctx, dst, backing); err != nil {
+				undo()
+				return nil, fmt.Errorf("image %s: %w", id, err)
+			}
+			ReadOnly(dst)
+			m.Disk = dst
+		}
+	}
+	if !layerOnly && p.HasVM {
+		m.VM = vm
+	}
+	if err := s.Write(m); err != nil {
+		undo()
+		return nil, fetchErr(err)
+	}
+	if p.HasVM && (!layerOnly || m.VM != nil) {
+		// Fetched whole from the store: it is durable.
+		datadir.WriteFile(filepath.Join(dir, durableFile), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"))
+	}
+	s.log.Info("image fetched", "image", id, "files", want, "bytes", done, "seconds", time.Since(began).Seconds())
+	return m, nil
+}
+
+// manifest reads image id's manifest, waiting up to WaitDurable for an
+// upload in flight elsewhere.
+func (s *Store) manifest(ctx context.Context, id string) (*imagestore.Manifest, error) {
+	r := s.remote
+	deadline := time.Now().Add(r.WaitDurable)
+	for {
+		man, err := r.Store.Manifest(ctx, id)
+		if err == nil || !errdefs.Is(err, errdefs.ClassNotFound) || !time.Now().Before(deadline) {
+			if errdefs.Is(err, errdefs.ClassNotFound) {
+				return nil, fmt.Errorf("image %s is not on host %s and not (yet) durable in the image store: %w", id, s.opts.Host, errdefs.ErrNotFound)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("image %s: the image store %s: %w", id, r.Store, err)
+			}
+			return man, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// InRemote reports whether image id is durable in the shared store.
+func (s *Store) InRemote(ctx context.Context, id string) (bool, error) {
+	if s.remote == nil {
+		return false, nil
+	}
+	return s.remote.Store.Durable(ctx, id)
+}
+
+// RemoteLayers is the disk chain of image id as the shared store records
+// it (for gc's roots of images this node does not hold).
+func (s *Store) RemoteLayers(ctx context.Context, id string) ([]string, error) {
+	r := s.remote
+	if r == nil {
+		return nil, nil
+	}
+	r.mu.Lock()
+	l, ok := r.layers[id]
+	r.mu.Unlock()
+	if ok {
+		return l, nil
+	}
+	man, err := r.Store.Manifest(ctx, id)
+	if errdefs.Is(err, errdefs.ClassNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var p portable
+	if err := json.Unmarshal(man.Meta, &p); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.layers[id] = p.Layers
+	r.mu.Unlock()
+	return p.Layers, nil
+}
+
+// dropRemote deletes image id from the shared store: gc found that no
+// record of the cluster needs it. An error keeps the local folder, so the
+// next gc tries again (a crash between the two does the same).
+func (s *Store) dropRemote(ctx context.Context, id string) error {
+	if s.remote == nil {
+		return nil
+	}
+	if s.inFlight(id) != nil {
+		return fmt.Errorf("image %s is being uploaded", id)
+	}
+	return s.remote.Store.Delete(ctx, id)
+}
+
+// fetchErr classes a local failure of a fetch: a full disk is storage_full.
+func fetchErr(err error) error {
+	if errdefs.Of(err) == errdefs.ErrStorageFull || errors.Is(err, errdefs.ErrStorageFull) {
+		return err
+	}
+	if isFull(err) {
+		return fmt.Errorf("%w: %w", err, errdefs.ErrStorageFull)
+	}
+	return err
+}
+
+func isFull(err error) bool { return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) }

@@ -1,0 +1,152 @@
+package images
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/imagestore"
+	"github.com/zeish/zeish/internal/imagestore/blob/folder"
+	"github.com/zeish/zeish/vmm"
+)
+
+// sharedRig is a node's store on a shared image store (a folder).
+func sharedRig(t *testing.T, shared *imagestore.Store) *rig {
+	r := newRig(t)
+	r.opts.Remote = &Remote{Store: shared, ShmDir: r.shm, WaitDurable: time.Second}
+	r.s = New(r.opts)
+	return r
+}
+
+// portableImage makes a complete image whose disk is backed by backing.
+func (r *rig) portableImage(backing string, mem []byte, layers ...string) *Meta {
+	r.t.Helper()
+	id, dir, lease, err := r.s.Create()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer lease.Release()
+	m := &Meta{ID: id, SandboxID: "sb_x", VM: &vmm.Image{Dir: dir, MemFile: filepath.Join(r.shm, "zeish-img-"+id+".mem"),
+		StateFile: filepath.Join(dir, "state.bin"), MemoryMiB: 64}, Disk: r.s.LayerPath(id), Layers: layers, CreatedAt: time.Now().UTC()}
+	for f, b := range map[string][]byte{m.VM.MemFile: mem, m.VM.StateFile: []byte("state of " + id), m.Disk: []byte("overlay of " + backing + "\n")} {
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	if err := r.s.Write(m); err != nil {
+		r.t.Fatal(err)
+	}
+	return m
+}
+
+// TestImagesTravelThroughTheStore: an image made on one node, and a child
+// of it, are uploaded in the background (the child as a delta), and a node
+// that never had them fetches the child whole with its parent's layer, its
+// disk naming that node's copy of the layer below; gc on either node
+// deletes them from the store only once no record needs them.
+func TestImagesTravelThroughTheStore(t *testing.T) {
+	ctx := context.Background()
+	b, err := folder.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := imagestore.New(b, imagestore.Options{})
+	a, c := sharedRig(t, shared), sharedRig(t, shared)
+	base := filepath.Join(t.TempDir(), "base.img")
+	os.WriteFile(base, []byte("a template's disk"), 0o600)
+
+	mem := make([]byte, 4<<20)
+	rand.Read(mem)
+	parent := a.portableImage(base, mem)
+	childMem := bytes.Clone(mem)
+	copy(childMem[8192:], bytes.Repeat([]byte{7}, 4096)) // one private page
+	child := a.portableImage(a.s.LayerPath(parent.ID), childMem, parent.ID)
+
+	a.s.Publish(parent)
+	if err := a.s.WaitUploaded(ctx, parent.ID); err != nil {
+		t.Fatal(err)
+	}
+	a.s.Publish(child)
+	if err := a.s.WaitUploaded(ctx, child.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return a.s.Durable(child.ID) && a.s.Durable(parent.ID) })
+
+	var last [2]int64
+	got, err := c.s.Fetch(ctx, child.ID, false, func(done, total int64) { last = [2]int64{done, total} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done, total := last[0], last[1]; done != total || total < int64(len(mem)) {
+		t.Errorf("progress ended at %v, want all of at least %d bytes", last, len(mem))
+	}
+	if b, _ := os.ReadFile(got.VM.MemFile); !bytes.Equal(b, childMem) {
+		t.Error("the fetched child's memory differs from the original")
+	}
+	if b, _ := (fakeDriver{}).DiskBacking(got.Disk); b != c.s.LayerPath(parent.ID) {
+		t.Errorf("the fetched child's disk names %q, want this node's copy of its parent's layer %q", b, c.s.LayerPath(parent.ID))
+	}
+	if b, _ := (fakeDriver{}).DiskBacking(c.s.LayerPath(parent.ID)); b != base {
+		t.Errorf("the parent's layer names %q, want the template's disk %q", b, base)
+	}
+	if pm, _ := c.s.Read(parent.ID); pm == nil || pm.VM != nil {
+		t.Errorf("the parent was wanted for its layer only: %+v", pm)
+	}
+	if !c.s.Durable(child.ID) {
+		t.Error("a fetched image is durable")
+	}
+
+	// Needed by a record: gc keeps it in the store.
+	c.refs.whole, c.refs.layers = []string{child.ID}, []string{parent.ID}
+	c.s.Collect(ctx)
+	if ok, _ := shared.Durable(ctx, child.ID); !ok {
+		t.Fatal("gc deleted an image a record needs from the store")
+	}
+	// Needed by none: the first node to collect it deletes it from the store.
+	c.refs.whole, c.refs.layers = nil, nil
+	c.s.Collect(ctx)
+	for _, id := range []string{child.ID, parent.ID} {
+		if ok, _ := shared.Durable(ctx, id); ok {
+			t.Errorf("image %s is still in the store once nothing refers to it", id)
+		}
+		if exists(c.s.Dir(id)) {
+			t.Errorf("image %s is still on the fetching node", id)
+		}
+	}
+	// The maker's gc finds it gone from the store already: no error, folder removed.
+	a.s.Collect(ctx)
+	if exists(a.s.Dir(child.ID)) {
+		t.Error("the maker kept an image nothing needs")
+	}
+}
+
+// TestFetchOfAnImageNotInTheStore says which host lacks it and why.
+func TestFetchOfAnImageNotInTheStore(t *testing.T) {
+	b, _ := folder.New(t.TempDir())
+	r := sharedRig(t, imagestore.New(b, imagestore.Options{}))
+	_, err := r.s.Fetch(context.Background(), "img_nothere", false, nil)
+	if !errdefs.Is(err, errdefs.ClassNotFound) {
+		t.Fatalf("fetch of an image never uploaded: %v, want not found", err)
+	}
+	if exists(r.s.Dir("img_nothere")) {
+		t.Error("a failed fetch left a folder")
+	}
+	local := newRig(t)
+	if _, err := local.s.Fetch(context.Background(), "img_nothere", false, nil); !errdefs.Is(err, errdefs.ClassNotFound) {
+		t.Fatalf("fetch without a store: %v", err)
+	}
+}
+
+func waitFor(t *testing.T, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+	}
+}
