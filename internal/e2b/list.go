@@ -204,7 +204,7 @@ func (f *Facade) listV1(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// listV2 is Sandbox.list (list.go).
+// listV2 is Sandbox.list (listQuery, above).
 func (f *Facade) listV2(w http.ResponseWriter, r *http.Request) {
 	lq, err := parseListQuery(r.URL.Query())
 	if err != nil {
