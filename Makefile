@@ -5,7 +5,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/zeish/zeish/internal/version.Version=$(VERSION)
 
-.PHONY: all deps build console run test test-ts test-python test-browser test-e2b vet bench bench-python fuzz crash clean proto
+.PHONY: all deps build console run test test-race test-ts test-python test-browser test-e2b vet bench bench-python fuzz crash clean proto
 
 all: build
 
@@ -30,14 +30,27 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l .)" || (echo "gofmt needed:"; gofmt -l .; exit 1)
 
+# VM_PACKAGES are the packages whose tests boot VMs (QEMU): they run without
+# the race detector, which would slow each guest's host side several times
+# over. Every other package runs with -race, and a race fails the run.
+# A package whose tests start booting VMs goes here (test-race reports the
+# wall time of each package it runs).
+MODULE       := github.com/zeish/zeish
+VM_PACKAGES  := ./e2e ./vmm/qemu ./template
+RACE_PACKAGES = $(filter-out $(addprefix $(MODULE)/,$(VM_PACKAGES:./%=%)),$(shell $(GO) list ./...))
+
 # VM tests share two cores: -p 2 keeps at most two test binaries at once.
 # The console is bundled first: zeishd embeds it, and e2e tests drive it.
-test: deps vet console
-	$(GO) test -p 2 -timeout 30m ./...
+test: deps vet console test-race
+	$(GO) test -p 2 -timeout 30m $(VM_PACKAGES)
 	$(MAKE) test-ts
 	$(MAKE) test-python
 	$(MAKE) test-browser
 	$(MAKE) test-e2b
+
+# Every package that boots no VM, under the race detector.
+test-race:
+	$(GO) test -p 2 -race -timeout 20m $(RACE_PACKAGES)
 
 # The TypeScript SDK and its eval-farm example, against a real zeishd (bin/)
 # and real VMs; the Go tests above fill the shared template cache first.
@@ -96,11 +109,11 @@ FUZZ_TARGETS := ./guest:FuzzFrameReader ./guest:FuzzReadChunk ./internal/server:
 	./internal/server:FuzzSnapshotName ./sandbox:FuzzCheckName ./sandbox:FuzzCheckID \
 	./internal/network:FuzzServeDNS ./sandbox:FuzzParseRule ./guest:FuzzListReplies \
 	./internal/guestports:FuzzParse ./internal/server:FuzzTermControl \
-	./internal/server:FuzzRewriteDevToolsJSON ./internal/server:FuzzHostPort ./internal/server:FuzzTokenVerify \
+	./internal/server:FuzzRewriteDevToolsJSON ./internal/server:FuzzHostPort ./internal/control:FuzzTokenVerify \
 	./internal/e2b:FuzzHostRoute ./guest:FuzzParseCredential \
 	./template:FuzzUnpackContained ./template:FuzzEntry ./template:FuzzCheckSymlink ./template/inroot:FuzzResolve \
 	./template/ocisource:FuzzIndexArchive ./template/ocisource:FuzzDecompress ./template/ocisource:FuzzParseManifest \
-	./internal/server:FuzzTemplateUpload
+	./internal/server:FuzzTemplateUpload ./internal/control:FuzzBuildRequest
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		echo "== $$t ($(FUZZTIME))"; \

@@ -43,14 +43,14 @@ func zeishdEnv(t *testing.T) map[string]bool {
 // subcommands are the roles zeishd runs in a multi-host deployment.
 var subcommands = []string{"control", "node"}
 
-// zeishd's sources define each role the manifests run.
+// zeishd's configuration defines each role the manifests run.
 func TestRolesExist(t *testing.T) {
-	b, err := os.ReadFile("../cmd/zeishd/cluster.go")
+	b, err := os.ReadFile("../internal/config/config.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, role := range subcommands {
-		if !regexp.MustCompile(`role\w+\s*=\s*"` + role + `"`).Match(b) {
+		if !regexp.MustCompile(`Role\w+\s*=\s*"` + role + `"`).Match(b) {
 			t.Errorf("zeishd has no role %q", role)
 		}
 	}

@@ -61,7 +61,7 @@ func connect(t *testing.T, c *zeish.Client, id string) *zeish.SandboxConn {
 	return conn
 }
 
-// TestFork proves SPEC's fork rules on real VMs: processes carry on in each
+// TestFork proves the rules of docs/clone.md on real VMs: processes carry on in each
 // child, memory and disk are copy-on-write and isolated, identities are new,
 // fields are kept or overridden, lineage is recorded, forks of forks and of
 // stopped sandboxes work, and deleting the parent leaves children working.

@@ -14,7 +14,7 @@ import (
 	zeish "github.com/zeish/zeish/sdk/go"
 )
 
-// TestSnapshotsAndLifecycle proves SPEC's snapshot and lifecycle rules on one
+// TestSnapshotsAndLifecycle proves the rules of docs/snapshots.md and the lifecycle of docs/sandboxes.md on one
 // real VM: pause/resume, name rules and limits, restore in place of a
 // running and of a stopped sandbox (later work lost, processes back),
 // secrets delivered again, and deleting a sandbox deletes its snapshots.

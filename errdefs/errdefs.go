@@ -1,26 +1,39 @@
 // Package errdefs defines the error classes and stable error codes that zeish
-// uses everywhere. Errors are wrapped at their source with %w; the HTTP layer
-// maps a class to a status in one place, and the SDK maps a code back to the
-// same sentinel, so errors.Is(err, errdefs.ErrNodeFull) works on both sides.
+// uses everywhere. Errors are wrapped at their source with %w; wire.go maps
+// each class to what every wire answers (an HTTP status, a Connect code,
+// envd's status) in one table, and the SDK maps a code back to the same
+// sentinel, so errors.Is(err, errdefs.ErrNodeFull) works on both sides.
 package errdefs
 
 import "errors"
 
-// Class groups codes that share an HTTP status and a meaning for callers.
+// Class groups codes that share a meaning for callers, and so an answer
+// on every wire (wire.go).
 type Class int
 
 const (
+	// ClassInternal: the server failed; the caller cannot fix it.
 	ClassInternal Class = iota
+	// ClassInvalid: the request is wrong; sent again unchanged it fails again.
 	ClassInvalid
+	// ClassUnauthenticated: no credential, or one that is not (or no longer) valid.
 	ClassUnauthenticated
+	// ClassPermissionDenied: a valid credential that may not do this.
 	ClassPermissionDenied
+	// ClassNotFound: no such object, or one the caller may not see.
 	ClassNotFound
+	// ClassConflict: the object, the account or the host is not in a state
+	// that allows this now (its state, a limit, a quota, room).
 	ClassConflict
-	ClassResourceExhausted
+	// ClassExists: the name or path is already taken.
+	ClassExists
+	// ClassRateLimited: too many calls in a short time; retry later.
 	ClassRateLimited
+	// ClassUnavailable: a dependency is not reachable or did not answer in
+	// time; the same call may succeed later.
 	ClassUnavailable
-	ClassGone
-	// ClassTooLarge: a request body larger than allowed (HTTP 413).
+	// ClassTooLarge: a request body larger than allowed, or than what the
+	// account has left of a quota.
 	ClassTooLarge
 )
 
@@ -61,8 +74,8 @@ var (
 	ErrNotFound        = def("not_found", ClassNotFound, "No such object (or it belongs to another account).")
 	ErrFileNotFound    = def("file_not_found", ClassNotFound, "No such file or directory inside the sandbox.")
 	ErrInvalidState    = def("invalid_state", ClassConflict, "The object is not in a state that allows this operation.")
-	ErrNameTaken       = def("name_taken", ClassConflict, "The name is already used.")
-	ErrFileExists      = def("file_exists", ClassConflict, "A file already exists at that path inside the sandbox.")
+	ErrNameTaken       = def("name_taken", ClassExists, "The name is already used.")
+	ErrFileExists      = def("file_exists", ClassExists, "A file already exists at that path inside the sandbox.")
 	ErrNodeFull        = def("node_full", ClassConflict, "The host has no free memory for this sandbox.")
 	ErrLimitReached    = def("limit_reached", ClassConflict, "A per-object limit is reached (for example 20 snapshots per sandbox).")
 	ErrRunningSlots    = def("running_slots_full", ClassConflict, "The account has no free running slot.")

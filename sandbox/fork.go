@@ -10,15 +10,15 @@ import (
 	"github.com/zeish/zeish/errdefs"
 )
 
-// The rules of SPEC's "Clone / fork", "Snapshots" and "Names" sections that
-// need no I/O. The server applies the ones on a request, the node the ones
+// The rules of forks (docs/clone.md), snapshots (docs/snapshots.md) and
+// names (docs/sandboxes.md, Names) that need no I/O. The server applies the ones on a request, the node the ones
 // on the parent it captured; both call these.
 
 // MaxForkCount bounds the children of one clone call.
 const MaxForkCount = 16
 
-// ChildNames returns the names of count children of one clone call (SPEC,
-// fork rule 1: each child its own name): none chosen ("" each, generated
+// ChildNames returns the names of count children of one clone call
+// (docs/clone.md, rule 1: each child its own name): none chosen ("" each, generated
 // later), the name itself for one child, name-1 … name-N for several.
 // count 0 means 1.
 func ChildNames(name string, count int) ([]string, error) {
@@ -44,8 +44,8 @@ func ChildNames(name string, count int) ([]string, error) {
 	return out, nil
 }
 
-// ForkOverrides are the fields a clone call may set for its children (SPEC,
-// fork rule 4); nil keeps the parent's value.
+// ForkOverrides are the fields a clone call may set for its children (docs/clone.md,
+// rule 4); nil keeps the parent's value.
 type ForkOverrides struct {
 	GitBranch     *string
 	PRNumber      *int
@@ -54,9 +54,9 @@ type ForkOverrides struct {
 	Desktop       *bool
 }
 
-// Inherit sets the child's overridable fields (SPEC, fork rule 4: "it keeps
-// git_branch, pr_number, max_cost_micros, browser and desktop unless the
-// call passes new ones"), and a copy of the parent's metadata.
+// Inherit sets the child's overridable fields (docs/clone.md, rule 4: it
+// keeps git_branch, pr_number, max_cost_micros, browser and desktop unless
+// the call gives new ones), and a copy of the parent's metadata.
 func Inherit(child *Sandbox, parent Sandbox, o ForkOverrides) {
 	child.GitBranch, child.PRNumber, child.MaxCostMicros = parent.GitBranch, parent.PRNumber, parent.MaxCostMicros
 	child.Browser, child.Desktop = parent.Browser, parent.Desktop
@@ -81,9 +81,9 @@ func Inherit(child *Sandbox, parent Sandbox, o ForkOverrides) {
 	}
 }
 
-// Keep sets the fields a child always has of its parent (SPEC, fork rule 4:
-// "the child always keeps the parent's size, region, host, git repo and
-// environment"; rule 5: "it runs on the parent's host"), its lineage
+// Keep sets the fields a child always has of its parent (docs/clone.md, rule
+// 4: always its size, region, host, git repository and environment; rule
+// 5: it runs on the parent's host), its lineage
 // (parent_id, account, template, accelerator) and a hostname of its own
 // name (rule 1). The environment is copied, never shared.
 func Keep(child *Sandbox, parent Sandbox) {
@@ -99,8 +99,8 @@ func Keep(child *Sandbox, parent Sandbox) {
 }
 
 // CheckNewNames refuses names (of sandboxes about to be made; "" is
-// generated later) taken by a live sandbox of the account (SPEC, Names:
-// "unique per account among sandboxes not yet destroyed") or by each other.
+// generated later) taken by a live sandbox of the account (docs/sandboxes.md,
+// Names: unique per account among sandboxes not yet destroyed) or by each other.
 func CheckNewNames(taken map[string]bool, names []string) error {
 	seen := map[string]bool{}
 	for _, n := range names {
@@ -115,8 +115,8 @@ func CheckNewNames(taken map[string]bool, names []string) error {
 	return nil
 }
 
-// DefaultSnapshotName is a snapshot's name when the call gives none (SPEC,
-// snapshots rule 2: "snapshot-<UTC YYYYMMDD-HHMMSS>"), among the sandbox's
+// DefaultSnapshotName is a snapshot's name when the call gives none
+// (docs/snapshots.md, rule 2: snapshot-<UTC YYYYMMDD-HHMMSS>), among the sandbox's
 // snapshots named taken: a snapshot takes ~0.1 s, so two in one second
 // are common, and the second gets "-2" (then "-3", …) rather than a
 // name_taken error for a name the caller never chose.
@@ -130,8 +130,8 @@ func DefaultSnapshotName(now time.Time, taken []string) string {
 }
 
 // CheckNewSnapshot refuses a snapshot named name of sandbox id that
-// already has the snapshots named existing (SPEC, snapshots rule 2: unique
-// within the sandbox, name_taken; rule 3: at most MaxSnapshots,
+// already has the snapshots named existing (docs/snapshots.md, rule 2:
+// unique within the sandbox, name_taken; rule 3: at most MaxSnapshots,
 // limit_reached). The limit is checked first: with 20 kept, no name helps.
 func CheckNewSnapshot(id string, existing []string, name string) error {
 	if len(existing) >= MaxSnapshots {

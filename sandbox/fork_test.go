@@ -10,7 +10,7 @@ import (
 	"github.com/zeish/zeish/errdefs"
 )
 
-// SPEC, fork rule 1: each child its own name.
+// docs/clone.md, rule 1: each child its own name.
 func TestChildNames(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -44,7 +44,7 @@ func TestChildNames(t *testing.T) {
 	}
 }
 
-// SPEC, fork rule 4.
+// docs/clone.md, rule 4.
 func TestInheritAndKeep(t *testing.T) {
 	parent := Sandbox{ID: "sbx_p", Name: "parent", AccountID: "acc_1", Template: "base", VCPUs: 2, MemoryMiB: 1024, DiskMiB: 4096,
 		Region: "local", Host: "h1", Accel: "tcg", GitRepo: "https://git.example/r", GitBranch: "main", PRNumber: 7,
@@ -84,7 +84,7 @@ func TestInheritAndKeep(t *testing.T) {
 	}
 }
 
-// SPEC, Names: unique per account among sandboxes not yet destroyed.
+// docs/sandboxes.md, Names: unique per account among sandboxes not yet destroyed.
 func TestCheckNewNames(t *testing.T) {
 	taken := map[string]bool{"a": true}
 	cases := []struct {
@@ -104,7 +104,7 @@ func TestCheckNewNames(t *testing.T) {
 	}
 }
 
-// SPEC, snapshots rules 2 and 3.
+// docs/snapshots.md, rules 2 and 3.
 func TestSnapshotRules(t *testing.T) {
 	at := time.Date(2026, 12, 1, 22, 5, 9, 0, time.FixedZone("x", 3600))
 	for _, tc := range []struct {

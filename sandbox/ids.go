@@ -85,7 +85,7 @@ func IsID(prefix, ref string) bool {
 	return strings.HasPrefix(ref, prefix) && idPattern.MatchString(ref)
 }
 
-// CheckSnapshotName validates a snapshot name (SPEC, snapshots rule 2): 1–64
+// CheckSnapshotName validates a snapshot name (docs/snapshots.md, rule 2): 1–64
 // printable characters.
 func CheckSnapshotName(name string) error {
 	if name == "" || utf8.RuneCountInString(name) > 64 || !utf8.ValidString(name) {

@@ -8,9 +8,9 @@ import (
 	"github.com/zeish/zeish/errdefs"
 )
 
-// The lifecycle (SPEC, Objects: "starting → running ⇄ paused, running →
-// stopping → stopped → starting, error; deleting ends in destroyed") as one
-// table: for each operation, the states it is allowed in and the state it
+// The lifecycle (docs/sandboxes.md, States: starting → running ⇄ paused,
+// running → stopping → stopped → starting, error; deleting ends in
+// destroyed) as one table: for each operation, the states it is allowed in and the state it
 // leads to. Every package that moves a sandbox, refuses an operation or
 // describes one (the server, the node, recovery, the CLI's help) asks here;
 // none keeps a list of states of its own (a test in this package checks).

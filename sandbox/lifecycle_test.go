@@ -8,18 +8,18 @@ import (
 	"github.com/zeish/zeish/errdefs"
 )
 
-// TestLifecycle checks the table row by row against the SPEC rule each row
-// comes from. refused: the operation is refused in that state (with
+// TestLifecycle checks the table row by row against the rule of docs/ each
+// row comes from. refused: the operation is refused in that state (with
 // invalid_state, or not_found for a delete of a destroyed sandbox).
 func TestLifecycle(t *testing.T) {
 	const refused State = "(refused)"
 	cases := []struct {
-		rule string // the SPEC text the row checks
+		rule string // what the row checks, in the words of docs/
 		op   Op
 		from State
 		want State
 	}{
-		// SPEC, Objects: "starting → running ⇄ paused".
+		// docs/sandboxes.md, States: starting → running ⇄ paused.
 		{"running ⇄ paused", OpPause, StateRunning, StatePaused},
 		{"running ⇄ paused", OpResume, StatePaused, StateRunning},
 		{"only a running sandbox pauses", OpPause, StatePaused, refused},
@@ -30,8 +30,8 @@ func TestLifecycle(t *testing.T) {
 		{"starting → running", OpReady, StateStarting, StateRunning},
 		{"a late boot does not revive a deleted sandbox", OpReady, StateDeleting, refused},
 		{"a late boot does not revive a deleted sandbox", OpReady, StateDestroyed, refused},
-		// SPEC, Objects: "running → stopping → stopped → starting"; Lifecycle:
-		// "stop keeps memory and disk".
+		// docs/sandboxes.md, States: running, paused → stopping → stopped →
+		// starting; The lifecycle: a stop keeps memory and disk.
 		{"running → stopping", OpStop, StateRunning, StateStopping},
 		{"a paused sandbox stops too", OpStop, StatePaused, StateStopping},
 		{"stopping → stopped", OpStopped, StateStopping, StateStopped},
@@ -43,8 +43,8 @@ func TestLifecycle(t *testing.T) {
 		{"start needs stopped", OpStart, StateRunning, refused},
 		{"start needs stopped", OpStart, StatePaused, refused},
 		{"an error is not started; delete it", OpStart, StateError, refused},
-		// SPEC, Objects: "error"; Objects (agent's workspace): "a sandbox in
-		// error carries error_code and error_message".
+		// docs/sandboxes.md, Errors on sandboxes: work that fails leaves the
+		// sandbox in error, with error_code and error_message.
 		{"a boot that fails is error", OpBootFailed, StateStarting, StateError},
 		{"a delete wins over a late failure", OpBootFailed, StateDeleting, refused},
 		{"an interrupted boot is error", OpInterrupted, StateStarting, StateError},
@@ -63,7 +63,7 @@ func TestLifecycle(t *testing.T) {
 		{"the node is back: its live VM runs again", RejoinOp(StateRunning), StateError, StateRunning},
 		{"the node is back: a paused VM stays paused", RejoinOp(StatePaused), StateError, StatePaused},
 		{"only an error rejoins", RejoinOp(StateRunning), StateRunning, refused},
-		// SPEC, Objects: "deleting ends in destroyed".
+		// docs/sandboxes.md, States: deleting ends in destroyed.
 		{"delete from running", OpDelete, StateRunning, StateDeleting},
 		{"delete from error", OpDelete, StateError, StateDeleting},
 		{"delete from starting cancels the boot", OpDelete, StateStarting, StateDeleting},
@@ -71,40 +71,40 @@ func TestLifecycle(t *testing.T) {
 		{"a destroyed sandbox is history", OpDelete, StateDestroyed, refused},
 		{"deleting ends in destroyed", OpDestroyed, StateDeleting, StateDestroyed},
 		{"a failed delete is error, files kept", OpDeleteFailed, StateDeleting, StateError},
-		// SPEC, Clone / fork rule 3: "A running parent is paused only for a
-		// moment … A stopped parent can be forked too."
+		// docs/clone.md, rule 3: a running parent pauses only for a moment; a
+		// paused or stopped parent can be forked too.
 		{"fork a running parent", OpClone, StateRunning, StateRunning},
 		{"fork a paused parent", OpClone, StatePaused, StatePaused},
 		{"fork a stopped parent", OpClone, StateStopped, StateStopped},
 		{"no fork of a starting sandbox", OpClone, StateStarting, refused},
 		{"no fork of an error", OpClone, StateError, refused},
-		// SPEC, Snapshots rule 1: "A running sandbox is paused only for a moment."
+		// docs/snapshots.md, rule 1: a running sandbox pauses only for a moment.
 		{"snapshot a running sandbox", OpSnapshot, StateRunning, StateRunning},
 		{"snapshot a stopped sandbox", OpSnapshot, StateStopped, StateStopped},
 		{"no snapshot while stopping", OpSnapshot, StateStopping, refused},
-		// SPEC, Snapshots rule 4: "running → starting → running from the
-		// snapshot; a stopped sandbox stays stopped".
+		// docs/snapshots.md, rule 4: running → starting → running from the
+		// snapshot; a stopped sandbox stays stopped.
 		{"restore a running sandbox", OpRestore, StateRunning, StateStarting},
 		{"restore a paused sandbox", OpRestore, StatePaused, StateStarting},
 		{"restore a stopped sandbox in place", OpRestore, StateStopped, StateStopped},
 		{"the in-place restore needs it still stopped", OpRewind, StateStarting, refused},
 		{"restore of an error brings it back from the snapshot (its node lost, say)", OpRestore, StateError, StateStarting},
-		// SPEC, Public API: data plane at the url access returns.
+		// docs/sandboxes.md, States: the data plane reaches a running sandbox only.
 		{"data plane on a running sandbox", OpAccess, StateRunning, StateRunning},
 		{"no data plane on a paused sandbox", OpAccess, StatePaused, refused},
-		// SPEC, agent's workspace: "Timeout … extendable".
+		// docs/sandboxes.md, The lifecycle: a deadline can be moved.
 		{"timeout on a stopped sandbox", OpSetTimeout, StateStopped, StateStopped},
 		{"no timeout on an error", OpSetTimeout, StateError, refused},
 		{"no timeout while deleting", OpSetTimeout, StateDeleting, refused},
 		{"no timeout once destroyed", OpSetTimeout, StateDestroyed, refused},
-		// SPEC, agent's workspace: "egress policy … changed live".
+		// docs/network.md: the egress policy changes live.
 		{"network change on a stopped sandbox", OpSetNetwork, StateStopped, StateStopped},
 		{"no network change while deleting", OpSetNetwork, StateDeleting, refused},
 		// Captures: a delete that arrived meanwhile wins.
 		{"a stranded capture leaves the sandbox stopped", OpStranded, StateRunning, StateStopped},
 		{"a stranded capture does not undo a delete", OpStranded, StateDeleting, refused},
 		{"a lost capture is error", OpCaptureLost, StatePaused, StateError},
-		// SPEC, Lifecycle: "Nothing is lost across a zeishd restart".
+		// docs/sandboxes.md, Restarts: nothing is lost across a restart.
 		{"a VM found running is running", OpReattached, StateStopping, StateRunning},
 		{"a finished stop found after a restart", OpSettled, StateStopping, StateStopped},
 	}
@@ -215,7 +215,7 @@ func TestWaitOver(t *testing.T) {
 	}
 }
 
-// SPEC, Quotas: running slots; fork rule 7: compute billed while running.
+// docs/quotas.md: running slots; Billing: compute while running.
 func TestStateSets(t *testing.T) {
 	for _, s := range States {
 		holds := false

@@ -223,8 +223,8 @@ type NetworkChange struct {
 	RatePackets *int64
 }
 
-// Apply returns cur changed by ch, normalised (SPEC, Networking: a change
-// is validated whole before anything changes). A sandbox without a policy
+// Apply returns cur changed by ch, normalised (docs/network.md: a change is
+// validated whole before anything changes). A sandbox without a policy
 // yet gets one: a change turns nothing off.
 func (ch NetworkChange) Apply(cur *Network) (Network, error) {
 	var next Network

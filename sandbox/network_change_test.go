@@ -5,8 +5,8 @@ import (
 	"testing"
 )
 
-// A live network change replaces only the fields it gives (SPEC,
-// Networking: PATCH …/network), and a bad one is refused whole.
+// A live network change replaces only the fields it gives (docs/network.md:
+// PATCH …/network), and a bad one is refused whole.
 func TestNetworkChangeApply(t *testing.T) {
 	rate := func(v int64) *int64 { return &v }
 	cur := &Network{Enabled: true, Egress: EgressAllow, Allow: []string{}, Deny: []string{"10.9.0.0/16"}, RateBytes: 1 << 20}

@@ -1,7 +1,7 @@
 package sandbox
 
-// Recovery after a zeishd restart (SPEC, Lifecycle: "Nothing is lost across
-// a zeishd restart: it finds its VMs again or marks them clearly"): what a
+// Recovery after a zeishd restart (docs/sandboxes.md, Restarts: nothing is
+// lost; zeishd finds its VMs again or marks them clearly): what a
 // node does with a sandbox, given its recorded state and what it finds of
 // its VM. The node carries the action out and records the outcome with the
 // Op the action names.

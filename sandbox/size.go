@@ -13,7 +13,7 @@ type Size struct {
 	DiskMiB   int `json:"disk_mib"`
 }
 
-// Presets are the named sizes of SPEC.
+// Presets are the named sizes (docs/sandboxes.md, Objects).
 var Presets = map[string]Size{
 	"small":  {VCPUs: 1, MemoryMiB: 512, DiskMiB: 2048},
 	"medium": {VCPUs: 2, MemoryMiB: 2048, DiskMiB: 8192},

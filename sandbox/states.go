@@ -6,8 +6,8 @@ import "slices"
 // sandboxes by state (quotas, the memory budget, billing, the watchers)
 // take the sets from here, so a new state is placed once.
 
-// SlotStates hold one of the account's running slots (SPEC, Quotas:
-// "running slots"): a paused sandbox still holds its memory, a stopped one
+// SlotStates hold one of the account's running slots (docs/quotas.md,
+// Quotas): a paused sandbox still holds its memory, a stopped one
 // uses no compute.
 var SlotStates = []State{StateStarting, StateRunning, StatePaused}
 
@@ -28,8 +28,8 @@ func (s State) Live() bool { return s != StateDestroyed }
 // transition is left until it settles, one in error until it is deleted.
 var TimeoutStates = []State{StateRunning, StatePaused, StateStopped}
 
-// Billed reports whether compute is billed in state s (SPEC, fork rule 7:
-// "compute while running").
+// Billed reports whether compute is billed in state s (docs/quotas.md,
+// Billing: compute while running).
 func (s State) Billed() bool { return s == StateRunning }
 
 // Configured reports whether a guest in state s has been given its identity

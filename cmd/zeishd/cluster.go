@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"runtime"
 	"strings"
 	"syscall"
@@ -20,8 +19,9 @@ import (
 	"github.com/zeish/zeish/guest"
 	"github.com/zeish/zeish/internal/catalog"
 	"github.com/zeish/zeish/internal/cluster"
+	"github.com/zeish/zeish/internal/config"
+	"github.com/zeish/zeish/internal/control"
 	"github.com/zeish/zeish/internal/e2b"
-	"github.com/zeish/zeish/internal/metering"
 	"github.com/zeish/zeish/internal/metrics"
 	"github.com/zeish/zeish/internal/node"
 	"github.com/zeish/zeish/internal/nodeapi"
@@ -33,34 +33,14 @@ import (
 	"github.com/zeish/zeish/template"
 )
 
-// Roles of a zeishd process (ZEISH_ROLE, or the first argument).
-const (
-	roleAll     = "all"     // the single binary: API, store and the local node
-	roleControl = "control" // a control-plane replica: API and store, sandboxes on node agents
-	roleNode    = "node"    // a node agent: runs VMs, registers with the control plane
-)
-
-// role is the process's role: `zeishd control|node`, else ZEISH_ROLE, else all.
-func role() (string, error) {
-	r := env("ZEISH_ROLE", roleAll)
-	if len(os.Args) > 1 && !strings.HasPrefix(os.Args[1], "-") {
-		r = os.Args[1]
-	}
-	switch r {
-	case roleAll, roleControl, roleNode:
-		return r, nil
-	}
-	return "", fmt.Errorf("role %q: want all, control or node", r)
-}
-
 // clusterStore is the PostgreSQL database of a cluster
 // (ZEISH_DATABASE_URL). box opens sandbox secrets: the control plane's;
 // nil on a node agent, which holds no secrets key.
-func clusterStore(ctx context.Context, box *secrets.Box) (store.Store, store.NodeStore, error) {
-	if os.Getenv("ZEISH_DATABASE_URL") == "" {
+func clusterStore(ctx context.Context, cfg *config.Config, box *secrets.Box) (store.Store, store.NodeStore, error) {
+	if cfg.DatabaseURL == "" {
 		return nil, nil, errors.New("ZEISH_DATABASE_URL: a control plane and its node agents share one PostgreSQL database (postgres://…)")
 	}
-	st, err := openStore(ctx, "", box)
+	st, err := openStore(ctx, cfg, box)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -72,21 +52,21 @@ func clusterStore(ctx context.Context, box *secrets.Box) (store.Store, store.Nod
 	return st, ns, nil
 }
 
-// lostAfter is ZEISH_NODE_LOST_AFTER; nodes heartbeat three times within it.
-func lostAfter() (time.Duration, error) {
-	d, err := time.ParseDuration(env("ZEISH_NODE_LOST_AFTER", cluster.DefaultLostAfter.String()))
-	if err != nil || d < time.Second {
-		return 0, fmt.Errorf("ZEISH_NODE_LOST_AFTER=%q: want a duration of 1s or more", os.Getenv("ZEISH_NODE_LOST_AFTER"))
-	}
-	return d, nil
-}
-
 // serve runs h on ln, with the limits of every zeishd role, until ctx
-// ends; over TLS when ZEISH_TLS_CERT is set.
-func serve(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Handler, tlsConf hostTLS) error {
-	limits, err := httpLimits()
-	if err != nil {
-		return err
+// ends; over TLS when ZEISH_TLS_CERT is set. streams names the data-plane
+// streams beside /data/v1 that h serves (E2B's envd, guest ports by host
+// name): the server's deadlines spare them.
+func serve(ctx context.Context, log *slog.Logger, cfg *config.Config, ln net.Listener, h http.Handler, tlsConf hostTLS, streams ...func(*http.Request) bool) error {
+	limits := server.DefaultLimits
+	limits.MaxConns = cfg.MaxConnections
+	limits.StreamIdle = cfg.DataIdleTimeout
+	limits.Streams = func(r *http.Request) bool {
+		for _, s := range streams {
+			if s(r) {
+				return true
+			}
+		}
+		return false
 	}
 	hs, ln := server.HTTPServer(ln, h, limits)
 	hs.Protocols = tlsConf.serverProtocols()
@@ -114,18 +94,15 @@ func serve(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Handle
 
 // runControl is a control-plane replica: the API on the shared database,
 // sandboxes placed on node agents, which register here.
-func runControl(ctx context.Context) error {
-	log := logger()
+func runControl(ctx context.Context, cfg *config.Config) error {
+	log := logger(cfg)
 	slog.SetDefault(log)
-	hosts, err := loadHostTLS()
+	hosts, err := loadHostTLS(cfg)
 	if err != nil {
 		return err
 	}
-	lost, err := lostAfter()
-	if err != nil {
-		return err
-	}
-	dataDir, unlock, err := openDataDir()
+	lost, dataDir := cfg.NodeLostAfter, cfg.DataDir
+	unlock, err := openDataDir(cfg)
 	if err != nil {
 		return err
 	}
@@ -137,24 +114,16 @@ func runControl(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tokenKey, err := server.TokenKey(dataDir)
+	tokenKey, err := control.TokenKey(dataDir)
 	if err != nil {
 		return err
 	}
-	st, nodes, err := clusterStore(ctx, box)
+	st, nodes, err := clusterStore(ctx, cfg, box)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	keyPath, err := server.EnsureAdmin(ctx, st, dataDir)
-	if err != nil {
-		return err
-	}
-	plan, err := planFromEnv()
-	if err != nil {
-		return err
-	}
-	prices, err := metering.PricesFromEnv(os.Getenv)
+	keyPath, err := control.EnsureAdmin(ctx, st, dataDir)
 	if err != nil {
 		return err
 	}
@@ -163,24 +132,18 @@ func runControl(ctx context.Context) error {
 	// Templates are resolved here and built on the nodes (the built-in ones).
 	cat := catalog.New(st, template.BaseOptions{Logger: log})
 	mtr := metrics.New(metrics.Options{Store: st, Nodes: nodeStates(nodes, lost), Logger: log})
-	dataPlane, err := dataPlaneLimits()
-	if err != nil {
-		return err
-	}
 	// The image store, if the nodes share one: the API shows what is durable in it.
-	var images server.ImageDurability
-	if remote, err := openImageStore(ctx, log, ""); err != nil {
+	var images control.ImageDurability
+	if remote, err := openImageStore(ctx, log, cfg, ""); err != nil {
 		return err
 	} else if remote != nil {
 		images = remote.Store
 	}
-	srv, err := server.New(server.Options{Store: st, Node: router, Cluster: router, Catalog: cat, DataDir: dataDir, Images: images,
-		Version: version.Version, PublicURL: os.Getenv("ZEISH_PUBLIC_URL"), PublicDomain: os.Getenv("ZEISH_PUBLIC_DOMAIN"),
-		GuestDomains: guestDomains(), DataPlane: dataPlane, Logger: log, Plan: &plan, Prices: &prices, Metrics: mtr,
-		TokenKeyFor: func(host string) []byte { return cluster.DataPlaneKey(tokenKey, host) }})
-	if err != nil {
-		return err
-	}
+	ctl := control.New(control.Options{Store: st, Node: router, Cluster: router, Catalog: cat, Plan: planOf(cfg), Prices: pricesOf(cfg),
+		TokenKey: tokenKey, TokenKeyFor: func(host string) []byte { return cluster.DataPlaneKey(tokenKey, host) },
+		Calls: callsOf(cfg), Images: images, Metrics: mtr, Logger: log})
+	srv := server.New(server.Options{Control: ctl, Proxy: router, Version: version.Version, PublicURL: cfg.PublicURL,
+		PublicDomain: cfg.PublicDomain, GuestDomains: guestDomains(cfg), DataPlane: dataPlaneOf(cfg), Logger: log, Metrics: mtr})
 	reg := &cluster.Registry{Nodes: nodes, Key: tokenKey, AllowHTTP: hosts.allowHTTP, Every: lost / 3, Logger: log}
 	mux := http.NewServeMux()
 	mux.Handle(reg.Handler())
@@ -188,34 +151,33 @@ func runControl(ctx context.Context) error {
 	mux.Handle("/", apiHandler)
 	// E2B's API: its control calls here, its envd calls on the sandbox's
 	// node (forwarded when the SDK's E2B_SANDBOX_URL names this replica).
-	facade := e2b.New(e2b.Options{API: apiHandler, Backend: srv, Templates: cat, Logger: log,
-		Domain: os.Getenv("ZEISH_E2B_DOMAIN"), Envd: router.EnvdHandler()})
+	facade := e2b.New(e2b.Options{App: ctl, Logger: log, Domain: cfg.E2BDomain, Envd: router.EnvdHandler()})
 
 	wctx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
-	go srv.EnforceBudgets(wctx, 2*time.Second)
+	go ctl.Enforce(wctx, 2*time.Second)
 	go router.WatchNodes(wctx, max(time.Second, lost/5))
 
-	ln, err := net.Listen("tcp", env("ZEISH_LISTEN", "127.0.0.1:7420"))
+	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
 	}
 	log.Info("zeishd control plane listening", "addr", hosts.scheme()+"://"+ln.Addr().String(), "data_dir", dataDir,
 		"node_lost_after", lost, "admin_key", keyPath, "version", version.Version)
-	return serve(ctx, log, ln, facade.Mount(mux), hosts)
+	return serve(ctx, log, cfg, ln, facade.Mount(mux), hosts, facade.IsStream, srv.IsHostPort)
 }
 
 // runNode is a node agent: it registers with the control plane
 // (ZEISH_CONTROL_URL), runs the VMs of the sandboxes placed on it, serves
 // their data plane itself and heartbeats.
-func runNode(ctx context.Context) error {
-	log := logger()
+func runNode(ctx context.Context, cfg *config.Config) error {
+	log := logger(cfg)
 	slog.SetDefault(log)
-	hosts, err := loadHostTLS()
+	hosts, err := loadHostTLS(cfg)
 	if err != nil {
 		return err
 	}
-	controlURL := os.Getenv("ZEISH_CONTROL_URL")
+	controlURL := strings.Join(cfg.ControlURL, ",")
 	controlURLs := urls(controlURL)
 	if len(controlURLs) == 0 {
 		return errors.New("ZEISH_CONTROL_URL: the control plane's address (https://host:port; replicas comma-separated)")
@@ -226,66 +188,62 @@ func runNode(ctx context.Context) error {
 		}
 	}
 	ctl := newControls(controlURLs, hosts.rpcClient())
-	labels, err := nodeLabels(os.Getenv("ZEISH_NODE_LABELS"))
-	if err != nil {
-		return err
-	}
-	dataDir, unlock, err := openDataDir()
+	dataDir, region, labels := cfg.DataDir, cfg.Region, cfg.NodeLabels
+	unlock, err := openDataDir(cfg)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	id := os.Getenv("ZEISH_NODE_ID")
+	id := cfg.NodeID
 	if id == "" {
 		if id, err = nodeID(dataDir); err != nil {
 			return err
 		}
 	}
-	ln, err := net.Listen("tcp", env("ZEISH_LISTEN", "127.0.0.1:7421"))
+	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
 	}
 	defer ln.Close()
-	self := env("ZEISH_NODE_URL", hosts.scheme()+"://"+ln.Addr().String())
+	self := cfg.NodeURL
+	if self == "" {
+		self = hosts.scheme() + "://" + ln.Addr().String()
+	}
 	if err := hosts.checkPeer("ZEISH_NODE_URL", self); err != nil {
 		return err
 	}
-	region := env("ZEISH_REGION", "local")
 	// Not healthy until it serves and its first heartbeat tells its
 	// capacity: nothing is placed on it before.
 	reg := &nodev2.RegisterRequest{Version: nodeapi.Ours(), NodeId: id, Region: region, Labels: labels,
 		Url: self, Healthy: false, Build: version.Version}
 	callKey := new(nodeapi.CallKey)
-	keys, err := joinAndRegister(ctx, log, ctl, dataDir, reg)
+	keys, err := joinAndRegister(ctx, log, cfg, ctl, reg)
 	if err != nil {
 		return err
 	}
 	callKey.Set(keys.CallKey)
 	// No secrets key: the control plane sends the secrets of the sandbox
 	// an operation configures, with the operation (nodeapi.Delivered).
-	shared, _, err := clusterStore(ctx, nil)
+	shared, _, err := clusterStore(ctx, cfg, nil)
 	if err != nil {
 		return err
 	}
 	defer shared.Close()
 	st := nodeapi.NewDelivered(shared)
-	loc, err := openLocal(ctx, log, dataDir, st, id, true)
+	loc, err := openLocal(ctx, log, cfg, st, id, true)
 	if err != nil {
 		return err
 	}
 	defer loc.Close()
 	// The node's own capacity; sandbox counts are the control plane's.
 	mtr := metrics.New(metrics.Options{NodeID: id, Capacity: loc.node.Capacity, Logger: log, Extra: loc.collectors()})
-	dataPlane, err := dataPlaneLimits()
-	if err != nil {
-		return err
-	}
-	srv, err := server.New(server.Options{Store: st, Node: ownSandboxes{loc.node, id}, Catalog: loc.cat, DataDir: dataDir, TokenKey: keys.TokenKey,
-		Version: version.Version, PublicURL: self, PublicDomain: os.Getenv("ZEISH_PUBLIC_DOMAIN"), GuestDomains: guestDomains(),
-		DataPlane: dataPlane, Logger: log, Metrics: mtr})
-	if err != nil {
-		return err
-	}
+	// The node's own application: its data plane, on tokens the control
+	// plane signed. Policy (quotas, budgets, timeouts) is the control
+	// plane's: nothing here creates or runs a sandbox.
+	app := control.New(control.Options{Store: st, Node: ownSandboxes{loc.node, id}, Catalog: loc.cat, TokenKey: keys.TokenKey,
+		Calls: callsOf(cfg), Logger: log})
+	srv := server.New(server.Options{Control: app, Version: version.Version, PublicURL: self, PublicDomain: cfg.PublicDomain,
+		GuestDomains: guestDomains(cfg), DataPlane: dataPlaneOf(cfg), Logger: log, Metrics: mtr})
 	mux := http.NewServeMux()
 	// The control plane's calls, on its call key for this node; they
 	// include the guest reads and template builds of the public API.
@@ -295,7 +253,7 @@ func runNode(ctx context.Context) error {
 	h := srv.Handler()
 	mux.Handle(api.DataPath+"/", h)
 	// E2B's envd for this node's sandboxes, on tokens the control plane signed.
-	mux.Handle(e2b.Prefix+"/envd/", e2b.New(e2b.Options{Backend: srv, Templates: loc.cat, Logger: log}).EnvdHandler())
+	mux.Handle(e2b.Prefix+"/envd/", e2b.New(e2b.Options{App: app, Logger: log}).EnvdHandler())
 	mux.Handle("GET /healthz", h)
 	mux.Handle("GET /metrics", h)
 
@@ -308,32 +266,16 @@ func runNode(ctx context.Context) error {
 	caps := loc.driver.Capabilities()
 	log.Info("zeishd node agent listening", "addr", self, "node", id, "region", region, "labels", labels, "control", controlURL,
 		"protocol", nodeapi.Format(keys.Version.GetMajor(), keys.Version.GetMinor()),
-		"accel", caps.Accel, "memory_budget_mib", loc.budget, "data_dir", dataDir, "version", version.Version)
-	return serve(ctx, log, ln, mux, hosts)
-}
-
-// nodeLabels parses ZEISH_NODE_LABELS: k=v,k=v.
-func nodeLabels(s string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, kv := range strings.Split(s, ",") {
-		if kv = strings.TrimSpace(kv); kv == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("ZEISH_NODE_LABELS: %q is not key=value", kv)
-		}
-		out[k] = v
-	}
-	return out, nil
+		"accel", caps.Accel, "memory_budget_mib", cfg.MemoryBudgetMiB, "data_dir", dataDir, "version", version.Version)
+	return serve(ctx, log, cfg, ln, mux, hosts, e2bEnvd, srv.IsHostPort)
 }
 
 // joinAndRegister announces the node with its credential (joining first
 // if it has none) until the control plane answers (it may start after the
 // node) or ctx ends. A credential the control plane refuses (revoked) is
 // replaced when ZEISH_JOIN_TOKEN holds a new join token for this node.
-func joinAndRegister(ctx context.Context, log *slog.Logger, ctl *controls, dataDir string, req *nodev2.RegisterRequest) (*nodev2.RegisterReply, error) {
-	cred, fromFile, err := nodeCredential(ctx, log, ctl, dataDir, req.NodeId)
+func joinAndRegister(ctx context.Context, log *slog.Logger, cfg *config.Config, ctl *controls, req *nodev2.RegisterRequest) (*nodev2.RegisterReply, error) {
+	cred, fromFile, err := nodeCredential(ctx, log, cfg, ctl, req.NodeId)
 	if err != nil {
 		return nil, err
 	}
@@ -342,9 +284,9 @@ func joinAndRegister(ctx context.Context, log *slog.Logger, ctl *controls, dataD
 		return ctl.Register(ctx, connect.NewRequest(req))
 	}
 	rep, err := untilAnswered(ctx, log, "register with the control plane", register)
-	if tok, _ := joinTokenSetting(); errdefs.Of(err) == errdefs.ErrUnauthenticated && fromFile && tok != "" {
+	if tok, _ := joinTokenSetting(cfg); errdefs.Of(err) == errdefs.ErrUnauthenticated && fromFile && tok != "" {
 		log.Warn("the control plane refused this node's credential; joining again with the join token it was started with", "err", err)
-		if cred, err = join(ctx, log, ctl, dataDir, req.NodeId); err != nil {
+		if cred, err = join(ctx, log, cfg, ctl, req.NodeId); err != nil {
 			return nil, err
 		}
 		ctl.setCredential(cred)
@@ -434,6 +376,9 @@ func (o ownSandboxes) PortAddr(r *store.SandboxRecord, port int) (string, error)
 	}
 	return o.Node.PortAddr(r, port)
 }
+
+// e2bEnvd: a node agent serves E2B's envd by path only.
+func e2bEnvd(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, e2b.Prefix+"/envd/") }
 
 // nodeStates reads the node registry for the control plane's /metrics.
 func nodeStates(nodes store.NodeStore, lostAfter time.Duration) func(context.Context) ([]metrics.NodeState, error) {

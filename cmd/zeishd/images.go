@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/zeish/zeish/internal/config"
 	"github.com/zeish/zeish/internal/imagestore"
 	"github.com/zeish/zeish/internal/node/images"
 )
@@ -18,25 +18,20 @@ import (
 // folder every node mounts): nil when unset, the single-host default where
 // images stay on their host. A store that cannot be reached, or refuses
 // the credentials, stops zeishd at start with a message saying so.
-func openImageStore(ctx context.Context, log *slog.Logger, shmDir string) (*images.Remote, error) {
-	raw := os.Getenv("ZEISH_IMAGE_STORE")
-	if raw == "" {
+func openImageStore(ctx context.Context, log *slog.Logger, cfg *config.Config, shmDir string) (*images.Remote, error) {
+	if cfg.ImageStore == "" {
 		return nil, nil
-	}
-	wait, err := time.ParseDuration(env("ZEISH_IMAGE_FETCH_WAIT", "5m"))
-	if err != nil || wait < 0 {
-		return nil, fmt.Errorf("ZEISH_IMAGE_FETCH_WAIT: want a duration (5m), got %q", os.Getenv("ZEISH_IMAGE_FETCH_WAIT"))
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	b, err := imagestore.OpenBackend(cctx, raw)
+	b, err := imagestore.OpenBackend(cctx, cfg.ImageStore)
 	if err != nil {
 		return nil, fmt.Errorf("ZEISH_IMAGE_STORE: %w", err)
 	}
 	st := imagestore.New(b, imagestore.Options{Logger: log})
 	log.Info("image store", "store", st.String())
 	go collectStore(ctx, log, st)
-	return &images.Remote{Store: st, ShmDir: shmDir, WaitDurable: wait}, nil
+	return &images.Remote{Store: st, ShmDir: shmDir, WaitDurable: cfg.ImageFetchWait}, nil
 }
 
 // collectStore runs the image store's chunk gc hourly: chunks no manifest

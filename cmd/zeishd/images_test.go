@@ -7,11 +7,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/zeish/zeish/internal/config"
+	"github.com/zeish/zeish/internal/node/images"
 )
 
 // TestImageStoreSettings: ZEISH_IMAGE_STORE unset is the single-host
 // default (no store); a folder store opens with ZEISH_IMAGE_FETCH_WAIT; a
-// bad wait, keys in the URL or an unknown scheme stop zeishd at start.
+// bad wait (config.Load), keys in the URL or an unknown scheme stop zeishd
+// at start.
 func TestImageStoreSettings(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -30,9 +34,13 @@ func TestImageStoreSettings(t *testing.T) {
 		{store: "s3://key:secret@bucket/prefix?endpoint=http://127.0.0.1:1", wantErr: "ZEISH_IMAGE_STORE"},
 		{store: "ftp://host/images", wantErr: "ZEISH_IMAGE_STORE"},
 	} {
-		t.Setenv("ZEISH_IMAGE_STORE", tc.store)
-		t.Setenv("ZEISH_IMAGE_FETCH_WAIT", tc.wait)
-		r, err := openImageStore(ctx, log, t.TempDir())
+		env := map[string]string{"ZEISH_IMAGE_STORE": tc.store, "ZEISH_IMAGE_FETCH_WAIT": tc.wait}
+		lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+		cfg, err := config.Load(nil, lookup, config.Host{DataDir: t.TempDir(), MemoryMiB: 8 << 10})
+		var r *images.Remote
+		if err == nil {
+			r, err = openImageStore(ctx, log, cfg, t.TempDir())
+		}
 		switch {
 		case tc.wantErr != "":
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {

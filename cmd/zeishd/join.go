@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/zeish/zeish/internal/cluster"
+	"github.com/zeish/zeish/internal/config"
 	"github.com/zeish/zeish/internal/datadir"
 	"github.com/zeish/zeish/internal/nodeapi"
 	"github.com/zeish/zeish/internal/nodeapi/nodev2"
@@ -30,23 +31,20 @@ import (
 // credentialFile holds a node agent's credential in its data dir (0600).
 const credentialFile = "node.credential"
 
-// adminCommand runs `zeishd join-token` or `zeishd revoke-node` if args
-// name one (ok false: they do not).
-func adminCommand(ctx context.Context, args []string, out io.Writer) (ok bool, err error) {
-	if len(args) == 0 {
-		return false, nil
+// isAdminCommand reports whether a first argument is an operator's
+// command rather than a role.
+func isAdminCommand(arg string) bool { return arg == "join-token" || arg == "revoke-node" }
+
+// adminCommand runs `zeishd join-token` or `zeishd revoke-node` (args[0]).
+func adminCommand(ctx context.Context, cfg *config.Config, args []string, out io.Writer) error {
+	if args[0] == "join-token" {
+		return joinToken(ctx, cfg, args[1:], out)
 	}
-	switch args[0] {
-	case "join-token":
-		return true, joinToken(ctx, args[1:], out)
-	case "revoke-node":
-		return true, revokeNode(ctx, args[1:], out)
-	}
-	return false, nil
+	return revokeNode(ctx, cfg, args[1:], out)
 }
 
 // joinToken makes a join token and prints it (only its hash is stored).
-func joinToken(ctx context.Context, args []string, out io.Writer) error {
+func joinToken(ctx context.Context, cfg *config.Config, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("zeishd join-token", flag.ContinueOnError)
 	node := fs.String("node", "", "the only node id the token admits; it may replace that node's credential (empty: any node that has not joined)")
 	ttl := fs.Duration("ttl", 24*time.Hour, "how long the token may wait to be used (at most 168h)")
@@ -57,7 +55,7 @@ func joinToken(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	_, nodes, err := clusterStore(ctx, nil)
+	_, nodes, err := clusterStore(ctx, cfg, nil)
 	if err != nil {
 		return err
 	}
@@ -77,11 +75,11 @@ func joinToken(ctx context.Context, args []string, out io.Writer) error {
 // revokeNode takes a node's credential away: its calls are refused, so it
 // stops heartbeating and is lost after ZEISH_NODE_LOST_AFTER, and only a
 // join token made for it lets it (or a host taking its place) join again.
-func revokeNode(ctx context.Context, args []string, out io.Writer) error {
+func revokeNode(ctx context.Context, cfg *config.Config, args []string, out io.Writer) error {
 	if len(args) != 1 || strings.HasPrefix(args[0], "-") {
 		return errors.New("usage: zeishd revoke-node NODE_ID")
 	}
-	_, nodes, err := clusterStore(ctx, nil)
+	_, nodes, err := clusterStore(ctx, cfg, nil)
 	if err != nil {
 		return err
 	}
@@ -97,8 +95,8 @@ func revokeNode(ctx context.Context, args []string, out io.Writer) error {
 
 // nodeCredential is the node's credential: the one in its data dir, else
 // one got now by joining with ZEISH_JOIN_TOKEN.
-func nodeCredential(ctx context.Context, log *slog.Logger, ctl *controls, dataDir, id string) (cred string, fromFile bool, err error) {
-	path := filepath.Join(dataDir, credentialFile)
+func nodeCredential(ctx context.Context, log *slog.Logger, cfg *config.Config, ctl *controls, id string) (cred string, fromFile bool, err error) {
+	path := filepath.Join(cfg.DataDir, credentialFile)
 	b, err := os.ReadFile(path)
 	switch {
 	case err == nil:
@@ -110,18 +108,18 @@ func nodeCredential(ctx context.Context, log *slog.Logger, ctl *controls, dataDi
 	case !errors.Is(err, os.ErrNotExist):
 		return "", false, err
 	}
-	cred, err = join(ctx, log, ctl, dataDir, id)
+	cred, err = join(ctx, log, cfg, ctl, id)
 	return cred, false, err
 }
 
 // joinTokenSetting is the join token the node was started with:
 // ZEISH_JOIN_TOKEN, else the file ZEISH_JOIN_TOKEN_FILE names (a mounted
 // secret with a token per host; missing: none).
-func joinTokenSetting() (string, error) {
-	if t := os.Getenv("ZEISH_JOIN_TOKEN"); t != "" {
+func joinTokenSetting(cfg *config.Config) (string, error) {
+	if t := cfg.JoinToken; t != "" {
 		return t, nil
 	}
-	path := os.Getenv("ZEISH_JOIN_TOKEN_FILE")
+	path := cfg.JoinTokenFile
 	if path == "" {
 		return "", nil
 	}
@@ -137,8 +135,9 @@ func joinTokenSetting() (string, error) {
 
 // join trades the node's join token for its credential and keeps that in
 // the data dir.
-func join(ctx context.Context, log *slog.Logger, ctl *controls, dataDir, id string) (string, error) {
-	tok, err := joinTokenSetting()
+func join(ctx context.Context, log *slog.Logger, cfg *config.Config, ctl *controls, id string) (string, error) {
+	dataDir := cfg.DataDir
+	tok, err := joinTokenSetting(cfg)
 	if err != nil {
 		return "", err
 	}

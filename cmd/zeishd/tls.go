@@ -3,8 +3,8 @@ package main
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
+	"github.com/zeish/zeish/internal/config"
 	"net/http"
 	"net/url"
 	"os"
@@ -25,17 +25,15 @@ type hostTLS struct {
 	allowHTTP         bool
 }
 
-func loadHostTLS() (hostTLS, error) {
-	h := hostTLS{certFile: os.Getenv("ZEISH_TLS_CERT"), keyFile: os.Getenv("ZEISH_TLS_KEY")}
-	if (h.certFile == "") != (h.keyFile == "") {
-		return h, errors.New("ZEISH_TLS_CERT and ZEISH_TLS_KEY: set both (PEM files: the certificate chain and its key) or neither")
-	}
+func loadHostTLS(cfg *config.Config) (hostTLS, error) {
+	// Both or neither: internal/config checked.
+	h := hostTLS{certFile: cfg.TLSCert, keyFile: cfg.TLSKey, allowHTTP: cfg.ClusterAllowHTTP}
 	if h.certFile != "" {
 		if _, err := tls.LoadX509KeyPair(h.certFile, h.keyFile); err != nil {
 			return h, fmt.Errorf("ZEISH_TLS_CERT/ZEISH_TLS_KEY: %w", err)
 		}
 	}
-	if ca := os.Getenv("ZEISH_CLUSTER_CA"); ca != "" {
+	if ca := cfg.ClusterCA; ca != "" {
 		b, err := os.ReadFile(ca)
 		if err != nil {
 			return h, fmt.Errorf("ZEISH_CLUSTER_CA: %w", err)
@@ -44,13 +42,6 @@ func loadHostTLS() (hostTLS, error) {
 		if !h.roots.AppendCertsFromPEM(b) {
 			return h, fmt.Errorf("ZEISH_CLUSTER_CA=%s: no PEM certificate in it", ca)
 		}
-	}
-	switch v := env("ZEISH_CLUSTER_ALLOW_HTTP", "off"); v {
-	case "on":
-		h.allowHTTP = true
-	case "off":
-	default:
-		return h, fmt.Errorf("ZEISH_CLUSTER_ALLOW_HTTP=%q: want on or off", v)
 	}
 	return h, nil
 }

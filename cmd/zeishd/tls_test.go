@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/zeish/zeish/internal/config"
 	"log/slog"
 	"net"
 	"net/http"
@@ -36,10 +37,9 @@ func TestJoinAndRegisterOverTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("ZEISH_TLS_CERT", cert)
-	t.Setenv("ZEISH_TLS_KEY", key)
-	t.Setenv("ZEISH_CLUSTER_CA", ca.File)
-	hosts, err := loadHostTLS()
+	dataDir := t.TempDir()
+	cfg := &config.Config{TLSCert: cert, TLSKey: key, ClusterCA: ca.File, DataDir: dataDir, MaxConnections: 16}
+	hosts, err := loadHostTLS(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestJoinAndRegisterOverTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go serve(ctx, slog.Default(), ln, mux, hosts)
+	go serve(ctx, slog.Default(), cfg, ln, mux, hosts)
 	base := "https://" + ln.Addr().String()
 
 	rec, token, err := cluster.NewJoinToken("n1", time.Hour, time.Now())
@@ -73,10 +73,9 @@ func TestJoinAndRegisterOverTLS(t *testing.T) {
 		t.Fatalf("a client without the CA: %v", err)
 	}
 	ctl := newControls([]string{base}, hosts.rpcClient())
-	dataDir := t.TempDir()
-	t.Setenv("ZEISH_JOIN_TOKEN", token)
+	cfg.JoinToken = token
 	regReq := &nodev2.RegisterRequest{Version: nodeapi.Ours(), NodeId: "n1", Url: "https://127.0.0.1:7421", Region: "eu"}
-	rep, err := joinAndRegister(ctx, slog.Default(), ctl, dataDir, regReq)
+	rep, err := joinAndRegister(ctx, slog.Default(), cfg, ctl, regReq)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,8 +91,8 @@ func TestJoinAndRegisterOverTLS(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("credential file: %v %v", fi, err)
 	}
-	t.Setenv("ZEISH_JOIN_TOKEN", "")
-	if _, err := joinAndRegister(ctx, slog.Default(), newControls([]string{base}, hosts.rpcClient()), dataDir, regReq); err != nil {
+	cfg.JoinToken = ""
+	if _, err := joinAndRegister(ctx, slog.Default(), cfg, newControls([]string{base}, hosts.rpcClient()), regReq); err != nil {
 		t.Fatalf("register again with the kept credential: %v", err)
 	}
 	// Plain http between hosts is refused unless allowed.

@@ -8,8 +8,7 @@ import (
 )
 
 // A create without a template gets debian once it is enabled and built,
-// base before (SPEC's default template; issue: debian the default once it
-// exists).
+// base before (docs/templates.md: debian is the default once it is built).
 func TestDefaultTemplate(t *testing.T) {
 	c := New(nil, template.BaseOptions{})
 	if got := c.Default(); got != BaseName {

@@ -22,9 +22,9 @@ import (
 // The Router is a node to the control plane and a cluster to the admin API.
 var (
 	_ control.Node          = (*Router)(nil)
-	_ server.Cluster        = (*Router)(nil)
+	_ control.Cluster       = (*Router)(nil)
+	_ control.NodeTemplates = (*Router)(nil)
 	_ server.DataPlaneProxy = (*Router)(nil)
-	_ server.NodeTemplates  = (*Router)(nil)
 	_ guestread.Reads       = (*Router)(nil)
 )
 

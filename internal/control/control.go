@@ -1,8 +1,13 @@
-// Package control is the control plane between the API and the nodes: the
-// policy on an account's requests (running slots, the create rate and
-// daily cap, budgets, a fork's fan-out, snapshot names) before a node
-// carries them out. HTTP handlers decode a request, call one method here
-// and encode its answer; the lifecycle's rules are sandbox's.
+// Package control is zeish's application: every call a client can make,
+// whatever front end it came through (the REST API and console in
+// internal/server, the E2B facade in internal/e2b), and every policy on
+// it. It turns a request into a record (create, fork, snapshot clone,
+// restore, templates, secrets), applies the account's quotas, budgets and
+// timeouts, fork inheritance, feature checks and names, issues and checks
+// data-plane tokens, and runs the background loops (Enforce). It takes
+// and returns api types and errdefs errors; a node (Node) carries the work
+// out, the store keeps it. Front ends decode, call one method here, and
+// encode; docs/ describes the rules (docs/sandboxes.md, docs/quotas.md).
 package control
 
 import (
@@ -12,40 +17,75 @@ import (
 	"os"
 	"time"
 
-	"github.com/zeish/zeish/api"
-	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/catalog"
+	"github.com/zeish/zeish/internal/metering"
+	"github.com/zeish/zeish/internal/metrics"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
+	"github.com/zeish/zeish/vmm"
 )
 
 // Options configure a Control.
 type Options struct {
 	Store store.Store
 	Node  Node
-	Plan  Plan // zero: DefaultPlan
-	// Cost is what a sandbox has cost so far at now, in micro-dollars (the
-	// metering of the API's prices); nil: budgets are not enforced.
-	Cost   func(r *store.SandboxRecord, now time.Time) int64
-	Logger *slog.Logger
+	// Catalog says which template a name means and builds templates.
+	Catalog *catalog.Catalog
+	Plan    Plan // zero: DefaultPlan
+	// Prices is the price table (zero: metering.DefaultPrices); a
+	// sandbox's cost, and so its budget, is measured with it.
+	Prices metering.Prices
+	// TokenKey signs and verifies data-plane tokens (TokenKey(dataDir)
+	// makes and keeps one; a node agent gets its own at registration, so
+	// it verifies tokens offline).
+	TokenKey []byte
+	// TokenKeyFor, when set, is the key of the tokens of node host's
+	// sandboxes (a control plane: each node has its own, derived from the
+	// data dir's key, see internal/cluster's DataPlaneKey).
+	TokenKeyFor func(host string) []byte
+	// Cluster, when set, is the control plane's registry of node agents
+	// (the admin API's nodes).
+	Cluster Cluster
+	// Metrics, when set, is fed what the application measures (fork
+	// pauses).
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
 	// Replica names this control-plane process among those sharing the
 	// store (leases are held in its name); "": host name and process id.
 	Replica string
+	// Calls bounds the data plane's work in flight (nil: DefaultCalls).
+	Calls *CallLimits
+	// Images is the image store the nodes share (nil: none): views show
+	// which snapshots and stopped sandboxes are durable in it.
+	Images ImageDurability
 }
 
-// Control applies the account's policy and hands the work to the node.
+// Control is the application: every call, every policy.
 type Control struct {
 	store   store.Store
 	node    Node
+	catalog *catalog.Catalog
 	quotas  *quotas
-	cost    func(*store.SandboxRecord, time.Time) int64
+	prices  metering.Prices
+	tokens  tokenSigner
+	calls   *callLimiter // data-plane calls in flight per sandbox and per account
+	images  ImageDurability
+	cluster Cluster
+	metrics *metrics.Metrics
 	log     *slog.Logger
 	replica string
+	// cost is what a sandbox has cost so far at now, in micro-dollars; nil:
+	// budgets are not enforced (tests of other policies).
+	cost func(r *store.SandboxRecord, now time.Time) int64
 }
 
 // New makes a Control.
 func New(o Options) *Control {
 	if o.Plan == (Plan{}) {
 		o.Plan = DefaultPlan
+	}
+	if o.Prices == (metering.Prices{}) {
+		o.Prices = metering.DefaultPrices
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -56,138 +96,68 @@ func New(o Options) *Control {
 	}
 	q := newQuotas(o.Plan, o.Store)
 	q.log = o.Logger
-	return &Control{store: o.Store, node: o.Node, quotas: q, cost: o.Cost, log: o.Logger, replica: o.Replica}
+	c := &Control{store: o.Store, node: o.Node, catalog: o.Catalog, quotas: q, prices: o.Prices,
+		tokens: tokenSigner{key: o.TokenKey, keyFor: o.TokenKeyFor}, calls: newCallLimiter(o.callLimits()), images: o.Images, cluster: o.Cluster,
+		metrics: o.Metrics, log: o.Logger, replica: o.Replica}
+	c.cost = c.costAt
+	return c
 }
 
 // Plan is every account's quota.
 func (c *Control) Plan() Plan { return c.quotas.plan }
 
-// Node is the node the control plane runs sandboxes on.
-func (c *Control) Node() Node { return c.node }
+// Capabilities are the VMM's of the node sandboxes run on (for /healthz).
+func (c *Control) Capabilities() vmm.Capabilities { return c.node.Capabilities() }
 
-// Create admits one create (a running slot, the rate, the daily cap) and
-// has the node make r, validated at the edge.
-func (c *Control) Create(ctx context.Context, r *store.SandboxRecord) (*store.SandboxRecord, error) {
-	if err := c.namesFree(ctx, r.AccountID, []*store.SandboxRecord{r}); err != nil {
-		return nil, err
+// view is a sandbox as a client sees it, its cost computed now from its
+// recorded intervals (so it is always fresh).
+func (c *Control) view(r *store.SandboxRecord) sandbox.Sandbox {
+	sb := r.Sandbox
+	sb.CostMicros = c.costAt(r, time.Now())
+	if r.ResumeImage != "" { // stopped: its saved state is an image
+		sb.ImageDurable = c.durable(context.Background(), r.ResumeImage)
 	}
-	done, err := c.quotas.admit(ctx, r.AccountID, 1, true, "")
+	return sb
+}
+
+func (c *Control) views(rs []*store.SandboxRecord) []sandbox.Sandbox {
+	out := make([]sandbox.Sandbox, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, c.view(r))
+	}
+	return out
+}
+
+func (c *Control) costAt(r *store.SandboxRecord, now time.Time) int64 {
+	return metering.Measure(r, time.Time{}, time.Time{}, now, c.prices).CostMicros
+}
+
+// settleWait bounds the wait of a call made with ?wait=true.
+const settleWait = 600 * time.Second
+
+// Settled is sb once it settled (no operation in flight), waiting at most
+// ten minutes: how a call made with ?wait=true ends.
+func (c *Control) Settled(ctx context.Context, sb sandbox.Sandbox) (sandbox.Sandbox, error) {
+	ctx, cancel := context.WithTimeout(ctx, settleWait)
+	defer cancel()
+	r, err := c.node.Wait(ctx, sb.ID, "")
 	if err != nil {
-		return nil, err
+		return sandbox.Sandbox{}, err
 	}
-	made, err := c.node.Create(ctx, r)
-	if err != nil {
-		done(0)
-		return nil, err
-	}
-	done(1)
-	return made, nil
+	return c.view(r), nil
 }
 
-// Clone forks parent into children (named and with their overrides, see
-// sandbox.ChildNames and sandbox.Inherit). SPEC, fork rule 5: a fork of N
-// is N creates and N running slots, all or none.
-func (c *Control) Clone(ctx context.Context, parent *store.SandboxRecord, children []*store.SandboxRecord) (time.Duration, []*store.SandboxRecord, error) {
-	return c.CloneWith(ctx, parent, children, "")
-}
-
-// PlacingNode is a Node that places a fork's children on other hosts
-// when the parent's has no room (a cluster's router with an image store).
-type PlacingNode interface {
-	CloneAny(ctx context.Context, parentID string, children []*store.SandboxRecord, placement string) (time.Duration, []*store.SandboxRecord, error)
-}
-
-// CloneWith is Clone with a placement of the children ("" or "parent":
-// the parent's node; "any": other nodes for those that do not fit there,
-// where the node can place them; one host has only its own).
-func (c *Control) CloneWith(ctx context.Context, parent *store.SandboxRecord, children []*store.SandboxRecord, placement string) (time.Duration, []*store.SandboxRecord, error) {
-	switch placement {
-	case "", api.PlacementParent, api.PlacementAny:
-	default:
-		return 0, nil, fmt.Errorf("placement %q: want %q or %q: %w", placement, api.PlacementParent, api.PlacementAny, errdefs.ErrInvalidArgument)
-	}
-	if err := c.namesFree(ctx, parent.AccountID, children); err != nil {
-		return 0, nil, err
-	}
-	done, err := c.quotas.admit(ctx, parent.AccountID, len(children), true, "")
-	if err != nil {
-		return 0, nil, err
-	}
-	var (
-		pause time.Duration
-		made  []*store.SandboxRecord
-	)
-	if pn, ok := c.node.(PlacingNode); ok && placement == api.PlacementAny {
-		pause, made, err = pn.CloneAny(ctx, parent.ID, children, placement)
-	} else {
-		pause, made, err = c.node.Clone(ctx, parent.ID, children)
-	}
-	done(len(made))
-	return pause, made, err
-}
-
-// CloneSnapshot starts children from snapshot snapID of parent, admitted
-// like a clone's.
-func (c *Control) CloneSnapshot(ctx context.Context, parent *store.SandboxRecord, snapID string, children []*store.SandboxRecord) ([]*store.SandboxRecord, error) {
-	if err := c.namesFree(ctx, parent.AccountID, children); err != nil {
-		return nil, err
-	}
-	done, err := c.quotas.admit(ctx, parent.AccountID, len(children), true, "")
-	if err != nil {
-		return nil, err
-	}
-	made, err := c.node.CloneSnapshot(ctx, snapID, children)
-	done(len(made))
-	return made, err
-}
-
-// Lifecycle carries out op (start, stop, pause or resume) on r. Ops that
-// run the sandbox again (start, resume) need budget left and a running
-// slot; a paused sandbox holds its slot already, so a resume needs exactly
-// that one.
-func (c *Control) Lifecycle(ctx context.Context, op sandbox.Op, r *store.SandboxRecord) (*store.SandboxRecord, error) {
-	var call func(context.Context, string) (*store.SandboxRecord, error)
-	runs := false
-	switch op {
-	case sandbox.OpStart:
-		call, runs = c.node.Start, true
-	case sandbox.OpResume:
-		call, runs = c.node.Resume, true
-	case sandbox.OpStop:
-		call = c.node.Stop
-	case sandbox.OpPause:
-		call = c.node.Pause
-	default:
-		return nil, fmt.Errorf("%s is not a lifecycle call: %w", op, errdefs.ErrInternal)
-	}
-	if runs {
-		if err := c.CheckBudget(r); err != nil {
-			return nil, err
-		}
-		done, err := c.quotas.admit(ctx, r.AccountID, 1, false, r.ID)
+// SettledAll is Settled for the sandboxes one call made, within one wait.
+func (c *Control) SettledAll(ctx context.Context, sbs []sandbox.Sandbox) ([]sandbox.Sandbox, error) {
+	ctx, cancel := context.WithTimeout(ctx, settleWait)
+	defer cancel()
+	out := make([]sandbox.Sandbox, len(sbs))
+	for i, sb := range sbs {
+		r, err := c.node.Wait(ctx, sb.ID, "")
 		if err != nil {
 			return nil, err
 		}
-		defer done(1)
+		out[i] = c.view(r)
 	}
-	return call(ctx, r.ID)
-}
-
-// CheckBudget refuses to run a sandbox again once its budget is spent
-// (SPEC, Quotas: max_cost_micros).
-func (c *Control) CheckBudget(r *store.SandboxRecord) error {
-	if r.MaxCostMicros > 0 && c.cost != nil {
-		if cost := c.cost(r, time.Now()); cost >= r.MaxCostMicros {
-			return fmt.Errorf("sandbox %s cost %d of its max_cost_micros %d: %w", r.ID, cost, r.MaxCostMicros, errdefs.ErrBudgetExhausted)
-		}
-	}
-	return nil
-}
-
-// Snapshot saves r's disk and memory under name (checked at the edge with
-// sandbox.CheckSnapshotName; empty: the node picks the default name); the
-// node checks it is unique and the limit
-// (sandbox.CheckNewSnapshot) before it pauses anything.
-func (c *Control) Snapshot(ctx context.Context, r *store.SandboxRecord, name string) (*store.SnapshotRecord, error) {
-	return c.node.CreateSnapshot(ctx, r.ID, name)
+	return out, nil
 }

@@ -83,8 +83,8 @@ func fixture(t *testing.T, sandboxes ...*store.SandboxRecord) (*Control, *fakeNo
 		},
 		life: func(string) (*store.SandboxRecord, error) { return ok, nil },
 	}
-	c := New(Options{Store: st, Node: f, Plan: Plan{RunningSlots: 2, CreatesPerMinute: 3, DailyCreates: 100},
-		Cost: func(r *store.SandboxRecord, _ time.Time) int64 { return r.CostMicros }})
+	c := New(Options{Store: st, Node: f, Plan: Plan{RunningSlots: 2, CreatesPerMinute: 3, DailyCreates: 100}})
+	c.cost = func(r *store.SandboxRecord, _ time.Time) int64 { return r.CostMicros }
 	return c, f
 }
 
@@ -108,7 +108,7 @@ func TestLifecyclePolicy(t *testing.T) {
 			sandbox.OpStart, sbx("sbx_s", sandbox.StateStopped), errdefs.ErrRunningSlots, nil},
 		{"resume uses the slot the paused sandbox holds", []*store.SandboxRecord{sbx("sbx_1", sandbox.StateRunning), sbx("sbx_p", sandbox.StatePaused)},
 			sandbox.OpResume, sbx("sbx_p", sandbox.StatePaused), nil, []string{"resume"}},
-		{"SPEC quotas: a spent budget is not run again", nil, sandbox.OpStart, spent, errdefs.ErrBudgetExhausted, nil},
+		{"docs/quotas.md, Budgets: a spent budget is not run again", nil, sandbox.OpStart, spent, errdefs.ErrBudgetExhausted, nil},
 		{"stop needs no slot", []*store.SandboxRecord{sbx("sbx_1", sandbox.StateRunning), sbx("sbx_2", sandbox.StateRunning)},
 			sandbox.OpStop, sbx("sbx_1", sandbox.StateRunning), nil, []string{"stop"}},
 		{"pause of a spent sandbox is fine", nil, sandbox.OpPause, spent, nil, []string{"pause"}},
@@ -117,7 +117,7 @@ func TestLifecyclePolicy(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			ctl, f := fixture(t, c.live...)
-			_, err := ctl.Lifecycle(context.Background(), c.op, c.r)
+			_, err := ctl.lifecycle(context.Background(), c.op, c.r)
 			if c.want == nil && err != nil || c.want != nil && errdefs.Of(err) != c.want {
 				t.Fatalf("got %v, want %v", err, c.want)
 			}
@@ -128,7 +128,7 @@ func TestLifecyclePolicy(t *testing.T) {
 	}
 }
 
-// SPEC, fork rule 5: a fork of N is N creates and N slots, all or none;
+// docs/clone.md, rule 5: a fork of N is N creates and N slots, all or none;
 // creates the node did not make give their rate tokens back.
 func TestCloneAndCreatePolicy(t *testing.T) {
 	ctx := context.Background()
@@ -141,29 +141,33 @@ func TestCloneAndCreatePolicy(t *testing.T) {
 		return out
 	}
 	ctl, f := fixture(t, parent)
-	if _, _, err := ctl.Clone(ctx, parent, kids(3)); !errors.Is(err, errdefs.ErrRunningSlots) || len(f.calls) != 0 {
+	if _, _, err := ctl.clone(ctx, parent, kids(3), ""); !errors.Is(err, errdefs.ErrRunningSlots) || len(f.calls) != 0 {
 		t.Fatalf("fork of 3 on 2 slots: %v, node calls %v", err, f.calls)
+	}
+	// A placement that is neither parent nor any is refused before anything.
+	if _, _, err := ctl.clone(ctx, parent, kids(1), "elsewhere"); !errors.Is(err, errdefs.ErrInvalidArgument) || len(f.calls) != 0 {
+		t.Fatalf("placement elsewhere: %v, node calls %v", err, f.calls)
 	}
 	// The node fails after the admission: the 2 creates come back.
 	boom := errors.New("capture failed")
 	f.clone = func([]*store.SandboxRecord) (time.Duration, []*store.SandboxRecord, error) { return 0, nil, boom }
-	if _, _, err := ctl.Clone(ctx, parent, kids(2)); !errors.Is(err, boom) {
+	if _, _, err := ctl.clone(ctx, parent, kids(2), ""); !errors.Is(err, boom) {
 		t.Fatalf("failed fork: %v", err)
 	}
 	// 3 creates a minute: a failed create gives its token back too.
 	f.create = func(*store.SandboxRecord) (*store.SandboxRecord, error) { return nil, boom }
-	if _, err := ctl.Create(ctx, sbx("", "")); !errors.Is(err, boom) {
+	if _, err := ctl.create(ctx, sbx("", "")); !errors.Is(err, boom) {
 		t.Fatalf("failed create: %v", err)
 	}
 	f.create = func(r *store.SandboxRecord) (*store.SandboxRecord, error) { return r, nil }
 	f.clone = func(c []*store.SandboxRecord) (time.Duration, []*store.SandboxRecord, error) { return 0, c, nil }
-	if _, _, err := ctl.Clone(ctx, parent, kids(2)); err != nil {
+	if _, _, err := ctl.clone(ctx, parent, kids(2), ""); err != nil {
 		t.Fatalf("fork of 2 after the refunds: %v", err)
 	}
-	if _, err := ctl.Create(ctx, sbx("", "")); err != nil {
+	if _, err := ctl.create(ctx, sbx("", "")); err != nil {
 		t.Fatalf("the 3rd create of the minute: %v", err)
 	}
-	if _, err := ctl.Create(ctx, sbx("", "")); !errors.Is(err, errdefs.ErrRateLimited) {
+	if _, err := ctl.create(ctx, sbx("", "")); !errors.Is(err, errdefs.ErrRateLimited) {
 		t.Fatalf("a 4th create in the minute: %v", err)
 	}
 }

@@ -12,7 +12,7 @@ import (
 
 // The state_reason of a sandbox stopped by the control plane.
 const (
-	// BudgetReason: its cost reached max_cost_micros (SPEC, Quotas).
+	// BudgetReason: its cost reached max_cost_micros (docs/quotas.md, Budgets).
 	BudgetReason = "budget_exhausted"
 	// TimeoutReason: its time was up (paused or stopped).
 	TimeoutReason = "timeout"

@@ -20,8 +20,8 @@ func (f *fakeNode) Delete(_ context.Context, id string) (*store.SandboxRecord, e
 	return &store.SandboxRecord{}, nil
 }
 
-// SPEC, Quotas: "max_cost_micros per sandbox (reaching it stops the
-// sandbox, reason budget_exhausted)".
+// docs/quotas.md, Budgets: a sandbox whose cost reaches its
+// max_cost_micros is stopped, reason budget_exhausted.
 func TestEnforceBudgets(t *testing.T) {
 	over := sbx("sbx_over", sandbox.StateRunning)
 	over.MaxCostMicros, over.CostMicros = 100, 100
@@ -42,8 +42,8 @@ func TestEnforceBudgets(t *testing.T) {
 	}
 }
 
-// SPEC, agent's workspace: "a sandbox may carry a timeout after which it is
-// stopped (or paused)", or deleted by default.
+// docs/quotas.md, Timeouts: a sandbox past its deadline is deleted (the
+// default), paused or stopped.
 func TestEnforceTimeouts(t *testing.T) {
 	now := time.Now()
 	past, future := now.Add(-time.Second), now.Add(time.Hour)

@@ -9,7 +9,7 @@ import (
 )
 
 // namesFree refuses, before anything is admitted or paused, names that a
-// live sandbox of the account holds or that the call gives twice (SPEC,
+// live sandbox of the account holds or that the call gives twice (docs/sandboxes.md,
 // Names: unique per account among sandboxes not yet destroyed). The
 // store's unique index stays the last word for a name taken meanwhile: its
 // insert of every new record is all or none.

@@ -10,7 +10,7 @@ import (
 	"github.com/zeish/zeish/sandbox"
 )
 
-// SPEC, Names: unique per account among sandboxes not yet destroyed. A name
+// docs/sandboxes.md, Names: unique per account among sandboxes not yet destroyed. A name
 // that is taken is refused before the node is asked (a fork would pause its
 // parent for nothing) and before any quota is spent.
 func TestNamesChecked(t *testing.T) {
@@ -50,9 +50,9 @@ func TestNamesChecked(t *testing.T) {
 			var err error
 			if c.children == nil {
 				r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{Name: c.create, AccountID: "acc_a", CreatedAt: time.Now()}}
-				_, err = ctl.Create(ctx, r)
+				_, err = ctl.create(ctx, r)
 			} else {
-				_, _, err = ctl.Clone(ctx, sbx("sbx_p", sandbox.StateRunning), kids(c.children...))
+				_, _, err = ctl.clone(ctx, sbx("sbx_p", sandbox.StateRunning), kids(c.children...), "")
 			}
 			if c.want == nil && err != nil || c.want != nil && errdefs.Of(err) != c.want {
 				t.Fatalf("got %v, want %v", err, c.want)

@@ -59,7 +59,7 @@ func TestReplicasShareQuotas(t *testing.T) {
 			defer wg.Done()
 			r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: fmt.Sprintf("sbx_r%02d", i), Name: fmt.Sprintf("r%d", i),
 				AccountID: "acc_a", State: sandbox.StateStarting, CreatedAt: time.Now().UTC()}}
-			_, err := replicas[i%2].Create(ctx, r)
+			_, err := replicas[i%2].create(ctx, r)
 			errs <- err
 		}()
 	}

@@ -14,45 +14,103 @@ import (
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/control"
 	"github.com/zeish/zeish/sandbox"
 )
 
-// fakeAPI answers zeish's list and get from a fixed set, and 401 for any key
-// but "good".
-type fakeAPI struct{ sandboxes []sandbox.Sandbox }
+// fakeApp answers list, get and snapshots from a fixed set, and
+// unauthenticated for any key but "good"; calls it does not define are not
+// expected (the embedded nil App panics).
+type fakeApp struct {
+	App
+	sandboxes []sandbox.Sandbox
+	boxes     map[string]sandbox.Sandbox // what Peek reads
+	asked     []string                   // OpenEnvd's and ResumeForOwner's
+}
 
-func (a *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get("Authorization") != "Bearer good" {
-		writeJSON(w, http.StatusUnauthorized, api.ErrorBody{Error: api.ErrorDetail{Code: "unauthenticated", Message: "bad key"}})
-		return
+func (a *fakeApp) Authenticate(_ context.Context, key string) (control.Caller, error) {
+	if key != "good" {
+		return control.Caller{}, fmt.Errorf("bad key: %w", errdefs.ErrUnauthenticated)
 	}
-	path := strings.TrimPrefix(r.URL.Path, api.BasePath+"/public")
-	if path == "/sandboxes" {
-		writeJSON(w, http.StatusOK, api.SandboxList{Sandboxes: a.sandboxes})
-		return
-	}
+	return control.Caller{Account: api.Account{ID: "acc_1"}}, nil
+}
+
+func (a *fakeApp) List(context.Context, control.Caller, control.ListFilter) (api.SandboxList, error) {
+	return api.SandboxList{Sandboxes: a.sandboxes}, nil
+}
+
+func (a *fakeApp) Sandbox(_ context.Context, _ control.Caller, ref string) (sandbox.Sandbox, error) {
 	for _, sb := range a.sandboxes {
-		switch {
-		case path == "/sandboxes/"+sb.ID:
-			writeJSON(w, http.StatusOK, sb)
-			return
-		case path == "/sandboxes/"+sb.ID+"/snapshots" && r.Method == http.MethodPost:
-			writeJSON(w, http.StatusCreated, sandbox.Snapshot{ID: "snp_new", Name: "snapshot-1", SandboxID: sb.ID})
-			return
-		case path == "/sandboxes/"+sb.ID+"/snapshots":
-			list := api.SnapshotList{Snapshots: []sandbox.Snapshot{}}
-			if sb.ID == "sbx_a" {
-				list.Snapshots = append(list.Snapshots, sandbox.Snapshot{ID: "snp_1", Name: "one", SandboxID: sb.ID})
-			}
-			writeJSON(w, http.StatusOK, list)
-			return
+		if sb.ID == ref {
+			return sb, nil
 		}
 	}
-	if path == "/snapshots/snp_1" && r.Method == http.MethodDelete {
-		writeJSON(w, http.StatusOK, sandbox.Snapshot{ID: "snp_1"})
-		return
+	return sandbox.Sandbox{}, fmt.Errorf("no such sandbox: %w", errdefs.ErrNotFound)
+}
+
+func (a *fakeApp) CreateSnapshot(_ context.Context, _ control.Caller, ref string, _ api.CreateSnapshotRequest) (sandbox.Snapshot, error) {
+	return sandbox.Snapshot{ID: "snp_new", Name: "snapshot-1", SandboxID: ref}, nil
+}
+
+func (a *fakeApp) Snapshots(_ context.Context, _ control.Caller, ref string) (api.SnapshotList, error) {
+	list := api.SnapshotList{Snapshots: []sandbox.Snapshot{}}
+	if ref == "sbx_a" {
+		list.Snapshots = append(list.Snapshots, sandbox.Snapshot{ID: "snp_1", Name: "one", SandboxID: ref})
 	}
-	writeJSON(w, http.StatusNotFound, api.ErrorBody{Error: api.ErrorDetail{Code: "not_found", Message: "no such sandbox"}})
+	return list, nil
+}
+
+func (a *fakeApp) DeleteSnapshot(_ context.Context, _ control.Caller, ref control.SnapshotRef) error {
+	if ref.Snapshot != "snp_1" {
+		return fmt.Errorf("no such snapshot: %w", errdefs.ErrNotFound)
+	}
+	return nil
+}
+
+func (a *fakeApp) TokenUntil(context.Context, control.Caller, string, time.Time) (string, error) {
+	return "tok", nil
+}
+
+func (a *fakeApp) SandboxTokens(_ context.Context, id string, exps []time.Time) ([]string, error) {
+	if id != "sbx_signed" {
+		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	var out []string
+	for _, exp := range exps {
+		out = append(out, fmt.Sprintf("tok-%d", exp.Unix()))
+	}
+	return out, nil
+}
+
+func (a *fakeApp) Peek(_ context.Context, id string) (sandbox.Sandbox, error) {
+	if sb, ok := a.boxes[id]; ok {
+		return sb, nil
+	}
+	return sandbox.Sandbox{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+}
+
+func (a *fakeApp) ResumeForOwner(_ context.Context, id string, timeout int) error {
+	a.asked = append(a.asked, fmt.Sprintf("resume %s %d", id, timeout))
+	return nil
+}
+
+func (a *fakeApp) CheckToken(_ context.Context, id, token string) error {
+	if token != "good-token" {
+		return fmt.Errorf("bad token: %w", errdefs.ErrUnauthenticated)
+	}
+	return nil
+}
+
+func (a *fakeApp) TemplateKnown(_ context.Context, _ control.Caller, name string) error {
+	if name != "base" {
+		return errdefs.ErrUnknownTemplate
+	}
+	return nil
+}
+
+func (a *fakeApp) OpenEnvd(_ context.Context, token, id string) (*guest.Client, func(), error) {
+	a.asked = append(a.asked, id+" "+token)
+	return nil, nil, fmt.Errorf("sandbox %s is gone: %w", id, errdefs.ErrUnavailable)
 }
 
 func testFacade() *Facade {
@@ -60,7 +118,7 @@ func testFacade() *Facade {
 	mk := func(id string, st sandbox.State, age int, md map[string]string) sandbox.Sandbox {
 		return sandbox.Sandbox{ID: id, State: st, Template: "base", CreatedAt: t0.Add(time.Duration(age) * time.Minute), Metadata: md}
 	}
-	return New(Options{Backend: &fakeBackend{}, API: &fakeAPI{sandboxes: []sandbox.Sandbox{
+	return New(Options{App: &fakeApp{sandboxes: []sandbox.Sandbox{
 		mk("sbx_a", sandbox.StateRunning, 1, map[string]string{"team": "x y", "k": "1"}),
 		mk("sbx_b", sandbox.StatePaused, 2, map[string]string{"team": "x y"}),
 		mk("sbx_c", sandbox.StateStopped, 3, nil),
@@ -199,7 +257,7 @@ func TestDetail(t *testing.T) {
 }
 
 func TestHostRoute(t *testing.T) {
-	f := New(Options{Backend: &fakeBackend{}, Domain: "Example.Test"})
+	f := New(Options{App: &fakeApp{}, Domain: "Example.Test"})
 	for host, want := range map[string]string{
 		"api.example.test":                "api ",
 		"API.example.test:443":            "api ",
@@ -221,7 +279,7 @@ func TestHostRoute(t *testing.T) {
 			t.Errorf("%s: %q %q, want %q", host, id, port, want)
 		}
 	}
-	if got, _ := New(Options{Backend: &fakeBackend{}}).hostRoute("api.example.test"); got != "" {
+	if got, _ := New(Options{App: &fakeApp{}}).hostRoute("api.example.test"); got != "" {
 		t.Errorf("no domain: %q", got)
 	}
 }
@@ -275,57 +333,11 @@ func TestMountPorts(t *testing.T) {
 	}
 }
 
-type fakeBackend struct {
-	asked []string
-	boxes map[string]sandbox.Sandbox // what Sandbox reads
-}
-
-func (b *fakeBackend) Authenticate(ctx context.Context, key string) (string, error) {
-	if key != "good" {
-		return "", errdefs.ErrUnauthenticated
-	}
-	return "acc_1", nil
-}
-
-func (b *fakeBackend) IssueTokenUntil(ctx context.Context, id, key string, exp time.Time) (string, error) {
-	return "tok", nil
-}
-func (b *fakeBackend) SandboxTokens(ctx context.Context, id string, exps []time.Time) ([]string, error) {
-	if id != "sbx_signed" {
-		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
-	}
-	var out []string
-	for _, exp := range exps {
-		out = append(out, fmt.Sprintf("tok-%d", exp.Unix()))
-	}
-	return out, nil
-}
-func (b *fakeBackend) Sandbox(ctx context.Context, id string) (sandbox.Sandbox, error) {
-	if sb, ok := b.boxes[id]; ok {
-		return sb, nil
-	}
-	return sandbox.Sandbox{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
-}
-func (b *fakeBackend) Resume(ctx context.Context, id string, timeout int) error {
-	b.asked = append(b.asked, fmt.Sprintf("resume %s %d", id, timeout))
-	return nil
-}
-func (b *fakeBackend) CheckToken(ctx context.Context, id, token string) error {
-	if token != "good-token" {
-		return fmt.Errorf("bad token: %w", errdefs.ErrUnauthenticated)
-	}
-	return nil
-}
-func (b *fakeBackend) SandboxAgent(ctx context.Context, id, token string) (*guest.Client, func(), error) {
-	b.asked = append(b.asked, id+" "+token)
-	return nil, nil, fmt.Errorf("sandbox %s is gone: %w", id, errdefs.ErrUnavailable)
-}
-
 // envd is found by host name or by E2B's headers; a sandbox that is gone
 // answers 502, which the SDK reads as "not running".
 func TestEnvdRouting(t *testing.T) {
-	b := &fakeBackend{}
-	f := New(Options{API: &fakeAPI{}, Backend: b, Domain: "example.test"})
+	b := &fakeApp{}
+	f := New(Options{App: b, Domain: "example.test"})
 	h := f.Mount(http.NotFoundHandler())
 	for _, tc := range []struct {
 		host, path string
@@ -353,17 +365,8 @@ func TestEnvdRouting(t *testing.T) {
 	}
 }
 
-type fakeTemplates struct{}
-
-func (fakeTemplates) Known(ctx context.Context, accountID, name string) error {
-	if name != "base" {
-		return errdefs.ErrUnknownTemplate
-	}
-	return nil
-}
-
 func TestTemplateAlias(t *testing.T) {
-	f := New(Options{API: &fakeAPI{}, Backend: &fakeBackend{}, Templates: fakeTemplates{}})
+	f := New(Options{App: &fakeApp{}})
 	for _, tc := range []struct {
 		target, key string
 		status      int
@@ -383,7 +386,6 @@ func TestTemplateAlias(t *testing.T) {
 // sandbox's, by name) and deleted by id; a template id is not E2B's to delete.
 func TestSnapshots(t *testing.T) {
 	f := testFacade()
-	f.backend = &fakeBackend{}
 	one := `[{"names":["one"],"snapshotID":"snp_1"}]`
 	for _, tc := range []struct {
 		method, target, key string
@@ -410,6 +412,30 @@ func TestSnapshots(t *testing.T) {
 		}
 		if tc.body != "" && strings.TrimSpace(w.Body.String()) != tc.body {
 			t.Errorf("%s %s: %s, want %s", tc.method, tc.target, w.Body, tc.body)
+		}
+	}
+}
+
+// envd's routes and a sandbox's host names are data-plane streams: the
+// server's deadlines spare them (a 50 MiB upload takes longer than a
+// control-plane body may).
+func TestIsStream(t *testing.T) {
+	f := New(Options{Domain: "example.test"})
+	for _, tc := range []struct {
+		host, path string
+		want       bool
+	}{
+		{"127.0.0.1", "/e2b/envd/files", true},
+		{"49983-sbx_abc.example.test", "/files", true},
+		{"3000-sbx_abc.example.test", "/upload", true},
+		{"api.example.test", "/sandboxes", false},
+		{"127.0.0.1", "/e2b/sandboxes", false},
+		{"127.0.0.1", "/e2b/envdx", false},
+	} {
+		r := httptest.NewRequest("POST", tc.path, nil)
+		r.Host = tc.host
+		if got := f.IsStream(r); got != tc.want {
+			t.Errorf("%s%s: %v, want %v", tc.host, tc.path, got, tc.want)
 		}
 	}
 }

@@ -5,8 +5,8 @@
 // /files and /health) over zeish's own guest agent.
 //
 // The control plane is a translation: each E2B call becomes calls to zeish's
-// public API, served in-process by the same handler every other client uses,
-// so validation, quotas and errors stay in one place. The data plane is found
+// application (internal/control), as every other front end's, so
+// validation, quotas and errors stay in one place. The data plane is found
 // by E2B's E2b-Sandbox-Id header (clients set E2B_SANDBOX_URL to
 // <zeish>/e2b/envd), so no wildcard DNS is needed. docs/e2b-protocol.md
 // describes the protocol and docs/e2b.md what is supported.
@@ -23,6 +23,7 @@ import (
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/control"
 	"github.com/zeish/zeish/internal/e2b/envdpb/filesystem/filesystemconnect"
 	"github.com/zeish/zeish/internal/e2b/envdpb/process/processconnect"
 	"github.com/zeish/zeish/sandbox"
@@ -45,50 +46,58 @@ const envdVersion = "0.6.4"
 // too); connecting again issues a fresh one.
 const tokenTTL = time.Hour
 
-// Backend is what the facade needs from zeish's server.
-type Backend interface {
-	// SandboxAgent checks a token for a sandbox and returns its running
-	// agent (errdefs.ErrUnavailable when the sandbox is gone or not
-	// running) and the release of the call's slot in the data plane's
-	// budget (errdefs.ClassRateLimited when it has none).
-	SandboxAgent(ctx context.Context, id, token string) (*guest.Client, func(), error)
-	// Authenticate checks an API key (errdefs.ErrUnauthenticated if bad).
-	Authenticate(ctx context.Context, key string) (accountID string, err error)
-	// IssueTokenUntil signs a data-plane token for a sandbox, issued to the
-	// API key apiKey (revoking the key ends the token), that expires at exp
-	// (on the grid of sign.go).
-	IssueTokenUntil(ctx context.Context, sandboxID, apiKey string, exp time.Time) (string, error)
-	// CheckToken checks a token of a sandbox in whatever state it is
-	// (errdefs.ErrUnauthenticated if bad, errdefs.ErrNotFound when there
-	// is no such sandbox).
-	CheckToken(ctx context.Context, sandboxID, token string) error
-	// Sandbox reads a sandbox, whoever's it is (auto-resume decides from
-	// its state and lifecycle before any caller is known).
-	Sandbox(ctx context.Context, id string) (sandbox.Sandbox, error)
-	// Resume resumes a paused sandbox for its owner, waits until it runs
-	// and gives it timeoutSeconds (E2B's auto-resume).
-	Resume(ctx context.Context, id string, timeoutSeconds int) error
+// App is what the facade needs of zeish's application (internal/control's
+// *Control): E2B's calls become these.
+type App interface {
+	Authenticate(ctx context.Context, key string) (control.Caller, error)
+	Create(ctx context.Context, who control.Caller, req api.CreateSandboxRequest) (sandbox.Sandbox, error)
+	Sandbox(ctx context.Context, who control.Caller, ref string) (sandbox.Sandbox, error)
+	List(ctx context.Context, who control.Caller, f control.ListFilter) (api.SandboxList, error)
+	Delete(ctx context.Context, who control.Caller, ref string) (sandbox.Sandbox, error)
+	Lifecycle(ctx context.Context, who control.Caller, op sandbox.Op, ref string) (sandbox.Sandbox, error)
+	Wake(ctx context.Context, who control.Caller, ref string) (sandbox.Sandbox, bool, error)
+	SetTimeout(ctx context.Context, who control.Caller, ref string, req api.TimeoutRequest) (sandbox.Sandbox, error)
+	Settled(ctx context.Context, sb sandbox.Sandbox) (sandbox.Sandbox, error)
+	SettledAll(ctx context.Context, sbs []sandbox.Sandbox) ([]sandbox.Sandbox, error)
+	Clone(ctx context.Context, who control.Caller, ref string, req api.CloneRequest) (api.CloneResponse, error)
+	CloneSnapshot(ctx context.Context, who control.Caller, ref, snapRef string, req api.CloneRequest) (api.CloneResponse, error)
+	CreateSnapshot(ctx context.Context, who control.Caller, ref string, req api.CreateSnapshotRequest) (sandbox.Snapshot, error)
+	Snapshots(ctx context.Context, who control.Caller, ref string) (api.SnapshotList, error)
+	Snapshot(ctx context.Context, who control.Caller, ref control.SnapshotRef) (sandbox.Snapshot, error)
+	DeleteSnapshot(ctx context.Context, who control.Caller, ref control.SnapshotRef) error
+	// TemplateKnown answers for the caller's own templates and the
+	// built-ins only: another account's are unknown.
+	TemplateKnown(ctx context.Context, who control.Caller, name string) error
+	// TokenUntil signs a data-plane token of a sandbox of the caller's,
+	// issued to the caller's API key (revoking the key ends the token), that
+	// expires at exp (on the grid of sign.go; never more than an hour
+	// away).
+	TokenUntil(ctx context.Context, who control.Caller, id string, exp time.Time) (string, error)
 	// SandboxTokens lists the tokens of a sandbox that expire at one of
 	// exps, for checking signed URLs (sign.go); errdefs.ErrNotFound when
 	// there is no such sandbox.
-	SandboxTokens(ctx context.Context, sandboxID string, exps []time.Time) ([]string, error)
-}
-
-// Templates says which templates exist (internal/catalog).
-type Templates interface {
-	// Known answers for the account's own templates and the built-ins
-	// only: another account's are unknown.
-	Known(ctx context.Context, accountID, ref string) error
+	SandboxTokens(ctx context.Context, id string, exps []time.Time) ([]string, error)
+	// CheckToken checks a token of a sandbox in whatever state it is
+	// (errdefs.ErrUnauthenticated if bad, errdefs.ErrNotFound when there
+	// is no such sandbox).
+	CheckToken(ctx context.Context, id, token string) error
+	// OpenEnvd checks a token for a sandbox and returns its running agent
+	// (errdefs.ErrUnavailable when the sandbox is gone or not running) and
+	// the release of the call's slot in the data plane's budget
+	// (too_many_requests or account_calls_full when it has none).
+	OpenEnvd(ctx context.Context, token, id string) (*guest.Client, func(), error)
+	// Peek reads a sandbox whoever's it is (auto-resume decides from its
+	// state and lifecycle before any caller is known).
+	Peek(ctx context.Context, id string) (sandbox.Sandbox, error)
+	// ResumeForOwner resumes a paused sandbox as its owner would, waits
+	// until it runs and gives it timeoutSeconds (E2B's auto-resume).
+	ResumeForOwner(ctx context.Context, id string, timeoutSeconds int) error
 }
 
 // Options configure the facade.
 type Options struct {
-	// API serves zeish's public API (server.Handler); control-plane calls go
-	// through it in-process.
-	API       http.Handler
-	Backend   Backend
-	Templates Templates
-	Logger    *slog.Logger
+	App    App
+	Logger *slog.Logger
 	// Domain, when set, also routes by host name as E2B's cloud does:
 	// api.<Domain> is the control plane, 49983-<sandbox>.<Domain> envd.
 	Domain string
@@ -101,9 +110,7 @@ type Options struct {
 
 // Facade serves the E2B API.
 type Facade struct {
-	api      http.Handler
-	backend  Backend
-	tpls     Templates
+	app      App
 	log      *slog.Logger
 	domain   string
 	envd     http.Handler
@@ -122,10 +129,10 @@ func New(opts Options) *Facade {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	f := &Facade{api: opts.API, backend: opts.Backend, tpls: opts.Templates, log: opts.Logger, domain: strings.ToLower(opts.Domain), envd: opts.Envd,
+	f := &Facade{app: opts.App, log: opts.Logger, domain: strings.ToLower(opts.Domain), envd: opts.Envd,
 		procs: newProcessTable(), watchers: newWatcherTable()}
 	f.samples = newSamplers(func(ctx context.Context, id, token string) (*guest.Client, func(), error) {
-		return f.backend.SandboxAgent(ctx, id, token)
+		return f.app.OpenEnvd(ctx, token, id)
 	})
 	f.envdLocal = f.newEnvdHandler()
 	return f
@@ -245,6 +252,19 @@ func (f *Facade) Mount(next http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// IsStream reports whether r is one of the facade's data-plane streams:
+// envd's routes (file transfers, process output), by path or by a
+// sandbox's host name, a signed /files URL, and a guest port by host name.
+// The server's deadlines spare them (server.Limits.Streams) as they spare
+// zeish's own data plane.
+func (f *Facade) IsStream(r *http.Request) bool {
+	if strings.HasPrefix(r.URL.Path, Prefix+"/envd/") || (r.URL.Path == "/files" && r.URL.Query().Has("signature")) {
+		return true
+	}
+	host, port := f.hostRoute(r.Host)
+	return host != "" && port != ""
 }
 
 // trafficTokenHeader carries the token of a sandbox's ports, as E2B's

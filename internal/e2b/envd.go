@@ -13,6 +13,7 @@ import (
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/control"
 )
 
 // The envd-compatible data plane: which sandbox, which user, which path.
@@ -46,17 +47,10 @@ func (f *Facade) withSandbox(h http.Handler) http.Handler {
 		}
 		agent, release, err := f.sandboxAgent(r.Context(), id, r.Header.Get("X-Access-Token"))
 		if err != nil {
-			status := http.StatusBadGateway
-			switch errdefs.Of(err).Class {
-			case errdefs.ClassUnauthenticated:
-				status = http.StatusUnauthorized
-			case errdefs.ClassInvalid:
-				status = http.StatusBadRequest
-			case errdefs.ClassRateLimited:
-				status = http.StatusTooManyRequests
-				w.Header().Set("Connection", "close")
+			if control.Busy(err) {
+				w.Header().Set("Connection", "close") // a refused client keeps no connection
 			}
-			writeError(w, status, err.Error())
+			writeError(w, errdefs.EnvdStatus(unreachable(err)), err.Error())
 			return
 		}
 		defer release()
@@ -110,49 +104,27 @@ func resolve(home, p string) (string, error) {
 	return path.Clean(p), nil
 }
 
-// httpStatus is how envd's HTTP routes answer an error.
-func httpStatus(err error) int {
-	switch errdefs.Of(err).Class {
-	case errdefs.ClassInvalid:
-		return http.StatusBadRequest
-	case errdefs.ClassUnauthenticated:
-		return http.StatusUnauthorized
-	case errdefs.ClassPermissionDenied:
-		return http.StatusForbidden
-	case errdefs.ClassNotFound:
-		return http.StatusNotFound
-	case errdefs.ClassConflict:
-		return http.StatusConflict
-	case errdefs.ClassResourceExhausted:
-		return http.StatusInsufficientStorage
-	case errdefs.ClassUnavailable:
-		return http.StatusBadGateway
+// unreachable is how envd's answer classes an error finding a sandbox's
+// agent: a bad request or credential says so; anything else (gone, not
+// running, its node or agent not answering) is a sandbox that cannot be
+// reached, which E2B's proxy answers 502 and the SDK reads as "not
+// running".
+func unreachable(err error) error {
+	if errdefs.Is(err, errdefs.ClassUnauthenticated) || errdefs.Is(err, errdefs.ClassInvalid) || control.Busy(err) {
+		return err
 	}
-	return http.StatusInternalServerError
+	return errdefs.Reclass(err, errdefs.ErrUnavailable)
 }
 
-// rpcError maps an error onto the Connect code the SDK turns into its classes.
+// httpStatus is how envd's HTTP routes answer an error (errdefs's table).
+func httpStatus(err error) int { return errdefs.EnvdStatus(err) }
+
+// rpcError maps an error onto the Connect code the SDK turns into its
+// classes (errdefs's table); a Connect error keeps its own.
 func rpcError(err error) error {
 	var ce *connect.Error
 	if errors.As(err, &ce) {
 		return ce
 	}
-	code := connect.CodeInternal
-	switch errdefs.Of(err).Class {
-	case errdefs.ClassInvalid:
-		code = connect.CodeInvalidArgument
-	case errdefs.ClassUnauthenticated:
-		code = connect.CodeUnauthenticated
-	case errdefs.ClassPermissionDenied:
-		code = connect.CodePermissionDenied
-	case errdefs.ClassNotFound:
-		code = connect.CodeNotFound
-	case errdefs.ClassConflict:
-		code = connect.CodeAlreadyExists
-	case errdefs.ClassResourceExhausted, errdefs.ClassRateLimited:
-		code = connect.CodeResourceExhausted
-	case errdefs.ClassUnavailable:
-		code = connect.CodeUnavailable
-	}
-	return connect.NewError(code, err)
+	return connect.NewError(connect.Code(errdefs.RPC(err)), err)
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
 	"github.com/zeish/zeish/sandbox"
@@ -16,9 +17,10 @@ import (
 
 // E2B's lifecycle on zeish's: what a timeout does (kill, pause, or a
 // filesystem-only pause), pause, connect (every SDK's route) and the older
-// resume, and auto-resume. The zeish operations it uses are zeishOp,
-// zeishWait and zeishTimeout (control.go) and the backend's Sandbox and
-// Resume; nothing here speaks HTTP to zeish itself.
+// resume, and auto-resume. It calls zeish's application (internal/control):
+// which op wakes a sandbox is its Wake's to say; runOp and setEnd
+// (control.go) are the rest, as the request's caller; auto-resume, before
+// any caller is known, uses its Peek and ResumeForOwner.
 //
 // A filesystem-only pause (keepMemory: false, or autoPauseMemory: false) is
 // zeish's stop: the sandbox uses no compute and no RAM, its disk is kept.
@@ -106,12 +108,12 @@ func (f *Facade) pause(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, fmt.Sprintf("Error pausing sandbox - sandbox '%s' is already paused", sb.ID))
 		return
 	}
-	op := "pause"
+	op := sandbox.OpPause
 	if req.Memory != nil && !*req.Memory {
-		op = "stop"
+		op = sandbox.OpStop
 	}
-	if _, err := f.zeishOp(r.Context(), sb.ID, op); err != nil {
-		fail(w, err)
+	if _, err := f.runOp(r.Context(), sb.ID, op); err != nil {
+		f.fail(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -134,8 +136,8 @@ var errNoColdResume = errors.New("Resuming without memory (memory: false) is not
 
 // wake brings a sandbox back to running as connect does: a running one has
 // its end only ever moved later; a paused one is resumed, a filesystem-only
-// paused (stopped) one started, and either then ends timeout seconds from
-// now. It says whether the sandbox had to be woken.
+// paused (stopped) one started (control.Wake), and either then ends timeout
+// seconds from now. It says whether the sandbox had to be woken.
 func (f *Facade) wake(ctx context.Context, id string, req connectBody) (sandbox.Sandbox, bool, error) {
 	sb, err := f.lookup(ctx, id)
 	if err != nil {
@@ -146,53 +148,35 @@ func (f *Facade) wake(ctx context.Context, id string, req connectBody) (sandbox.
 		timeout = *req.Timeout
 	}
 	if timeout < 0 {
-		return sb, false, &zeishError{status: http.StatusBadRequest, message: "Timeout must be greater than 0"}
+		return sb, false, &answer{status: http.StatusBadRequest, message: "Timeout must be greater than 0"}
 	}
-	switch sb.State {
-	case sandbox.StateStarting:
-		sb, err = f.zeishWait(ctx, sb.ID, sandbox.StateRunning)
-	case sandbox.StateRunning:
-	case sandbox.StatePaused:
-		if req.Memory != nil && !*req.Memory {
-			return sb, false, &zeishError{status: http.StatusBadRequest, message: errNoColdResume.Error()}
-		}
-		return f.woken(ctx, sb, "resume", timeout, req.AutoPause)
-	case sandbox.StateStopping:
-		if sb, err = f.zeishWait(ctx, sb.ID, sandbox.StateStopped); err == nil {
-			return f.woken(ctx, sb, "start", timeout, req.AutoPause)
-		}
-	case sandbox.StateStopped:
-		return f.woken(ctx, sb, "start", timeout, req.AutoPause)
+	if sb.State == sandbox.StatePaused && req.Memory != nil && !*req.Memory {
+		return sb, false, &answer{status: http.StatusBadRequest, message: errNoColdResume.Error()}
 	}
+	sb, woken, err := f.app.Wake(ctx, callerFrom(ctx), sb.ID)
 	if err != nil {
-		return sb, false, err
+		return sb, woken, err
+	}
+	if sb.State != sandbox.StateRunning {
+		return sb, woken, fmt.Errorf("sandbox %s is %s after resuming: %s", sb.ID, sb.State, sb.ErrorMessage)
+	}
+	if woken {
+		action := ""
+		if req.AutoPause != nil {
+			action = sandbox.OnTimeoutDelete
+			if *req.AutoPause {
+				action = sandbox.OnTimeoutPause
+			}
+		}
+		sb, err = f.setEnd(ctx, sb.ID, timeout, action)
+		return sb, true, err
 	}
 	// Running: E2B's connect only ever extends the end ("TTL is only
 	// extended"); a sandbox without one keeps none.
 	if sb.TimeoutAt != nil && req.Timeout != nil && time.Now().Add(time.Duration(timeout)*time.Second).After(*sb.TimeoutAt) {
-		sb, err = f.zeishTimeout(ctx, sb.ID, timeout, "")
+		sb, err = f.setEnd(ctx, sb.ID, timeout, "")
 	}
 	return sb, false, err
-}
-
-// woken runs op (resume, start) and gives the sandbox its new end.
-func (f *Facade) woken(ctx context.Context, sb sandbox.Sandbox, op string, timeout int, autoPause *bool) (sandbox.Sandbox, bool, error) {
-	sb, err := f.zeishOp(ctx, sb.ID, op)
-	if err != nil {
-		return sb, true, err
-	}
-	if sb.State != sandbox.StateRunning {
-		return sb, true, fmt.Errorf("sandbox %s is %s after resuming: %s", sb.ID, sb.State, sb.ErrorMessage)
-	}
-	action := ""
-	if autoPause != nil {
-		action = sandbox.OnTimeoutDelete
-		if *autoPause {
-			action = sandbox.OnTimeoutPause
-		}
-	}
-	sb, err = f.zeishTimeout(ctx, sb.ID, timeout, action)
-	return sb, true, err
 }
 
 // connect is every SDK's connect (POST /sandboxes/{id}/connect up to 2.50,
@@ -206,14 +190,14 @@ func (f *Facade) connect(w http.ResponseWriter, r *http.Request) {
 	req.AutoPause = nil
 	sb, woken, err := f.wake(r.Context(), r.PathValue("id"), req)
 	if err != nil {
-		fail(w, err)
+		f.fail(w, err)
 		return
 	}
 	status := http.StatusOK
 	if woken {
 		status = http.StatusCreated
 	}
-	f.answerSandbox(w, r, status, sb)
+	f.answerCreated(r.Context(), w, status, sb)
 }
 
 // resume is the older SDKs' call: only a paused sandbox may be resumed (409
@@ -234,10 +218,10 @@ func (f *Facade) resume(w http.ResponseWriter, r *http.Request) {
 		*req.Timeout = defaultTimeout // ResumedSandbox's default
 	}
 	if sb, _, err = f.wake(r.Context(), sb.ID, req); err != nil {
-		fail(w, err)
+		f.fail(w, err)
 		return
 	}
-	f.answerSandbox(w, r, http.StatusCreated, sb)
+	f.answerCreated(r.Context(), w, http.StatusCreated, sb)
 }
 
 // decodeFor reads a call's body into v and finds its sandbox, answering
@@ -249,19 +233,10 @@ func (f *Facade) decodeFor(w http.ResponseWriter, r *http.Request, v any) (sandb
 	}
 	sb, err := f.lookup(r.Context(), r.PathValue("id"))
 	if err != nil {
-		fail(w, err)
+		f.fail(w, err)
 		return sb, false
 	}
 	return sb, true
-}
-
-func (f *Facade) answerSandbox(w http.ResponseWriter, r *http.Request, status int, sb sandbox.Sandbox) {
-	body, err := f.created(r.Context(), sb)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	writeJSON(w, status, body)
 }
 
 // Auto-resume: a request for a paused sandbox created with autoResume
@@ -280,11 +255,11 @@ type wakes struct {
 // the request may (token good for it, or port public). It says whether it
 // did; errors are the resume's.
 func (f *Facade) autoResume(ctx context.Context, id, token string, port int) (bool, error) {
-	sb, err := f.backend.Sandbox(ctx, id)
+	sb, err := f.app.Peek(ctx, id)
 	if err != nil || sb.State != sandbox.StatePaused || autoResumes(sb) == 0 {
 		return false, nil
 	}
-	allowed := token != "" && f.backend.CheckToken(ctx, id, token) == nil
+	allowed := token != "" && f.app.CheckToken(ctx, id, token) == nil
 	for _, p := range sb.PublicPorts {
 		allowed = allowed || (port > 0 && p == port)
 	}
@@ -316,7 +291,7 @@ func (f *Facade) autoResume(ctx context.Context, id, token string, port int) (bo
 	// The resume outlives a request that gives up waiting for it.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
 	defer cancel()
-	if err := f.backend.Resume(rctx, id, autoResumes(sb)); err != nil {
+	if err := f.app.ResumeForOwner(rctx, id, autoResumes(sb)); err != nil {
 		f.log.Warn("e2b: auto-resume", "sandbox", id, "err", err)
 		return false, err
 	}
@@ -324,15 +299,117 @@ func (f *Facade) autoResume(ctx context.Context, id, token string, port int) (bo
 	return true, nil
 }
 
-// sandboxAgent is Backend.SandboxAgent that first auto-resumes a paused
-// sandbox marked for it.
+// sandboxAgent is App.OpenEnvd that first auto-resumes a paused sandbox
+// marked for it.
 func (f *Facade) sandboxAgent(ctx context.Context, id, token string) (*guest.Client, func(), error) {
-	agent, release, err := f.backend.SandboxAgent(ctx, id, token)
+	agent, release, err := f.app.OpenEnvd(ctx, token, id)
 	if err == nil || !errdefs.Is(err, errdefs.ClassUnavailable) {
 		return agent, release, err
 	}
 	if woke, werr := f.autoResume(ctx, id, token, 0); werr != nil || !woke {
 		return nil, nil, err
 	}
-	return f.backend.SandboxAgent(ctx, id, token)
+	return f.app.OpenEnvd(ctx, token, id)
+}
+
+type timeoutBody struct {
+	Timeout  *int `json:"timeout"`
+	Duration *int `json:"duration"`
+}
+
+// setTimeout: the sandbox ends timeout seconds from now.
+func (f *Facade) setTimeout(w http.ResponseWriter, r *http.Request) {
+	var req timeoutBody
+	if err := decodeBody(r, &req); err != nil || req.Timeout == nil || *req.Timeout <= 0 {
+		writeError(w, http.StatusBadRequest, "body must be {\"timeout\": seconds > 0}")
+		return
+	}
+	sb, err := f.lookup(r.Context(), r.PathValue("id"))
+	if err == nil {
+		_, err = f.setEnd(r.Context(), sb.ID, *req.Timeout, "")
+	}
+	if err != nil {
+		f.fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// refresh keeps a sandbox alive for duration seconds more from now, never
+// shortening its life.
+func (f *Facade) refresh(w http.ResponseWriter, r *http.Request) {
+	var req timeoutBody
+	if err := decodeBody(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "body: "+err.Error())
+		return
+	}
+	d := defaultTimeout
+	if req.Duration != nil {
+		d = *req.Duration
+	}
+	if d < 0 || d > 3600 {
+		writeError(w, http.StatusBadRequest, "duration must be within 0..3600")
+		return
+	}
+	sb, err := f.lookup(r.Context(), r.PathValue("id"))
+	if err == nil && sb.TimeoutAt != nil && time.Now().Add(time.Duration(d)*time.Second).After(*sb.TimeoutAt) {
+		_, err = f.setEnd(r.Context(), sb.ID, d, "")
+	}
+	if err != nil {
+		f.fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+type forkBody struct {
+	Timeout *int `json:"timeout"`
+	Count   int  `json:"count"`
+}
+
+// fork is zeish's clone: children carry on from the parent's running state.
+func (f *Facade) fork(w http.ResponseWriter, r *http.Request) {
+	var req forkBody
+	if err := decodeBody(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "body: "+err.Error())
+		return
+	}
+	if req.Count == 0 {
+		req.Count = 1
+	}
+	ctx, who := r.Context(), callerFrom(r.Context())
+	sb, err := f.lookup(ctx, r.PathValue("id"))
+	var resp api.CloneResponse
+	if err == nil {
+		resp, err = f.app.Clone(ctx, who, sb.ID, api.CloneRequest{Count: req.Count})
+	}
+	if err == nil {
+		resp.Sandboxes, err = f.app.SettledAll(ctx, resp.Sandboxes)
+	}
+	if err != nil {
+		f.fail(w, err)
+		return
+	}
+	timeout := defaultTimeout
+	if req.Timeout != nil {
+		timeout = *req.Timeout
+	}
+	out := []map[string]any{}
+	for _, child := range resp.Sandboxes {
+		if child.State != sandbox.StateRunning {
+			out = append(out, map[string]any{"error": map[string]any{"code": 500, "message": child.ID + " is " + string(child.State) + ": " + child.ErrorMessage}})
+			continue
+		}
+		if _, err := f.setEnd(ctx, child.ID, timeout, sb.OnTimeout); err != nil {
+			out = append(out, map[string]any{"error": map[string]any{"code": 500, "message": err.Error()}})
+			continue
+		}
+		body, err := f.created(ctx, child)
+		if err != nil {
+			out = append(out, map[string]any{"error": map[string]any{"code": 500, "message": err.Error()}})
+			continue
+		}
+		out = append(out, map[string]any{"sandbox": body})
+	}
+	writeJSON(w, http.StatusOK, out)
 }

@@ -55,13 +55,13 @@ func TestLifecycleOnTimeout(t *testing.T) {
 // stranger's request leave it as it is.
 func TestAutoResume(t *testing.T) {
 	marked := map[string]string{autoResumeKey: "120"}
-	b := &fakeBackend{boxes: map[string]sandbox.Sandbox{
+	b := &fakeApp{boxes: map[string]sandbox.Sandbox{
 		"sbx_sleepy":  {ID: "sbx_sleepy", State: sandbox.StatePaused, Metadata: marked, PublicPorts: []int{8080}},
 		"sbx_stopped": {ID: "sbx_stopped", State: sandbox.StateStopped, Metadata: marked},
 		"sbx_plain":   {ID: "sbx_plain", State: sandbox.StatePaused},
 		"sbx_awake":   {ID: "sbx_awake", State: sandbox.StateRunning, Metadata: marked},
 	}}
-	f := New(Options{API: &fakeAPI{}, Backend: b, Domain: "example.test", Logger: slog.New(slog.DiscardHandler)})
+	f := New(Options{App: b, Domain: "example.test", Logger: slog.New(slog.DiscardHandler)})
 	h := f.Mount(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	for _, tc := range []struct {
 		name, host, path, tokenHeader, token string

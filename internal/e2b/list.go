@@ -1,13 +1,17 @@
 package e2b
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 	"net/url"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/zeish/zeish/internal/control"
 	"github.com/zeish/zeish/sandbox"
 )
 
@@ -126,4 +130,99 @@ func (lq listQuery) page(all []sandbox.Sandbox) ([]sandbox.Sandbox, string) {
 	out = out[:lq.limit]
 	last := out[len(out)-1]
 	return out, cursor{last.CreatedAt, last.ID}.token()
+}
+
+// all lists the caller's E2B-visible sandboxes, newest first.
+func (f *Facade) all(ctx context.Context) ([]sandbox.Sandbox, error) {
+	list, err := f.app.List(ctx, callerFrom(ctx), control.ListFilter{})
+	if err != nil {
+		return nil, err
+	}
+	var out []sandbox.Sandbox
+	for _, sb := range list.Sandboxes {
+		if _, ok := state(sb.State); ok {
+			out = append(out, sb)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.After(out[j].CreatedAt)
+		}
+		return out[i].ID > out[j].ID
+	})
+	return out, nil
+}
+
+// metadataFilter parses E2B's metadata query: "k=v&k2=v2", its keys and
+// values URL-encoded once more inside.
+func metadataFilter(q string) (map[string]string, error) {
+	if q == "" {
+		return nil, nil
+	}
+	vals, err := url.ParseQuery(q)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for k, v := range vals {
+		kk, err1 := url.QueryUnescape(k)
+		vv, err2 := url.QueryUnescape(v[0])
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("metadata %q is not URL-encoded", q)
+		}
+		out[kk] = vv
+	}
+	return out, nil
+}
+
+func matches(sb sandbox.Sandbox, md map[string]string) bool {
+	for k, v := range md {
+		if sb.Metadata[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (f *Facade) listV1(w http.ResponseWriter, r *http.Request) {
+	md, err := metadataFilter(r.URL.Query().Get("metadata"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	all, err := f.all(r.Context())
+	if err != nil {
+		f.fail(w, err)
+		return
+	}
+	out := []map[string]any{}
+	for _, sb := range all {
+		if st, _ := state(sb.State); st == "running" && matches(sb, md) {
+			out = append(out, f.detail(sb))
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// listV2 is Sandbox.list (listQuery, above).
+func (f *Facade) listV2(w http.ResponseWriter, r *http.Request) {
+	lq, err := parseListQuery(r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	all, err := f.all(r.Context())
+	if err != nil {
+		f.fail(w, err)
+		return
+	}
+	page, next := lq.page(all)
+	if next != "" {
+		w.Header().Set("X-Next-Token", next)
+	}
+	out := []map[string]any{}
+	for _, sb := range page {
+		out = append(out, f.detail(sb))
+	}
+	writeJSON(w, http.StatusOK, out)
 }

@@ -241,7 +241,7 @@ func (f *Facade) withSeries(h http.Handler) http.Handler {
 			return
 		}
 		id := r.Header.Get("E2b-Sandbox-Id")
-		if err := f.backend.CheckToken(r.Context(), id, r.Header.Get("X-Access-Token")); err != nil {
+		if err := f.app.CheckToken(r.Context(), id, r.Header.Get("X-Access-Token")); err != nil {
 			writeError(w, httpStatus(err), err.Error())
 			return
 		}
@@ -329,17 +329,16 @@ func (f *Facade) startSampling(id, token string) {
 func (f *Facade) metrics(w http.ResponseWriter, r *http.Request) {
 	sb, err := f.lookup(r.Context(), r.PathValue("id"))
 	if err != nil {
-		fail(w, err)
+		f.fail(w, err)
 		return
 	}
 	if _, _, err := metricsRange(r.URL.Query()); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	key, _ := r.Context().Value(keyCtx{}).(string)
-	token, err := f.backend.IssueTokenUntil(r.Context(), sb.ID, key, tokenExpiry(time.Now()))
+	token, err := f.app.TokenUntil(r.Context(), callerFrom(r.Context()), sb.ID, tokenExpiry(time.Now()))
 	if err != nil {
-		fail(w, err)
+		f.fail(w, err)
 		return
 	}
 	q := url.Values{}

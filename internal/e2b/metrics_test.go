@@ -39,8 +39,8 @@ func TestToMetric(t *testing.T) {
 // getMetrics' series, on the sandbox's node: only with a good token, start
 // and end (unix seconds) bounding it, bad bounds a 400.
 func TestMetricsSeries(t *testing.T) {
-	b := &fakeBackend{}
-	f := New(Options{API: &fakeAPI{}, Backend: b})
+	b := &fakeApp{}
+	f := New(Options{App: b})
 	defer f.Close()
 	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	sr := &series{}

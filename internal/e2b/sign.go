@@ -118,7 +118,7 @@ func (f *Facade) withSignature(h http.Handler) http.Handler {
 // signedWith finds the live token of sandbox id that sig was made with, or
 // "" when none was.
 func (f *Facade) signedWith(ctx context.Context, id, path, op, user, sig string, expiry int64) (string, error) {
-	tokens, err := f.backend.SandboxTokens(ctx, id, liveExpiries(time.Now()))
+	tokens, err := f.app.SandboxTokens(ctx, id, liveExpiries(time.Now()))
 	if err != nil {
 		return "", err
 	}

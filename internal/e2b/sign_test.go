@@ -50,8 +50,8 @@ func TestTokenExpiries(t *testing.T) {
 // token (it then meets the sandbox like any other: gone here, 502); a
 // missing, wrong or expired one is envd's 401 with envd's words.
 func TestSignedURLs(t *testing.T) {
-	b := &fakeBackend{}
-	f := New(Options{API: &fakeAPI{}, Backend: b, Domain: "example.test"})
+	b := &fakeApp{}
+	f := New(Options{App: b, Domain: "example.test"})
 	h := f.Mount(http.NotFoundHandler())
 	tok := fmt.Sprintf("tok-%d", tokenExpiry(time.Now()).Unix())
 	later := time.Now().Add(time.Hour).Unix()

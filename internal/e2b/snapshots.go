@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"context"
+	"github.com/zeish/zeish/internal/control"
 	"net/http"
 	"net/url"
 	"strings"
@@ -38,10 +39,10 @@ func (f *Facade) createSnapshot(w http.ResponseWriter, r *http.Request) {
 	sb, err := f.lookup(r.Context(), r.PathValue("id"))
 	var snap sandbox.Snapshot
 	if err == nil {
-		err = f.call(r.Context(), http.MethodPost, "/sandboxes/"+sb.ID+"/snapshots", api.CreateSnapshotRequest{Name: req.Name}, &snap)
+		snap, err = f.app.CreateSnapshot(r.Context(), callerFrom(r.Context()), sb.ID, api.CreateSnapshotRequest{Name: req.Name})
 	}
 	if err != nil {
-		fail(w, err)
+		f.fail(w, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, snapshotBody(snap))
@@ -53,14 +54,14 @@ func (f *Facade) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	if id := r.URL.Query().Get("sandboxID"); id != "" {
 		sb, err := f.lookup(r.Context(), id)
 		if err != nil {
-			fail(w, err)
+			f.fail(w, err)
 			return
 		}
 		boxes = []sandbox.Sandbox{sb}
 	} else {
 		all, err := f.all(r.Context())
 		if err != nil {
-			fail(w, err)
+			f.fail(w, err)
 			return
 		}
 		boxes = all
@@ -70,7 +71,7 @@ func (f *Facade) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	for _, sb := range boxes {
 		snaps, err := f.snapshotsOf(r.Context(), sb.ID)
 		if err != nil {
-			fail(w, err)
+			f.fail(w, err)
 			return
 		}
 		for _, s := range snaps {
@@ -83,8 +84,7 @@ func (f *Facade) listSnapshots(w http.ResponseWriter, r *http.Request) {
 }
 
 func (f *Facade) snapshotsOf(ctx context.Context, id string) ([]sandbox.Snapshot, error) {
-	var list api.SnapshotList
-	err := f.call(ctx, http.MethodGet, "/sandboxes/"+id+"/snapshots", nil, &list)
+	list, err := f.app.Snapshots(ctx, callerFrom(ctx), id)
 	return list.Snapshots, err
 }
 
@@ -94,32 +94,32 @@ func (f *Facade) snapshotsOf(ctx context.Context, id string) ([]sandbox.Snapshot
 func (f *Facade) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if !isSnapshotID(id) {
-		if _, err := f.backend.Authenticate(r.Context(), r.Context().Value(keyCtx{}).(string)); err != nil {
-			writeError(w, http.StatusUnauthorized, err.Error())
-			return
-		}
 		writeError(w, http.StatusNotFound, "no snapshot or template "+url.PathEscape(id)+" that E2B's API may delete")
 		return
 	}
-	if err := f.call(r.Context(), http.MethodDelete, "/snapshots/"+url.PathEscape(id), nil, nil); err != nil {
-		fail(w, err)
+	if err := f.app.DeleteSnapshot(r.Context(), callerFrom(r.Context()), control.SnapshotRef{Snapshot: id}); err != nil {
+		f.fail(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // fromSnapshot starts a sandbox from a snapshot (Sandbox.create(snapshotID)).
-func (f *Facade) fromSnapshot(ctx context.Context, snapID string, req newSandbox) (sandbox.Sandbox, error) {
-	var snap sandbox.Snapshot
-	if err := f.call(ctx, http.MethodGet, "/snapshots/"+url.PathEscape(snapID), nil, &snap); err != nil {
+func (f *Facade) fromSnapshot(ctx context.Context, snapID string) (sandbox.Sandbox, error) {
+	who := callerFrom(ctx)
+	snap, err := f.app.Snapshot(ctx, who, control.SnapshotRef{Snapshot: snapID})
+	if err != nil {
 		return sandbox.Sandbox{}, err
 	}
-	var resp api.CloneResponse
-	if err := f.call(ctx, http.MethodPost, "/sandboxes/"+snap.SandboxID+"/snapshots/"+snap.ID+"/clone?wait=true", api.CloneRequest{}, &resp); err != nil {
+	resp, err := f.app.CloneSnapshot(ctx, who, snap.SandboxID, snap.ID, api.CloneRequest{})
+	if err == nil {
+		resp.Sandboxes, err = f.app.SettledAll(ctx, resp.Sandboxes)
+	}
+	if err != nil {
 		return sandbox.Sandbox{}, err
 	}
 	if len(resp.Sandboxes) != 1 {
-		return sandbox.Sandbox{}, &zeishError{status: http.StatusInternalServerError, message: "clone from snapshot made no sandbox"}
+		return sandbox.Sandbox{}, &answer{status: http.StatusInternalServerError, message: "clone from snapshot made no sandbox"}
 	}
 	return resp.Sandboxes[0], nil
 }

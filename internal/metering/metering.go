@@ -5,9 +5,7 @@
 package metering
 
 import (
-	"fmt"
 	"math"
-	"strconv"
 	"time"
 
 	"github.com/zeish/zeish/internal/store"
@@ -23,34 +21,6 @@ type Prices struct {
 // DefaultPrices: $0.000014 per vCPU-second, $0.0000045 per GiB-second of
 // memory, $0.00000004 per GiB-second of disk (about $0.10 per GiB-month).
 var DefaultPrices = Prices{VCPUSecond: 14, MemoryGiBSecond: 4.5, DiskGiBSecond: 0.04}
-
-// Price environment variables of zeishd, each overriding one default.
-const (
-	EnvVCPUSecond      = "ZEISH_PRICE_VCPU_SECOND_MICROS"
-	EnvMemoryGiBSecond = "ZEISH_PRICE_MEMORY_GIB_SECOND_MICROS"
-	EnvDiskGiBSecond   = "ZEISH_PRICE_DISK_GIB_SECOND_MICROS"
-)
-
-// PricesFromEnv reads the price table from lookup (os.Getenv), defaults for
-// what is unset.
-func PricesFromEnv(lookup func(string) string) (Prices, error) {
-	p := DefaultPrices
-	for _, f := range []struct {
-		name string
-		dst  *float64
-	}{{EnvVCPUSecond, &p.VCPUSecond}, {EnvMemoryGiBSecond, &p.MemoryGiBSecond}, {EnvDiskGiBSecond, &p.DiskGiBSecond}} {
-		v := lookup(f.name)
-		if v == "" {
-			continue
-		}
-		x, err := strconv.ParseFloat(v, 64)
-		if err != nil || x < 0 || math.IsInf(x, 0) || math.IsNaN(x) {
-			return p, fmt.Errorf("%s=%q: want a price in micro-dollars, 0 or more", f.name, v)
-		}
-		*f.dst = x
-	}
-	return p, nil
-}
 
 // Usage is what a sandbox (or several, summed) used in a window.
 type Usage struct {

@@ -71,17 +71,3 @@ func TestEstimate(t *testing.T) {
 		t.Errorf("1 vCPU + 1 GiB + 1 GiB disk for 1 s at the defaults = %d, want 19 (14 + 4.5 + 0.04)", u.CostMicros)
 	}
 }
-
-func TestPricesFromEnv(t *testing.T) {
-	env := map[string]string{EnvVCPUSecond: "20"}
-	p, err := PricesFromEnv(func(k string) string { return env[k] })
-	if err != nil || p.VCPUSecond != 20 || p.MemoryGiBSecond != DefaultPrices.MemoryGiBSecond {
-		t.Fatalf("got %+v %v", p, err)
-	}
-	for _, bad := range []string{"-1", "x", "NaN", "Inf"} {
-		env[EnvDiskGiBSecond] = bad
-		if _, err := PricesFromEnv(func(k string) string { return env[k] }); err == nil {
-			t.Errorf("price %q accepted", bad)
-		}
-	}
-}

@@ -68,29 +68,10 @@ type RemoteError struct {
 func (e *RemoteError) Error() string { return e.Msg }
 func (e *RemoteError) Unwrap() error { return e.Code }
 
-// connectCode is the Connect code closest to a zeish error class (for
-// generic Connect clients; zeish's own read the zeish-code metadata).
-func connectCode(c errdefs.Class) connect.Code {
-	switch c {
-	case errdefs.ClassInvalid:
-		return connect.CodeInvalidArgument
-	case errdefs.ClassUnauthenticated:
-		return connect.CodeUnauthenticated
-	case errdefs.ClassPermissionDenied:
-		return connect.CodePermissionDenied
-	case errdefs.ClassNotFound:
-		return connect.CodeNotFound
-	case errdefs.ClassConflict:
-		return connect.CodeFailedPrecondition
-	case errdefs.ClassResourceExhausted, errdefs.ClassRateLimited, errdefs.ClassTooLarge:
-		return connect.CodeResourceExhausted
-	case errdefs.ClassUnavailable:
-		return connect.CodeUnavailable
-	case errdefs.ClassGone:
-		return connect.CodeNotFound
-	}
-	return connect.CodeInternal
-}
+// connectCode is the Connect code of a zeish error class, from errdefs's
+// table (for generic Connect clients; zeish's own read the zeish-code
+// metadata).
+func connectCode(c errdefs.Class) connect.Code { return connect.Code(errdefs.WireOf(c).RPC) }
 
 // unreadable is an answer of node that this side cannot read.
 func unreadable(node string, err error) error {

@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
-
-	"github.com/zeish/zeish/internal/store"
 )
 
 // The data-plane URL handed out with a token never follows a Host header to
@@ -41,7 +39,7 @@ func TestPublicURLIgnoresForeignHost(t *testing.T) {
 			r.Host = c.host
 			ctx := context.WithValue(r.Context(), http.LocalAddrContextKey, c.local)
 			if c.console {
-				ctx = context.WithValue(ctx, apiKeyCtx{}, store.APIKey{ID: "key_x"})
+				ctx = context.WithValue(ctx, consoleKey{}, true)
 			}
 			r = r.WithContext(ctx)
 			if c.tls {

@@ -11,11 +11,10 @@ import (
 	"path"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
-	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/internal/control"
 	"github.com/zeish/zeish/sandbox"
 )
 
@@ -31,56 +30,41 @@ import (
 
 // getBrowser is GET /public/sandboxes/{id}/browser.
 func (s *Server) getBrowser(w http.ResponseWriter, r *http.Request) {
-	ttl := defaultTokenTTL
+	ttl := 0
 	if v := r.URL.Query().Get("ttl_seconds"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || time.Duration(n)*time.Second > maxTokenTTL {
-			writeError(w, r, invalid("ttl_seconds must be within 1..%d", int(maxTokenTTL.Seconds())))
+		if err != nil || n < 1 {
+			writeError(w, r, invalid("ttl_seconds must be within 1..%d", int(control.MaxTokenTTL.Seconds())))
 			return
 		}
-		ttl = time.Duration(n) * time.Second
+		ttl = n
 	}
-	rec, err := s.ownSandbox(r)
+	g, err := s.ctl.Browser(r.Context(), callerFrom(r.Context()), r.PathValue("id"), ttl)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	if !rec.Browser {
-		writeError(w, r, invalid("sandbox %s has no browser: create it, or fork it, with browser: true", rec.ID))
-		return
-	}
-	v, err := s.guests().BrowserVersion(r.Context(), rec)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	key, err := s.requestKey(r)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	exp := time.Now().Add(ttl).UTC().Truncate(time.Second)
-	tok := s.tokens.issue(rec, key.ID, exp)
-	base, err := s.dataBase(r, rec)
+	base, err := s.ctl.DataURL(r.Context(), g.Sandbox, s.publicURL(r)+api.DataPath)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
 	base += "/browser"
-	cdp, err := viaProxy(v.WebSocketURL, wsScheme(base), tok)
+	v := g.Version
+	cdp, err := viaProxy(v.WebSocketURL, wsScheme(base), g.Token)
 	if err != nil {
-		writeError(w, r, fmt.Errorf("the browser of sandbox %s: %v: %w", rec.ID, err, errdefs.ErrUnavailable))
+		writeError(w, r, fmt.Errorf("the browser of sandbox %s: %v: %w", g.ID, err, errdefs.ErrUnavailable))
 		return
 	}
 	writeJSON(w, http.StatusOK, api.Browser{
-		CDPURL: cdp, HTTPURL: base, Token: tok, ExpiresAt: exp,
+		CDPURL: cdp, HTTPURL: base, Token: g.Token, ExpiresAt: g.ExpiresAt,
 		Version: v.Browser, ProtocolVersion: v.ProtocolVersion, UserAgent: v.UserAgent,
 	})
 }
 
 // browserBase is the data-plane URL the browser's endpoints hang under.
-func (s *Server) browserBase(r *http.Request, rec *store.SandboxRecord) string {
-	return s.publicURL(r) + api.DataPath + "/sandboxes/" + rec.ID + "/browser"
+func (s *Server) browserBase(r *http.Request, id string) string {
+	return s.publicURL(r) + api.DataPath + "/sandboxes/" + id + "/browser"
 }
 
 func wsScheme(u string) string {
@@ -107,65 +91,36 @@ func viaProxy(chromeURL, base, tok string) (string, error) {
 	return out, nil
 }
 
-// browserAccess authorises a data-plane request for the browser: the token
-// in Authorization or, for clients that cannot send headers, in ?token=.
-// It returns the sandbox and whether the token came in the query.
-func (s *Server) browserAccess(r *http.Request) (*store.SandboxRecord, bool, error) {
-	id := r.PathValue("id")
-	if err := sandbox.CheckID(sandbox.PrefixSandbox, id); err != nil {
-		return nil, false, err
-	}
-	tok, err := bearer(r)
-	inQuery := false
-	if err != nil {
-		if tok = r.URL.Query().Get("token"); tok == "" {
-			return nil, false, fmt.Errorf("missing Authorization: Bearer header or token parameter: %w", errdefs.ErrUnauthenticated)
-		}
-		inQuery = true
-	}
-	acct, err := s.checkToken(r.Context(), tok, id)
-	if err != nil {
-		return nil, false, err
-	}
-	rec, err := s.store.GetSandbox(r.Context(), id)
-	if err != nil && !errdefs.Is(err, errdefs.ClassNotFound) {
-		return nil, false, storeErr(err) // an outage is not a bad token
-	}
-	if err != nil || rec.AccountID != acct || rec.State.Deleted() {
-		return nil, false, fmt.Errorf("the sandbox of this token no longer exists: %w", errdefs.ErrUnauthenticated)
-	}
-	if !rec.Browser {
-		return nil, false, invalid("sandbox %s has no browser: create it, or fork it, with browser: true", rec.ID)
-	}
-	return rec, inQuery, nil
-}
-
 // browserProxy is …/sandboxes/{id}/browser/{path...} on the data plane.
 func (s *Server) browserProxy(w http.ResponseWriter, r *http.Request) {
-	rec, inQuery, err := s.browserAccess(r)
+	// CDP clients cannot all send headers: the token may come in ?token=.
+	tok, inQuery := token(r), false
+	if tok == "" {
+		tok, inQuery = r.URL.Query().Get("token"), true
+	}
+	t, err := s.ctl.BrowserAccess(r.Context(), tok, r.PathValue("id"))
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	release, err := s.calls.acquire(rec.ID, rec.AccountID)
+	release, err := s.ctl.Hold(t)
 	if err != nil {
-		refuseBusy(w, r, err)
+		writeError(w, r, err)
 		return
 	}
 	defer release()
 	// Whatever listens on the browser's port is the guest's: never
 	// content of zeishd's origin (guestorigin.go).
 	w = &guestWriter{ResponseWriter: w}
-	addr, err := s.node.PortAddr(rec, sandbox.BrowserPort)
+	addr, err := s.ctl.PortAddr(t, sandbox.BrowserPort)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	tok := ""
-	if inQuery {
-		tok = r.URL.Query().Get("token") // the URLs it lists carry it on
+	if !inQuery {
+		tok = "" // the URLs it lists carry a query token on, not a header's
 	}
-	base := wsScheme(s.browserBase(r, rec))
+	base := wsScheme(s.browserBase(r, t.ID))
 	path := "/" + r.PathValue("path")
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -188,7 +143,7 @@ func (s *Server) browserProxy(w http.ResponseWriter, r *http.Request) {
 			return rewriteDevToolsJSON(resp, base, tok)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeError(w, r, portError(sandbox.BrowserPort, rec.ID, s.data, err))
+			writeError(w, r, portError(sandbox.BrowserPort, t.ID, s.data, err))
 		},
 	}
 	rp.ServeHTTP(w, r)

@@ -14,7 +14,7 @@ import (
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/console"
-	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/internal/control"
 )
 
 // The web console: static files at /console/ (internal/console), and the
@@ -112,7 +112,7 @@ func sameSite(r *http.Request) error {
 	return nil
 }
 
-// withSession authenticates the console cookie and puts the account in the
+// withSession authenticates the console cookie and puts its caller in the
 // context, where withAccount finds it.
 func (s *Server) withSession(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -130,18 +130,17 @@ func (s *Server) withSession(h http.HandlerFunc) http.HandlerFunc {
 			writeError(w, r, fmt.Errorf("the console session is not valid (expired, signed out or forged): sign in again: %w", errdefs.ErrUnauthenticated))
 			return
 		}
-		acct, err := s.store.AccountByKeyHash(r.Context(), sess.keyHash)
-		var key store.APIKey
+		who, err := s.ctl.AuthenticateHash(r.Context(), sess.keyHash)
 		if err == nil {
-			key, err = s.store.KeyByHash(r.Context(), sess.keyHash)
+			who, err = s.ctl.WithKey(r.Context(), who)
 		}
 		if err != nil {
 			s.sessions().drop(c.Value)
 			writeError(w, r, fmt.Errorf("the API key of this session was revoked: sign in again: %w", errdefs.ErrUnauthenticated))
 			return
 		}
-		ctx := context.WithValue(context.WithValue(r.Context(), accountKey, acct), apiKeyCtx{}, key)
-		h(w, r.WithContext(ctx))
+		r = withCaller(r, who)
+		h(w, r.WithContext(context.WithValue(r.Context(), consoleKey{}, true)))
 	}
 }
 
@@ -161,9 +160,9 @@ type planView struct {
 	DailyCreates     int `json:"daily_creates"`
 }
 
-func (s *Server) sessionView(r *http.Request) consoleSessionView {
-	p := s.control.Plan()
-	return consoleSessionView{Account: accountView(accountFrom(r.Context())),
+func (s *Server) sessionView(who control.Caller) consoleSessionView {
+	p := s.ctl.Plan()
+	return consoleSessionView{Account: who.Account,
 		Plan: planView{RunningSlots: p.RunningSlots, CreatesPerMinute: p.CreatesPerMinute, DailyCreates: p.DailyCreates}}
 }
 
@@ -177,12 +176,12 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	if !strings.HasPrefix(req.APIKey, keyPrefix) {
-		writeError(w, r, fmt.Errorf("that is not a zeish API key (they start with %s): %w", keyPrefix, errdefs.ErrUnauthenticated))
+	if !control.IsAPIKey(req.APIKey) {
+		writeError(w, r, fmt.Errorf("that is not a zeish API key (they start with zk_): %w", errdefs.ErrUnauthenticated))
 		return
 	}
-	hash := HashKey(req.APIKey)
-	acct, err := s.store.AccountByKeyHash(r.Context(), hash)
+	hash := control.HashKey(req.APIKey)
+	who, err := s.ctl.AuthenticateHash(r.Context(), hash)
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -193,7 +192,7 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 	s.sessions().put(id, consoleSession{keyHash: hash, expires: time.Now().Add(sessionLifetime)})
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/console", MaxAge: int(sessionLifetime.Seconds()),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secureCookie(r)})
-	writeJSON(w, http.StatusOK, s.sessionView(r.WithContext(context.WithValue(r.Context(), accountKey, acct))))
+	writeJSON(w, http.StatusOK, s.sessionView(who))
 }
 
 // secureCookie says whether the session cookie is sent over https only:
@@ -206,7 +205,7 @@ func (s *Server) secureCookie(r *http.Request) bool {
 }
 
 func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.sessionView(r))
+	writeJSON(w, http.StatusOK, s.sessionView(callerFrom(r.Context())))
 }
 
 func (s *Server) signOut(w http.ResponseWriter, r *http.Request) {
@@ -222,34 +221,32 @@ func (s *Server) signOut(w http.ResponseWriter, r *http.Request) {
 // belong to zeishd's data plane, `zeishctl files put`); it goes on to the
 // data plane with a token minted for this one request.
 func (s *Server) consoleUpload(w http.ResponseWriter, r *http.Request) {
-	{
-		if r.ContentLength > consoleMaxUpload {
-			writeError(w, r, invalid("upload of %.1f MiB is over the console's %d MiB limit; use `zeishctl files put` or an SDK",
-				float64(r.ContentLength)/(1<<20), consoleMaxUpload>>20))
-			return
-		}
-		rec, err := s.ownSandbox(r)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		id := rec.ID
-		key, err := s.requestKey(r)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		r2 := r.Clone(r.Context())
-		r2.URL.Path = api.DataPath + "/sandboxes/" + id + "/files"
-		r2.URL.RawPath = ""
-		r2.Header.Del("Cookie")
-		r2.Header.Set("Authorization", "Bearer "+s.tokens.issue(rec, key.ID, time.Now().Add(time.Minute)))
-		r2.Body = http.MaxBytesReader(w, r.Body, consoleMaxUpload)
-		if p, ok := s.node.(DataPlaneProxy); ok {
-			// A control plane: the sandbox's node serves its data plane.
-			p.ProxyToNode(w, r2, rec.Host, r2.URL.Path)
-			return
-		}
-		s.withToken(s.writeFile)(w, r2)
+	if r.ContentLength > consoleMaxUpload {
+		writeError(w, r, invalid("upload of %.1f MiB is over the console's %d MiB limit; use `zeishctl files put` or an SDK",
+			float64(r.ContentLength)/(1<<20), consoleMaxUpload>>20))
+		return
 	}
+	who := callerFrom(r.Context())
+	sb, err := s.ctl.Sandbox(r.Context(), who, r.PathValue("id"))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	tok, _, err := s.ctl.Token(r.Context(), who, sb.ID, time.Minute)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	r2 := r.Clone(r.Context())
+	r2.URL.Path = api.DataPath + "/sandboxes/" + sb.ID + "/files"
+	r2.URL.RawPath = ""
+	r2.Header.Del("Cookie")
+	r2.Header.Set("Authorization", "Bearer "+tok)
+	r2.Body = http.MaxBytesReader(w, r.Body, consoleMaxUpload)
+	if s.opts.Proxy != nil {
+		// A control plane: the sandbox's node serves its data plane.
+		s.opts.Proxy.ProxyToNode(w, r2, sb.Host, r2.URL.Path)
+		return
+	}
+	s.withToken(s.writeFile)(w, r2)
 }

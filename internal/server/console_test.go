@@ -3,8 +3,10 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"github.com/zeish/zeish/internal/control"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,12 +25,13 @@ func TestConsoleSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	keyPath, err := EnsureAdmin(ctx, st, dir)
+	keyPath, err := control.EnsureAdmin(ctx, st, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, _ := readKeyFile(keyPath)
-	s, err := New(Options{Store: st, DataDir: dir})
+	kb, _ := os.ReadFile(keyPath)
+	key := strings.TrimSpace(string(kb))
+	s, err := NewForTest(t, st, nil, dir), error(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +162,7 @@ func TestConsoleSession(t *testing.T) {
 		t.Fatal(body)
 	}
 	sid2 := resp.Cookies()[0].Value
-	acct, err := st.AccountByKeyHash(ctx, HashKey(key))
+	acct, err := st.AccountByKeyHash(ctx, control.HashKey(key))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -14,58 +13,35 @@ import (
 	"time"
 
 	"github.com/zeish/zeish/api"
-	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
-	"github.com/zeish/zeish/sandbox"
+	"github.com/zeish/zeish/internal/control"
 )
 
-type agentKey struct{}
+type callKey struct{}
 
+// agentFrom is the agent of the data-plane call's sandbox (withToken).
 func agentFrom(ctx context.Context) *guest.Client {
-	c, _ := ctx.Value(agentKey{}).(*guest.Client)
-	return c
+	c, _ := ctx.Value(callKey{}).(control.Call)
+	return c.Agent
 }
 
-// withToken authenticates a data-plane token for the sandbox in the path and
-// hands the handler that sandbox's agent connection.
+// targetFrom is the data-plane call's sandbox (withToken).
+func targetFrom(ctx context.Context) control.Target {
+	c, _ := ctx.Value(callKey{}).(control.Call)
+	return c.Target
+}
+
+// withToken opens a data-plane call on the sandbox in the path with the
+// request's token and hands the handler the sandbox and its agent.
 func (s *Server) withToken(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		id := r.PathValue("id")
-		if err := sandbox.CheckID(sandbox.PrefixSandbox, id); err != nil {
-			writeError(w, r, err)
-			return
-		}
-		tok, err := bearer(r)
+		call, err := s.ctl.Open(r.Context(), token(r), r.PathValue("id"))
 		if err != nil {
 			writeError(w, r, err)
 			return
 		}
-		acct, err := s.checkToken(r.Context(), tok, id)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		rec, err := s.store.GetSandbox(r.Context(), id)
-		if err != nil && !errdefs.Is(err, errdefs.ClassNotFound) {
-			writeError(w, r, storeErr(err)) // an outage is not a bad token
-			return
-		}
-		if err != nil || rec.AccountID != acct || rec.State.Deleted() {
-			writeError(w, r, fmt.Errorf("the sandbox of this token no longer exists: %w", errdefs.ErrUnauthenticated))
-			return
-		}
-		release, err := s.calls.acquire(id, acct)
-		if err != nil {
-			refuseBusy(w, r, err)
-			return
-		}
-		defer release()
-		agent, err := s.node.Agent(r.Context(), rec)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		h(w, r.WithContext(context.WithValue(r.Context(), agentKey{}, agent)))
+		defer call.Release()
+		h(w, r.WithContext(context.WithValue(r.Context(), callKey{}, call)))
 	}
 }
 
@@ -88,7 +64,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, invalid("cwd %q must be an absolute path", req.Cwd))
 		return
 	}
-	if err := checkVars("env", req.Env, maxEnvVars, envName); err != nil {
+	if err := control.CheckEnv(req.Env); err != nil {
 		writeError(w, r, err)
 		return
 	}

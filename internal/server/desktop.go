@@ -1,37 +1,18 @@
 package server
 
 import (
-	"fmt"
 	"net/http"
 	"strconv"
 
 	"github.com/zeish/zeish/api"
-	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest/desktop"
-	"github.com/zeish/zeish/internal/store"
-	"github.com/zeish/zeish/sandbox"
+	"github.com/zeish/zeish/internal/control"
 )
 
 // The desktop of a sandbox with desktop: true: actions and screenshots on
 // the data plane, the status on the control plane. sandboxd performs them
 // (guest/desktop); the server refuses what it can tell is bad before the
 // guest sees it.
-
-func notDesktop(rec *store.SandboxRecord) error {
-	return fmt.Errorf("sandbox %s has no desktop (create or fork it with desktop: true): %w", rec.ID, errdefs.ErrDesktopNotEnabled)
-}
-
-// desktopSandbox is the data-plane request's sandbox, if it has a desktop.
-func (s *Server) desktopSandbox(r *http.Request) error {
-	rec, err := s.store.GetSandbox(r.Context(), r.PathValue("id"))
-	if err != nil {
-		return storeErr(err)
-	}
-	if !rec.Desktop {
-		return notDesktop(rec)
-	}
-	return nil
-}
 
 func (s *Server) desktopAction(w http.ResponseWriter, r *http.Request) {
 	var a api.DesktopAction
@@ -44,7 +25,7 @@ func (s *Server) desktopAction(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	if err := s.desktopSandbox(r); err != nil {
+	if err := control.CheckDesktop(targetFrom(r.Context()).Sandbox); err != nil {
 		writeError(w, r, err)
 		return
 	}
@@ -72,7 +53,7 @@ func (s *Server) desktopAction(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) desktopScreenshot(w http.ResponseWriter, r *http.Request) {
-	if err := s.desktopSandbox(r); err != nil {
+	if err := control.CheckDesktop(targetFrom(r.Context()).Sandbox); err != nil {
 		writeError(w, r, err)
 		return
 	}
@@ -88,23 +69,6 @@ func (s *Server) desktopScreenshot(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) desktopStatus(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.ownSandbox(r)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	if !rec.Desktop {
-		writeError(w, r, notDesktop(rec))
-		return
-	}
-	if !sandbox.Allows(rec.State, sandbox.OpAccess) { // not running: no X server
-		writeJSON(w, http.StatusOK, api.DesktopStatus{Running: false})
-		return
-	}
-	st, err := s.guests().DesktopStatus(r.Context(), rec)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, st)
+	st, err := s.ctl.DesktopStatus(r.Context(), callerFrom(r.Context()), r.PathValue("id"))
+	reply(w, r, http.StatusOK, st, err)
 }

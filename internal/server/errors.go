@@ -17,30 +17,8 @@ import (
 	"github.com/zeish/zeish/sandbox"
 )
 
-// statusOf is the one place an error class becomes an HTTP status.
-func statusOf(c errdefs.Class) int {
-	switch c {
-	case errdefs.ClassInvalid:
-		return http.StatusBadRequest
-	case errdefs.ClassUnauthenticated:
-		return http.StatusUnauthorized
-	case errdefs.ClassPermissionDenied:
-		return http.StatusForbidden
-	case errdefs.ClassNotFound:
-		return http.StatusNotFound
-	case errdefs.ClassConflict:
-		return http.StatusConflict
-	case errdefs.ClassRateLimited:
-		return http.StatusTooManyRequests
-	case errdefs.ClassUnavailable:
-		return http.StatusServiceUnavailable
-	case errdefs.ClassGone:
-		return http.StatusGone
-	case errdefs.ClassTooLarge:
-		return http.StatusRequestEntityTooLarge
-	}
-	return http.StatusInternalServerError
-}
+// statusOf is the REST status of an error class (errdefs's table).
+func statusOf(c errdefs.Class) int { return errdefs.WireOf(c).HTTP }
 
 // requestIDHeader carries the request id on every response; 5xx bodies
 // repeat it, and the log line with the error's detail has it too.
@@ -73,36 +51,19 @@ func requestID(w http.ResponseWriter, r *http.Request) string {
 	return id
 }
 
-// serverMessages are what a client reads of a server error (5xx): a fixed
-// sentence per code, never the error's own text (QEMU's words, paths,
-// addresses, SQL); the log has that, under the request id.
-var serverMessages = map[*errdefs.Error]string{
-	errdefs.ErrInternal:    "an internal error occurred; the server's log has the detail under this request_id",
-	errdefs.ErrUnavailable: "a dependency (the sandbox's VM or agent, or the store) is not reachable now; retry later",
-	errdefs.ErrTimeout:     "the operation did not finish in time; read the object to see where it is",
-}
-
-// errorDetail is the one mapping of an error to what a client sees: its
-// HTTP status and its body. A client error (4xx) shows its message; a
-// server error (5xx) a fixed sentence and the request id, and is logged
-// with its detail under that id.
+// errorDetail is what a client sees of an error: its HTTP status and its
+// body (errdefs.Public: a client error shows its message, a server error a
+// fixed sentence), with the request id; a server error is logged with its
+// detail under that id.
 func errorDetail(w http.ResponseWriter, r *http.Request, err error) (int, api.ErrorDetail) {
-	e := errdefs.Of(err)
-	status := statusOf(e.Class)
+	status := errdefs.HTTPStatus(err)
 	id := requestID(w, r)
-	if status >= 500 {
+	code, msg := errdefs.Public(err)
+	if errdefs.ServerFault(err) {
 		slog.Error("request failed", "request_id", id, "method", r.Method, "path", r.URL.Path,
-			"status", status, "code", e.Code, "err", err)
-		msg := serverMessages[e]
-		if msg == "" {
-			msg = e.Doc
-		}
-		return status, api.ErrorDetail{Code: e.Code, Message: msg, RequestID: id}
+			"status", status, "code", code, "err", err)
 	}
-	msg := err.Error()
-	// The sentinel's code closes every wrapped message; drop it from the text.
-	msg = strings.TrimSuffix(strings.TrimSuffix(msg, e.Code), ": ")
-	return status, api.ErrorDetail{Code: e.Code, Message: msg, RequestID: id}
+	return status, api.ErrorDetail{Code: code, Message: msg, RequestID: id}
 }
 
 // writeError answers with the error envelope (see errorDetail).
@@ -110,6 +71,11 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, detail := errorDetail(w, r, err)
 	if secs, ok := control.RetryAfterSeconds(err); ok {
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
+	}
+	if control.Busy(err) {
+		// A client the data plane's budget refused keeps no connection.
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", "1")
 	}
 	writeJSON(w, status, api.ErrorBody{Error: detail})
 }

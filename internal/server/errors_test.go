@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/zeish/zeish/internal/control"
 	"log/slog"
 	"net"
 	"net/http"
@@ -58,7 +59,7 @@ func TestErrorDetail(t *testing.T) {
 			if c.message != "" && d.Message != c.message {
 				t.Fatalf("message %q, want %q", d.Message, c.message)
 			}
-			if status >= 500 && (d.Message != serverMessages[errdefs.ByCode(c.code)] || strings.Contains(d.Message, "qemu") || strings.Contains(d.Message, "10.1.2.3")) {
+			if status >= 500 && (d.Message != publicText(errdefs.ByCode(c.code)) || strings.Contains(d.Message, "qemu") || strings.Contains(d.Message, "10.1.2.3")) {
 				t.Fatalf("5xx message %q is not the fixed one", d.Message)
 			}
 		})
@@ -135,7 +136,7 @@ func newErrorsFixture(t *testing.T) *errorsFixture {
 	if err := st.CreateAccount(ctx, store.Account{ID: acct, Name: "team", CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	key, hash := NewAPIKey()
+	key, hash := control.NewAPIKey()
 	if err := st.CreateAPIKey(ctx, store.APIKey{ID: sandbox.NewID(sandbox.PrefixKey), AccountID: acct, Hash: hash, Prefix: key[:8], CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func newErrorsFixture(t *testing.T) *errorsFixture {
 	}
 	n := node.New(node.Options{ID: "n1", DataDir: dir, Store: st, Driver: failingDriver{}})
 	t.Cleanup(n.Close)
-	s, err := New(Options{Store: st, DataDir: dir, Node: n})
+	s, err := NewForTest(t, st, n, dir), error(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,4 +251,10 @@ func TestDriverErrorIsInternal(t *testing.T) {
 		e.Error.RequestID == "" || e.Error.RequestID != resp.Header.Get(requestIDHeader) {
 		t.Fatalf("resume of a running sandbox: %d %+v", resp.StatusCode, e.Error)
 	}
+}
+
+// publicText is the fixed sentence a client reads of a server error.
+func publicText(e *errdefs.Error) string {
+	_, msg := errdefs.Public(e)
+	return msg
 }

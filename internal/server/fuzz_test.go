@@ -11,6 +11,7 @@ import (
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/control"
 	"github.com/zeish/zeish/sandbox"
 )
 
@@ -22,7 +23,7 @@ var decoders = []func(r *httptestRequest) error{
 		if err := decode(r.req(), &v); err != nil {
 			return err
 		}
-		if err := checkVars("env", v.Env, maxEnvVars, envName); err != nil {
+		if err := control.CheckEnv(v.Env); err != nil {
 			return err
 		}
 		if v.Name != "" {
@@ -35,9 +36,9 @@ var decoders = []func(r *httptestRequest) error{
 		if err := decode(r.req(), &v); err != nil {
 			return err
 		}
-		kids, err := cloneChildren(v)
+		kids, err := sandbox.ChildNames(v.Name, v.Count)
 		if err == nil && (len(kids) < 1 || len(kids) > api.MaxCloneCount) {
-			panic("cloneChildren accepted a count outside its range")
+			panic("ChildNames accepted a count outside its range")
 		}
 		return err
 	},
@@ -56,7 +57,7 @@ var decoders = []func(r *httptestRequest) error{
 		if err := decode(r.req(), &v); err != nil {
 			return err
 		}
-		return checkVars("env", v.Env, maxEnvVars, envName)
+		return control.CheckEnv(v.Env)
 	},
 	func(r *httptestRequest) error { var v api.AccessRequest; return decode(r.req(), &v) },
 	func(r *httptestRequest) error { var v api.MkdirRequest; return decode(r.req(), &v) },

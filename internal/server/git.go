@@ -1,35 +1,10 @@
 package server
 
-import (
-	"fmt"
-	"net/http"
-
-	"github.com/zeish/zeish/errdefs"
-	"github.com/zeish/zeish/sandbox"
-)
+import "net/http"
 
 // gitStatus is GET /public/sandboxes/{id}/git: the clone's branch, HEAD and
-// dirty files, read by git in the guest (as the clone's owner).
+// dirty files.
 func (s *Server) gitStatus(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.ownSandbox(r)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	if !sandbox.HasClone(rec.Sandbox) {
-		writeError(w, r, fmt.Errorf("sandbox %s has no git_repo: %w", rec.ID, errdefs.ErrNoGitRepo))
-		return
-	}
-	release, err := s.calls.acquire(rec.ID, rec.AccountID)
-	if err != nil {
-		refuseBusy(w, r, err)
-		return
-	}
-	defer release()
-	st, err := s.guests().GitStatus(r.Context(), rec)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, st)
+	st, err := s.ctl.GitStatus(r.Context(), callerFrom(r.Context()), r.PathValue("id"))
+	reply(w, r, http.StatusOK, st, err)
 }

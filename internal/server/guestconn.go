@@ -14,17 +14,12 @@ import (
 	"github.com/zeish/zeish/errdefs"
 )
 
-// DataPlaneLimits bound what the data plane holds for one sandbox and one
-// account, and how long a guest may keep a connection without answering
-// or a splice may sit silent. A guest is untrusted and so is whoever
-// calls its public ports: neither may hold the server's connections.
+// DataPlaneLimits bound how long a guest may keep a connection without
+// answering or a splice may sit silent. A guest is untrusted and so is
+// whoever calls its public ports: neither may hold the server's
+// connections. How many calls each sandbox and account may hold at once is
+// the application's (control.CallLimits).
 type DataPlaneLimits struct {
-	// SandboxCalls and AccountCalls are the calls (exec, files, terminals,
-	// E2B's envd), guest-port requests and TCP forwards in flight for one
-	// sandbox and across one account's sandboxes; more get 429
-	// too_many_requests or account_calls_full. 0: no limit.
-	SandboxCalls int
-	AccountCalls int
 	// PortHeaders is how long a guest port may take to send a response's
 	// headers (then 503 timeout); 0: no limit.
 	PortHeaders time.Duration
@@ -35,10 +30,8 @@ type DataPlaneLimits struct {
 
 // DefaultDataPlane are the limits when the configuration names none.
 var DefaultDataPlane = DataPlaneLimits{
-	SandboxCalls: MaxCallsPerSandbox,
-	AccountCalls: MaxCallsPerAccount,
-	PortHeaders:  time.Minute,
-	Idle:         10 * time.Minute,
+	PortHeaders: time.Minute,
+	Idle:        10 * time.Minute,
 }
 
 // portTransport reaches guest ports. Connections are not kept between
@@ -68,14 +61,6 @@ func portError(port int, id string, l DataPlaneLimits, err error) error {
 		return fmt.Errorf("port %d of sandbox %s did not answer in time (response headers within %s): %w", port, id, l.PortHeaders, errdefs.ErrTimeout)
 	}
 	return fmt.Errorf("port %d of sandbox %s: %v: %w", port, id, err, errdefs.ErrUnavailable)
-}
-
-// refuseBusy answers a request the data plane's budget has no room for
-// and closes its connection: a refused client keeps no connection either.
-func refuseBusy(w http.ResponseWriter, r *http.Request, err error) {
-	w.Header().Set("Connection", "close")
-	w.Header().Set("Retry-After", "1")
-	writeError(w, r, err)
 }
 
 // idleConn closes its connection once idle has passed without a byte read

@@ -15,6 +15,7 @@ import (
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/control"
 )
 
 // waitConn takes the next connection a silent guest accepted, or fails.
@@ -46,8 +47,8 @@ func errorOf(t *testing.T, resp *http.Response) string {
 // is free again.
 func TestPortBudget(t *testing.T) {
 	const port = 8080
-	limits := DataPlaneLimits{SandboxCalls: 2, AccountCalls: 3, PortHeaders: time.Minute}
-	rig, ids := newPortRig(t, Options{DataPlane: &limits}, []int{2, 1}, port)
+	limits, calls := DataPlaneLimits{PortHeaders: time.Minute}, &control.CallLimits{PerSandbox: 2, PerAccount: 3}
+	rig, ids := newPortRig(t, Options{DataPlane: &limits}, calls, []int{2, 1}, port)
 	a, b, other := ids[0][0], ids[0][1], ids[1][0]
 	conns := rig.silentGuest(port)
 	client := &http.Client{Timeout: 2 * time.Minute}
@@ -101,7 +102,7 @@ func TestPortBudget(t *testing.T) {
 
 	// A guest that sends no headers in time.
 	limits.PortHeaders = 200 * time.Millisecond
-	rig, ids = newPortRig(t, Options{DataPlane: &limits}, []int{1}, port)
+	rig, ids = newPortRig(t, Options{DataPlane: &limits}, calls, []int{1}, port)
 	rig.silentGuest(port)
 	resp, err := client.Get(rig.url + portPath(ids[0][0], port, "/"))
 	if err != nil {
@@ -118,8 +119,8 @@ func TestPortBudget(t *testing.T) {
 // without reaching the guest. The client's side is included.
 func BenchmarkRefusedPortRequest(b *testing.B) {
 	const port = 8080
-	limits := DataPlaneLimits{SandboxCalls: 1, AccountCalls: 100, PortHeaders: time.Hour}
-	rig, ids := newPortRig(b, Options{DataPlane: &limits}, []int{1}, port)
+	limits := DataPlaneLimits{PortHeaders: time.Hour}
+	rig, ids := newPortRig(b, Options{DataPlane: &limits}, &control.CallLimits{PerSandbox: 1, PerAccount: 100}, []int{1}, port)
 	conns := rig.silentGuest(port)
 	url := rig.url + portPath(ids[0][0], port, "/")
 	go (&http.Client{}).Get(url) // ends when the rig's server closes
@@ -144,7 +145,7 @@ func BenchmarkRefusedPortRequest(b *testing.B) {
 // slot is freed.
 func TestTCPForwardEndsWithItsClient(t *testing.T) {
 	const port = 5432
-	rig, ids := newPortRig(t, Options{}, []int{1}, port)
+	rig, ids := newPortRig(t, Options{}, nil, []int{1}, port)
 	id := ids[0][0]
 	conns := rig.silentGuest(port)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -158,7 +159,7 @@ func TestTCPForwardEndsWithItsClient(t *testing.T) {
 	if rec, err := rig.st.GetSandbox(ctx, id); err == nil {
 		acct = rec.AccountID
 	}
-	if n, _ := rig.srv.calls.inFlight(id, acct); n != 1 {
+	if n, _ := rig.ctl.CallsInFlight(id, acct); n != 1 {
 		t.Fatalf("%d calls in flight during the forward, want 1", n)
 	}
 	ws.Close(websocket.StatusNormalClosure, "done")
@@ -167,7 +168,7 @@ func TestTCPForwardEndsWithItsClient(t *testing.T) {
 		t.Fatalf("the guest's connection did not end with the client: %v", err)
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if n, _ := rig.srv.calls.inFlight(id, acct); n == 0 {
+		if n, _ := rig.ctl.CallsInFlight(id, acct); n == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -212,7 +213,7 @@ func TestTCPForwardIdle(t *testing.T) {
 	const port = 22
 	limits := DefaultDataPlane
 	limits.Idle = 500 * time.Millisecond
-	rig, ids := newPortRig(t, Options{DataPlane: &limits}, []int{1}, port)
+	rig, ids := newPortRig(t, Options{DataPlane: &limits}, nil, []int{1}, port)
 	conns := rig.silentGuest(port)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -5,11 +5,14 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/zeish/zeish/internal/control"
 )
 
 // A guest's page never runs on zeishd's origin with zeishd's cookies: by
@@ -21,7 +24,7 @@ import (
 // reaches the guest.
 func TestGuestContentOffZeishdOrigin(t *testing.T) {
 	const port = 8080
-	rig, ids := newPortRig(t, Options{PublicDomain: "sbx.example.test", GuestDomains: []string{"e2b.example.test"}}, []int{1}, port)
+	rig, ids := newPortRig(t, Options{PublicDomain: "sbx.example.test", GuestDomains: []string{"e2b.example.test"}}, nil, []int{1}, port)
 	id := ids[0][0]
 	var mu sync.Mutex
 	var seen []*http.Request // what the guest was asked
@@ -177,12 +180,13 @@ func TestOwnCookie(t *testing.T) {
 // public URL it is Secure even behind a TLS proxy.
 func TestConsoleCookieScope(t *testing.T) {
 	for _, public := range []string{"", "https://zeish.example.test"} {
-		rig, _ := newPortRig(t, Options{PublicURL: public}, nil)
-		keyPath, err := EnsureAdmin(t.Context(), rig.st, t.TempDir())
+		rig, _ := newPortRig(t, Options{PublicURL: public}, nil, nil)
+		keyPath, err := control.EnsureAdmin(t.Context(), rig.st, t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
-		key, _ := readKeyFile(keyPath)
+		b, _ := os.ReadFile(keyPath)
+		key := strings.TrimSpace(string(b))
 		req, _ := http.NewRequest("POST", rig.url+"/console/api/session", strings.NewReader(`{"api_key":"`+key+`"}`))
 		req.Header.Set(consoleHeader, "1")
 		resp, err := http.DefaultTransport.RoundTrip(req)

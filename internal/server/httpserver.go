@@ -27,6 +27,10 @@ type Limits struct {
 	Idle       time.Duration // a keep-alive connection between requests
 	StreamIdle time.Duration // one read of a stream's body or write of its response
 	MaxConns   int           // open connections; more wait in the kernel's backlog
+	// Streams, when set, names the streams of the server's other front
+	// ends (E2B's envd, sandbox host names) and of host-named guest ports:
+	// exempt like the data plane's.
+	Streams func(*http.Request) bool
 }
 
 // DefaultLimits suit a node's API: a wait may last 600 s, so responses get
@@ -57,9 +61,10 @@ func HTTPServer(ln net.Listener, h http.Handler, l Limits) (*http.Server, net.Li
 
 // isStream says whether a request is one whose body or response may take
 // as long as its work does.
-func isStream(r *http.Request) bool {
+func isStream(r *http.Request, l Limits) bool {
 	return strings.HasPrefix(r.URL.Path, api.DataPath+"/") ||
-		(r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/events"))
+		(r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/events")) ||
+		(l.Streams != nil && l.Streams(r))
 }
 
 // deadlines sets each request's own read and write deadlines: the server's
@@ -67,7 +72,7 @@ func isStream(r *http.Request) bool {
 func deadlines(h http.Handler, l Limits) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc := http.NewResponseController(w)
-		if isStream(r) {
+		if isStream(r, l) {
 			h.ServeHTTP(asStream(w, r, l.StreamIdle))
 			return
 		}

@@ -91,8 +91,9 @@ func TestHTTPServerSparesStreamsAndWaits(t *testing.T) {
 		case <-r.Context().Done():
 			w.WriteHeader(499)
 		}
-	}), Limits{ReadHeader: time.Second, Body: 200 * time.Millisecond, Write: 200 * time.Millisecond, Idle: time.Second})
-	for _, path := range []string{api.DataPath + "/sandboxes/sbx_x/exec", api.BasePath + "/public/sandboxes/sbx_x/events"} {
+	}), Limits{ReadHeader: time.Second, Body: 200 * time.Millisecond, Write: 200 * time.Millisecond, Idle: time.Second,
+		Streams: func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/e2b/envd/") }})
+	for _, path := range []string{api.DataPath + "/sandboxes/sbx_x/exec", api.BasePath + "/public/sandboxes/sbx_x/events", "/e2b/envd/files"} {
 		method := http.MethodPost
 		if strings.HasSuffix(path, "/events") {
 			method = http.MethodGet

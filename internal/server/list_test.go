@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/zeish/zeish/internal/control"
 	"net/http/httptest"
 	"path/filepath"
 	"testing"
@@ -34,7 +35,7 @@ func TestListPages(t *testing.T) {
 		if err := st.CreateAccount(ctx, store.Account{ID: acct, Name: name, CreatedAt: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
-		key, hash := server.NewAPIKey()
+		key, hash := control.NewAPIKey()
 		if err := st.CreateAPIKey(ctx, store.APIKey{ID: sandbox.NewID(sandbox.PrefixKey), AccountID: acct, Hash: hash, Prefix: key[:8], CreatedAt: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +48,7 @@ func TestListPages(t *testing.T) {
 			}
 		}
 	}
-	s, err := server.New(server.Options{Store: st, DataDir: dir})
+	s, err := server.NewForTest(t, st, nil, dir), error(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

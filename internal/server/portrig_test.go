@@ -35,6 +35,7 @@ func (n *portNode) Capabilities() vmm.Capabilities { return vmm.Capabilities{} }
 type portRig struct {
 	t     testing.TB
 	st    store.Store
+	ctl   *control.Control
 	srv   *Server
 	url   string // the server's base URL (http://127.0.0.1:port)
 	node  *portNode
@@ -42,10 +43,11 @@ type portRig struct {
 	key   map[string]string // sandbox id → an API key of its account
 }
 
-// newPortRig serves opts (Store, Node and DataDir filled in) with one
-// account per entry of accounts, each with that many sandboxes whose
-// listed ports are public.
-func newPortRig(t testing.TB, opts Options, accounts []int, public ...int) (*portRig, [][]string) {
+// newPortRig serves opts (Control filled in: over the rig's store and
+// node, with calls, nil for control's defaults) with one account per entry
+// of accounts, each with that many sandboxes whose listed ports are
+// public.
+func newPortRig(t testing.TB, opts Options, calls *control.CallLimits, accounts []int, public ...int) (*portRig, [][]string) {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -55,10 +57,13 @@ func newPortRig(t testing.TB, opts Options, accounts []int, public ...int) (*por
 	}
 	t.Cleanup(func() { st.Close() })
 	rig := &portRig{t: t, st: st, node: &portNode{ports: map[int]string{}}, token: map[string]string{}, key: map[string]string{}}
-	opts.Store, opts.Node, opts.DataDir = st, rig.node, dir
-	if rig.srv, err = New(opts); err != nil {
+	tokenKey, err := control.TokenKey(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
+	rig.ctl = control.New(control.Options{Store: st, Node: rig.node, TokenKey: tokenKey, Calls: calls})
+	opts.Control = rig.ctl
+	rig.srv = New(opts)
 	var ids [][]string
 	for _, n := range accounts {
 		acct := sandbox.NewID(sandbox.PrefixAccount)
@@ -66,8 +71,12 @@ func newPortRig(t testing.TB, opts Options, accounts []int, public ...int) (*por
 			t.Fatal(err)
 		}
 		key := sandbox.NewID(sandbox.PrefixKey)
-		secret, hash := NewAPIKey()
+		secret, hash := control.NewAPIKey()
 		if err := st.CreateAPIKey(ctx, store.APIKey{ID: key, AccountID: acct, Hash: hash, Prefix: "zk_", CreatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		who, err := rig.ctl.Authenticate(ctx, secret)
+		if err != nil {
 			t.Fatal(err)
 		}
 		var mine []string
@@ -77,7 +86,9 @@ func newPortRig(t testing.TB, opts Options, accounts []int, public ...int) (*por
 			if err := st.CreateSandboxes(ctx, sb); err != nil {
 				t.Fatal(err)
 			}
-			rig.token[sb.ID] = rig.srv.tokens.issue(sb, key, time.Now().Add(time.Hour))
+			if rig.token[sb.ID], err = rig.ctl.TokenUntil(ctx, who, sb.ID, time.Now().Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
 			rig.key[sb.ID] = secret
 			mine = append(mine, sb.ID)
 		}

@@ -14,9 +14,6 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/zeish/zeish/api"
-	"github.com/zeish/zeish/errdefs"
-	"github.com/zeish/zeish/internal/guestports"
-	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 )
 
@@ -37,46 +34,12 @@ func parsePort(s string) (int, error) {
 	return p, nil
 }
 
-// portAccess authorises a request for a guest port and returns the sandbox
-// and whether the caller presented its token (then stripped before the
-// request reaches the guest).
-func (s *Server) portAccess(r *http.Request, id string, port int) (*store.SandboxRecord, bool, error) {
-	if err := sandbox.CheckID(sandbox.PrefixSandbox, id); err != nil {
-		return nil, false, err
-	}
-	rec, err := s.store.GetSandbox(r.Context(), id)
-	if err != nil && !errdefs.Is(err, errdefs.ClassNotFound) {
-		return nil, false, storeErr(err) // an outage is not a bad token
-	}
-	gone := err != nil || rec.State.Deleted()
-	if !gone && slices.Contains(rec.PublicPorts, port) {
-		if _, err := bearer(r); err == nil {
-			// A token is not needed; if one is sent it is checked (and then
-			// kept from the guest) like on a private port.
-		} else {
-			return rec, false, nil
-		}
-	}
-	tok, err := bearer(r)
-	if err != nil {
-		return nil, false, err
-	}
-	acct, err := s.checkToken(r.Context(), tok, id)
-	if err != nil {
-		return nil, false, err
-	}
-	if gone || rec.AccountID != acct {
-		return nil, false, fmt.Errorf("the sandbox of this token no longer exists: %w", errdefs.ErrUnauthenticated)
-	}
-	return rec, true, nil
-}
-
 // guestPort reads the port of a data-plane request. A bad one is refused
 // only after the credential is checked: who may not ask learns nothing.
 func (s *Server) guestPort(w http.ResponseWriter, r *http.Request) (int, bool) {
 	port, err := parsePort(r.PathValue("port"))
 	if err != nil {
-		if _, _, aerr := s.portAccess(r, r.PathValue("id"), 0); aerr != nil {
+		if _, _, aerr := s.ctl.PortAccess(r.Context(), token(r), r.PathValue("id"), 0); aerr != nil {
 			err = aerr
 		}
 		writeError(w, r, err)
@@ -94,24 +57,24 @@ func (s *Server) portProxy(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port int, path string) {
-	w, r = asStream(w, r, s.data.Idle) // by host name, the HTTP server took it for a control-plane call
-	rec, withToken, err := s.portAccess(r, id, port)
+	w, r = asStream(w, r, s.data.Idle) // by host name, the HTTP server may have taken it for a control-plane call
+	t, withToken, err := s.ctl.PortAccess(r.Context(), token(r), id, port)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	release, err := s.calls.acquire(rec.ID, rec.AccountID)
+	release, err := s.ctl.Hold(t)
 	if err != nil {
-		refuseBusy(w, r, err)
+		writeError(w, r, err)
 		return
 	}
 	defer release()
-	own := s.ownOrigin(r, rec.ID, port)
+	own := s.ownOrigin(r, t.ID, port)
 	w = &guestWriter{ResponseWriter: w, own: own, host: r.Host}
-	if s.onOtherNode(w, r, rec, fmt.Sprintf("%s/sandboxes/%s/ports/%d%s", api.DataPath, rec.ID, port, path)) {
+	if s.onOtherNode(w, r, t.Host, fmt.Sprintf("%s/sandboxes/%s/ports/%d%s", api.DataPath, t.ID, port, path)) {
 		return
 	}
-	addr, err := s.node.PortAddr(rec, port)
+	addr, err := s.ctl.PortAddr(t, port)
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -134,7 +97,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeError(w, r, portError(port, rec.ID, s.data, err))
+			writeError(w, r, portError(port, t.ID, s.data, err))
 		},
 	}
 	rp.ServeHTTP(w, r)
@@ -144,12 +107,11 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 // sandbox's node when this server is a control plane (the guest is only
 // reachable from there): path-form and host-form port URLs, E2B's port
 // hosts and raw TCP all work through a replica. It reports whether it did.
-func (s *Server) onOtherNode(w http.ResponseWriter, r *http.Request, rec *store.SandboxRecord, path string) bool {
-	p, ok := s.node.(DataPlaneProxy)
-	if !ok {
+func (s *Server) onOtherNode(w http.ResponseWriter, r *http.Request, node, path string) bool {
+	if s.opts.Proxy == nil {
 		return false
 	}
-	p.ProxyToNode(w, r, rec.Host, path)
+	s.opts.Proxy.ProxyToNode(w, r, node, path)
 	return true
 }
 
@@ -184,6 +146,18 @@ func (s *Server) byHost(next http.Handler) http.Handler {
 	})
 }
 
+// IsHostPort reports whether r is for a guest port by host name
+// (P-<id>.<domain> of a domain byHost serves): a data-plane stream
+// (Limits.Streams).
+func (s *Server) IsHostPort(r *http.Request) bool {
+	for _, d := range s.servedDomains() {
+		if _, _, ok := hostPort(r.Host, "."+strings.ToLower(d)); ok {
+			return true
+		}
+	}
+	return false
+}
+
 // hostPort splits a host name of the form P-<id><suffix> (any case, with
 // or without a :port) into P and the sandbox id; ok is false for any other
 // name. DNS names cannot hold "_": sbx-… in the name stands for sbx_….
@@ -212,28 +186,28 @@ func (s *Server) tcpPort(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	rec, _, err := s.portAccess(r, r.PathValue("id"), port)
+	t, _, err := s.ctl.PortAccess(r.Context(), token(r), r.PathValue("id"), port)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	release, err := s.calls.acquire(rec.ID, rec.AccountID)
+	release, err := s.ctl.Hold(t)
 	if err != nil {
-		refuseBusy(w, r, err)
+		writeError(w, r, err)
 		return
 	}
 	defer release()
-	if s.onOtherNode(w, r, rec, r.URL.Path) {
+	if s.onOtherNode(w, r, t.Host, r.URL.Path) {
 		return
 	}
-	addr, err := s.node.PortAddr(rec, port)
+	addr, err := s.ctl.PortAddr(t, port)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
 	up, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(r.Context(), "tcp", addr)
 	if err != nil {
-		writeError(w, r, portError(port, rec.ID, s.data, err))
+		writeError(w, r, portError(port, t.ID, s.data, err))
 		return
 	}
 	up = closeWhenIdle(up, s.data.Idle)
@@ -256,49 +230,36 @@ func (s *Server) setPort(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	rec, err := s.ownSandbox(r)
+	sb, err := s.ctl.SetPort(r.Context(), callerFrom(r.Context()), r.PathValue("id"), req)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	if rec, err = s.control.SetPortPublic(r.Context(), rec, req.Port, req.Public); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, s.portInfo(r, s.publicURL(r)+api.DataPath+"/sandboxes/"+rec.ID, rec, req.Port))
+	writeJSON(w, http.StatusOK, s.portInfo(r, s.publicURL(r)+api.DataPath+"/sandboxes/"+sb.ID, sb, req.Port))
 }
 
-// portInfo is port of sandbox rec, whose data plane is at base, as the
+// portInfo is port of sandbox sb, whose data plane is at base, as the
 // client of r is told of it.
-func (s *Server) portInfo(r *http.Request, base string, rec *store.SandboxRecord, port int) api.Port {
-	out := api.Port{Port: port, Public: slices.Contains(rec.PublicPorts, port),
+func (s *Server) portInfo(r *http.Request, base string, sb sandbox.Sandbox, port int) api.Port {
+	out := api.Port{Port: port, Public: slices.Contains(sb.PublicPorts, port),
 		URL: fmt.Sprintf("%s/ports/%d/", base, port), TCPURL: fmt.Sprintf("%s/tcp/%d", base, port)}
 	out.TCPURL = "ws" + strings.TrimPrefix(out.TCPURL, "http")
 	if s.opts.PublicDomain != "" {
-		out.Host = portHostName(rec.ID, port, s.opts.PublicDomain)
+		out.Host = portHostName(sb.ID, port, s.opts.PublicDomain)
 	}
-	out.BrowserURL = s.browserURL(r, rec.ID, port)
+	out.BrowserURL = s.browserURL(r, sb.ID, port)
 	return out
 }
 
-// listPorts answers the guest's listening TCP ports (read from its kernel's
-// tables through the agent) and the ports opened to the public, listening
-// or not. A sandbox that is not running listens on nothing: only its
-// public ports are listed.
+// listPorts answers the guest's listening TCP ports and the ports opened
+// to the public, listening or not.
 func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.ownSandbox(r)
+	sb, listening, err := s.ctl.Ports(r.Context(), callerFrom(r.Context()), r.PathValue("id"))
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	var listening []guestports.Listener
-	if sandbox.Allows(rec.State, sandbox.OpAccess) {
-		if listening, err = s.guests().ListeningPorts(r.Context(), rec); err != nil {
-			writeError(w, r, err)
-			return
-		}
-	}
-	base, err := s.dataBase(r, rec)
+	base, err := s.ctl.DataURL(r.Context(), sb, s.publicURL(r)+api.DataPath)
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -307,11 +268,11 @@ func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) {
 	seen := map[int]bool{}
 	for _, l := range listening {
 		seen[l.Port] = true
-		out.Ports = append(out.Ports, api.ListedPort{Port: s.portInfo(r, base, rec, l.Port), Listening: true, Loopback: l.Loopback})
+		out.Ports = append(out.Ports, api.ListedPort{Port: s.portInfo(r, base, sb, l.Port), Listening: true, Loopback: l.Loopback})
 	}
-	for _, p := range rec.PublicPorts {
+	for _, p := range sb.PublicPorts {
 		if !seen[p] {
-			out.Ports = append(out.Ports, api.ListedPort{Port: s.portInfo(r, base, rec, p)})
+			out.Ports = append(out.Ports, api.ListedPort{Port: s.portInfo(r, base, sb, p)})
 		}
 	}
 	slices.SortFunc(out.Ports, func(a, b api.ListedPort) int { return a.Port.Port - b.Port.Port })

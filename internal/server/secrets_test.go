@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"github.com/zeish/zeish/internal/control"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -28,13 +29,13 @@ func TestAccountSecrets(t *testing.T) {
 		if err := st.CreateAccount(ctx, store.Account{ID: acct, Name: name, CreatedAt: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
-		key, hash := NewAPIKey()
+		key, hash := control.NewAPIKey()
 		if err := st.CreateAPIKey(ctx, store.APIKey{ID: sandbox.NewID(sandbox.PrefixKey), AccountID: acct, Hash: hash, Prefix: key[:8], CreatedAt: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
 		keys[name] = key
 	}
-	s, err := New(Options{Store: st, DataDir: dir})
+	s, err := NewForTest(t, st, nil, dir), error(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,42 +1,31 @@
-// Package server is zeish's HTTP API: the control plane under /api/v1 (API-key
-// auth), the data plane under /data/v1 (short-lived per-sandbox tokens) and
-// /healthz. Handlers validate at the edge, call the node and map errors to
-// statuses in one place (errors.go).
+// Package server is zeish's HTTP front end: the control plane under
+// /api/v1 (API-key auth), the data plane under /data/v1 (short-lived
+// per-sandbox tokens), the console's API and /healthz. It is an adapter
+// over the application (internal/control): a handler decodes a request,
+// calls one control method and encodes its answer; errors become statuses
+// by errdefs's table (errors.go). It holds no rule of its own and reaches
+// neither the node nor the store (a test keeps it so).
 package server
 
 import (
-	"context"
 	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
-	"github.com/zeish/zeish/internal/catalog"
 	"github.com/zeish/zeish/internal/control"
-	"github.com/zeish/zeish/internal/metering"
 	"github.com/zeish/zeish/internal/metrics"
-	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 )
 
-// Plan is every account's quota (the control plane applies it).
-type Plan = control.Plan
-
-// DefaultPlan is the plan when the configuration names none.
-var DefaultPlan = control.DefaultPlan
-
 // Options configure a Server.
 type Options struct {
-	Store store.Store
-	// Images is the image store the nodes share (nil: none): the API shows
-	// which snapshots and stopped sandboxes are durable in it.
-	Images ImageDurability
-	// Node runs the sandboxes (*node.Node, the local one); the server
-	// reaches it through the control plane's interface.
-	Node    control.Node
-	Catalog *catalog.Catalog
-	DataDir string
+	// Control is the application every handler calls.
+	Control *control.Control
+	// Proxy, on a control plane with node agents, hands data-plane
+	// traffic (guest ports, the console's upload) to the sandbox's node.
+	Proxy   DataPlaneProxy
 	Version string
 	// PublicURL is the server's address as clients reach it (for data-plane
 	// URLs); empty: the address the client connected to (see publicURL).
@@ -50,73 +39,37 @@ type Options struct {
 	// (E2B's, internal/e2b): a port's page requested by such a name is on
 	// its own origin, not sandboxed.
 	GuestDomains []string
-	// DataPlane bounds the data plane (zero: DefaultDataPlane).
+	// DataPlane bounds the data plane's connections to guests (zero:
+	// DefaultDataPlane); what each sandbox and account may hold at once is
+	// control's (control.Options.Calls).
 	DataPlane *DataPlaneLimits
 	Logger    *slog.Logger
-	// Plan is every account's quota (zero: DefaultPlan); Prices the price
-	// table (zero: metering.DefaultPrices).
-	Plan   *Plan
-	Prices *metering.Prices
-	// Metrics, when set, is served at GET /metrics and fed by the handlers.
+	// Metrics, when set, is served at GET /metrics.
 	Metrics *metrics.Metrics
-	// TokenKey, when set, signs and verifies data-plane tokens instead of
-	// the data dir's key: a node agent gets its own at registration, so it
-	// verifies tokens offline.
-	TokenKey []byte
-	// TokenKeyFor, when set, is the key of the tokens of node host's
-	// sandboxes (a control plane: each node has its own, derived from the
-	// data dir's key, see internal/cluster's DataPlaneKey).
-	TokenKeyFor func(host string) []byte
-	// Cluster, when set, serves the admin API's nodes (a control plane
-	// with node agents).
-	Cluster Cluster
 }
 
 // Server serves the API.
 type Server struct {
 	opts    Options
-	store   store.Store
-	node    control.Node
-	control *control.Control // the policy on every call that makes or runs a sandbox
-	tokens  *tokenSigner
-	prices  metering.Prices
+	ctl     *control.Control
 	log     *slog.Logger
-	calls   *callLimiter // data-plane calls in flight per sandbox and per account
 	data    DataPlaneLimits
 	ports   *http.Transport // to guest ports
 	browser *http.Transport // to the browser's DevTools: CDP sessions may idle for long
 	console consoleSessions
 }
 
-// New makes a server; the data dir holds its token-signing key.
-func New(opts Options) (*Server, error) {
+// New makes a server.
+func New(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
-	}
-	t := &tokenSigner{key: opts.TokenKey}
-	if len(opts.TokenKey) == 0 {
-		var err error
-		if t, err = loadTokenKey(opts.DataDir); err != nil {
-			return nil, err
-		}
-	}
-	t.keyFor = opts.TokenKeyFor
-	plan, prices := DefaultPlan, metering.DefaultPrices
-	if opts.Plan != nil {
-		plan = *opts.Plan
-	}
-	if opts.Prices != nil {
-		prices = *opts.Prices
 	}
 	data := DefaultDataPlane
 	if opts.DataPlane != nil {
 		data = *opts.DataPlane
 	}
-	s := &Server{opts: opts, store: opts.Store, node: opts.Node, tokens: t, log: opts.Logger,
-		prices: prices, calls: newCallLimiter(data.SandboxCalls, data.AccountCalls), data: data,
+	return &Server{opts: opts, ctl: opts.Control, log: opts.Logger, data: data,
 		ports: portTransport(data), browser: portTransport(DataPlaneLimits{PortHeaders: data.PortHeaders})}
-	s.control = control.New(control.Options{Store: opts.Store, Node: opts.Node, Plan: plan, Cost: s.cost, Logger: opts.Logger})
-	return s, nil
 }
 
 // Routes lists every route the server serves, as "METHOD /path"; the OpenAPI
@@ -210,7 +163,8 @@ func (s *Server) routes() []route {
 		{"GET " + d + "/terminals/{pid}/connect", queryToken(s.withToken(s.attachTerminal))},
 	}
 	// Served where the guest or the template's files are: on this host,
-	// or through typed calls to the sandbox's (the template's) node.
+	// or through internal/control's typed calls to the sandbox's (the
+	// template's) node.
 	rs = append(rs,
 		route{"GET " + p + "/sandboxes/{id}/ports", s.withAccount(s.listPorts)},
 		route{"GET " + p + "/sandboxes/{id}/browser", s.withAccount(s.getBrowser)},
@@ -289,15 +243,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	c := s.node.Capabilities()
+	c := s.ctl.Capabilities()
 	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: s.opts.Version, Accel: string(c.Accel),
 		AccelReason: c.AccelReason, AccelProbeMS: c.AccelProbeMS, VMM: c.Name})
-}
-
-// requestContext bounds waits a client asked for.
-func waitContext(ctx context.Context, seconds int) (context.Context, context.CancelFunc) {
-	if seconds <= 0 {
-		seconds = 120
-	}
-	return context.WithTimeout(ctx, time.Duration(seconds)*time.Second)
 }

@@ -4,8 +4,17 @@ import (
 	"net/http"
 
 	"github.com/zeish/zeish/api"
-	"github.com/zeish/zeish/sandbox"
+	"github.com/zeish/zeish/internal/control"
 )
+
+// snapshotRef is the snapshot a path names: /snapshots/{id}, or
+// /sandboxes/{id}/snapshots/{snapshot} (by id or name).
+func snapshotRef(r *http.Request) control.SnapshotRef {
+	if snap := r.PathValue("snapshot"); snap != "" {
+		return control.SnapshotRef{Sandbox: r.PathValue("id"), Snapshot: snap}
+	}
+	return control.SnapshotRef{Snapshot: r.PathValue("id")}
+}
 
 func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 	var req api.CreateSnapshotRequest
@@ -13,65 +22,22 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	if req.IncludeRAM != nil && !*req.IncludeRAM {
-		writeError(w, r, invalid("include_ram: snapshots always include memory; a sandbox is only restored from a saved memory image"))
-		return
-	}
-	// Empty: the node names it (sandbox.DefaultSnapshotName), knowing the
-	// sandbox's other snapshots.
-	if req.Name != "" {
-		if err := sandbox.CheckSnapshotName(req.Name); err != nil {
-			writeError(w, r, err)
-			return
-		}
-	}
-	rec, err := s.ownSandbox(r)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	snap, err := s.control.Snapshot(r.Context(), rec, req.Name)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, s.snapshotView(r.Context(), snap))
+	snap, err := s.ctl.CreateSnapshot(r.Context(), callerFrom(r.Context()), r.PathValue("id"), req)
+	reply(w, r, http.StatusCreated, snap, err)
 }
 
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.ownSandbox(r)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	snaps, err := s.store.ListSnapshots(r.Context(), rec.ID)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	out := api.SnapshotList{Snapshots: []sandbox.Snapshot{}}
-	for _, x := range snaps {
-		out.Snapshots = append(out.Snapshots, s.snapshotView(r.Context(), x))
-	}
-	writeJSON(w, http.StatusOK, out)
+	list, err := s.ctl.Snapshots(r.Context(), callerFrom(r.Context()), r.PathValue("id"))
+	reply(w, r, http.StatusOK, list, err)
 }
 
 func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
-	snap, err := s.ownSnapshot(r)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, s.snapshotView(r.Context(), snap))
+	snap, err := s.ctl.Snapshot(r.Context(), callerFrom(r.Context()), snapshotRef(r))
+	reply(w, r, http.StatusOK, snap, err)
 }
 
 func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
-	snap, err := s.ownSnapshot(r)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	if err := s.control.DeleteSnapshot(r.Context(), snap); err != nil {
+	if err := s.ctl.DeleteSnapshot(r.Context(), callerFrom(r.Context()), snapshotRef(r)); err != nil {
 		writeError(w, r, err)
 		return
 	}
@@ -84,25 +50,11 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	snap, err := s.ownSnapshot(r)
-	if err != nil {
-		writeError(w, r, err)
-		return
+	snap, sb, err := s.ctl.Restore(r.Context(), callerFrom(r.Context()), snapshotRef(r))
+	status := http.StatusAccepted
+	if err == nil && wait {
+		sb, err = s.ctl.Settled(r.Context(), sb)
+		status = http.StatusOK
 	}
-	rec, err := s.store.GetSandbox(r.Context(), snap.SandboxID)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	snap, rec, err = s.control.Restore(r.Context(), rec, snap)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	rec, status, err := s.settle(r, rec, wait)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	writeJSON(w, status, api.RestoreResponse{Snapshot: s.snapshotView(r.Context(), snap), Sandbox: s.view(rec)})
+	reply(w, r, status, api.RestoreResponse{Snapshot: snap, Sandbox: sb}, err)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/zeish/zeish/internal/control"
 	"io"
 	"net/http"
 	"net/url"
@@ -93,7 +94,7 @@ func termRequest(r *http.Request) (guest.TermRequest, error) {
 			}
 			req.Env[k] = v
 		}
-		if err := checkVars("env", req.Env, maxEnvVars, envName); err != nil {
+		if err := control.CheckEnv(req.Env); err != nil {
 			return req, err
 		}
 	}

@@ -106,26 +106,6 @@ func decodeError(resp *http.Response) error {
 	return &APIError{Status: resp.StatusCode, Code: codeForStatus(resp.StatusCode), Message: msg, RequestID: resp.Header.Get("X-Request-Id")}
 }
 
-func codeForStatus(status int) string {
-	switch status {
-	case http.StatusBadRequest:
-		return errdefs.ErrInvalidArgument.Code
-	case http.StatusUnauthorized:
-		return errdefs.ErrUnauthenticated.Code
-	case http.StatusForbidden:
-		return errdefs.ErrForbidden.Code
-	case http.StatusNotFound:
-		return errdefs.ErrNotFound.Code
-	case http.StatusConflict:
-		return errdefs.ErrInvalidState.Code
-	case http.StatusTooManyRequests:
-		return errdefs.ErrRateLimited.Code
-	case http.StatusRequestEntityTooLarge:
-		return errdefs.ErrUploadTooLarge.Code
-	case http.StatusBadGateway, http.StatusServiceUnavailable:
-		return errdefs.ErrUnavailable.Code
-	case http.StatusGatewayTimeout:
-		return errdefs.ErrTimeout.Code
-	}
-	return errdefs.ErrInternal.Code
-}
+// codeForStatus reads errdefs's table backwards, for an answer without a
+// code (a proxy's, say).
+func codeForStatus(status int) string { return errdefs.FromHTTPStatus(status).Code }

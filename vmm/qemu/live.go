@@ -18,7 +18,7 @@ import (
 	"github.com/zeish/zeish/vmm"
 )
 
-// Live capture (measured in ../shared/QEMU-NOTES.md, "live promotion"):
+// Live capture (docs/qemu.md, "Forking a VM whose RAM is an image's"):
 //
 //   - A receiver QEMU is launched with -incoming defer -S on a NEW share=on
 //     RAM file: the image's. It is never started, so once the migration is

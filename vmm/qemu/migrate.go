@@ -12,8 +12,8 @@ import (
 	"github.com/zeish/zeish/vmm"
 )
 
-// How fork, snapshot and stop use QEMU 7.2 migration (measured in
-// ../shared/QEMU-NOTES.md):
+// How fork, snapshot and stop use QEMU migration (docs/qemu.md, "Forking a
+// running VM"):
 //
 //   - A VM owns its RAM as a memory-backend-file with share=on. Capturing it
 //     (Capture, !full) stops it, migrates with x-ignore-shared so only device

@@ -37,7 +37,7 @@ func testQuotas(t *testing.T, s store.Store) {
 		}
 		return slots, created
 	}
-	// running and paused hold a slot; stopped does not (SPEC, Quotas).
+	// running and paused hold a slot; stopped does not (docs/quotas.md, Quotas).
 	if slots, created := counts(""); slots != 2 || created != 3 {
 		t.Fatalf("no holds: slots %d created %d, want 2 and 3", slots, created)
 	}

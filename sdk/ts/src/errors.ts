@@ -116,6 +116,7 @@ function codeForStatus(status: number): ErrorCode {
     case 409: return "invalid_state";
     case 413: return "upload_too_large";
     case 429: return "rate_limited";
+    case 502: return "unavailable";
     case 503: return "unavailable";
     case 504: return "timeout";
     default: return "internal";

@@ -1,4 +1,4 @@
-package server
+package control
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 // account_calls_full; a finished call frees its slots (once, however often
 // released), and other sandboxes and accounts are not affected.
 func TestCallLimiter(t *testing.T) {
-	l := newCallLimiter(2, 3)
+	l := newCallLimiter(CallLimits{PerSandbox: 2, PerAccount: 3})
 	var releases []func()
 	take := func(id, acct string, want error) {
 		t.Helper()
@@ -31,7 +31,7 @@ func TestCallLimiter(t *testing.T) {
 	take("sbx_c", "acc_1", errdefs.ErrAccountCalls) // the account's third is its last
 	take("sbx_d", "acc_2", nil)                     // another account
 	for _, e := range []*errdefs.Error{errdefs.ErrTooManyRequests, errdefs.ErrAccountCalls} {
-		if statusOf(e.Class) != 429 {
+		if errdefs.HTTPStatus(e) != 429 {
 			t.Fatalf("%s must be 429", e.Code)
 		}
 	}
@@ -48,7 +48,7 @@ func TestCallLimiter(t *testing.T) {
 	if s, a := l.inFlight("sbx_a", "acc_1"); s != 0 || a != 0 || len(l.sandboxes) != 0 || len(l.accounts) != 0 {
 		t.Fatalf("all released: %v %v", l.sandboxes, l.accounts)
 	}
-	unlimited := newCallLimiter(0, 0)
+	unlimited := newCallLimiter(CallLimits{})
 	for range 1000 {
 		if _, err := unlimited.acquire("sbx_a", "acc_1"); err != nil {
 			t.Fatalf("no limits: %v", err)

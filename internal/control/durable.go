@@ -1,4 +1,4 @@
-package server
+package control
 
 import (
 	"context"
@@ -21,8 +21,8 @@ var durableSeen sync.Map
 
 // durable is whether image id is whole in the image store: nil without
 // one, or when the store does not answer in time (unknown, not false).
-func (s *Server) durable(ctx context.Context, id string) *bool {
-	if s.opts.Images == nil || id == "" {
+func (c *Control) durable(ctx context.Context, id string) *bool {
+	if c.images == nil || id == "" {
 		return nil
 	}
 	yes := true
@@ -31,9 +31,9 @@ func (s *Server) durable(ctx context.Context, id string) *bool {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	ok, err := s.opts.Images.Durable(ctx, id)
+	ok, err := c.images.Durable(ctx, id)
 	if err != nil {
-		s.log.Warn("image store: durability unknown", "image", id, "err", err)
+		c.log.Warn("image store: durability unknown", "image", id, "err", err)
 		return nil
 	}
 	if ok {
@@ -42,9 +42,9 @@ func (s *Server) durable(ctx context.Context, id string) *bool {
 	return &ok
 }
 
-// snapshotView is a snapshot as the API shows it: with its durability.
-func (s *Server) snapshotView(ctx context.Context, snap *store.SnapshotRecord) sandbox.Snapshot {
+// snapshotView is a snapshot as a client sees it: with its durability.
+func (c *Control) snapshotView(ctx context.Context, snap *store.SnapshotRecord) sandbox.Snapshot {
 	out := snap.Snapshot
-	out.Durable = s.durable(ctx, snap.Image)
+	out.Durable = c.durable(ctx, snap.Image)
 	return out
 }

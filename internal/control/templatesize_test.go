@@ -1,4 +1,4 @@
-package server
+package control
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 // A build's vcpus and memory_mib size its warm machine: checked like a
 // sandbox's size, and refused on a cold template.
 func TestBuildRequestWarmSize(t *testing.T) {
-	s := &Server{}
+	s := &Control{}
 	for _, c := range []struct {
 		name string
 		req  api.BuildTemplateRequest
@@ -27,7 +27,7 @@ func TestBuildRequestWarmSize(t *testing.T) {
 		{"cold with a size", api.BuildTemplateRequest{MemoryMiB: 1024, Cold: true}, errdefs.ErrInvalidArgument},
 	} {
 		c.req.Name, c.req.From = "t", "registry:127.0.0.1:1/a:b"
-		b, err := s.buildRequest(context.Background(), "acc", false, c.req, false)
+		b, err := s.buildRequest(context.Background(), Caller{Account: api.Account{ID: "acc"}}, c.req, false)
 		if !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.want)
 			continue

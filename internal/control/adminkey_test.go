@@ -1,15 +1,14 @@
-package server
+package control
 
 import (
 	"context"
 	"errors"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
-	"github.com/zeish/zeish/internal/store/sqlite"
+	"github.com/zeish/zeish/internal/testenv"
 )
 
 // A restart after the key in admin.key was revoked starts: the key stays
@@ -18,11 +17,7 @@ import (
 func TestEnsureAdminAfterItsKeyIsRevoked(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "zeish.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := testenv.SQLite(t)
 	keyPath, err := EnsureAdmin(ctx, st, dir)
 	if err != nil {
 		t.Fatal(err)
