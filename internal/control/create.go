@@ -36,7 +36,10 @@ func (c *Control) create(ctx context.Context, r *store.SandboxRecord) (*store.Sa
 	if err := c.namesFree(ctx, r.AccountID, []*store.SandboxRecord{r}); err != nil {
 		return nil, err
 	}
-	done, err := c.quotas.admit(ctx, r.AccountID, 1, true, "")
+	if r.ID == "" {
+		r.ID = sandbox.NewID(sandbox.PrefixSandbox) // the quota hold names it
+	}
+	done, err := c.quotas.admit(ctx, r.AccountID, []string{r.ID}, true, "")
 	if err != nil {
 		return nil, err
 	}

@@ -44,7 +44,7 @@ func (c *Control) CloneSnapshot(ctx context.Context, who Caller, ref, snapRef st
 	if err := c.namesFree(ctx, parent.AccountID, children); err != nil {
 		return api.CloneResponse{}, err
 	}
-	done, err := c.quotas.admit(ctx, parent.AccountID, len(children), true, "")
+	done, err := c.quotas.admit(ctx, parent.AccountID, childIDs(children), true, "")
 	if err != nil {
 		return api.CloneResponse{}, err
 	}
@@ -77,7 +77,7 @@ func (c *Control) clone(ctx context.Context, parent *store.SandboxRecord, childr
 	if err := c.namesFree(ctx, parent.AccountID, children); err != nil {
 		return 0, nil, err
 	}
-	done, err := c.quotas.admit(ctx, parent.AccountID, len(children), true, "")
+	done, err := c.quotas.admit(ctx, parent.AccountID, childIDs(children), true, "")
 	if err != nil {
 		return 0, nil, err
 	}
@@ -120,7 +120,8 @@ func (c *Control) forkChildren(ctx context.Context, who Caller, ref string, req 
 	}
 	children := make([]*store.SandboxRecord, 0, len(names))
 	for _, name := range names {
-		child := &store.SandboxRecord{Sandbox: sandbox.Sandbox{Name: name}}
+		// The id now: the quota hold names it (the node keeps it).
+		child := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: sandbox.NewID(sandbox.PrefixSandbox), Name: name}}
 		sandbox.Inherit(&child.Sandbox, parent.Sandbox, overrides)
 		children = append(children, child)
 	}
@@ -153,4 +154,13 @@ func (c *Control) forkFeatures(ctx context.Context, who Caller, parent, child sa
 		return err
 	}
 	return c.catalog.RequireFeatures(ctx, who.Account.ID, tpl, want)
+}
+
+// childIDs are the ids of children, for their quota hold.
+func childIDs(children []*store.SandboxRecord) []string {
+	ids := make([]string, len(children))
+	for i, c := range children {
+		ids[i] = c.ID
+	}
+	return ids
 }

@@ -67,14 +67,16 @@ func RetryAfterSeconds(err error) (int, bool) {
 	return 0, false
 }
 
-// admit reserves n running slots for account (not counting the sandbox
-// exclude, which already holds one) and, when creates is set, n creates from
-// the rate limit and the daily cap: all or none. done must be called once
-// the operation has recorded its sandboxes (or failed; made says how many
-// it created, and the rate tokens of the others are given back).
-func (q *quotas) admit(ctx context.Context, account string, n int, creates bool, exclude string) (done func(made int), err error) {
-	now := q.now()
-	hold := store.QuotaHold{ID: sandbox.NewID("hold"), AccountID: account, Slots: n, Expires: now.Add(holdTTL)}
+// admit reserves a running slot for each of the sandboxes ids (not
+// counting the sandbox exclude, which already holds one) and, when creates
+// is set, as many creates from the rate limit and the daily cap: all or
+// none. Until done their rows count through the hold only, so a record
+// written before done is not counted twice. done must be called once the
+// operation has recorded its sandboxes (or failed; made says how many it
+// created, and the rate tokens of the others are given back).
+func (q *quotas) admit(ctx context.Context, account string, ids []string, creates bool, exclude string) (done func(made int), err error) {
+	now, n := q.now(), len(ids)
+	hold := store.QuotaHold{ID: sandbox.NewID("hold"), AccountID: account, Sandboxes: ids, Slots: n, Expires: now.Add(holdTTL)}
 	if creates {
 		hold.Creates = n
 	}

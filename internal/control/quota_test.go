@@ -10,6 +10,7 @@ import (
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/internal/store/sqlite"
+	"github.com/zeish/zeish/internal/testenv"
 	"github.com/zeish/zeish/sandbox"
 )
 
@@ -53,7 +54,7 @@ func TestQuotas(t *testing.T) {
 		if s.setup != nil {
 			s.setup()
 		}
-		done, err := q.admit(ctx, "acc_a", s.n, s.creates, s.exclude)
+		done, err := q.admit(ctx, "acc_a", holdIDs(s.n, s.exclude), s.creates, s.exclude)
 		if s.want == nil {
 			if err != nil {
 				t.Fatalf("%s: %v", s.name, err)
@@ -69,7 +70,7 @@ func TestQuotas(t *testing.T) {
 	q2 := newQuotas(Plan{RunningSlots: 100, CreatesPerMinute: 2, DailyCreates: 1000}, st)
 	q2.now = func() time.Time { return now }
 	for i, want := range []*errdefs.Error{nil, nil, errdefs.ErrRateLimited} {
-		done, err := q2.admit(ctx, "acc_b", 1, true, "")
+		done, err := q2.admit(ctx, "acc_b", holdIDs(1, ""), true, "")
 		if want == nil && err != nil || want != nil && !errors.Is(err, want) {
 			t.Fatalf("create %d: %v, want %v", i, err, want)
 		}
@@ -79,38 +80,78 @@ func TestQuotas(t *testing.T) {
 			t.Fatalf("Retry-After = %d %v, want 30 (one token at 2 per minute)", secs, ok)
 		}
 	}
-	if _, err := q2.admit(ctx, "acc_c", 2, true, ""); err != nil {
+	if _, err := q2.admit(ctx, "acc_c", holdIDs(2, ""), true, ""); err != nil {
 		t.Fatalf("another account: %v", err)
 	}
 	now = now.Add(30 * time.Second) // one token back
-	if done, err := q2.admit(ctx, "acc_b", 1, true, ""); err != nil {
+	if done, err := q2.admit(ctx, "acc_b", holdIDs(1, ""), true, ""); err != nil {
 		t.Fatalf("after 30 s: %v", err)
 	} else {
 		done(0) // failed: the token comes back
 	}
-	if done, err := q2.admit(ctx, "acc_b", 1, true, ""); err != nil {
+	if done, err := q2.admit(ctx, "acc_b", holdIDs(1, ""), true, ""); err != nil {
 		t.Fatalf("refunded token: %v", err)
 	} else {
 		done(1)
 	}
-	if _, err := q2.admit(ctx, "acc_b", 3, true, ""); !errors.Is(err, errdefs.ErrRateLimited) {
+	if _, err := q2.admit(ctx, "acc_b", holdIDs(3, ""), true, ""); !errors.Is(err, errdefs.ErrRateLimited) {
 		t.Fatalf("more than the bucket holds: %v", err)
 	}
 
 	// Daily cap: acc_a has 4 sandboxes created today in the store.
 	q3 := newQuotas(Plan{RunningSlots: 100, CreatesPerMinute: 100, DailyCreates: 5}, st)
 	q3.now = func() time.Time { return now }
-	if _, err := q3.admit(ctx, "acc_a", 2, true, ""); !errors.Is(err, errdefs.ErrDailyCap) {
+	if _, err := q3.admit(ctx, "acc_a", holdIDs(2, ""), true, ""); !errors.Is(err, errdefs.ErrDailyCap) {
 		t.Fatalf("daily cap: %v", err)
 	} else if secs, _ := RetryAfterSeconds(err); secs != 12*3600-30 {
 		t.Fatalf("daily cap Retry-After = %d, want until midnight UTC", secs)
 	}
-	if _, err := q3.admit(ctx, "acc_a", 1, true, ""); err != nil {
+	if _, err := q3.admit(ctx, "acc_a", holdIDs(1, ""), true, ""); err != nil {
 		t.Fatalf("last create of the day: %v", err)
 	}
 	// Zero slots refuse at once.
 	q4 := newQuotas(Plan{RunningSlots: 0, CreatesPerMinute: 100, DailyCreates: 100}, st)
-	if _, err := q4.admit(ctx, "acc_z", 1, true, ""); !errors.Is(err, errdefs.ErrRunningSlots) {
+	if _, err := q4.admit(ctx, "acc_z", holdIDs(1, ""), true, ""); !errors.Is(err, errdefs.ErrRunningSlots) {
 		t.Fatalf("zero slots: %v", err)
+	}
+}
+
+// holdIDs names the sandboxes of an admission: the one a start or resume
+// is for (exclude), else n new ones.
+func holdIDs(n int, exclude string) []string {
+	if exclude != "" {
+		return []string{exclude}
+	}
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = sandbox.NewID(sandbox.PrefixSandbox)
+	}
+	return ids
+}
+
+// A sandbox whose record is written while its admission's hold still
+// stands counts once: concurrent admissions get the slot that is free.
+func TestRecordedSandboxCountsOnceWhileHeld(t *testing.T) {
+	ctx := context.Background()
+	st := testenv.SQLite(t)
+	q := newQuotas(Plan{RunningSlots: 2, CreatesPerMinute: 100, DailyCreates: 2}, st)
+	done, err := q.admit(ctx, "acc_h", []string{"sbx_held"}, true, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The node writes the record before the operation calls done.
+	r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: "sbx_held", Name: "held", AccountID: "acc_h",
+		State: sandbox.StateStarting, CreatedAt: time.Now().UTC()}}
+	if err := st.CreateSandboxes(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	second, err := q.admit(ctx, "acc_h", holdIDs(1, ""), true, "")
+	if err != nil {
+		t.Fatalf("the second of 2 slots (and creates) while the first's record and hold both stand: %v", err)
+	}
+	done(1)
+	second(0)
+	if _, err := q.admit(ctx, "acc_h", holdIDs(2, ""), true, ""); !errors.Is(err, errdefs.ErrRunningSlots) {
+		t.Fatalf("after done, the record counts: got %v, want running_slots_full", err)
 	}
 }

@@ -157,7 +157,7 @@ func (c *Control) lifecycle(ctx context.Context, op sandbox.Op, r *store.Sandbox
 		if err := c.checkBudget(r); err != nil {
 			return nil, err
 		}
-		done, err := c.quotas.admit(ctx, r.AccountID, 1, false, r.ID)
+		done, err := c.quotas.admit(ctx, r.AccountID, []string{r.ID}, false, r.ID)
 		if err != nil {
 			return nil, err
 		}

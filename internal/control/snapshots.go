@@ -139,7 +139,7 @@ func (c *Control) Restore(ctx context.Context, who Caller, ref SnapshotRef) (san
 		}
 		if !slices.Contains(sandbox.SlotStates, r.State) {
 			// An error sandbox (its node lost, say) runs again: a slot.
-			done, err := c.quotas.admit(ctx, r.AccountID, 1, false, r.ID)
+			done, err := c.quotas.admit(ctx, r.AccountID, []string{r.ID}, false, r.ID)
 			if err != nil {
 				return sandbox.Snapshot{}, sandbox.Sandbox{}, err
 			}

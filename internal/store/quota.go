@@ -9,9 +9,15 @@ import (
 // until its sandboxes are recorded: running slots and creates that the
 // rows do not show yet. A hold past Expires no longer counts (its replica
 // died mid-operation), so a crash cannot lock an account out for good.
+//
+// Sandboxes names the sandboxes the hold is for. Their rows do not count
+// while the hold does: between a record's write and the hold's drop the
+// sandbox would otherwise count twice, and a concurrent admission would be
+// refused a slot that is free.
 type QuotaHold struct {
 	ID        string
 	AccountID string
+	Sandboxes []string
 	Slots     int
 	Creates   int
 	Expires   time.Time
@@ -23,10 +29,12 @@ type QuotaHold struct {
 // policy (how many, how fast) stays with the caller.
 type QuotaTx interface {
 	// UsedSlots counts the account's sandboxes in a slot state
-	// (sandbox.SlotStates) other than exclude, plus the slots of live holds.
+	// (sandbox.SlotStates) other than exclude and those a live hold names,
+	// plus the slots of live holds.
 	UsedSlots(exclude string) (int, error)
 	// CreatedSince counts sandboxes created at or after since (destroyed
-	// ones included), plus the creates of live holds.
+	// ones included) but those a live hold with creates names, plus the
+	// creates of live holds.
 	CreatedSince(since time.Time) (int, error)
 	// Bucket is the account's create-rate bucket as last saved; ok is false
 	// when it has none yet.

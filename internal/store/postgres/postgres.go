@@ -62,6 +62,8 @@ var migrations = []string{
 		account_id TEXT NOT NULL, name TEXT NOT NULL, sealed TEXT NOT NULL, updated_at TIMESTAMPTZ NOT NULL,
 		PRIMARY KEY (account_id, name));`,
 	`CREATE TABLE node_join_tokens (id TEXT PRIMARY KEY, data TEXT NOT NULL);`,
+	// The sandboxes a hold is for (store.QuotaHold).
+	`ALTER TABLE quota_holds ADD COLUMN sandboxes TEXT[] NOT NULL DEFAULT '{}';`,
 }
 
 // migrateLock is the advisory lock key that serialises migrations.

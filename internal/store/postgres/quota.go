@@ -44,7 +44,8 @@ func (q *quotaTx) UsedSlots(exclude string) (int, error) {
 	}
 	var n int
 	err := q.tx.QueryRow(q.ctx, `SELECT
-		(SELECT count(*) FROM sandboxes WHERE account_id = $1 AND id != $2 AND state = ANY($3)) +
+		(SELECT count(*) FROM sandboxes s WHERE account_id = $1 AND id != $2 AND state = ANY($3)
+			AND NOT EXISTS (SELECT 1 FROM quota_holds h WHERE h.account_id = $1 AND s.id = ANY(h.sandboxes))) +
 		(SELECT COALESCE(sum(slots), 0) FROM quota_holds WHERE account_id = $1)`, q.account, exclude, states).Scan(&n)
 	return n, err
 }
@@ -52,7 +53,8 @@ func (q *quotaTx) UsedSlots(exclude string) (int, error) {
 func (q *quotaTx) CreatedSince(since time.Time) (int, error) {
 	var n int
 	err := q.tx.QueryRow(q.ctx, `SELECT
-		(SELECT count(*) FROM sandboxes WHERE account_id = $1 AND created_at >= $2) +
+		(SELECT count(*) FROM sandboxes s WHERE account_id = $1 AND created_at >= $2
+			AND NOT EXISTS (SELECT 1 FROM quota_holds h WHERE h.account_id = $1 AND h.creates > 0 AND s.id = ANY(h.sandboxes))) +
 		(SELECT COALESCE(sum(creates), 0) FROM quota_holds WHERE account_id = $1)`, q.account, since.UTC()).Scan(&n)
 	return n, err
 }
@@ -74,8 +76,12 @@ func (q *quotaTx) SetBucket(tokens float64, at time.Time) error {
 }
 
 func (q *quotaTx) AddHold(h store.QuotaHold) error {
-	_, err := q.tx.Exec(q.ctx, `INSERT INTO quota_holds (id, account_id, slots, creates, expires_at) VALUES ($1, $2, $3, $4, $5)`,
-		h.ID, q.account, h.Slots, h.Creates, h.Expires.UTC())
+	ids := h.Sandboxes
+	if ids == nil {
+		ids = []string{}
+	}
+	_, err := q.tx.Exec(q.ctx, `INSERT INTO quota_holds (id, account_id, sandboxes, slots, creates, expires_at) VALUES ($1, $2, $3, $4, $5, $6)`,
+		h.ID, q.account, ids, h.Slots, h.Creates, h.Expires.UTC())
 	return err
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/zeish/zeish/internal/store"
@@ -38,7 +39,8 @@ type quotaTx struct {
 func (q *quotaTx) UsedSlots(exclude string) (int, error) {
 	clause, states := stateIn(sandbox.SlotStates)
 	var rows, held int
-	err := q.tx.QueryRowContext(q.ctx, `SELECT COUNT(*) FROM sandboxes WHERE account_id = ? AND id != ? AND `+clause,
+	err := q.tx.QueryRowContext(q.ctx, `SELECT COUNT(*) FROM sandboxes s WHERE account_id = ? AND id != ? AND `+clause+
+		` AND NOT EXISTS (SELECT 1 FROM quota_holds h WHERE h.account_id = s.account_id AND instr(h.sandboxes, ' ' || s.id || ' ') > 0)`,
 		append([]any{q.account, exclude}, states...)...).Scan(&rows)
 	if err != nil {
 		return 0, err
@@ -49,7 +51,8 @@ func (q *quotaTx) UsedSlots(exclude string) (int, error) {
 
 func (q *quotaTx) CreatedSince(since time.Time) (int, error) {
 	var rows, held int
-	err := q.tx.QueryRowContext(q.ctx, `SELECT COUNT(*) FROM sandboxes WHERE account_id = ? AND julianday(created_at) >= julianday(?)`,
+	err := q.tx.QueryRowContext(q.ctx, `SELECT COUNT(*) FROM sandboxes s WHERE account_id = ? AND julianday(created_at) >= julianday(?)
+		AND NOT EXISTS (SELECT 1 FROM quota_holds h WHERE h.account_id = s.account_id AND h.creates > 0 AND instr(h.sandboxes, ' ' || s.id || ' ') > 0)`,
 		q.account, since.UTC().Format(timeFormat)).Scan(&rows)
 	if err != nil {
 		return 0, err
@@ -80,8 +83,12 @@ func (q *quotaTx) SetBucket(tokens float64, at time.Time) error {
 }
 
 func (q *quotaTx) AddHold(h store.QuotaHold) error {
-	_, err := q.tx.ExecContext(q.ctx, `INSERT INTO quota_holds (id, account_id, slots, creates, expires_at) VALUES (?, ?, ?, ?, ?)`,
-		h.ID, q.account, h.Slots, h.Creates, h.Expires.UTC().Format(timeFormat))
+	ids := ""
+	if len(h.Sandboxes) > 0 {
+		ids = " " + strings.Join(h.Sandboxes, " ") + " "
+	}
+	_, err := q.tx.ExecContext(q.ctx, `INSERT INTO quota_holds (id, account_id, sandboxes, slots, creates, expires_at) VALUES (?, ?, ?, ?, ?, ?)`,
+		h.ID, q.account, ids, h.Slots, h.Creates, h.Expires.UTC().Format(timeFormat))
 	return err
 }
 

@@ -59,6 +59,8 @@ var migrations = []string{
 		account_id TEXT NOT NULL, name TEXT NOT NULL, sealed TEXT NOT NULL, updated_at TEXT NOT NULL,
 		PRIMARY KEY (account_id, name));`,
 	`CREATE TABLE node_join_tokens (id TEXT PRIMARY KEY, data TEXT NOT NULL);`,
+	// The sandboxes a hold is for, as " id id " (store.QuotaHold).
+	`ALTER TABLE quota_holds ADD COLUMN sandboxes TEXT NOT NULL DEFAULT '';`,
 }
 
 // Open opens (creating if needed) the database at path and migrates it.

@@ -51,6 +51,30 @@ func testQuotas(t *testing.T, s store.Store) {
 	if slots, created := counts(""); slots != 4 || created != 5 {
 		t.Fatalf("with a hold: slots %d created %d, want 4 and 5", slots, created)
 	}
+	// A hold naming sandboxes: their rows count through it only (slots, and
+	// creates when it holds creates), so a row written before the hold is
+	// dropped is not counted twice.
+	named := []store.QuotaHold{
+		{ID: "hold_c", Sandboxes: []string{"sbx_q0"}, Slots: 1, Creates: 1, Expires: t0.Add(time.Minute)}, // a create: running, created
+		{ID: "hold_s", Sandboxes: []string{"sbx_q2"}, Slots: 1, Creates: 0, Expires: t0.Add(time.Minute)}, // a start: created stays counted
+	}
+	if err := s.InQuotaTx(ctx, "acc_q", t0, func(q store.QuotaTx) error { return q.AddHold(named[0]) }); err != nil {
+		t.Fatal(err)
+	}
+	if slots, created := counts(""); slots != 4 || created != 5 {
+		t.Fatalf("a hold naming a recorded sandbox: slots %d created %d, want 4 and 5 (its row counted once)", slots, created)
+	}
+	if err := s.InQuotaTx(ctx, "acc_q", t0, func(q store.QuotaTx) error { return q.AddHold(named[1]) }); err != nil {
+		t.Fatal(err)
+	}
+	if slots, created := counts(""); slots != 5 || created != 5 {
+		t.Fatalf("a start's hold: slots %d created %d, want 5 and 5", slots, created)
+	}
+	for _, h := range named {
+		if err := s.InQuotaTx(ctx, "acc_q", t0, func(q store.QuotaTx) error { return q.DropHold(h.ID) }); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// fn's error rolls back everything it did.
 	boom := errors.New("boom")
 	err := s.InQuotaTx(ctx, "acc_q", t0, func(q store.QuotaTx) error {
