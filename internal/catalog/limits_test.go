@@ -46,7 +46,7 @@ func TestStalledBuildTimesOut(t *testing.T) {
 	defer close(stall) // first: lets the handlers return so Close can
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := c.StartBuilds(ctx, BuildOptions{Dir: filepath.Join(dir, "builds"), Parallel: 1, Timeout: 3 * time.Second,
+	if err := c.StartBuilds(ctx, BuildOptions{Dir: filepath.Join(dir, "builds"), Parallel: 1, Timeout: 10 * time.Second, // the build behind it must fit too: mkfs under -race on a busy host takes seconds
 		RegistryGuard: guard(t, "127.0.0.0/8")}); err != nil {
 		t.Fatal(err)
 	}
