@@ -56,7 +56,7 @@ def test_error_envelope() -> None:
     assert "req-1" in str(e)
     # Not an envelope (a proxy's page): the status's code, the text, the header's id.
     e = error_from_response(502, {"x-request-id": "hdr"}, b"<html>bad gateway</html>", "Bad Gateway")
-    assert (type(e), e.code, e.request_id) == (zeish.ServerError, "internal", "hdr")
+    assert (type(e), e.code, e.request_id) == (zeish.ServerError, "unavailable", "hdr")
     e = error_from_response(404, {}, json.dumps({"error": {"code": "made_up", "message": "m"}}).encode())
     assert (type(e), e.code) == (zeish.NotFoundError, "not_found")
 

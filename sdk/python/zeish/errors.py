@@ -152,7 +152,9 @@ _CODE_FOR_STATUS = {
     403: "forbidden",
     404: "not_found",
     409: "invalid_state",
+    413: "upload_too_large",
     429: "rate_limited",
+    502: "unavailable",  # a proxy's: zeishd is not reachable behind it (errdefs.FromHTTPStatus)
     503: "unavailable",
     504: "timeout",
 }

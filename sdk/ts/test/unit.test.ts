@@ -222,7 +222,7 @@ test("error envelopes become typed errors", async () => {
   const sbx = await Sandbox.connect(ID, { zeish: z });
   await assert.rejects(sbx.clone({ count: 2 }), (e: unknown) => e instanceof ConflictError && e.code === "node_full" && e.message === "no memory");
   await assert.rejects(sbx.files.read("/nope"), (e: unknown) => isZeishError(e, "file_not_found"));
-  await assert.rejects(z.lineage(ID), (e: unknown) => e instanceof ZeishError && e.status === 502 && e.code === "internal");
+  await assert.rejects(z.lineage(ID), (e: unknown) => e instanceof ZeishError && e.status === 502 && e.code === "unavailable");
   await assert.rejects(sbx.snapshots.create(), (e: unknown) => e instanceof ServerError && e.code === "internal" && e.requestId === "req_1");
 });
 
