@@ -46,7 +46,7 @@ test: deps vet console test-race
 	$(MAKE) test-ts
 	$(MAKE) test-python
 	$(MAKE) test-browser
-	$(MAKE) test-e2b
+	E2B_VERSIONS=$(E2B_DEFAULT_VERSIONS) $(MAKE) test-e2b
 
 # Every package that boots no VM, under the race detector.
 test-race:
@@ -76,6 +76,11 @@ test-python: build
 # to internal/console/web/screenshots.
 test-browser: build
 	cd internal/console/web && npm test
+
+# make test runs the E2B suite at the oldest and the newest pinned SDK (each
+# version branch of the suite, atLeast, has one on either side); make
+# test-e2b alone runs every pinned version.
+E2B_DEFAULT_VERSIONS := 2.45.0,2.51.0
 
 # The unmodified npm `e2b` SDK, at each version package.json pins (2.45.0,
 # 2.49.1, 2.51.0), against a real zeishd (bin/) and real VMs; a table of
