@@ -210,6 +210,7 @@ func (s *Store) GC(ctx context.Context) (st GCStats, err error) {
 		}
 		st.Deleted++
 		st.DeletedBytes += o.Size
+		s.opts.Metrics.FreedBytes.Add(float64(o.Size))
 	}
 	s.log.Info("image store gc", "manifests", st.Manifests, "leases", st.Leases, "expired_leases", st.ExpiredLeases,
 		"chunks", st.Chunks, "deleted", st.Deleted, "deleted_bytes", st.DeletedBytes)

@@ -36,6 +36,8 @@ func Main(m *testing.M) {
 		helperUpload()
 	case "fetch-full":
 		helperFetchFull()
+	case "sweep":
+		helperSweep()
 	default:
 		fmt.Fprintln(os.Stderr, "unknown helper", os.Getenv(helperEnv))
 		os.Exit(2)
