@@ -128,12 +128,9 @@ func runControl(ctx context.Context, cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	router := cluster.NewRouter(cluster.Options{Store: st, Nodes: nodes, Key: tokenKey, Secrets: store.Codec{Secrets: box},
-		LostAfter: lost, Logger: log, HTTP: hosts.rpcClient(), Proxy: hosts.proxyTransport()})
-	// Templates are resolved here and built on the nodes (the built-in ones).
-	cat := catalog.New(st, template.BaseOptions{Logger: log})
 	// The image store, if the nodes share one: the API shows what is
-	// durable in it, and one replica at a time sweeps it.
+	// durable in it, the router refuses at once to move a lost node's
+	// image that is not, and one replica at a time sweeps it.
 	var images control.ImageDurability
 	var sweeper control.ImageSweeper
 	var storeMetrics []prometheus.Collector
@@ -142,6 +139,10 @@ func runControl(ctx context.Context, cfg *config.Config) error {
 	} else if remote != nil {
 		images, sweeper, storeMetrics = remote.Store, remote.Store, remote.Store.Metrics().Collectors()
 	}
+	router := cluster.NewRouter(cluster.Options{Store: st, Nodes: nodes, Key: tokenKey, Secrets: store.Codec{Secrets: box},
+		LostAfter: lost, Logger: log, HTTP: hosts.rpcClient(), Proxy: hosts.proxyTransport(), Images: images})
+	// Templates are resolved here and built on the nodes (the built-in ones).
+	cat := catalog.New(st, template.BaseOptions{Logger: log})
 	mtr := metrics.New(metrics.Options{Store: st, Nodes: nodeStates(nodes, lost), Logger: log, Extra: storeMetrics})
 	ctl := control.New(control.Options{Store: st, Node: router, Cluster: router, Catalog: cat, Plan: planOf(cfg), Prices: pricesOf(cfg),
 		TokenKey: tokenKey, TokenKeyFor: func(host string) []byte { return cluster.DataPlaneKey(tokenKey, host) },

@@ -13,6 +13,7 @@ import (
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/control"
 	"github.com/zeish/zeish/internal/nodeapi"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
@@ -35,8 +36,12 @@ type Options struct {
 	// HTTP carries the node protocol (nil: a client of its own); Proxy
 	// the data plane handed on to nodes, which needs HTTP/1.1 upgrades
 	// (nil: http.DefaultTransport).
-	HTTP   *http.Client
-	Proxy  http.RoundTripper
+	HTTP  *http.Client
+	Proxy http.RoundTripper
+	// Images is the image store the nodes share (nil: none): a start or
+	// restore of an image whose node is lost fails at once when the store
+	// does not hold the image (movable).
+	Images control.ImageDurability
 	Logger *slog.Logger
 }
 
