@@ -213,12 +213,30 @@ func TestClusterImages(t *testing.T) {
 			}
 		}
 		t.Logf("snapshot and stopped sandbox durable %v after", time.Since(durable).Round(100*time.Millisecond))
+		// One more snapshot while the store is paused: its upload cannot
+		// finish before node-a dies.
+		s3.Pause()
+		late, err := l.client.CreateSnapshot(ctx, sbs[0].ID, zeish.CreateSnapshotRequest{Name: "late"})
+		if err != nil {
+			s3.Resume()
+			t.Fatal(err)
+		}
 
 		l.nodes["node-a"].Kill()
+		s3.Resume()
 		l.waitNode("node-a", false)
 		if sb, err := l.client.WaitSandbox(ctx, sbs[0].ID, zeish.WaitRequest{State: sandbox.StateError, TimeoutSeconds: 60}); err != nil || sb.ErrorCode != sandbox.ErrNodeLost {
 			t.Fatalf("the snapshotted sandbox after its node was killed: %+v %v", sb, err)
 		}
+		// Its restore is refused at once, saying why (not after
+		// ZEISH_IMAGE_FETCH_WAIT's 5 minutes).
+		refused := time.Now()
+		_, err = l.client.RestoreSnapshot(ctx, late.ID, zeish.Wait())
+		var apiErr *zeish.APIError
+		if !errors.As(err, &apiErr) || apiErr.Code != "not_found" || !strings.Contains(apiErr.Message, "not yet durable") {
+			t.Fatalf("restore of a lost node's snapshot that never became durable: %v; want not_found saying it was not yet durable", err)
+		}
+		t.Logf("restore of a lost node's snapshot that never became durable refused in %v: %s", time.Since(refused).Round(time.Millisecond), apiErr.Message)
 		restored := time.Now()
 		res, err := l.client.RestoreSnapshot(ctx, snap.ID, zeish.Wait())
 		if err != nil {

@@ -63,8 +63,9 @@ func (r *Router) startOn(ctx context.Context, rec *store.SandboxRecord, home str
 // node asked would wait ZEISH_IMAGE_FETCH_WAIT for an upload nobody runs.
 // While home is live its upload may still finish, and home is asked
 // first anyway; when the store cannot say, the node asked decides (within
-// its bounded wait). The error is unavailable: if home comes back, its
-// image is there again (and its upload resumes).
+// its bounded wait). The error is not_found, the code the node's wait
+// ended in before, with a message a client sees (a 5xx's is hidden): if
+// home comes back, its image is there again (and its upload resumes).
 func (r *Router) movable(ctx context.Context, home, image, what string) error {
 	if r.o.Images == nil || image == "" {
 		return nil
@@ -88,7 +89,7 @@ func (r *Router) movable(ctx context.Context, home, image, what string) error {
 		since = "its last heartbeat was at " + n.HeartbeatAt.UTC().Format(time.RFC3339)
 	}
 	return fmt.Errorf("%s was not yet durable in the image store when node %s was lost (%s): it can start again only if node %s comes back: %w",
-		what, home, since, home, errdefs.ErrUnavailable)
+		what, home, since, home, errdefs.ErrNotFound)
 }
 
 // elsewhere reports whether a node's refusal lets the next node try.

@@ -47,8 +47,7 @@ func (f *startNode) Restore(_ context.Context, snapID string) (*store.SnapshotRe
 }
 
 // TestImageOfALostNodeNotDurableFailsAtOnce: a start or a restore of an
-// image whose node is lost is refused at once, unavailable and saying
-// why, when the image store does not hold the image; it goes to another
+// image whose node is lost is refused at once, not_found and saying why, when the image store does not hold the image; it goes to another
 // node when the store holds it, or when the store cannot say (that node
 // then waits, bounded). While the image's node is live it goes there.
 func TestImageOfALostNodeNotDurableFailsAtOnce(t *testing.T) {
@@ -110,8 +109,8 @@ func TestImageOfALostNodeNotDurableFailsAtOnce(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), tc.refused) {
-				t.Fatalf("err = %v; want unavailable saying %q", err, tc.refused)
+			if code, msg := errdefs.Public(err); code != "not_found" || !strings.Contains(msg, tc.refused) {
+				t.Fatalf("err = %v; want not_found saying %q to the client", err, tc.refused)
 			}
 			if len(other.calls) != 0 {
 				t.Fatalf("the other node was asked anyway: %v", other.calls)
