@@ -122,20 +122,11 @@ type Referenced func(ctx context.Context) (map[string]bool, error)
 func (s *Store) Sweep(ctx context.Context, referenced Referenced) (st SweepStats, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.GCWindow)
 	defer cancel()
-	run := gcPrefix + "sweep-" + randomHex(8)
-	if err := s.b.Put(ctx, run, []byte("{}"), sumOf([]byte("{}"))); err != nil {
-		return st, fmt.Errorf("sweep: announce: %w", err)
-	}
-	defer func() {
-		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer dcancel()
-		s.b.Delete(dctx, run)
-	}()
-	info, err := s.b.Stat(ctx, run)
+	_, now, end, err := s.announce(ctx, "sweep") // now: the store's clock
 	if err != nil {
 		return st, fmt.Errorf("sweep: %w", err)
 	}
-	now := info.ModTime // the store's clock
+	defer end()
 	// Records, then claims, then manifests: see above.
 	refs, err := referenced(ctx)
 	if err != nil {

@@ -1,7 +1,6 @@
 package imagestoretest
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -312,29 +311,13 @@ func testSweepKilledMidway(t *testing.T, h Harness) {
 		doomed = append(doomed, uploadShared(t, s, fmt.Sprintf("img_doomed_%d", i), keep))
 	}
 	pastSweepSlack()
-	cmd := helper(t, h, "sweep", "REFS="+keep.ID)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewScanner(out)
 	deleted := 0
-	for lines.Scan() {
-		if strings.HasPrefix(lines.Text(), "deleted ") {
-			if deleted++; deleted == 2 {
-				break
-			}
+	killHelperWhen(t, helper(t, h, "sweep", "REFS="+keep.ID), func(line string) bool {
+		if strings.HasPrefix(line, "deleted ") {
+			deleted++
 		}
-		if strings.HasPrefix(lines.Text(), "done") || strings.HasPrefix(lines.Text(), "error") {
-			t.Fatalf("helper: %s", lines.Text())
-		}
-	}
-	cmd.Process.Kill()
-	cmd.Wait()
+		return deleted == 2
+	})
 	left := images(t, s)
 	t.Logf("sweep killed after %d deletes; the store holds %v", deleted, left)
 	if deleted != 2 || len(left) <= 1 || len(left) >= 1+len(doomed) {
