@@ -237,6 +237,14 @@ func TestClusterImages(t *testing.T) {
 			t.Fatalf("restore of a lost node's snapshot that never became durable: %v; want not_found saying it was not yet durable", err)
 		}
 		t.Logf("restore of a lost node's snapshot that never became durable refused in %v: %s", time.Since(refused).Round(time.Millisecond), apiErr.Message)
+		// It can be deleted while its node is lost (in the records: the
+		// sweep then takes what nothing names).
+		if err := l.client.DeleteSnapshot(ctx, late.ID); err != nil {
+			t.Fatalf("delete of a lost node's snapshot: %v", err)
+		}
+		if _, err := l.client.GetSnapshot(ctx, late.ID); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Fatalf("the lost node's snapshot after its delete: %v", err)
+		}
 		restored := time.Now()
 		res, err := l.client.RestoreSnapshot(ctx, snap.ID, zeish.Wait())
 		if err != nil {

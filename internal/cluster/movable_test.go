@@ -128,3 +128,60 @@ func TestImageOfALostNodeNotDurableFailsAtOnce(t *testing.T) {
 		t.Fatalf("the store was asked about an image whose node is live: %v", images.asked)
 	}
 }
+
+// TestDeleteOnALostNode: a sandbox or a snapshot whose node is lost is
+// deleted in the records (nothing else can be asked): the sandbox
+// destroyed with no saved state and its snapshots gone, so nothing names
+// their images any more. While the node is live, the node is asked.
+func TestDeleteOnALostNode(t *testing.T) {
+	ctx := context.Background()
+	st := testenv.SQLite(t)
+	for id, beat := range map[string]time.Time{"gone": time.Now().Add(-time.Hour), "here": time.Now()} {
+		st.UpdateNode(ctx, id, func(n *store.NodeRecord) error {
+			n.URL, n.Healthy, n.HeartbeatAt = "http://127.0.0.1:1", true, beat
+			return nil
+		})
+	}
+	mk := func(id, host string, state sandbox.State) {
+		t.Helper()
+		r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: id, Name: id, AccountID: "acc_a", Host: host, State: state}, ResumeImage: "img_" + id}
+		if err := st.CreateSandboxes(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.CreateSnapshot(ctx, &store.SnapshotRecord{Snapshot: sandbox.Snapshot{ID: "snp_" + id, SandboxID: id, AccountID: "acc_a",
+			Name: "s"}, Image: "img_snap_" + id}, sandbox.MaxSnapshots); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("sbx_stopped", "gone", sandbox.StateStopped)
+	mk("sbx_lost", "gone", sandbox.StateError)
+	mk("sbx_here", "here", sandbox.StateStopped)
+	r := NewRouter(Options{Store: st, Nodes: st, Key: master, LostAfter: time.Minute})
+
+	rec, err := r.Delete(ctx, "sbx_stopped")
+	if err != nil || rec.State != sandbox.StateDestroyed || rec.ResumeImage != "" || rec.DestroyedAt == nil {
+		t.Fatalf("delete of a stopped sandbox on a lost node: %+v %v; want destroyed without saved state", rec, err)
+	}
+	if _, err := st.GetSnapshot(ctx, "snp_sbx_stopped"); !errdefs.Is(err, errdefs.ClassNotFound) {
+		t.Fatalf("its snapshot: %v; want deleted with it", err)
+	}
+	if err := r.DeleteSnapshot(ctx, "snp_sbx_lost"); err != nil {
+		t.Fatalf("delete of a lost node's snapshot: %v", err)
+	}
+	if _, err := st.GetSnapshot(ctx, "snp_sbx_lost"); !errdefs.Is(err, errdefs.ClassNotFound) {
+		t.Fatalf("the snapshot after its delete: %v", err)
+	}
+	// A live node is asked (here it does not answer: nothing changes).
+	if _, err := r.Delete(ctx, "sbx_here"); err == nil {
+		t.Fatal("a delete on a live node that does not answer succeeded")
+	}
+	if err := r.DeleteSnapshot(ctx, "snp_sbx_here"); err == nil {
+		t.Fatal("a snapshot delete on a live node that does not answer succeeded")
+	}
+	if rec, _ := st.GetSandbox(ctx, "sbx_here"); rec.State != sandbox.StateStopped || rec.ResumeImage == "" {
+		t.Fatalf("a sandbox of a live node changed without it: %+v", rec)
+	}
+	if _, err := st.GetSnapshot(ctx, "snp_sbx_here"); err != nil {
+		t.Fatalf("a snapshot of a live node went without it: %v", err)
+	}
+}
