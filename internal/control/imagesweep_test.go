@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,5 +98,55 @@ func TestSweepImagesKeepsWhatRecordsName(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(m.FreedBytes); n != float64(gst.DeletedBytes) || n == 0 {
 		t.Errorf("zeish_image_gc_freed_bytes_total = %v; gc deleted %d bytes", n, gst.DeletedBytes)
+	}
+}
+
+// countingSweeper counts the sweeps that reached it.
+type countingSweeper struct {
+	mu     sync.Mutex
+	sweeps int
+}
+
+func (s *countingSweeper) Sweep(ctx context.Context, refs imagestore.Referenced) (imagestore.SweepStats, error) {
+	if _, err := refs(ctx); err != nil {
+		return imagestore.SweepStats{}, err
+	}
+	s.mu.Lock()
+	s.sweeps++
+	s.mu.Unlock()
+	return imagestore.SweepStats{}, nil
+}
+
+func (s *countingSweeper) GC(context.Context) (imagestore.GCStats, error) {
+	return imagestore.GCStats{}, nil
+}
+
+func (s *countingSweeper) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sweeps
+}
+
+// TestOneReplicaSweeps: two replicas on one database, each with its sweep
+// loop: only the one holding the lease sweeps.
+func TestOneReplicaSweeps(t *testing.T) {
+	c, _ := fixture(t)
+	other := New(Options{Store: c.store, Node: c.node, Replica: "replica-b"})
+	a, b := &countingSweeper{}, &countingSweeper{}
+	c.sweeper, other.sweeper = a, b
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, r := range []*Control{c, other} {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.SweepImages(ctx, 20*time.Millisecond) }()
+	}
+	for deadline := time.Now().Add(30 * time.Second); a.count()+b.count() < 10 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	t.Logf("sweeps: replica a %d, replica b %d", a.count(), b.count())
+	if a.count()+b.count() < 10 || (a.count() > 0 && b.count() > 0) {
+		t.Fatalf("sweeps by replica: %d and %d; want them all by one", a.count(), b.count())
 	}
 }
