@@ -96,8 +96,10 @@ func (r *Router) lost(ctx context.Context, id string) bool {
 // forget deletes sandbox id, whose node host is lost, in the records only:
 // its snapshots go, and it becomes destroyed with no saved state, so the
 // image store's sweep may take its images. Its VM and files are on that
-// node, which removes them if it comes back (Recover: a destroyed
-// sandbox's VM and folder go; its gc, images no record names).
+// node, which removes them when it restarts (Recover: the folder and VMM
+// processes of a sandbox that is not live go; its gc, the images no record
+// names). A node back from a partition without a restart keeps such a VM
+// running until it restarts.
 func (r *Router) forget(ctx context.Context, id, host string) (*store.SandboxRecord, error) {
 	snaps, err := r.o.Store.ListSnapshots(ctx, id)
 	if err != nil {
@@ -122,7 +124,9 @@ func (r *Router) forget(ctx context.Context, id, host string) (*store.SandboxRec
 		}
 		now := time.Now().UTC()
 		rec.State, rec.StateReason, rec.UpdatedAt, rec.DestroyedAt = destroyed, "", now, &now
-		rec.ResumeImage = ""
+		// No VM handle: a restarted node finds no VM of the sandbox to
+		// keep, and removes the folder and VMM processes it left.
+		rec.ResumeImage, rec.Handle = "", nil
 		return nil
 	})
 	if err != nil {

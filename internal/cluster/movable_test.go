@@ -144,7 +144,8 @@ func TestDeleteOnALostNode(t *testing.T) {
 	}
 	mk := func(id, host string, state sandbox.State) {
 		t.Helper()
-		r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: id, Name: id, AccountID: "acc_a", Host: host, State: state}, ResumeImage: "img_" + id}
+		r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: id, Name: id, AccountID: "acc_a", Host: host, State: state}, ResumeImage: "img_" + id,
+			Handle: []byte(`{"pid": 4242}`)}
 		if err := st.CreateSandboxes(ctx, r); err != nil {
 			t.Fatal(err)
 		}
@@ -159,8 +160,8 @@ func TestDeleteOnALostNode(t *testing.T) {
 	r := NewRouter(Options{Store: st, Nodes: st, Key: master, LostAfter: time.Minute})
 
 	rec, err := r.Delete(ctx, "sbx_stopped")
-	if err != nil || rec.State != sandbox.StateDestroyed || rec.ResumeImage != "" || rec.DestroyedAt == nil {
-		t.Fatalf("delete of a stopped sandbox on a lost node: %+v %v; want destroyed without saved state", rec, err)
+	if err != nil || rec.State != sandbox.StateDestroyed || rec.ResumeImage != "" || rec.DestroyedAt == nil || rec.Handle != nil {
+		t.Fatalf("delete of a stopped sandbox on a lost node: %+v %v; want destroyed without saved state or VM handle", rec, err)
 	}
 	if _, err := st.GetSnapshot(ctx, "snp_sbx_stopped"); !errdefs.Is(err, errdefs.ClassNotFound) {
 		t.Fatalf("its snapshot: %v; want deleted with it", err)
