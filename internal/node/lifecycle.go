@@ -141,7 +141,7 @@ func (n *Node) suspend(ctx context.Context, id string) error {
 	}
 	n.agents.Drop(id)
 	var (
-		meta  = &images.Meta{SandboxID: id}
+		meta  = &images.Meta{SandboxID: id, Template: r.Template}
 		dir   string
 		lease *images.Lease
 	)
