@@ -8,11 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/zeish/zeish/internal/imagestore"
-	"github.com/zeish/zeish/internal/imagestore/blob/folder"
-	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 )
@@ -42,39 +38,50 @@ func (s *reasonLog) fetchShown(id string) bool {
 	return slices.ContainsFunc(s.seen[id], func(r string) bool { return strings.HasPrefix(r, "fetching image img_") })
 }
 
-// TestTemplateSandboxOnAnotherNode: a sandbox of a template built on
-// node-1, whose files are at node-1's paths, is cloned from a snapshot and
-// restored from another on node-2 (which never sees node-1's files): the
-// images name their template, and node-2 starts them on its own copy of
-// it (its kernel, and the base disk the fetched layer stands on). Each
+// TestTemplateSandboxOnAnotherNode: a sandbox is cloned from a snapshot
+// and restored from another on node-2 while its record says node-1. Of a
+// template built on node-1 (whose files node-2 never sees: node-1 is
+// another host), the images name their template and node-2 starts them on
+// its own copy of it (its kernel, and the base disk the fetched layer
+// stands on); of a built-in, on the paths every node has. Either way each
 // sandbox started from a fetched image shows the fetch in its
 // state_reason: both clones, and the restored sandbox.
 func TestTemplateSandboxOnAnotherNode(t *testing.T) {
+	for _, builder := range []string{"node-1", ""} {
+		name := "built on " + builder
+		if builder == "" {
+			name = "built-in"
+		}
+		t.Run(name, func(t *testing.T) { testOnAnotherNode(t, builder) })
+	}
+}
+
+// testOnAnotherNode runs TestTemplateSandboxOnAnotherNode for a template
+// built on node builder ("": a built-in).
+func testOnAnotherNode(t *testing.T, builder string) {
 	ctx := context.Background()
-	b, err := folder.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	shared := imagestore.New(b, imagestore.Options{})
-	remote := func(o *Options) {
-		o.ImageStore = &images.Remote{Store: shared, ShmDir: o.ShmDir, WaitDurable: 5 * time.Second}
-	}
+	shared, remote := sharedImageStore(t)
 	one := newHarness(t, remote)
 	log := &reasonLog{Store: one.st, seen: map[string][]string{}}
 	two := newHarness(t, remote, func(o *Options) { o.ID, o.Store = "node-2", log })
 
 	art := t.TempDir()
-	tpl := sandbox.Template{ID: "tpl_built", Name: "built", Host: "node-1", Hash: "h-1",
+	tpl := sandbox.Template{ID: "tpl_built", Name: "built", Host: builder, Hash: "h-1",
 		Kernel: filepath.Join(art, "vmlinuz"), BaseDisk: filepath.Join(art, "base.img")}
 	for _, f := range []string{tpl.Kernel, tpl.BaseDisk} {
-		if err := os.WriteFile(f, []byte("built on node-1"), 0o644); err != nil {
+		if err := os.WriteFile(f, []byte("a template's file"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	one.tpl.set(tpl)
 	two.tpl.set(tpl)
-	one.n.PublishTemplate(tpl)
-	until(t, func() bool { ok, err := shared.Durable(ctx, templateImage(tpl)); return err == nil && ok })
+	kernel, disk := tpl.Kernel, tpl.BaseDisk // where node-2 finds them
+	if builder != "" {
+		one.n.PublishTemplate(tpl)
+		until(t, func() bool { ok, err := shared.Durable(ctx, templateImage(tpl)); return err == nil && ok })
+		cache := filepath.Join(two.opts.DataDir, templateCacheDir, tpl.ID)
+		kernel, disk = filepath.Join(cache, tplKernel), filepath.Join(cache, tplDisk)
+	}
 
 	p := one.create("p", sandbox.StateRunning)
 	forClones, forRestore := one.snapshot(p.ID, "clones"), one.snapshot(p.ID, "restore")
@@ -83,19 +90,20 @@ func TestTemplateSandboxOnAnotherNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// node-1 is another host: node-2 has none of its files.
-	if err := os.RemoveAll(art); err != nil {
-		t.Fatal(err)
+	if builder != "" {
+		// node-1 is another host: node-2 has none of its files.
+		if err := os.RemoveAll(art); err != nil {
+			t.Fatal(err)
+		}
 	}
-	cache := filepath.Join(two.opts.DataDir, templateCacheDir, tpl.ID)
 	onTwo := func(r *store.SandboxRecord) {
 		t.Helper()
-		if r.Host != "node-2" || r.Kernel != filepath.Join(cache, tplKernel) {
-			t.Errorf("sandbox %s runs on %s with kernel %s, want node-2's copy in %s", r.ID, r.Host, r.Kernel, cache)
+		if r.Host != "node-2" || r.Kernel != kernel {
+			t.Errorf("sandbox %s runs on %s with kernel %s, want %s", r.ID, r.Host, r.Kernel, kernel)
 		}
 		layer := two.n.images.LayerPath(r.Layers[0]) // the bottom of its chain
-		if backing, err := two.drv.DiskBacking(layer); err != nil || backing != filepath.Join(cache, tplDisk) {
-			t.Errorf("the fetched layer %s stands on %q (%v), want node-2's copy of the template's disk", layer, backing, err)
+		if backing, err := two.drv.DiskBacking(layer); err != nil || backing != disk {
+			t.Errorf("the fetched layer %s stands on %q (%v), want %s", layer, backing, err, disk)
 		}
 		if !log.fetchShown(r.ID) {
 			t.Errorf("sandbox %s started from a fetched image and showed no fetch: %q", r.ID, log.seen[r.ID])

@@ -102,7 +102,7 @@ func (s *Store) Publish(m *Meta) {
 	if r == nil || m == nil || m.Disk == "" || s.Durable(m.ID) {
 		return
 	}
-	if r.inFlight(m.ID) {
+	if s.inFlight(m.ID) != nil {
 		return
 	}
 	// Before the lock: it may ask for the template's hash.
@@ -165,12 +165,6 @@ func (s *Store) Uploaded(id string) (imagestore.Progress, bool) {
 	return up.Progress(), true
 }
 
-func (r *remote) inFlight(id string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.uploads[id] != nil
-}
-
 // inFlight is image id's upload in flight (nil: none, or no store).
 func (s *Store) inFlight(id string) *imagestore.Upload {
 	r := s.remote
@@ -212,7 +206,8 @@ func (s *Store) uploadSpec(m *Meta) (imagestore.UploadSpec, error) {
 			p.TemplateHash, err = s.opts.Templates.Hash(ctx, m.Template)
 			cancel()
 			if err != nil {
-				return spec, fmt.Errorf("template %s of its disk: %w", m.Template, err)
+				// Uploaded all the same: a node finds the template by its key.
+				s.log.Warn("image store: the hash of the template an image stands on is unknown", "image", m.ID, "template", m.Template, "err", err)
 			}
 		}
 	}
@@ -273,13 +268,9 @@ func (s *Store) Fetch(ctx context.Context, id string, layerOnly bool, progress f
 
 func (s *Store) fetch(ctx context.Context, id string, layerOnly bool, progress func(done, total int64)) (*Meta, error) {
 	r := s.remote
-	man, err := s.manifest(ctx, id)
+	man, p, err := s.stored(ctx, id)
 	if err != nil {
 		return nil, err
-	}
-	var p portable
-	if err := json.Unmarshal(man.Meta, &p); err != nil || p.ID != id {
-		return nil, fmt.Errorf("image %s: its record in the store is unreadable (%v): %w", id, err, errdefs.ErrInternal)
 	}
 	// The layers below first: this one's disk is made to name them.
 	for _, l := range p.Layers {
@@ -287,7 +278,7 @@ func (s *Store) fetch(ctx context.Context, id string, layerOnly bool, progress f
 			return nil, fmt.Errorf("image %s: layer %s: %w", id, l, err)
 		}
 	}
-	backing, err := s.backing(ctx, &p)
+	backing, err := s.backing(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -503,13 +494,22 @@ func (s *Store) Chain(ctx context.Context, id string) ([]string, error) {
 		return nil, fmt.Errorf("image %s is not on host %s, and no image store is set (ZEISH_IMAGE_STORE) to fetch it from: %w",
 			id, s.opts.Host, errdefs.ErrNotFound)
 	}
-	man, err := s.manifest(ctx, id)
+	_, p, err := s.stored(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	var p portable
-	if err := json.Unmarshal(man.Meta, &p); err != nil || p.ID != id {
-		return nil, fmt.Errorf("image %s: its record in the store is unreadable (%v): %w", id, err, errdefs.ErrInternal)
-	}
 	return append(append([]string(nil), p.Layers...), id), nil
+}
+
+// stored reads image id's manifest and its record in the store.
+func (s *Store) stored(ctx context.Context, id string) (*imagestore.Manifest, *portable, error) {
+	man, err := s.manifest(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	p := new(portable)
+	if err := json.Unmarshal(man.Meta, p); err != nil || p.ID != id {
+		return nil, nil, fmt.Errorf("image %s: its record in the store is unreadable (%v): %w", id, err, errdefs.ErrInternal)
+	}
+	return man, p, nil
 }
