@@ -193,6 +193,13 @@ func (n *Node) restoreRunning(ctx context.Context, id, image string, moved bool)
 	if err != nil {
 		return err
 	}
+	if moved {
+		// Its template first, if this node has yet to fetch it: the
+		// sandbox shows that fetch too.
+		if err := n.localKernel(ctx, r, id); err != nil {
+			return err
+		}
+	}
 	meta, err := n.image(ctx, image, id)
 	if err != nil {
 		if h == nil || moved {
