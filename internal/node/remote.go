@@ -82,26 +82,6 @@ func (n *Node) fetchProgressAll(ctx context.Context, image string, sbs []string)
 	}
 }
 
-// inStoreOrHere refuses, before anything changes, a start from image id
-// unless this node or the image store holds it whole: the fetch itself
-// runs once the sandbox shows it is starting (and the fetch's progress).
-func (n *Node) inStoreOrHere(ctx context.Context, id string) error {
-	if _, err := n.images.ReadMachine(id); err == nil {
-		return nil
-	}
-	if !n.images.HasRemote() {
-		return fmt.Errorf("image %s is not on host %s and no image store is set (ZEISH_IMAGE_STORE): %w", id, n.opts.ID, errdefs.ErrNotFound)
-	}
-	ok, err := n.images.InRemote(ctx, id)
-	if err != nil {
-		return fmt.Errorf("image %s: the image store cannot say whether it holds it: %w", id, err)
-	}
-	if !ok {
-		return fmt.Errorf("image %s is not on host %s and not (yet) durable in the image store: %w", id, n.opts.ID, errdefs.ErrNotFound)
-	}
-	return nil
-}
-
 // takeOver makes sandbox r, last run by another node, this node's: it
 // will start from image meta (already here) on a fresh overlay of its
 // layer, with an address of this node. The VM it had (on a node that is

@@ -101,8 +101,9 @@ func (n *Node) Restore(ctx context.Context, snapID string) (*store.SnapshotRecor
 	if err != nil {
 		return nil, nil, err
 	}
-	// Fetched, if it is not here, once the sandbox shows it is restoring.
-	if err := n.inStoreOrHere(ctx, snap.Image); err != nil {
+	// Here, or in the image store (waiting for an upload in flight): it
+	// is fetched once the sandbox shows it is restoring.
+	if _, err := n.images.Chain(ctx, snap.Image); err != nil {
 		return nil, nil, fmt.Errorf("snapshot %s: %w", snapID, err)
 	}
 	var inPlace bool // a stopped sandbox stays stopped: only its next start changes
