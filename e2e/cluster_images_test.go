@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -116,12 +119,17 @@ func TestClusterImages(t *testing.T) {
 		}
 		shell(t, conn, "echo after > /home/app/state")
 		only("node-b")
+		// The nodes share this host's disk: node-b must not stand the
+		// child on node-c's copy of the template, which on hosts of
+		// their own it could not read.
+		back := outOfReach(t, filepath.Join(l.nodes["node-c"].DataDir, "template-cache", tpl.ID))
 		cloned := time.Now()
 		res, err := l.client.CloneSnapshot(ctx, sb.ID, snap.ID, zeish.CloneRequest{Count: 1})
 		if err != nil || len(res.Sandboxes) != 1 {
 			t.Fatalf("clone of a snapshot of a template built in the cluster: %+v %v", res, err)
 		}
 		child, reasons := l.startReasons(ctx, t, res.Sandboxes[0].ID)
+		back()
 		if child.State != sandbox.StateRunning || child.Host != "node-b" {
 			t.Fatalf("the snapshot's clone, wanted running on node-b: %+v", child)
 		}
@@ -259,6 +267,10 @@ func TestClusterImages(t *testing.T) {
 
 		l.nodes["node-a"].Kill()
 		l.waitNode("node-a", false)
+		// Its disk is lost with it: the template node-a built (whose
+		// files the nodes could read here, on one host) too, until it
+		// comes back.
+		back := outOfReach(t, filepath.Join(l.nodes["node-a"].DataDir, "template-builds"))
 		if sb, err := l.client.WaitSandbox(ctx, sbs[0].ID, zeish.WaitRequest{State: sandbox.StateError, TimeoutSeconds: 60}); err != nil || sb.ErrorCode != sandbox.ErrNodeLost {
 			t.Fatalf("the snapshotted sandbox after its node was killed: %+v %v", sb, err)
 		}
@@ -327,6 +339,7 @@ func TestClusterImages(t *testing.T) {
 			t.Errorf("%s's fetch metrics did not count the restore's fetch: bytes %v → %v, files %v → %v", tsb.Host, was[0], after[0], was[1], after[1])
 		}
 		// node-a comes back: what moved is not its any more; its stale VMs go.
+		back()
 		if err := l.nodes["node-a"].Start(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -353,6 +366,26 @@ func requireTplState(t *testing.T, conn *zeish.SandboxConn, pid string) {
 	if out := shell(t, conn, "cat /data/old/keep.txt /home/app/state; kill -0 "+pid+" && echo running"); out != "kept\nsnapped\nrunning" {
 		t.Fatalf("in %s: %q, want the template's file, the snapshot's and its process", conn.ID(), out)
 	}
+}
+
+// outOfReach hides path (a node's files the others must not use) until
+// back is called, or the test ends.
+func outOfReach(t *testing.T, path string) (back func()) {
+	t.Helper()
+	away := path + ".out-of-reach"
+	if err := os.Rename(path, away); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	back = func() {
+		once.Do(func() {
+			if err := os.Rename(away, path); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(back)
+	return back
 }
 
 // startReasons follows sandbox id's events while it is starting: the
