@@ -176,13 +176,31 @@ func TestClusterImages(t *testing.T) {
 			t.Fatalf("placement nowhere: %v", err)
 		}
 		forked := time.Now()
-		res, err := l.client.CloneSandbox(ctx, parent.ID, zeish.CloneRequest{Count: 6, Placement: zeish.PlacementAny}, zeish.Wait())
+		res, err := l.client.CloneSandbox(ctx, parent.ID, zeish.CloneRequest{Count: 6, Placement: zeish.PlacementAny})
 		if err != nil {
 			t.Fatalf("fork of 6 with placement any: %v", err)
 		}
+		// Every child followed while it starts, all at once: those on
+		// other nodes than the parent's show the fork image's fetch.
+		type followed struct {
+			reasons []string
+			err     error
+		}
+		starts := make([]followed, len(res.Sandboxes))
+		var wg sync.WaitGroup
+		for i, c := range res.Sandboxes {
+			wg.Go(func() { res.Sandboxes[i], starts[i].reasons, starts[i].err = l.follow(ctx, c.ID) })
+		}
+		wg.Wait()
 		t.Logf("fork of 6, placement any: %v to all running (parent paused %d ms)", time.Since(forked).Round(100*time.Millisecond), res.PauseMS)
 		hosts := map[string]int{}
-		for _, c := range res.Sandboxes {
+		for i, c := range res.Sandboxes {
+			if err := starts[i].err; err != nil {
+				t.Fatal(err)
+			}
+			if c.Host != "node-a" && !fetchShown(starts[i].reasons) {
+				t.Errorf("child %s on %s started from the fetched fork image and showed no fetch progress: %q", c.ID, c.Host, starts[i].reasons)
+			}
 			if c.State != sandbox.StateRunning {
 				t.Fatalf("child %s on %s: %s %s", c.ID, c.Host, c.State, c.StateReason)
 			}
@@ -392,9 +410,18 @@ func outOfReach(t *testing.T, path string) (back func()) {
 // sandbox once it is not, and every state_reason the events showed.
 func (l *lab) startReasons(ctx context.Context, t *testing.T, id string) (zeish.Sandbox, []string) {
 	t.Helper()
-	stream, err := l.client.Events(ctx, id)
+	sb, reasons, err := l.follow(ctx, id)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return sb, reasons
+}
+
+// follow is startReasons without a test to fail.
+func (l *lab) follow(ctx context.Context, id string) (zeish.Sandbox, []string, error) {
+	stream, err := l.client.Events(ctx, id)
+	if err != nil {
+		return zeish.Sandbox{}, nil, err
 	}
 	defer stream.Close()
 	var reasons []string
@@ -404,11 +431,10 @@ func (l *lab) startReasons(ctx context.Context, t *testing.T, id string) (zeish.
 			reasons = append(reasons, sb.StateReason)
 		}
 		if sb.State != sandbox.StateStarting {
-			return sb, reasons
+			return sb, reasons, nil
 		}
 	}
-	t.Fatalf("the events of %s ended while it started: %v (state_reasons %q)", id, stream.Err(), reasons)
-	return zeish.Sandbox{}, nil
+	return zeish.Sandbox{}, reasons, fmt.Errorf("the events of %s ended while it started: %v (state_reasons %q)", id, stream.Err(), reasons)
 }
 
 // fetchShown reports whether a state_reason showed an image's fetch.
