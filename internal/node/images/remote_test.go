@@ -23,6 +23,15 @@ func sharedRig(t *testing.T, shared *imagestore.Store) *rig {
 	return r
 }
 
+// folderStore is an image store in a temp folder.
+func folderStore(t *testing.T) *imagestore.Store {
+	b, err := folder.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return imagestore.New(b, imagestore.Options{})
+}
+
 // portableImage makes a complete image whose disk is backed by backing.
 func (r *rig) portableImage(backing string, mem []byte, layers ...string) *Meta {
 	r.t.Helper()
@@ -51,11 +60,7 @@ func (r *rig) portableImage(backing string, mem []byte, layers ...string) *Meta 
 // deletes them from the store only once no record needs them.
 func TestImagesTravelThroughTheStore(t *testing.T) {
 	ctx := context.Background()
-	b, err := folder.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	shared := imagestore.New(b, imagestore.Options{})
+	shared := folderStore(t)
 	a, c := sharedRig(t, shared), sharedRig(t, shared)
 	base := filepath.Join(t.TempDir(), "base.img")
 	os.WriteFile(base, []byte("a template's disk"), 0o600)
@@ -176,11 +181,7 @@ func (f fakeTemplates) Disk(_ context.Context, key string) (string, string, erro
 // no template, stands on the path its maker recorded.
 func TestAnImageStandsOnTheFetchingNodesTemplate(t *testing.T) {
 	ctx := context.Background()
-	b, err := folder.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	shared := imagestore.New(b, imagestore.Options{})
+	shared := folderStore(t)
 	disk := func(name string) string {
 		p := filepath.Join(t.TempDir(), name)
 		os.WriteFile(p, []byte("a template's disk"), 0o600)
