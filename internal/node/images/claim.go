@@ -103,8 +103,11 @@ func (s *Store) claimFetch(ctx context.Context, id string) (done func(), err err
 }
 
 // Needs is what the image of manifest m stands on: the images of its disk
-// chain (the control plane's sweep keeps them with it; a sweep's
-// imagestore.Options.Needs). A template's files stand on nothing.
+// chain, and the files of the template at its bottom when it names one (a
+// node that fetches it stands it on its copy of the template; a built-in's
+// files are on every node, and in no store). The control plane's sweep
+// keeps them with it (a sweep's imagestore.Options.Needs). A template's
+// files stand on nothing.
 func Needs(m *imagestore.Manifest) ([]string, error) {
 	if len(m.Meta) == 0 {
 		return nil, nil
@@ -113,5 +116,9 @@ func Needs(m *imagestore.Manifest) ([]string, error) {
 	if err := json.Unmarshal(m.Meta, &p); err != nil {
 		return nil, err
 	}
-	return p.Layers, nil
+	needs := append([]string(nil), p.Layers...)
+	if p.Template != "" {
+		needs = append(needs, imagestore.TemplateImage(p.Template))
+	}
+	return needs, nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -64,5 +65,29 @@ func TestNodesClaimWhatTheyHold(t *testing.T) {
 	shared.Unclaim(ctx, "node-3")
 	if st, err := shared.Sweep(ctx, none); err != nil || st.Swept != 2 {
 		t.Fatalf("sweep once no node claims them: %+v, %v; want both deleted", st, err)
+	}
+}
+
+// TestNeeds: an image stands on its disk chain and on its template's files.
+func TestNeeds(t *testing.T) {
+	for _, tc := range []struct {
+		meta string
+		want []string
+	}{
+		{``, nil},
+		{`{"id":"img_a"}`, nil},
+		{`{"id":"img_a","layers":["img_1","img_2"]}`, []string{"img_1", "img_2"}},
+		{`{"id":"img_a","layers":["img_1"],"template":"tpl_x","template_hash":"h"}`, []string{"img_1", "tpl-tpl_x"}},
+		// A template's own manifest names it: it needs itself, which keeps
+		// nothing that is not kept already.
+		{`{"template":"tpl_x","hash":"h"}`, []string{"tpl-tpl_x"}},
+	} {
+		got, err := Needs(&imagestore.Manifest{Meta: []byte(tc.meta)})
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("Needs(%s) = %v, %v; want %v", tc.meta, got, err, tc.want)
+		}
+	}
+	if _, err := Needs(&imagestore.Manifest{Meta: []byte(`{"layers":`)}); err == nil {
+		t.Error("Needs of unreadable meta: no error")
 	}
 }
