@@ -110,7 +110,7 @@ func (l *lab) addNodeEnv(id string, budgetMiB int, env ...string) *testenv.Zeish
 	}
 	z := &testenv.Zeishd{Bin: filepath.Join(bin, "zeishd"), DataDir: tempDir(t, "zeish-e2e-"+id+"-"),
 		Env: []string{"ZEISH_ROLE=node", "ZEISH_NODE_ID=" + id, "ZEISH_CONTROL_URL=" + l.controlURLs(),
-			"ZEISH_JOIN_TOKEN=" + join, "ZEISH_CLUSTER_ALLOW_HTTP=on", "ZEISH_DATABASE_URL=" + l.db, "ZEISH_REGION=lab", "ZEISH_PUBLIC_DOMAIN=" + clusterDomain,
+			"ZEISH_JOIN_TOKEN=" + join, "ZEISH_CLUSTER_ALLOW_HTTP=on", "ZEISH_REGION=lab", "ZEISH_PUBLIC_DOMAIN=" + clusterDomain,
 			"ZEISH_NODE_LABELS=disk=ssd,rack=" + id, fmt.Sprintf("ZEISH_MEMORY_BUDGET_MIB=%d", budgetMiB),
 			"ZEISH_SANDBOXD=" + testenv.SandboxdBinary(t), "ZEISH_TEMPLATE_CACHE=" + filepath.Dir(tpl.Dir), "ZEISH_LOG_LEVEL=debug"}}
 	z.Env = append(z.Env, env...)
@@ -250,6 +250,9 @@ func TestCluster(t *testing.T) {
 	l := startCluster(t, 4*time.Second, 2)
 	l.addNode("node-a", 1280)
 	l.addNode("node-b", 1152)
+	for id := range l.nodes {
+		l.nodeHoldsNoDatabase(id)
+	}
 	var health api.Health
 	if st := (&server{t: t, addr: l.control.Addr}).do(t, "GET", "/healthz", "", nil, &health); st != http.StatusOK || health.Accel != "none" {
 		t.Fatalf("control plane health: %d %+v", st, health)
@@ -480,6 +483,14 @@ func TestCluster(t *testing.T) {
 		}
 	}
 	t.Logf("restart of %s → its sandboxes running again: %v", lostNode, time.Since(restarted).Round(100*time.Millisecond))
+	// It found them again from its data dir (their VMs' private state is
+	// there, not in the database) and the rows the control plane gave it.
+	l.nodeHoldsNoDatabase(lostNode)
+	for _, id := range []string{two.ID, kid.ID} {
+		if _, err := os.Stat(filepath.Join(l.nodes[lostNode].DataDir, "vmstate", "sandboxes", id+".json")); err != nil {
+			t.Fatalf("%s's private state on its node: %v", id, err)
+		}
+	}
 	if out := l.execOn(ctx, two.ID, lostNode, "cat /root/f"); out != "two" {
 		t.Fatalf("after rejoin: %q", out)
 	}
@@ -538,6 +549,30 @@ func TestCluster(t *testing.T) {
 
 	// A template built through the control plane runs on the node holding it.
 	l.templateOnCluster(ctx)
+}
+
+// nodeHoldsNoDatabase checks node id's process was given no database URL
+// and its data dir holds no secrets key (node protocol 2.3: the control
+// plane is the only writer of the shared tables; docs/cluster.md).
+func (l *lab) nodeHoldsNoDatabase(id string) {
+	t := l.t
+	t.Helper()
+	z := l.nodes[id]
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", z.PID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range strings.Split(string(env), "\x00") {
+		if strings.HasPrefix(v, "ZEISH_DATABASE_URL=") || strings.Contains(v, "postgres://") || strings.Contains(v, "postgresql://") {
+			t.Fatalf("node %s's environment holds a database URL: %q", id, v)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(z.DataDir, "secrets.key")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("node %s's data dir holds secrets.key: %v", id, err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(z.DataDir, "*.db")); len(m) > 0 {
+		t.Fatalf("node %s keeps a database of its own: %v", id, m)
+	}
 }
 
 // burst fires 20 creates at once for a new account, alternating between the

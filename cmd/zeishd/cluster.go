@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -26,6 +27,7 @@ import (
 	"github.com/zeish/zeish/internal/node"
 	"github.com/zeish/zeish/internal/nodeapi"
 	"github.com/zeish/zeish/internal/nodeapi/nodev2"
+	"github.com/zeish/zeish/internal/nodestore"
 	"github.com/zeish/zeish/internal/secrets"
 	"github.com/zeish/zeish/internal/server"
 	"github.com/zeish/zeish/internal/store"
@@ -144,7 +146,7 @@ func runControl(ctx context.Context, cfg *config.Config) error {
 		Calls: callsOf(cfg), Images: images, Metrics: mtr, Logger: log})
 	srv := server.New(server.Options{Control: ctl, Proxy: router, Version: version.Version, PublicURL: cfg.PublicURL,
 		PublicDomain: cfg.PublicDomain, GuestDomains: guestDomains(cfg), DataPlane: dataPlaneOf(cfg), Logger: log, Metrics: mtr})
-	reg := &cluster.Registry{Nodes: nodes, Key: tokenKey, AllowHTTP: hosts.allowHTTP, Every: lost / 3, Logger: log}
+	reg := &cluster.Registry{Nodes: nodes, Store: st, Secrets: store.Codec{Secrets: box}, Key: tokenKey, AllowHTTP: hosts.allowHTTP, Every: lost / 3, Logger: log}
 	mux := http.NewServeMux()
 	mux.Handle(reg.Handler())
 	apiHandler := srv.Handler()
@@ -224,7 +226,7 @@ func runNode(ctx context.Context, cfg *config.Config) error {
 	callKey.Set(keys.CallKey)
 	// No secrets key: the control plane sends the secrets of the sandbox
 	// an operation configures, with the operation (nodeapi.Delivered).
-	shared, _, err := clusterStore(ctx, cfg, nil)
+	shared, err := nodeStore(ctx, log, cfg, ctl, keys.Version.GetMinor(), dataDir)
 	if err != nil {
 		return err
 	}
@@ -268,6 +270,25 @@ func runNode(ctx context.Context, cfg *config.Config) error {
 		"protocol", nodeapi.Format(keys.Version.GetMajor(), keys.Version.GetMinor()),
 		"accel", caps.Accel, "memory_budget_mib", cfg.MemoryBudgetMiB, "data_dir", dataDir, "version", version.Version)
 	return serve(ctx, log, cfg, ln, mux, hosts, e2bEnvd, srv.IsHostPort)
+}
+
+// nodeStore is what a node agent reads and writes the shared tables with:
+// with a control plane of protocol 2.3, its store calls (the node opens no
+// database, ZEISH_DATABASE_URL is unused); with one of 2.2, which has no
+// store calls, the PostgreSQL database as before (ZEISH_DATABASE_URL
+// required). The node's VMs' private state is kept in its data dir
+// (vmstate/) in the first case, in the rows in the second.
+func nodeStore(ctx context.Context, log *slog.Logger, cfg *config.Config, ctl *controls, minor uint32, dataDir string) (store.Store, error) {
+	if minor < nodeapi.MinorStore {
+		log.Warn("the control plane speaks node protocol "+nodeapi.Format(nodeapi.ProtocolMajor, minor)+", without store calls: this node opens the database (ZEISH_DATABASE_URL) as nodes of that version do",
+			"protocol", nodeapi.Format(nodeapi.ProtocolMajor, minor))
+		st, _, err := clusterStore(ctx, cfg, nil)
+		return st, err
+	}
+	if cfg.DatabaseURL != "" {
+		log.Warn("ZEISH_DATABASE_URL is set on this node agent but unused: a node of protocol 2.3 opens no database (remove it from the node's environment)")
+	}
+	return nodestore.New(ctl, filepath.Join(dataDir, "vmstate"), log)
 }
 
 // joinAndRegister announces the node with its credential (joining first

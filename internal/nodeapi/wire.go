@@ -322,3 +322,74 @@ func DesktopFromWire(m *nodev2.DesktopStatusReply) api.DesktopStatus {
 	return api.DesktopStatus{Running: m.Running, Display: m.Display, Width: int(m.Width), Height: int(m.Height),
 		Depth: int(m.Depth), WindowManager: m.WindowManager, User: m.User}
 }
+
+// StoredToWire is r as a node's store call carries it (2.3): the sandbox
+// both sides know, the images it stands on and its state before its node
+// was lost. Its VM's private state stays on the node (internal/nodestore),
+// its secrets with the control plane (a new row carries them sealed).
+func StoredToWire(r *store.SandboxRecord) *nodev2.StoredSandbox {
+	if r == nil {
+		return nil
+	}
+	return &nodev2.StoredSandbox{Sandbox: SandboxToWire(r), LostFrom: stateToWire(r.LostFrom), Layers: r.Layers,
+		ResumeImage: r.ResumeImage, SealedSecrets: r.SealedSecrets()}
+}
+
+// StoredFromWire is m as a record, its VM's private fields empty.
+func StoredFromWire(m *nodev2.StoredSandbox) (*store.SandboxRecord, error) {
+	if m == nil {
+		return nil, fmt.Errorf("no sandbox in the message: %w", errdefs.ErrInvalidArgument)
+	}
+	r, err := SandboxFromWire(m.Sandbox)
+	if err != nil {
+		return nil, err
+	}
+	if r.LostFrom, err = stateFromWire(m.LostFrom); err != nil {
+		return nil, err
+	}
+	r.Layers, r.ResumeImage = m.Layers, m.ResumeImage
+	r.SetSealedSecrets(m.SealedSecrets)
+	return r, nil
+}
+
+// StoredSnapshotToWire is s with its image, as a node's store call carries it.
+func StoredSnapshotToWire(s *store.SnapshotRecord) *nodev2.StoredSnapshot {
+	if s == nil {
+		return nil
+	}
+	return &nodev2.StoredSnapshot{Snapshot: SnapshotToWire(s), Image: s.Image}
+}
+
+// StoredSnapshotFromWire is m as a record.
+func StoredSnapshotFromWire(m *nodev2.StoredSnapshot) (*store.SnapshotRecord, error) {
+	if m == nil {
+		return nil, fmt.Errorf("no snapshot in the message: %w", errdefs.ErrInvalidArgument)
+	}
+	s, err := SnapshotFromWire(m.Snapshot)
+	if err != nil {
+		return nil, err
+	}
+	s.Image = m.Image
+	return s, nil
+}
+
+// StatesToWire and StatesFromWire map a list filter's states.
+func StatesToWire(ss []sandbox.State) []nodev2.State {
+	out := make([]nodev2.State, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, stateToWire(s))
+	}
+	return out
+}
+
+func StatesFromWire(ws []nodev2.State) ([]sandbox.State, error) {
+	out := make([]sandbox.State, 0, len(ws))
+	for _, w := range ws {
+		s, err := stateFromWire(w)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
