@@ -25,6 +25,7 @@ import (
 	"github.com/zeish/zeish/internal/e2b"
 	"github.com/zeish/zeish/internal/metrics"
 	"github.com/zeish/zeish/internal/node"
+	nodeimages "github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/nodeapi"
 	"github.com/zeish/zeish/internal/nodeapi/nodev2"
 	"github.com/zeish/zeish/internal/nodestore"
@@ -134,19 +135,22 @@ func runControl(ctx context.Context, cfg *config.Config) error {
 	// Templates are resolved here and built on the nodes (the built-in ones).
 	cat := catalog.New(st, template.BaseOptions{Logger: log})
 	mtr := metrics.New(metrics.Options{Store: st, Nodes: nodeStates(nodes, lost), Logger: log})
-	// The image store, if the nodes share one: the API shows what is durable in it.
+	// The image store, if the nodes share one: the API shows what is durable
+	// in it, and the nodes' gc asks what of it the cluster still needs.
 	var images control.ImageDurability
+	var imageLayers func(context.Context, string) ([]string, error)
 	if remote, err := openImageStore(ctx, log, cfg, ""); err != nil {
 		return err
 	} else if remote != nil {
 		images = remote.Store
+		imageLayers = func(ctx context.Context, id string) ([]string, error) { return nodeimages.StoredLayers(ctx, remote.Store, id) }
 	}
 	ctl := control.New(control.Options{Store: st, Node: router, Cluster: router, Catalog: cat, Plan: planOf(cfg), Prices: pricesOf(cfg),
 		TokenKey: tokenKey, TokenKeyFor: func(host string) []byte { return cluster.DataPlaneKey(tokenKey, host) },
 		Calls: callsOf(cfg), Images: images, Metrics: mtr, Logger: log})
 	srv := server.New(server.Options{Control: ctl, Proxy: router, Version: version.Version, PublicURL: cfg.PublicURL,
 		PublicDomain: cfg.PublicDomain, GuestDomains: guestDomains(cfg), DataPlane: dataPlaneOf(cfg), Logger: log, Metrics: mtr})
-	reg := &cluster.Registry{Nodes: nodes, Store: st, Secrets: store.Codec{Secrets: box}, Key: tokenKey, AllowHTTP: hosts.allowHTTP, Every: lost / 3, Logger: log}
+	reg := &cluster.Registry{Nodes: nodes, Store: st, Secrets: store.Codec{Secrets: box}, ImageLayers: imageLayers, Key: tokenKey, AllowHTTP: hosts.allowHTTP, Every: lost / 3, Logger: log}
 	mux := http.NewServeMux()
 	mux.Handle(reg.Handler())
 	apiHandler := srv.Handler()

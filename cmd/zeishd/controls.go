@@ -166,3 +166,15 @@ func (c *controls) DeleteTemplateRecord(ctx context.Context, req *connect.Reques
 		return cl.DeleteTemplateRecord(ctx, connect.NewRequest(req.Msg))
 	})
 }
+
+func (c *controls) ListAPIKeys(ctx context.Context, req *connect.Request[nodev2.StoreAccountRef]) (*connect.Response[nodev2.StoreListAPIKeysReply], error) {
+	return call(c, func(cl nodev2connect.ControlClient) (*connect.Response[nodev2.StoreListAPIKeysReply], error) {
+		return cl.ListAPIKeys(ctx, connect.NewRequest(req.Msg))
+	})
+}
+
+func (c *controls) ImageInUse(ctx context.Context, req *connect.Request[nodev2.StoreImageRef]) (*connect.Response[nodev2.StoreImageInUseReply], error) {
+	return call(c, func(cl nodev2connect.ControlClient) (*connect.Response[nodev2.StoreImageInUseReply], error) {
+		return cl.ImageInUse(ctx, connect.NewRequest(req.Msg))
+	})
+}

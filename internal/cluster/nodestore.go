@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"slices"
 	"fmt"
 	"time"
 
@@ -332,4 +333,77 @@ func (g *Registry) DeleteTemplateRecord(ctx context.Context, req *connect.Reques
 		return nil, storeErr(err)
 	}
 	return connect.NewResponse(&nodev2.StoreDeleteReply{}), nil
+}
+
+func (g *Registry) ListAPIKeys(ctx context.Context, req *connect.Request[nodev2.StoreAccountRef]) (*connect.Response[nodev2.StoreListAPIKeysReply], error) {
+	acct := req.Msg.AccountId
+	rows, err := g.Store.ListSandboxes(ctx, store.SandboxFilter{AccountID: acct, IncludeDestroyed: true})
+	if err != nil {
+		return nil, storeErr(err)
+	}
+	if acct == "" || !slices.ContainsFunc(rows, func(r *store.SandboxRecord) bool { return r.Host == caller(ctx) }) {
+		return nil, g.refuse(ctx, "ListAPIKeys", fmt.Errorf("account %q has no sandbox on node %s: %w", acct, caller(ctx), errdefs.ErrNotFound))
+	}
+	keys, err := g.Store.ListAPIKeys(ctx, acct)
+	if err != nil {
+		return nil, storeErr(err)
+	}
+	rep := &nodev2.StoreListAPIKeysReply{}
+	for _, k := range keys {
+		rep.Keys = append(rep.Keys, nodeapi.APIKeyToWire(k))
+	}
+	return connect.NewResponse(rep), nil
+}
+
+// ImageInUse answers a node's gc, which sees only its own records,
+// before it deletes an image from the shared image store: whether any
+// record of the cluster needs it (what a node's Roots count, over every
+// record: sandboxes' layers and saved states, snapshots and the disk
+// chains under them, warm templates).
+func (g *Registry) ImageInUse(ctx context.Context, req *connect.Request[nodev2.StoreImageRef]) (*connect.Response[nodev2.StoreImageInUseReply], error) {
+	used, err := g.imageInUse(ctx, req.Msg.ImageId)
+	if err != nil {
+		return nil, storeErr(err)
+	}
+	return connect.NewResponse(&nodev2.StoreImageInUseReply{InUse: used}), nil
+}
+
+func (g *Registry) imageInUse(ctx context.Context, id string) (bool, error) {
+	rows, err := g.Store.ListSandboxes(ctx, store.SandboxFilter{})
+	if err != nil {
+		return false, err
+	}
+	for _, r := range rows {
+		if r.ResumeImage == id || slices.Contains(r.Layers, id) {
+			return true, nil
+		}
+	}
+	snaps, err := g.Store.ListSnapshots(ctx, "")
+	if err != nil {
+		return false, err
+	}
+	for _, s := range snaps {
+		if s.Image == id {
+			return true, nil
+		}
+		if g.ImageLayers != nil {
+			chain, err := g.ImageLayers(ctx, s.Image)
+			if err != nil {
+				return false, err
+			}
+			if slices.Contains(chain, id) {
+				return true, nil
+			}
+		}
+	}
+	tpls, err := g.Store.ListTemplates(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, t := range tpls {
+		if t.Warm != nil && t.Warm.Image == id && t.State != sandbox.TemplateDeleted {
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -136,6 +136,12 @@ func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, i
 		rollback.Step{Name: "identities", AsIs: true, Do: func(_ context.Context, undo *rollback.Stack) error {
 			undo.Add(func(context.Context) error { n.links.ReleaseAll(children); return nil })
 			now := time.Now().UTC()
+			// A parent on another node: its template's files here.
+			files := &store.SandboxRecord{Sandbox: sandbox.Sandbox{Template: parent.Template},
+				Kernel: parent.Kernel, Initrd: parent.Initrd, KernelArgs: parent.KernelArgs}
+			if err := n.bootFiles(ctx, files); err != nil {
+				return err
+			}
 			for i, c := range children {
 				if c.ID == "" { // a control plane chose it (internal/cluster)
 					c.ID = sandbox.NewID(sandbox.PrefixSandbox)
@@ -148,7 +154,7 @@ func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, i
 				if err := n.links.Child(parent, c); err != nil {
 					return err
 				}
-				c.Kernel, c.Initrd, c.KernelArgs = parent.Kernel, parent.Initrd, parent.KernelArgs
+				c.Kernel, c.Initrd, c.KernelArgs = files.Kernel, files.Initrd, files.KernelArgs
 				c.Host = n.opts.ID // the parent's, or this one when it is another's (CloneImage)
 				c.Layers = image.Chain()
 				c.State, c.CreatedAt, c.UpdatedAt = sandbox.StateStarting, now, now

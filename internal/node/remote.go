@@ -76,6 +76,10 @@ func (n *Node) takeOver(ctx context.Context, r *store.SandboxRecord, meta *image
 			return err
 		}
 	}
+	if err := n.bootFiles(ctx, r); err != nil {
+		n.links.Release(r)
+		return err
+	}
 	r.Handle, r.Host, r.Pristine = nil, n.opts.ID, false
 	r.Layers = meta.Chain()
 	r.Gen++
@@ -89,6 +93,7 @@ func (n *Node) takeOver(ctx context.Context, r *store.SandboxRecord, meta *image
 		}
 		cur.Host, cur.Address, cur.Handle, cur.Pristine = r.Host, r.Address, nil, false
 		cur.Disk, cur.DiskBase, cur.Layers, cur.ResumeImage, cur.Gen = r.Disk, r.DiskBase, r.Layers, r.ResumeImage, r.Gen
+		cur.Kernel, cur.Initrd, cur.KernelArgs = r.Kernel, r.Initrd, r.KernelArgs
 		return nil
 	})
 	if err != nil {
@@ -96,6 +101,27 @@ func (n *Node) takeOver(ctx context.Context, r *store.SandboxRecord, meta *image
 		return err
 	}
 	n.log.Info("sandbox taken over from another node", logSandbox, r.ID, "from", from, "image", meta.ID)
+	return nil
+}
+
+// bootFiles gives sandbox r, whose VM-private state is another node's (a
+// start, restore or fork child away from it: a node of protocol 2.3 reads
+// no other node's), the files of its template on this node, which its
+// image was booted with: the kernel a VM loading it gets a stub of, and
+// its command line. A record that names them already (a cluster on the
+// database, where rows carry them) keeps them.
+func (n *Node) bootFiles(ctx context.Context, r *store.SandboxRecord) error {
+	if r.Kernel != "" {
+		return nil
+	}
+	tpl, err := n.opts.Templates.Get(ctx, r.Template)
+	if err != nil {
+		return fmt.Errorf("template %s: %w", r.Template, err)
+	}
+	if err := n.localTemplate(ctx, &tpl, r.ID); err != nil {
+		return fmt.Errorf("template %s: %w", r.Template, err)
+	}
+	r.Kernel, r.Initrd, r.KernelArgs = tpl.Kernel, tpl.Initrd, tpl.KernelArgs
 	return nil
 }
 

@@ -230,7 +230,8 @@ func TemplateToWire(t sandbox.Template) *nodev2.Template {
 		Host: t.Host, Hash: t.Hash, DiskMib: int32(t.DiskMiB),
 		Env: t.Env, WorkingDir: t.WorkingDir, User: t.User, StartCmd: t.StartCmd, ReadyCmd: t.ReadyCmd,
 		ReadyTimeoutSeconds: int32(t.ReadyTimeoutSeconds), Cold: t.Cold, Vcpus: int32(t.VCPUs), MemoryMib: int32(t.MemoryMiB),
-		LayerBytes: t.LayerBytes, Features: t.Features, CreatedAt: timeToWire(t.CreatedAt), UpdatedAt: timeToWire(t.UpdatedAt)}
+		LayerBytes: t.LayerBytes, Features: t.Features, CreatedAt: timeToWire(t.CreatedAt), UpdatedAt: timeToWire(t.UpdatedAt),
+		KernelArgs: t.KernelArgs}
 	if w := t.Warm; w != nil {
 		m.Warm = &nodev2.TemplateWarm{Image: w.Image, Vcpus: int32(w.VCPUs), MemoryMib: int32(w.MemoryMiB), DiskMib: int32(w.DiskMiB), BuildMs: w.BuildMS}
 	}
@@ -247,7 +248,8 @@ func TemplateFromWire(m *nodev2.Template) sandbox.Template {
 		Host: m.Host, Hash: m.Hash, DiskMiB: int(m.DiskMib),
 		Env: m.Env, WorkingDir: m.WorkingDir, User: m.User, StartCmd: m.StartCmd, ReadyCmd: m.ReadyCmd,
 		ReadyTimeoutSeconds: int(m.ReadyTimeoutSeconds), Cold: m.Cold, VCPUs: int(m.Vcpus), MemoryMiB: int(m.MemoryMib),
-		LayerBytes: m.LayerBytes, Features: m.Features, CreatedAt: timeFromWire(m.CreatedAt), UpdatedAt: timeFromWire(m.UpdatedAt)}
+		LayerBytes: m.LayerBytes, Features: m.Features, CreatedAt: timeFromWire(m.CreatedAt), UpdatedAt: timeFromWire(m.UpdatedAt),
+		KernelArgs: m.KernelArgs}
 	if w := m.Warm; w != nil {
 		t.Warm = &sandbox.TemplateWarm{Image: w.Image, VCPUs: int(w.Vcpus), MemoryMiB: int(w.MemoryMib), DiskMiB: int(w.DiskMib), BuildMS: w.BuildMs}
 	}
@@ -392,4 +394,14 @@ func StatesFromWire(ws []nodev2.State) ([]sandbox.State, error) {
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// APIKeyToWire is what a node's data plane knows of k (never its hash).
+func APIKeyToWire(k store.APIKey) *nodev2.APIKey {
+	return &nodev2.APIKey{Id: k.ID, AccountId: k.AccountID, CreatedAt: timeToWire(k.CreatedAt), RevokedAt: optTimeToWire(k.RevokedAt)}
+}
+
+// APIKeyFromWire is m in process.
+func APIKeyFromWire(m *nodev2.APIKey) store.APIKey {
+	return store.APIKey{ID: m.Id, AccountID: m.AccountId, CreatedAt: timeFromWire(m.CreatedAt), RevokedAt: optTimeFromWire(m.RevokedAt)}
 }

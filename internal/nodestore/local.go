@@ -43,13 +43,14 @@ func (p Private) into(r *store.SandboxRecord) {
 	r.Pristine, r.Gen, r.NetKept = p.Pristine, p.Gen, p.NetKept
 }
 
-// templatePaths is what a node keeps of a template it holds: its files here.
+// templatePaths is what a node keeps of a template it holds: its files
+// here (the kernel's command line is shared: a node that fetches the
+// files boots them with it).
 type templatePaths struct {
 	Key        string `json:"key"`
 	Kernel     string `json:"kernel,omitempty"`
 	Initrd     string `json:"initrd,omitempty"`
 	BaseDisk   string `json:"base_disk,omitempty"`
-	KernelArgs string `json:"kernel_args,omitempty"`
 	Dir        string `json:"dir,omitempty"`
 }
 
@@ -191,12 +192,12 @@ func (l *Local) mergeTemplate(t *sandbox.Template) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if p, ok := l.templates[t.Key()]; ok {
-		t.Kernel, t.Initrd, t.BaseDisk, t.KernelArgs, t.Dir = p.Kernel, p.Initrd, p.BaseDisk, p.KernelArgs, p.Dir
+		t.Kernel, t.Initrd, t.BaseDisk, t.Dir = p.Kernel, p.Initrd, p.BaseDisk, p.Dir
 	}
 }
 
 func (l *Local) saveTemplate(t sandbox.Template) error {
-	p := templatePaths{Key: t.Key(), Kernel: t.Kernel, Initrd: t.Initrd, BaseDisk: t.BaseDisk, KernelArgs: t.KernelArgs, Dir: t.Dir}
+	p := templatePaths{Key: t.Key(), Kernel: t.Kernel, Initrd: t.Initrd, BaseDisk: t.BaseDisk, Dir: t.Dir}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if old, ok := l.templates[p.Key]; ok && old == p {

@@ -39,6 +39,8 @@ type Control interface {
 	ListTemplates(context.Context, *connect.Request[nodev2.StoreListTemplatesRequest]) (*connect.Response[nodev2.StoreListTemplatesReply], error)
 	PutTemplate(context.Context, *connect.Request[nodev2.TemplateReply]) (*connect.Response[nodev2.StoreDeleteReply], error)
 	DeleteTemplateRecord(context.Context, *connect.Request[nodev2.StoreTemplateRef]) (*connect.Response[nodev2.StoreDeleteReply], error)
+	ListAPIKeys(context.Context, *connect.Request[nodev2.StoreAccountRef]) (*connect.Response[nodev2.StoreListAPIKeysReply], error)
+	ImageInUse(context.Context, *connect.Request[nodev2.StoreImageRef]) (*connect.Response[nodev2.StoreImageInUseReply], error)
 }
 
 var _ Control = nodev2connect.ControlClient(nil)
@@ -335,6 +337,17 @@ func (s *Store) DeleteTemplate(ctx context.Context, key string) error {
 	return s.local.dropTemplate(key)
 }
 
+// ImageInUse reports whether a record anywhere in the cluster needs image
+// id: this node sees its own records only, so its gc asks before it
+// deletes an image from the shared image store.
+func (s *Store) ImageInUse(ctx context.Context, id string) (bool, error) {
+	rep, err := s.ctl.ImageInUse(ctx, connect.NewRequest(&nodev2.StoreImageRef{ImageId: id}))
+	if err != nil {
+		return false, fromControl(err)
+	}
+	return rep.Msg.InUse, nil
+}
+
 // What a node has no business doing: accounts, keys, quotas, leases and
 // account secrets are the control plane's alone.
 
@@ -352,8 +365,18 @@ func (s *Store) AccountByKeyHash(context.Context, string) (store.Account, error)
 func (s *Store) KeyByHash(context.Context, string) (store.APIKey, error) {
 	return store.APIKey{}, noDatabase("API keys")
 }
-func (s *Store) ListAPIKeys(context.Context, string) ([]store.APIKey, error) {
-	return nil, noDatabase("API keys")
+// ListAPIKeys lists the keys of an account with a sandbox here, without
+// their hashes: the data plane checks a token's key is not revoked.
+func (s *Store) ListAPIKeys(ctx context.Context, accountID string) ([]store.APIKey, error) {
+	rep, err := s.ctl.ListAPIKeys(ctx, connect.NewRequest(&nodev2.StoreAccountRef{AccountId: accountID}))
+	if err != nil {
+		return nil, fromControl(err)
+	}
+	out := make([]store.APIKey, 0, len(rep.Msg.Keys))
+	for _, k := range rep.Msg.Keys {
+		out = append(out, nodeapi.APIKeyFromWire(k))
+	}
+	return out, nil
 }
 func (s *Store) RevokeAPIKey(context.Context, string, time.Time) (store.APIKey, error) {
 	return store.APIKey{}, noDatabase("API keys")

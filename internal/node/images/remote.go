@@ -430,6 +430,44 @@ func (s *Store) dropRemote(ctx context.Context, id string) error {
 	return s.remote.Store.Delete(ctx, id)
 }
 
+// dropRemoteUnused deletes image id from the shared store unless a record
+// this node cannot see needs it (ClusterReferrers), in which case only the
+// local copy goes.
+func (s *Store) dropRemoteUnused(ctx context.Context, id string) error {
+	if s.remote == nil {
+		return nil
+	}
+	if cr, ok := s.opts.Referrers.(ClusterReferrers); ok {
+		used, err := cr.InUseElsewhere(ctx, id)
+		if err != nil {
+			return fmt.Errorf("ask the control plane whether image %s is needed elsewhere: %w", id, err)
+		}
+		if used {
+			s.log.Info("gc: image needed elsewhere in the cluster: kept in the image store", "image", id)
+			return nil
+		}
+	}
+	return s.dropRemote(ctx, id)
+}
+
+// StoredLayers is the disk chain image id stands on, as the image store
+// holds it (nil: not in the store): a control plane, which has no image
+// folders, reads a snapshot's chain with it.
+func StoredLayers(ctx context.Context, st *imagestore.Store, id string) ([]string, error) {
+	man, err := st.Manifest(ctx, id)
+	if errdefs.Is(err, errdefs.ClassNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var p portable
+	if err := json.Unmarshal(man.Meta, &p); err != nil {
+		return nil, err
+	}
+	return p.Layers, nil
+}
+
 // fetchErr classes a local failure of a fetch: a full disk is storage_full.
 func fetchErr(err error) error {
 	if errdefs.Of(err) == errdefs.ErrStorageFull || errors.Is(err, errdefs.ErrStorageFull) {

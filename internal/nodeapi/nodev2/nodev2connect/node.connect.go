@@ -152,6 +152,10 @@ const (
 	// ControlDeleteTemplateRecordProcedure is the fully-qualified name of the Control's
 	// DeleteTemplateRecord RPC.
 	ControlDeleteTemplateRecordProcedure = "/zeish.node.v2.Control/DeleteTemplateRecord"
+	// ControlListAPIKeysProcedure is the fully-qualified name of the Control's ListAPIKeys RPC.
+	ControlListAPIKeysProcedure = "/zeish.node.v2.Control/ListAPIKeys"
+	// ControlImageInUseProcedure is the fully-qualified name of the Control's ImageInUse RPC.
+	ControlImageInUseProcedure = "/zeish.node.v2.Control/ImageInUse"
 )
 
 // NodeClient is a client for the zeish.node.v2.Node service.
@@ -753,6 +757,14 @@ type ControlClient interface {
 	ListTemplates(context.Context, *connect.Request[nodev2.StoreListTemplatesRequest]) (*connect.Response[nodev2.StoreListTemplatesReply], error)
 	PutTemplate(context.Context, *connect.Request[nodev2.TemplateReply]) (*connect.Response[nodev2.StoreDeleteReply], error)
 	DeleteTemplateRecord(context.Context, *connect.Request[nodev2.StoreTemplateRef]) (*connect.Response[nodev2.StoreDeleteReply], error)
+	// ListAPIKeys lists an account's API keys (ids and revocations, never
+	// hashes) for the data plane's checks that a token's key is live, of an
+	// account with a sandbox on the calling node.
+	ListAPIKeys(context.Context, *connect.Request[nodev2.StoreAccountRef]) (*connect.Response[nodev2.StoreListAPIKeysReply], error)
+	// ImageInUse says whether any record of the cluster needs an image
+	// (its layers, saved state, a snapshot or its disk chain, a warm
+	// template), asked before a node deletes it from the image store.
+	ImageInUse(context.Context, *connect.Request[nodev2.StoreImageRef]) (*connect.Response[nodev2.StoreImageInUseReply], error)
 }
 
 // NewControlClient constructs a client for the zeish.node.v2.Control service. By default, it uses
@@ -856,6 +868,18 @@ func NewControlClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			connect.WithSchema(controlMethods.ByName("DeleteTemplateRecord")),
 			connect.WithClientOptions(opts...),
 		),
+		listAPIKeys: connect.NewClient[nodev2.StoreAccountRef, nodev2.StoreListAPIKeysReply](
+			httpClient,
+			baseURL+ControlListAPIKeysProcedure,
+			connect.WithSchema(controlMethods.ByName("ListAPIKeys")),
+			connect.WithClientOptions(opts...),
+		),
+		imageInUse: connect.NewClient[nodev2.StoreImageRef, nodev2.StoreImageInUseReply](
+			httpClient,
+			baseURL+ControlImageInUseProcedure,
+			connect.WithSchema(controlMethods.ByName("ImageInUse")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -876,6 +900,8 @@ type controlClient struct {
 	listTemplates        *connect.Client[nodev2.StoreListTemplatesRequest, nodev2.StoreListTemplatesReply]
 	putTemplate          *connect.Client[nodev2.TemplateReply, nodev2.StoreDeleteReply]
 	deleteTemplateRecord *connect.Client[nodev2.StoreTemplateRef, nodev2.StoreDeleteReply]
+	listAPIKeys          *connect.Client[nodev2.StoreAccountRef, nodev2.StoreListAPIKeysReply]
+	imageInUse           *connect.Client[nodev2.StoreImageRef, nodev2.StoreImageInUseReply]
 }
 
 // Join calls zeish.node.v2.Control.Join.
@@ -953,6 +979,16 @@ func (c *controlClient) DeleteTemplateRecord(ctx context.Context, req *connect.R
 	return c.deleteTemplateRecord.CallUnary(ctx, req)
 }
 
+// ListAPIKeys calls zeish.node.v2.Control.ListAPIKeys.
+func (c *controlClient) ListAPIKeys(ctx context.Context, req *connect.Request[nodev2.StoreAccountRef]) (*connect.Response[nodev2.StoreListAPIKeysReply], error) {
+	return c.listAPIKeys.CallUnary(ctx, req)
+}
+
+// ImageInUse calls zeish.node.v2.Control.ImageInUse.
+func (c *controlClient) ImageInUse(ctx context.Context, req *connect.Request[nodev2.StoreImageRef]) (*connect.Response[nodev2.StoreImageInUseReply], error) {
+	return c.imageInUse.CallUnary(ctx, req)
+}
+
 // ControlHandler is an implementation of the zeish.node.v2.Control service.
 type ControlHandler interface {
 	// Join trades a join token (made by an operator, used once) for the
@@ -982,6 +1018,14 @@ type ControlHandler interface {
 	ListTemplates(context.Context, *connect.Request[nodev2.StoreListTemplatesRequest]) (*connect.Response[nodev2.StoreListTemplatesReply], error)
 	PutTemplate(context.Context, *connect.Request[nodev2.TemplateReply]) (*connect.Response[nodev2.StoreDeleteReply], error)
 	DeleteTemplateRecord(context.Context, *connect.Request[nodev2.StoreTemplateRef]) (*connect.Response[nodev2.StoreDeleteReply], error)
+	// ListAPIKeys lists an account's API keys (ids and revocations, never
+	// hashes) for the data plane's checks that a token's key is live, of an
+	// account with a sandbox on the calling node.
+	ListAPIKeys(context.Context, *connect.Request[nodev2.StoreAccountRef]) (*connect.Response[nodev2.StoreListAPIKeysReply], error)
+	// ImageInUse says whether any record of the cluster needs an image
+	// (its layers, saved state, a snapshot or its disk chain, a warm
+	// template), asked before a node deletes it from the image store.
+	ImageInUse(context.Context, *connect.Request[nodev2.StoreImageRef]) (*connect.Response[nodev2.StoreImageInUseReply], error)
 }
 
 // NewControlHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -1081,6 +1125,18 @@ func NewControlHandler(svc ControlHandler, opts ...connect.HandlerOption) (strin
 		connect.WithSchema(controlMethods.ByName("DeleteTemplateRecord")),
 		connect.WithHandlerOptions(opts...),
 	)
+	controlListAPIKeysHandler := connect.NewUnaryHandler(
+		ControlListAPIKeysProcedure,
+		svc.ListAPIKeys,
+		connect.WithSchema(controlMethods.ByName("ListAPIKeys")),
+		connect.WithHandlerOptions(opts...),
+	)
+	controlImageInUseHandler := connect.NewUnaryHandler(
+		ControlImageInUseProcedure,
+		svc.ImageInUse,
+		connect.WithSchema(controlMethods.ByName("ImageInUse")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/zeish.node.v2.Control/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ControlJoinProcedure:
@@ -1113,6 +1169,10 @@ func NewControlHandler(svc ControlHandler, opts ...connect.HandlerOption) (strin
 			controlPutTemplateHandler.ServeHTTP(w, r)
 		case ControlDeleteTemplateRecordProcedure:
 			controlDeleteTemplateRecordHandler.ServeHTTP(w, r)
+		case ControlListAPIKeysProcedure:
+			controlListAPIKeysHandler.ServeHTTP(w, r)
+		case ControlImageInUseProcedure:
+			controlImageInUseHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1180,4 +1240,12 @@ func (UnimplementedControlHandler) PutTemplate(context.Context, *connect.Request
 
 func (UnimplementedControlHandler) DeleteTemplateRecord(context.Context, *connect.Request[nodev2.StoreTemplateRef]) (*connect.Response[nodev2.StoreDeleteReply], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("zeish.node.v2.Control.DeleteTemplateRecord is not implemented"))
+}
+
+func (UnimplementedControlHandler) ListAPIKeys(context.Context, *connect.Request[nodev2.StoreAccountRef]) (*connect.Response[nodev2.StoreListAPIKeysReply], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("zeish.node.v2.Control.ListAPIKeys is not implemented"))
+}
+
+func (UnimplementedControlHandler) ImageInUse(context.Context, *connect.Request[nodev2.StoreImageRef]) (*connect.Response[nodev2.StoreImageInUseReply], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("zeish.node.v2.Control.ImageInUse is not implemented"))
 }
