@@ -143,7 +143,9 @@ func runControl(ctx context.Context, cfg *config.Config) error {
 		return err
 	} else if remote != nil {
 		images = remote.Store
-		imageLayers = func(ctx context.Context, id string) ([]string, error) { return nodeimages.StoredLayers(ctx, remote.Store, id) }
+		imageLayers = func(ctx context.Context, id string) ([]string, error) {
+			return nodeimages.StoredLayers(ctx, remote.Store, id)
+		}
 	}
 	ctl := control.New(control.Options{Store: st, Node: router, Cluster: router, Catalog: cat, Plan: planOf(cfg), Prices: pricesOf(cfg),
 		TokenKey: tokenKey, TokenKeyFor: func(host string) []byte { return cluster.DataPlaneKey(tokenKey, host) },

@@ -3,8 +3,8 @@ package cluster
 import (
 	"context"
 	"errors"
-	"slices"
 	"fmt"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"

@@ -47,11 +47,11 @@ func (p Private) into(r *store.SandboxRecord) {
 // here (the kernel's command line is shared: a node that fetches the
 // files boots them with it).
 type templatePaths struct {
-	Key        string `json:"key"`
-	Kernel     string `json:"kernel,omitempty"`
-	Initrd     string `json:"initrd,omitempty"`
-	BaseDisk   string `json:"base_disk,omitempty"`
-	Dir        string `json:"dir,omitempty"`
+	Key      string `json:"key"`
+	Kernel   string `json:"kernel,omitempty"`
+	Initrd   string `json:"initrd,omitempty"`
+	BaseDisk string `json:"base_disk,omitempty"`
+	Dir      string `json:"dir,omitempty"`
 }
 
 // Local is the node's own part of its records: one JSON file per sandbox

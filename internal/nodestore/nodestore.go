@@ -365,6 +365,7 @@ func (s *Store) AccountByKeyHash(context.Context, string) (store.Account, error)
 func (s *Store) KeyByHash(context.Context, string) (store.APIKey, error) {
 	return store.APIKey{}, noDatabase("API keys")
 }
+
 // ListAPIKeys lists the keys of an account with a sandbox here, without
 // their hashes: the data plane checks a token's key is not revoked.
 func (s *Store) ListAPIKeys(ctx context.Context, accountID string) ([]store.APIKey, error) {
@@ -403,4 +404,3 @@ func (s *Store) DeleteAccountSecret(context.Context, string, string) error {
 
 // Close has nothing to close: no connection is held.
 func (s *Store) Close() error { return nil }
-
