@@ -38,10 +38,11 @@ import (
 
 // clusterStore is the PostgreSQL database of a cluster
 // (ZEISH_DATABASE_URL). box opens sandbox secrets: the control plane's;
-// nil on a node agent, which holds no secrets key.
+// nil on a node agent whose control plane speaks 2.2 (nodeStore), which
+// holds no secrets key.
 func clusterStore(ctx context.Context, cfg *config.Config, box *secrets.Box) (store.Store, store.NodeStore, error) {
 	if cfg.DatabaseURL == "" {
-		return nil, nil, errors.New("ZEISH_DATABASE_URL: a control plane and its node agents share one PostgreSQL database (postgres://…)")
+		return nil, nil, errors.New("ZEISH_DATABASE_URL: a control plane's replicas (and node agents of protocol 2.2) share one PostgreSQL database (postgres://…)")
 	}
 	st, err := openStore(ctx, cfg, box)
 	if err != nil {
