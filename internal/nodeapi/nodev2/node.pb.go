@@ -8,7 +8,9 @@
 //     that node alone.
 //   - Control, served by the control plane: a node agent joins once (a
 //     join token for its own credential), then registers and heartbeats
-//     with that credential, as its own id only.
+//     with that credential, as its own id only; since 2.3 it also reads
+//     and writes the shared tables through it (it opens no database),
+//     scoped to its own sandboxes and those a Grant names.
 //
 // Every request and answer is a typed message: no record crosses as the
 // database's JSON, so the database row (internal/store), the in-process
