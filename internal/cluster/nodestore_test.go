@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,9 +16,8 @@ import (
 	"github.com/zeish/zeish/internal/nodeapi"
 	"github.com/zeish/zeish/internal/nodeapi/nodev2"
 	"github.com/zeish/zeish/internal/nodestore"
-	"github.com/zeish/zeish/internal/secrets"
 	"github.com/zeish/zeish/internal/store"
-	"github.com/zeish/zeish/internal/store/sqlite"
+	"github.com/zeish/zeish/internal/testenv"
 	"github.com/zeish/zeish/sandbox"
 )
 
@@ -36,20 +34,12 @@ type storeLab struct {
 
 func newStoreLab(t *testing.T) *storeLab {
 	g := newRegistry(t, true)
-	dir := t.TempDir()
-	box, err := secrets.LoadOrCreate(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "zeish.db"), sqlite.WithSecrets(box))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st, box := testenv.SQLiteSealed(t)
 	g.st, g.reg.Nodes, g.reg.Store = st, st, st
 	g.reg.Secrets = store.Codec{Secrets: box}
 	l := &storeLab{registry: g, codec: g.reg.Secrets, dirA: t.TempDir()}
 	l.ctlA = g.as(g.joined("node-a"))
+	var err error
 	if l.a, err = nodestore.New(l.ctlA, l.dirA, nil); err != nil {
 		t.Fatal(err)
 	}

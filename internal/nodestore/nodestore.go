@@ -24,26 +24,10 @@ import (
 	"github.com/zeish/zeish/sandbox"
 )
 
-// Control is the part of the Control service the store calls: a client,
-// or a failover over replicas.
-type Control interface {
-	GetSandbox(context.Context, *connect.Request[nodev2.StoreSandboxRef]) (*connect.Response[nodev2.StoredSandbox], error)
-	ListSandboxes(context.Context, *connect.Request[nodev2.StoreListSandboxesRequest]) (*connect.Response[nodev2.StoreListSandboxesReply], error)
-	CreateSandboxes(context.Context, *connect.Request[nodev2.StoreCreateSandboxesRequest]) (*connect.Response[nodev2.StoreCreateSandboxesReply], error)
-	UpdateSandbox(context.Context, *connect.Request[nodev2.StoreUpdateSandboxRequest]) (*connect.Response[nodev2.StoredSandbox], error)
-	GetSnapshot(context.Context, *connect.Request[nodev2.StoreSnapshotRef]) (*connect.Response[nodev2.StoredSnapshot], error)
-	ListSnapshots(context.Context, *connect.Request[nodev2.StoreSandboxRef]) (*connect.Response[nodev2.StoreListSnapshotsReply], error)
-	CreateSnapshotRecord(context.Context, *connect.Request[nodev2.StoreCreateSnapshotRequest]) (*connect.Response[nodev2.StoredSnapshot], error)
-	DeleteSnapshotRecord(context.Context, *connect.Request[nodev2.StoreSnapshotRef]) (*connect.Response[nodev2.StoreDeleteReply], error)
-	GetTemplate(context.Context, *connect.Request[nodev2.StoreTemplateRef]) (*connect.Response[nodev2.TemplateReply], error)
-	ListTemplates(context.Context, *connect.Request[nodev2.StoreListTemplatesRequest]) (*connect.Response[nodev2.StoreListTemplatesReply], error)
-	PutTemplate(context.Context, *connect.Request[nodev2.TemplateReply]) (*connect.Response[nodev2.StoreDeleteReply], error)
-	DeleteTemplateRecord(context.Context, *connect.Request[nodev2.StoreTemplateRef]) (*connect.Response[nodev2.StoreDeleteReply], error)
-	ListAPIKeys(context.Context, *connect.Request[nodev2.StoreAccountRef]) (*connect.Response[nodev2.StoreListAPIKeysReply], error)
-	ImageInUse(context.Context, *connect.Request[nodev2.StoreImageRef]) (*connect.Response[nodev2.StoreImageInUseReply], error)
-}
+// Control is the control plane's Control service as a node calls it: a
+// client, or a failover over replicas (its store calls are the ones used).
+type Control = nodev2connect.ControlClient
 
-var _ Control = nodev2connect.ControlClient(nil)
 
 // Store is the node's store.Store.
 type Store struct {

@@ -400,21 +400,14 @@ func (s *Store) RemoteLayers(ctx context.Context, id string) ([]string, error) {
 	if ok {
 		return l, nil
 	}
-	man, err := r.Store.Manifest(ctx, id)
-	if errdefs.Is(err, errdefs.ClassNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var p portable
-	if err := json.Unmarshal(man.Meta, &p); err != nil {
-		return nil, err
+	layers, err := StoredLayers(ctx, r.Store, id)
+	if err != nil || layers == nil { // not in the store (yet): not cached
+		return layers, err
 	}
 	r.mu.Lock()
-	r.layers[id] = p.Layers
+	r.layers[id] = layers
 	r.mu.Unlock()
-	return p.Layers, nil
+	return layers, nil
 }
 
 // dropRemote deletes image id from the shared store: gc found that no
