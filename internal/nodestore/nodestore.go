@@ -28,7 +28,6 @@ import (
 // client, or a failover over replicas (its store calls are the ones used).
 type Control = nodev2connect.ControlClient
 
-
 // Store is the node's store.Store.
 type Store struct {
 	ctl   Control
