@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -301,6 +303,13 @@ func TestNodeStoreKeepsPrivateStateOnTheNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(again, "after a restart")
+	// A destroyed sandbox leaves nothing in the data dir.
+	if _, err := again.UpdateSandbox(ctx, rec.ID, func(r *store.SandboxRecord) error { r.State = sandbox.StateDestroyed; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(l.dirA, "sandboxes", rec.ID+".json")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a destroyed sandbox's private state: %v", err)
+	}
 	// Another node sees nothing of it.
 	if p, ok := (func() (nodestore.Private, bool) {
 		other, _ := nodestore.OpenLocal(t.TempDir())

@@ -159,7 +159,8 @@ func (l *Local) Sandbox(id string) (Private, bool) {
 	return p, ok
 }
 
-// save keeps r's private part, when it changed.
+// save keeps r's private part, when it changed, and drops it once r is
+// destroyed.
 func (l *Local) save(r *store.SandboxRecord) error {
 	if err := sandbox.CheckID(sandbox.PrefixSandbox, r.ID); err != nil {
 		return err // it names a file here
@@ -167,6 +168,14 @@ func (l *Local) save(r *store.SandboxRecord) error {
 	p := PrivateOf(r)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if r.State == sandbox.StateDestroyed {
+		// Its VM and files are gone: nothing here finds them again.
+		delete(l.sandboxes, r.ID)
+		if err := os.Remove(filepath.Join(l.dir, "sandboxes", r.ID+".json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
 	if old, ok := l.sandboxes[r.ID]; ok && samePrivate(old, p) {
 		return nil
 	}
