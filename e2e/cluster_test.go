@@ -16,6 +16,8 @@ import (
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/procscan"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/internal/store/postgres"
 	"github.com/zeish/zeish/internal/testenv"
 	"github.com/zeish/zeish/sandbox"
 	zeish "github.com/zeish/zeish/sdk/go"
@@ -490,6 +492,10 @@ func TestCluster(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(l.nodes[lostNode].DataDir, "vmstate", "sandboxes", id+".json")); err != nil {
 			t.Fatalf("%s's private state on its node: %v", id, err)
 		}
+		if r := l.sharedRow(ctx, id); r.Handle != nil || r.MAC != "" || r.Disk != "" || r.Kernel != "" || r.Gen != 0 {
+			t.Fatalf("%s's row in the database holds its VM's private state: handle %s, mac %q, disk %q, kernel %q, gen %d",
+				id, r.Handle, r.MAC, r.Disk, r.Kernel, r.Gen)
+		}
 	}
 	if out := l.execOn(ctx, two.ID, lostNode, "cat /root/f"); out != "two" {
 		t.Fatalf("after rejoin: %q", out)
@@ -573,6 +579,22 @@ func (l *lab) nodeHoldsNoDatabase(id string) {
 	if m, _ := filepath.Glob(filepath.Join(z.DataDir, "*.db")); len(m) > 0 {
 		t.Fatalf("node %s keeps a database of its own: %v", id, m)
 	}
+}
+
+// sharedRow reads sandbox id's row in the cluster's database, as the
+// control plane keeps it (its secrets left sealed).
+func (l *lab) sharedRow(ctx context.Context, id string) *store.SandboxRecord {
+	l.t.Helper()
+	st, err := postgres.Open(ctx, l.db)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	defer st.Close()
+	r, err := st.GetSandbox(ctx, id)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return r
 }
 
 // burst fires 20 creates at once for a new account, alternating between the
