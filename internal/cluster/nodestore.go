@@ -195,11 +195,18 @@ func keep(next, cur *store.SandboxRecord) {
 	next.Pristine, next.Gen, next.NetKept = cur.Pristine, cur.Gen, cur.NetKept
 }
 
-// snapshotOf reads snapshot id and checks the caller may reach its sandbox.
-func (g *Registry) snapshotOf(ctx context.Context, id string, grant *nodev2.Grant) (*store.SnapshotRecord, error) {
+// snapshotOf reads snapshot id and checks the caller may reach its
+// sandbox: its own, or one of grants names it.
+func (g *Registry) snapshotOf(ctx context.Context, id string, grants []*nodev2.Grant) (*store.SnapshotRecord, error) {
 	s, err := g.Store.GetSnapshot(ctx, id)
 	if err != nil {
 		return nil, err
+	}
+	var grant *nodev2.Grant
+	for _, gr := range grants {
+		if gr.GetSandboxId() == s.SandboxID {
+			grant = gr
+		}
 	}
 	if _, err := g.sandbox(ctx, s.SandboxID, grant); err != nil {
 		return nil, err
@@ -208,7 +215,7 @@ func (g *Registry) snapshotOf(ctx context.Context, id string, grant *nodev2.Gran
 }
 
 func (g *Registry) GetSnapshot(ctx context.Context, req *connect.Request[nodev2.StoreSnapshotRef]) (*connect.Response[nodev2.StoredSnapshot], error) {
-	s, err := g.snapshotOf(ctx, req.Msg.SnapshotId, req.Msg.Grant)
+	s, err := g.snapshotOf(ctx, req.Msg.SnapshotId, req.Msg.Grants)
 	if err != nil {
 		return nil, g.refuseOr(ctx, "GetSnapshot", err)
 	}
@@ -269,7 +276,7 @@ func (g *Registry) CreateSnapshotRecord(ctx context.Context, req *connect.Reques
 }
 
 func (g *Registry) DeleteSnapshotRecord(ctx context.Context, req *connect.Request[nodev2.StoreSnapshotRef]) (*connect.Response[nodev2.StoreDeleteReply], error) {
-	if _, err := g.snapshotOf(ctx, req.Msg.SnapshotId, req.Msg.Grant); err != nil {
+	if _, err := g.snapshotOf(ctx, req.Msg.SnapshotId, req.Msg.Grants); err != nil {
 		return nil, g.refuseOr(ctx, "DeleteSnapshotRecord", err)
 	}
 	if err := g.Store.DeleteSnapshot(ctx, req.Msg.SnapshotId); err != nil {

@@ -104,9 +104,20 @@ func TestNodeStoreReachesItsOwnSandboxesOnly(t *testing.T) {
 			t.Errorf("node-a changes its sandbox's %s: %v, want forbidden", name, err)
 		}
 	}
-	// A grant lends node-a node-b's sandbox (a start or restore after
-	// node-b was lost), which it may then move onto itself.
+	// Nor its snapshots, until a grant lends node-a node-b's sandbox (a
+	// start or restore after node-b was lost), which it may then move onto
+	// itself.
+	if err := l.st.CreateSnapshot(ctx, &store.SnapshotRecord{Snapshot: sandbox.Snapshot{ID: "snp_theirs", SandboxID: theirs.ID,
+		AccountID: "acc_1", Name: "s"}, Image: "img_s"}, 20); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.a.GetSnapshot(ctx, "snp_theirs"); !errdefs.Is(err, errdefs.ClassNotFound) {
+		t.Fatalf("node-a reads node-b's snapshot: %v, want not_found", err)
+	}
 	l.a.Grant(GrantFor(master, "node-a", theirs.ID, time.Minute))
+	if s, err := l.a.GetSnapshot(ctx, "snp_theirs"); err != nil || s.Image != "img_s" {
+		t.Fatalf("node-a reads a snapshot of a sandbox granted to it: %+v %v", s, err)
+	}
 	moved, err := l.a.UpdateSandbox(ctx, theirs.ID, func(r *store.SandboxRecord) error { r.Host = "node-a"; return nil })
 	if err != nil || moved.Host != "node-a" {
 		t.Fatalf("node-a takes over a sandbox granted to it: %+v %v", moved, err)

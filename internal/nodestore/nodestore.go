@@ -211,18 +211,11 @@ func (s *Store) CreateSnapshot(ctx context.Context, sn *store.SnapshotRecord, li
 	return fromControl(err)
 }
 
-// GetSnapshot reads a snapshot of a sandbox this node may reach (the
-// grant it carries is for the snapshot's sandbox: any the node holds is
-// tried, the control plane checks).
+// GetSnapshot reads a snapshot of a sandbox this node may reach (the node
+// does not know which sandbox: its live grants go along, the control plane
+// uses the one for the snapshot's sandbox).
 func (s *Store) GetSnapshot(ctx context.Context, id string) (*store.SnapshotRecord, error) {
-	var rep *connect.Response[nodev2.StoredSnapshot]
-	var err error
-	for _, g := range append([]*nodev2.Grant{nil}, s.liveGrants()...) {
-		rep, err = s.ctl.GetSnapshot(ctx, connect.NewRequest(&nodev2.StoreSnapshotRef{SnapshotId: id, Grant: g}))
-		if err == nil || !errdefs.Is(fromControl(err), errdefs.ClassNotFound) {
-			break
-		}
-	}
+	rep, err := s.ctl.GetSnapshot(ctx, connect.NewRequest(&nodev2.StoreSnapshotRef{SnapshotId: id, Grants: s.liveGrants()}))
 	if err != nil {
 		return nil, fromControl(err)
 	}
@@ -272,13 +265,7 @@ func (s *Store) ListSnapshots(ctx context.Context, sandboxID string) ([]*store.S
 }
 
 func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
-	var err error
-	for _, g := range append([]*nodev2.Grant{nil}, s.liveGrants()...) {
-		_, err = s.ctl.DeleteSnapshotRecord(ctx, connect.NewRequest(&nodev2.StoreSnapshotRef{SnapshotId: id, Grant: g}))
-		if err == nil || !errdefs.Is(fromControl(err), errdefs.ClassNotFound) {
-			break
-		}
-	}
+	_, err := s.ctl.DeleteSnapshotRecord(ctx, connect.NewRequest(&nodev2.StoreSnapshotRef{SnapshotId: id, Grants: s.liveGrants()}))
 	return fromControl(err)
 }
 

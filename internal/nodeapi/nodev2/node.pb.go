@@ -700,7 +700,7 @@ func (x *StoredSnapshot) GetImage() string {
 type StoreSnapshotRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SnapshotId    string                 `protobuf:"bytes,1,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
-	Grant         *Grant                 `protobuf:"bytes,2,opt,name=grant,proto3" json:"grant,omitempty"` // for its sandbox
+	Grants        []*Grant               `protobuf:"bytes,2,rep,name=grants,proto3" json:"grants,omitempty"` // the node's live ones: one may be for its sandbox
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -742,9 +742,9 @@ func (x *StoreSnapshotRef) GetSnapshotId() string {
 	return ""
 }
 
-func (x *StoreSnapshotRef) GetGrant() *Grant {
+func (x *StoreSnapshotRef) GetGrants() []*Grant {
 	if x != nil {
-		return x.Grant
+		return x.Grants
 	}
 	return nil
 }
@@ -4830,11 +4830,11 @@ const file_zeish_node_v2_node_proto_rawDesc = "" +
 	"\x05grant\x18\x03 \x01(\v2\x14.zeish.node.v2.GrantR\x05grant\"[\n" +
 	"\x0eStoredSnapshot\x123\n" +
 	"\bsnapshot\x18\x01 \x01(\v2\x17.zeish.node.v2.SnapshotR\bsnapshot\x12\x14\n" +
-	"\x05image\x18\x02 \x01(\tR\x05image\"_\n" +
+	"\x05image\x18\x02 \x01(\tR\x05image\"a\n" +
 	"\x10StoreSnapshotRef\x12\x1f\n" +
 	"\vsnapshot_id\x18\x01 \x01(\tR\n" +
-	"snapshotId\x12*\n" +
-	"\x05grant\x18\x02 \x01(\v2\x14.zeish.node.v2.GrantR\x05grant\"V\n" +
+	"snapshotId\x12,\n" +
+	"\x06grants\x18\x02 \x03(\v2\x14.zeish.node.v2.GrantR\x06grants\"V\n" +
 	"\x17StoreListSnapshotsReply\x12;\n" +
 	"\tsnapshots\x18\x01 \x03(\v2\x1d.zeish.node.v2.StoredSnapshotR\tsnapshots\"\x99\x01\n" +
 	"\x1aStoreCreateSnapshotRequest\x129\n" +
@@ -5387,7 +5387,7 @@ var file_zeish_node_v2_node_proto_depIdxs = []int32{
 	3,   // 8: zeish.node.v2.StoreUpdateSandboxRequest.write:type_name -> zeish.node.v2.StoredSandbox
 	2,   // 9: zeish.node.v2.StoreUpdateSandboxRequest.grant:type_name -> zeish.node.v2.Grant
 	27,  // 10: zeish.node.v2.StoredSnapshot.snapshot:type_name -> zeish.node.v2.Snapshot
-	2,   // 11: zeish.node.v2.StoreSnapshotRef.grant:type_name -> zeish.node.v2.Grant
+	2,   // 11: zeish.node.v2.StoreSnapshotRef.grants:type_name -> zeish.node.v2.Grant
 	10,  // 12: zeish.node.v2.StoreListSnapshotsReply.snapshots:type_name -> zeish.node.v2.StoredSnapshot
 	10,  // 13: zeish.node.v2.StoreCreateSnapshotRequest.snapshot:type_name -> zeish.node.v2.StoredSnapshot
 	2,   // 14: zeish.node.v2.StoreCreateSnapshotRequest.grant:type_name -> zeish.node.v2.Grant
