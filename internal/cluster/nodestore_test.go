@@ -34,7 +34,7 @@ type storeLab struct {
 	ctlA  nodestore.Control
 }
 
-func newStoreLab(t *testing.T) *storeLab {
+func newStoreLab(t testing.TB) *storeLab {
 	g := newRegistry(t, true)
 	st, box := testenv.SQLiteSealed(t)
 	g.st, g.reg.Nodes, g.reg.Store = st, st, st
@@ -396,5 +396,33 @@ func TestNodeStoreAsksWhetherTheClusterNeedsAnImage(t *testing.T) {
 	// node-a reads none of the records that answer it.
 	if list, _ := l.a.ListSandboxes(ctx, store.SandboxFilter{}); len(list) != 0 {
 		t.Fatalf("node-a lists %d sandboxes of node-b", len(list))
+	}
+}
+
+// The cost of a node's store going through the control plane: a read and
+// an update (read, closure, compare-and-swap) over loopback Connect,
+// against the same calls on the store directly.
+func BenchmarkNodeStore(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		st   func(l *storeLab) store.Store
+	}{
+		{"direct", func(l *storeLab) store.Store { return l.st }},
+		{"through the control plane", func(l *storeLab) store.Store { return l.a }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			l := newStoreLab(b)
+			r := l.row("node-a")
+			st, ctx := c.st(l), context.Background()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := st.GetSandbox(ctx, r.ID); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := st.UpdateSandbox(ctx, r.ID, func(r *store.SandboxRecord) error { r.CostMicros++; return nil }); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
