@@ -163,6 +163,8 @@ func (g *Registry) UpdateSandbox(ctx context.Context, req *connect.Request[nodev
 			refused = fmt.Errorf("sandbox %s: node %s may move it onto itself only, not onto %q: %w", cur.ID, caller(ctx), next.Host, errdefs.ErrForbidden)
 		case next.AccountID != cur.AccountID:
 			refused = fmt.Errorf("sandbox %s: a node does not change a sandbox's account: %w", cur.ID, errdefs.ErrForbidden)
+		case policyOf(next) != policyOf(cur):
+			refused = fmt.Errorf("sandbox %s: its name, size, template, parent, budget and timeout are the control plane's to change, not a node's: %w", cur.ID, errdefs.ErrForbidden)
 		case !proto.Equal(stored(cur), read):
 			return errConflict
 		}
@@ -183,6 +185,24 @@ func (g *Registry) UpdateSandbox(ctx context.Context, req *connect.Request[nodev
 		return nil, storeErr(err)
 	}
 	return connect.NewResponse(stored(r)), nil
+}
+
+// policy is what of a sandbox the control plane decides and a node only
+// reads: what it is called, how big, what it costs and when it ends.
+type policy struct {
+	name, template, parent, onTimeout string
+	vcpus, memoryMiB, diskMiB         int
+	maxCost, cost                     int64
+	timeoutAt                         int64 // unix nanoseconds, 0: none
+}
+
+func policyOf(r *store.SandboxRecord) policy {
+	p := policy{name: r.Name, template: r.Template, parent: r.ParentID, onTimeout: r.OnTimeout, vcpus: r.VCPUs,
+		memoryMiB: r.MemoryMiB, diskMiB: r.DiskMiB, maxCost: r.MaxCostMicros, cost: r.CostMicros}
+	if r.TimeoutAt != nil {
+		p.timeoutAt = r.TimeoutAt.UnixNano()
+	}
+	return p
 }
 
 // keep carries into next, a node's write, what of cur it does not write:

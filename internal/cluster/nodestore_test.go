@@ -54,8 +54,10 @@ func newStoreLab(t testing.TB) *storeLab {
 // row is a sandbox the control plane recorded on node host.
 func (l *storeLab) row(host string) *store.SandboxRecord {
 	l.t.Helper()
+	timeout := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
 	r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: sandbox.NewID(sandbox.PrefixSandbox), Name: "sb-" + strings.ToLower(sandbox.NewID("x_"))[2:10],
-		AccountID: "acc_1", State: sandbox.StateRunning, Host: host, MemoryMiB: 256, CreatedAt: time.Now().UTC()}}
+		AccountID: "acc_1", State: sandbox.StateRunning, Host: host, MemoryMiB: 256, CreatedAt: time.Now().UTC(),
+		MaxCostMicros: 5, TimeoutAt: &timeout, OnTimeout: "stop"}}
 	if err := l.st.CreateSandboxes(context.Background(), r); err != nil {
 		l.t.Fatal(err)
 	}
@@ -99,10 +101,16 @@ func TestNodeStoreReachesItsOwnSandboxesOnly(t *testing.T) {
 	for name, fn := range map[string]func(*store.SandboxRecord) error{
 		"host":    func(r *store.SandboxRecord) error { r.Host = "node-b"; return nil },
 		"account": func(r *store.SandboxRecord) error { r.AccountID = "acc_2"; return nil },
+		"budget":  func(r *store.SandboxRecord) error { r.MaxCostMicros = 1 << 40; return nil },
+		"timeout": func(r *store.SandboxRecord) error { r.TimeoutAt = nil; r.OnTimeout = ""; return nil },
+		"size":    func(r *store.SandboxRecord) error { r.MemoryMiB *= 4; return nil },
 	} {
 		if _, err := l.a.UpdateSandbox(ctx, mine.ID, fn); errdefs.Of(err) != errdefs.ErrForbidden {
 			t.Errorf("node-a changes its sandbox's %s: %v, want forbidden", name, err)
 		}
+	}
+	if cur, _ := l.st.GetSandbox(ctx, mine.ID); cur.MemoryMiB != 256 || cur.MaxCostMicros != 5 || cur.TimeoutAt == nil {
+		t.Fatalf("node-a's sandbox after refused writes: %+v", cur.Sandbox)
 	}
 	// Nor its snapshots, until a grant lends node-a node-b's sandbox (a
 	// start or restore after node-b was lost), which it may then move onto
