@@ -492,9 +492,9 @@ func TestCluster(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(l.nodes[lostNode].DataDir, "vmstate", "sandboxes", id+".json")); err != nil {
 			t.Fatalf("%s's private state on its node: %v", id, err)
 		}
-		if r := l.sharedRow(ctx, id); r.Handle != nil || r.MAC != "" || r.Disk != "" || r.Kernel != "" || r.Gen != 0 {
-			t.Fatalf("%s's row in the database holds its VM's private state: handle %s, mac %q, disk %q, kernel %q, gen %d",
-				id, r.Handle, r.MAC, r.Disk, r.Kernel, r.Gen)
+		if r := l.sharedRow(ctx, id); r.Handle != nil || r.Disk != "" || r.Kernel != "" || r.Gen != 0 {
+			t.Fatalf("%s's row in the database holds its VM's private state: handle %s, disk %q, kernel %q, gen %d",
+				id, r.Handle, r.Disk, r.Kernel, r.Gen)
 		}
 	}
 	if out := l.execOn(ctx, two.ID, lostNode, "cat /root/f"); out != "two" {

@@ -210,7 +210,7 @@ func policyOf(r *store.SandboxRecord) policy {
 func keep(next, cur *store.SandboxRecord) {
 	next.SecretEnv = cur.SecretEnv
 	next.SetSealedSecrets(cur.SealedSecrets())
-	next.MAC, next.Handle, next.Disk, next.DiskBase = cur.MAC, cur.Handle, cur.Disk, cur.DiskBase
+	next.Handle, next.Disk, next.DiskBase = cur.Handle, cur.Disk, cur.DiskBase
 	next.Kernel, next.Initrd, next.KernelArgs = cur.Kernel, cur.Initrd, cur.KernelArgs
 	next.Pristine, next.Gen, next.NetKept = cur.Pristine, cur.Gen, cur.NetKept
 }

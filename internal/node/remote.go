@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -108,11 +109,14 @@ func (n *Node) takeOver(ctx context.Context, r *store.SandboxRecord, meta *image
 // start, restore or fork child away from it: a node of protocol 2.3 reads
 // no other node's), the files of its template on this node, which its
 // image was booted with: the kernel a VM loading it gets a stub of, and
-// its command line. A record that names them already (a cluster on the
-// database, where rows carry them) keeps them.
+// its command line. A record that names a kernel this host has keeps it
+// (a cluster on the database, where rows carry the paths, with the same
+// paths on every node).
 func (n *Node) bootFiles(ctx context.Context, r *store.SandboxRecord) error {
 	if r.Kernel != "" {
-		return nil
+		if _, err := os.Stat(r.Kernel); err == nil {
+			return nil
+		}
 	}
 	tpl, err := n.opts.Templates.Get(ctx, r.Template)
 	if err != nil {

@@ -326,15 +326,15 @@ func DesktopFromWire(m *nodev2.DesktopStatusReply) api.DesktopStatus {
 }
 
 // StoredToWire is r as a node's store call carries it (2.3): the sandbox
-// both sides know, the images it stands on and its state before its node
-// was lost. Its VM's private state stays on the node (internal/nodestore),
+// both sides know, the images it stands on, its guest's MAC and its state
+// before its node was lost. Its VM's private state stays on the node (internal/nodestore),
 // its secrets with the control plane (a new row carries them sealed).
 func StoredToWire(r *store.SandboxRecord) *nodev2.StoredSandbox {
 	if r == nil {
 		return nil
 	}
 	return &nodev2.StoredSandbox{Sandbox: SandboxToWire(r), LostFrom: stateToWire(r.LostFrom), Layers: r.Layers,
-		ResumeImage: r.ResumeImage, SealedSecrets: r.SealedSecrets()}
+		ResumeImage: r.ResumeImage, SealedSecrets: r.SealedSecrets(), Mac: r.MAC}
 }
 
 // StoredFromWire is m as a record, its VM's private fields empty.
@@ -349,7 +349,7 @@ func StoredFromWire(m *nodev2.StoredSandbox) (*store.SandboxRecord, error) {
 	if r.LostFrom, err = stateFromWire(m.LostFrom); err != nil {
 		return nil, err
 	}
-	r.Layers, r.ResumeImage = m.Layers, m.ResumeImage
+	r.Layers, r.ResumeImage, r.MAC = m.Layers, m.ResumeImage, m.Mac
 	r.SetSealedSecrets(m.SealedSecrets)
 	return r, nil
 }

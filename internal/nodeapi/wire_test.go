@@ -123,7 +123,7 @@ func TestWireCarriesEverySharedField(t *testing.T) {
 // data dir (internal/nodestore): they never cross, not even in its store
 // calls.
 var vmPrivate = map[string]string{
-	"MAC": "-", "Handle": "-", "Disk": "-", "DiskBase": "-", "Kernel": "-", "Initrd": "-", "KernelArgs": "-",
+	"Handle": "-", "Disk": "-", "DiskBase": "-", "Kernel": "-", "Initrd": "-", "KernelArgs": "-",
 	"Pristine": "-", "Gen": "-", "NetKept": "-",
 	"SecretEnv": "the control plane's; a new row's sealed form crosses once", "ImageDurable": "the control plane's",
 }

@@ -17,9 +17,9 @@ import (
 )
 
 // Private is what a node keeps of one sandbox beside the shared row: what
-// finds and runs its VM here, and nothing another host could use.
+// finds and runs its VM here, and nothing another host could use (the
+// guest's MAC is the sandbox's, wherever it runs: it is in the row).
 type Private struct {
-	MAC        string          `json:"mac,omitempty"`
 	Handle     json.RawMessage `json:"handle,omitempty"`
 	Disk       string          `json:"disk,omitempty"`
 	DiskBase   string          `json:"disk_base,omitempty"`
@@ -33,12 +33,12 @@ type Private struct {
 
 // PrivateOf is r's private part.
 func PrivateOf(r *store.SandboxRecord) Private {
-	return Private{MAC: r.MAC, Handle: r.Handle, Disk: r.Disk, DiskBase: r.DiskBase, Kernel: r.Kernel, Initrd: r.Initrd,
+	return Private{Handle: r.Handle, Disk: r.Disk, DiskBase: r.DiskBase, Kernel: r.Kernel, Initrd: r.Initrd,
 		KernelArgs: r.KernelArgs, Pristine: r.Pristine, Gen: r.Gen, NetKept: r.NetKept}
 }
 
 func (p Private) into(r *store.SandboxRecord) {
-	r.MAC, r.Handle, r.Disk, r.DiskBase = p.MAC, p.Handle, p.Disk, p.DiskBase
+	r.Handle, r.Disk, r.DiskBase = p.Handle, p.Disk, p.DiskBase
 	r.Kernel, r.Initrd, r.KernelArgs = p.Kernel, p.Initrd, p.KernelArgs
 	r.Pristine, r.Gen, r.NetKept = p.Pristine, p.Gen, p.NetKept
 }

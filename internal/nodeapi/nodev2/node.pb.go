@@ -263,8 +263,10 @@ func (x *Grant) GetMac() []byte {
 
 // StoredSandbox (2.3) is a sandbox's row as a node's store reads and
 // writes it: what both sides know (Sandbox), the images it stands on
-// (the control plane places and shows durability by them) and the state
-// it was in when its node was lost. Never the VM's private state.
+// (the control plane places and shows durability by them), the guest's
+// MAC (its saved state carries it wherever the sandbox moves) and the
+// state it was in when its node was lost. Never the VM's private state
+// (handle, disks, kernel paths, generation).
 type StoredSandbox struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Sandbox       *Sandbox               `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
@@ -272,6 +274,7 @@ type StoredSandbox struct {
 	Layers        []string               `protobuf:"bytes,3,rep,name=layers,proto3" json:"layers,omitempty"` // image ids, oldest first
 	ResumeImage   string                 `protobuf:"bytes,4,opt,name=resume_image,json=resumeImage,proto3" json:"resume_image,omitempty"`
 	SealedSecrets string                 `protobuf:"bytes,5,opt,name=sealed_secrets,json=sealedSecrets,proto3" json:"sealed_secrets,omitempty"` // a new row's, as the control plane sealed them
+	Mac           string                 `protobuf:"bytes,6,opt,name=mac,proto3" json:"mac,omitempty"`                                          // the guest's: its saved state carries it to whichever node runs it
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -337,6 +340,13 @@ func (x *StoredSandbox) GetResumeImage() string {
 func (x *StoredSandbox) GetSealedSecrets() string {
 	if x != nil {
 		return x.SealedSecrets
+	}
+	return ""
+}
+
+func (x *StoredSandbox) GetMac() string {
+	if x != nil {
+		return x.Mac
 	}
 	return ""
 }
@@ -4802,13 +4812,14 @@ const file_zeish_node_v2_node_proto_rawDesc = "" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12!\n" +
 	"\fexpires_unix\x18\x02 \x01(\x03R\vexpiresUnix\x12\x10\n" +
-	"\x03mac\x18\x03 \x01(\fR\x03mac\"\xd6\x01\n" +
+	"\x03mac\x18\x03 \x01(\fR\x03mac\"\xe8\x01\n" +
 	"\rStoredSandbox\x120\n" +
 	"\asandbox\x18\x01 \x01(\v2\x16.zeish.node.v2.SandboxR\asandbox\x121\n" +
 	"\tlost_from\x18\x02 \x01(\x0e2\x14.zeish.node.v2.StateR\blostFrom\x12\x16\n" +
 	"\x06layers\x18\x03 \x03(\tR\x06layers\x12!\n" +
 	"\fresume_image\x18\x04 \x01(\tR\vresumeImage\x12%\n" +
-	"\x0esealed_secrets\x18\x05 \x01(\tR\rsealedSecrets\"\\\n" +
+	"\x0esealed_secrets\x18\x05 \x01(\tR\rsealedSecrets\x12\x10\n" +
+	"\x03mac\x18\x06 \x01(\tR\x03mac\"\\\n" +
 	"\x0fStoreSandboxRef\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12*\n" +
