@@ -17,7 +17,9 @@
 // API (internal/control) and this wire are separate types, mapped in one
 // place (internal/nodeapi/wire.go). A sandbox crosses as what the control
 // plane and the node both know of it; its VM's private state (handle,
-// layers, generation, MAC, kernel paths) never does.
+// disks, generation, kernel paths) never does (a node's store calls of
+// 2.3 add the image ids it stands on and its guest's MAC, which move
+// with it).
 //
 // Secrets: the control plane opens them and sends a node only the secrets
 // of the sandbox an operation configures, in the clear over the
