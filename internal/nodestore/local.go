@@ -168,7 +168,7 @@ func (l *Local) save(r *store.SandboxRecord) error {
 	p := PrivateOf(r)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if r.State == sandbox.StateDestroyed {
+	if !r.State.Live() {
 		// Its VM and files are gone: nothing here finds them again.
 		delete(l.sandboxes, r.ID)
 		if err := os.Remove(filepath.Join(l.dir, "sandboxes", r.ID+".json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
