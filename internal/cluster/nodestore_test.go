@@ -427,7 +427,7 @@ func BenchmarkNodeStore(b *testing.B) {
 				if _, err := st.GetSandbox(ctx, r.ID); err != nil {
 					b.Fatal(err)
 				}
-				if _, err := st.UpdateSandbox(ctx, r.ID, func(r *store.SandboxRecord) error { r.CostMicros++; return nil }); err != nil {
+				if _, err := st.UpdateSandbox(ctx, r.ID, func(r *store.SandboxRecord) error { r.NetIn++; return nil }); err != nil {
 					b.Fatal(err)
 				}
 			}
