@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -144,8 +145,17 @@ func runControl(ctx context.Context, cfg *config.Config) error {
 		return err
 	} else if remote != nil {
 		images = remote.Store
+		// A manifest never changes: each snapshot's chain is read once.
+		var chains sync.Map // image id → []string
 		imageLayers = func(ctx context.Context, id string) ([]string, error) {
-			return nodeimages.StoredLayers(ctx, remote.Store, id)
+			if c, ok := chains.Load(id); ok {
+				return c.([]string), nil
+			}
+			c, err := nodeimages.StoredLayers(ctx, remote.Store, id)
+			if err == nil && c != nil {
+				chains.Store(id, c)
+			}
+			return c, err
 		}
 	}
 	ctl := control.New(control.Options{Store: st, Node: router, Cluster: router, Catalog: cat, Plan: planOf(cfg), Prices: pricesOf(cfg),
