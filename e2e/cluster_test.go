@@ -204,6 +204,10 @@ func (l *lab) cleanup() {
 				syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
+		if mnt := filepath.Join(z.DataDir, "lazyram", "mnt"); isMountPoint(mnt) {
+			t.Errorf("cleanup: lazy RAM mount left on %s: %s", id, mnt)
+			syscall.Unmount(mnt, syscall.MNT_DETACH)
+		}
 		for _, f := range testenv.ImageRAMFiles(z.DataDir) {
 			t.Errorf("cleanup: image RAM file left on %s: %s", id, f)
 			os.Remove(f)
