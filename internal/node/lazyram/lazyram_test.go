@@ -62,8 +62,8 @@ func helperMap() {
 // helperMapper maps file p privately as a VM maps its RAM (in a process
 // of its own: a Go process that faults on pages of a FUSE file it serves
 // itself can deadlock, its runtime waiting to stop a thread the fault
-// holds), flips its first byte, and prints the mapping's digest; again
-// at each line read from stdin; exits at EOF.
+// holds), flips its first byte, says "mapped", and prints the mapping's
+// digest at each line read from stdin; exits at EOF.
 func helperMapper(p string) {
 	f, err := os.Open(p)
 	if err != nil {
@@ -78,12 +78,9 @@ func helperMapper(p string) {
 		os.Exit(1)
 	}
 	mem[0] ^= 0xff
-	in := bufio.NewScanner(os.Stdin)
-	for {
+	fmt.Println("mapped")
+	for in := bufio.NewScanner(os.Stdin); in.Scan(); {
 		fmt.Printf("%x\n", sha256.Sum256(mem))
-		if !in.Scan() {
-			return
-		}
 	}
 }
 
@@ -107,14 +104,15 @@ func startMapper(t *testing.T, p string) *mapper {
 	}
 	m := &mapper{cmd: cmd, in: in, out: bufio.NewReader(out)}
 	t.Cleanup(m.stop)
+	if line, err := m.out.ReadString('\n'); line != "mapped\n" {
+		t.Fatalf("mapper: %q %v", line, err)
+	}
 	return m
 }
 
-func (m *mapper) sum(t *testing.T, first bool) string {
+func (m *mapper) sum(t *testing.T) string {
 	t.Helper()
-	if !first {
-		fmt.Fprintln(m.in)
-	}
+	fmt.Fprintln(m.in)
 	line, err := m.out.ReadString('\n')
 	if err != nil || strings.HasPrefix(line, "error") {
 		t.Fatalf("mapper: %q %v", line, err)
@@ -208,8 +206,9 @@ func TestMapsLazilyThenLocal(t *testing.T) {
 	requireFUSE(t)
 	b, _, m, want := image(t, 24<<20)
 	dir := t.TempDir()
+	// The grace covers the mapper's start too.
 	r, err := lazyram.Open(lazyram.Options{Dir: dir, Backend: b, Holder: "test", SweepEvery: 100 * time.Millisecond,
-		Grace: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+		Grace: 3 * time.Second, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +225,7 @@ func TestMapsLazilyThenLocal(t *testing.T) {
 	}
 	// A private mapping of the served file, as a VM's RAM.
 	vm := startMapper(t, served)
-	if got := vm.sum(t, true); got != flipped(want) {
+	if got := vm.sum(t); got != flipped(want) {
 		t.Fatal("the served file's mapping differs from the image")
 	}
 	if got, err := os.ReadFile(served); err != nil || !bytes.Equal(got, want) {
@@ -240,11 +239,11 @@ func TestMapsLazilyThenLocal(t *testing.T) {
 		t.Fatalf("prefetches done: %v", n)
 	}
 	// Mapped: served still, past the grace.
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(3500 * time.Millisecond)
 	if !isMounted(r.Mount()) || len(r.Served()) != 1 {
 		t.Fatalf("mapped image retired: mounted %v, served %v", isMounted(r.Mount()), r.Served())
 	}
-	if got := vm.sum(t, false); got != flipped(want) {
+	if got := vm.sum(t); got != flipped(want) {
 		t.Fatal("the mapping changed under the swap")
 	}
 	vm.stop()
@@ -304,7 +303,7 @@ func TestTakesOverAfterACrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if got := vm.sum(t, true); got != flipped(want) {
+	if got := vm.sum(t); got != flipped(want) {
 		t.Fatal("a mapping made before the crash reads other bytes after the takeover")
 	}
 	if len(r.Served()) != 1 {
