@@ -198,7 +198,7 @@ func TestClusterLazyRAM(t *testing.T) {
 
 	// The first lazy child, looked at closely.
 	child, local := fork("node-b", true)
-	if !isMountPoint(mountB) {
+	if !lazyram.Mounted(mountB) {
 		t.Fatalf("node-b has nothing mounted on %s while a child runs on lazy RAM", mountB)
 	}
 	if mapped := lazyram.Mapped(mountB); len(mapped) == 0 {
@@ -213,7 +213,7 @@ func TestClusterLazyRAM(t *testing.T) {
 	waitMetric("node-b", `zeish_image_lazy_prefetch_total{result="done"}`, 1)
 	lazyBytes := metricSum(scrape(t, l.nodes["node-b"].Addr), "zeish_image_lazy_fetch_bytes_total")
 	next(local)
-	for deadline := time.Now().Add(time.Minute); isMountPoint(mountB); time.Sleep(250 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); lazyram.Mounted(mountB); time.Sleep(250 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("node-b's lazy RAM mount %s is still there a minute after its only child was deleted", mountB)
 		}
@@ -253,16 +253,4 @@ func TestClusterLazyRAM(t *testing.T) {
 	t.Logf("fork of a %d MiB sandbox (32 MiB written) into one more child than fits beside it; the first exec of one child on node-a and of the one on another node:%s(the first lazy child read %.1f MiB lazily, prefetch included)",
 		imagesMemMiB, table.String(), lazyBytes/(1<<20))
 	t.Logf("TestClusterLazyRAM: %v", time.Since(began).Round(time.Second))
-}
-
-// isMountPoint says whether something is mounted on dir (in this mount
-// namespace, the nodes').
-func isMountPoint(dir string) bool {
-	b, _ := os.ReadFile("/proc/self/mountinfo")
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
-			return true
-		}
-	}
-	return false
 }

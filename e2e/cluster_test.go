@@ -15,6 +15,7 @@ import (
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/node/lazyram"
 	"github.com/zeish/zeish/internal/procscan"
 	"github.com/zeish/zeish/internal/testenv"
 	"github.com/zeish/zeish/sandbox"
@@ -204,7 +205,7 @@ func (l *lab) cleanup() {
 				syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
-		if mnt := filepath.Join(z.DataDir, "lazyram", "mnt"); isMountPoint(mnt) {
+		if mnt := filepath.Join(z.DataDir, "lazyram", "mnt"); lazyram.Mounted(mnt) {
 			t.Errorf("cleanup: lazy RAM mount left on %s: %s", id, mnt)
 			syscall.Unmount(mnt, syscall.MNT_DETACH)
 		}

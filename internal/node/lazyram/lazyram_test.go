@@ -173,11 +173,6 @@ func image(t *testing.T, size int64) (blob.Backend, string, *imagestore.Manifest
 	return b, url, m, want
 }
 
-func isMounted(dir string) bool {
-	b, _ := os.ReadFile("/proc/self/mountinfo")
-	return strings.Contains(string(b), " "+dir+" ")
-}
-
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); !ok(); time.Sleep(50 * time.Millisecond) {
@@ -240,14 +235,14 @@ func TestMapsLazilyThenLocal(t *testing.T) {
 	}
 	// Mapped: served still, past the grace.
 	time.Sleep(3500 * time.Millisecond)
-	if !isMounted(r.Mount()) || len(r.Served()) != 1 {
-		t.Fatalf("mapped image retired: mounted %v, served %v", isMounted(r.Mount()), r.Served())
+	if !lazyram.Mounted(r.Mount()) || len(r.Served()) != 1 {
+		t.Fatalf("mapped image retired: mounted %v, served %v", lazyram.Mounted(r.Mount()), r.Served())
 	}
 	if got := vm.sum(t); got != flipped(want) {
 		t.Fatal("the mapping changed under the swap")
 	}
 	vm.stop()
-	waitFor(t, "the mount went once nothing mapped it", func() bool { return !isMounted(r.Mount()) && len(r.Served()) == 0 })
+	waitFor(t, "the mount went once nothing mapped it", func() bool { return !lazyram.Mounted(r.Mount()) && len(r.Served()) == 0 })
 	if keeperAlive(dir) {
 		t.Fatal("the keeper outlived the mount")
 	}
@@ -294,8 +289,8 @@ func TestTakesOverAfterACrash(t *testing.T) {
 	vm := startMapper(t, served)
 	cmd.Process.Kill()
 	cmd.Wait()
-	if !isMounted(mount) || !keeperAlive(dir) {
-		t.Fatalf("after the crash: mounted %v, keeper %v", isMounted(mount), keeperAlive(dir))
+	if !lazyram.Mounted(mount) || !keeperAlive(dir) {
+		t.Fatalf("after the crash: mounted %v, keeper %v", lazyram.Mounted(mount), keeperAlive(dir))
 	}
 	r, err := lazyram.Open(lazyram.Options{Dir: dir, Backend: b, Holder: "test", SweepEvery: 100 * time.Millisecond,
 		Grace: 100 * time.Millisecond})
@@ -311,7 +306,7 @@ func TestTakesOverAfterACrash(t *testing.T) {
 	}
 	waitFor(t, "the RAM local after the takeover", func() bool { return isLocal(local) })
 	vm.stop()
-	waitFor(t, "the mount gone once nothing maps it", func() bool { return !isMounted(mount) })
+	waitFor(t, "the mount gone once nothing maps it", func() bool { return !lazyram.Mounted(mount) })
 	if keeperAlive(dir) {
 		t.Fatal("the keeper outlived the mount")
 	}

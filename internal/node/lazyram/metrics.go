@@ -19,26 +19,7 @@ type Metrics struct {
 }
 
 func newMetrics() *Metrics {
-	st := &imagestore.Metrics{
-		FetchBytes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "zeish_image_lazy_fetch_bytes_total",
-			Help: "Image RAM bytes read from the image store for RAM served lazily (guests' faults and background prefetches), after their digest was verified.",
-		}),
-		FetchSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "zeish_image_lazy_fetch_duration_seconds",
-			Help:    "How long a read from the image store for lazily served RAM took: one chunk (what=chunk; a guest's fault on a miss waits this long) or the whole file written out to tmpfs (what=file).",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
-		}, []string{"what"}),
-		UploadBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "zeish_image_lazy_upload_bytes_total_unused"}),
-		CacheHits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "zeish_image_lazy_cache_hits_total",
-			Help: "Chunk reads for lazily served RAM that the node's lazy chunk cache served.",
-		}),
-		CacheMisses: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "zeish_image_lazy_cache_misses_total",
-			Help: "Chunk reads for lazily served RAM that the lazy chunk cache did not hold (read from the store).",
-		}),
-	}
+	st := imagestore.NewMetricsNamed("zeish_image_lazy_", ", for RAM served lazily (guests' faults and background prefetches)")
 	return &Metrics{
 		store: st,
 		Maps: prometheus.NewCounter(prometheus.CounterOpts{

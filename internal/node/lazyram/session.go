@@ -48,7 +48,7 @@ func (r *RAM) session() (*session, error) {
 		return r.sess, nil
 	}
 	mnt := r.Mount()
-	if mounted(mnt) {
+	if Mounted(mnt) {
 		imagefs.Unmount(mnt)
 	}
 	if err := os.MkdirAll(mnt, 0o700); err != nil {
@@ -164,7 +164,7 @@ func (r *RAM) recover() error {
 	defer r.mu.Unlock()
 	pid := r.keeperPID()
 	switch {
-	case pid > 0 && mounted(mnt):
+	case pid > 0 && Mounted(mnt):
 		dev, err := adopt(pid)
 		if err == nil {
 			_, err = r.serve(dev, pid, true)
@@ -178,7 +178,7 @@ func (r *RAM) recover() error {
 			syscall.Kill(pid, syscall.SIGKILL)
 			os.Remove(r.keeperFile())
 		}
-		if mounted(mnt) {
+		if Mounted(mnt) {
 			r.log.Warn("lazy RAM: a mount no process serves was left; detached (a VM that mapped it faults on pages it had not read)", "mount", mnt)
 			imagefs.Unmount(mnt)
 		}
@@ -238,8 +238,9 @@ func adopt(pid int) (*os.File, error) {
 	return os.NewFile(uintptr(fd), "/dev/fuse"), nil
 }
 
-// mounted says whether something is mounted on dir.
-func mounted(dir string) bool {
+// Mounted says whether something is mounted on dir (in this mount
+// namespace).
+func Mounted(dir string) bool {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return false
