@@ -37,6 +37,10 @@ func (r *RAM) prefetchLocked(s *served) {
 	}()
 }
 
+// prefetchParallel is how many chunks the prefetch reads at once (a
+// guest's faults read with the store's default, 8).
+const prefetchParallel = 2
+
 func (r *RAM) prefetch(ctx context.Context, sess *session, s *served) {
 	id := s.Manifest.ID
 	began := time.Now()
@@ -47,7 +51,7 @@ func (r *RAM) prefetch(ctx context.Context, sess *session, s *served) {
 				order = append(order, e.Chunk) // Prefetch skips what the cache has
 			}
 		}
-		err := sess.store.Prefetch(ctx, s.Manifest, order)
+		err := sess.background.Prefetch(ctx, s.Manifest, order)
 		if err == nil {
 			err = r.materialize(ctx, sess, s)
 		}
@@ -84,7 +88,7 @@ func (r *RAM) materialize(ctx context.Context, sess *session, s *served) error {
 	}
 	tmp := s.Local + ".lazy-fetch"
 	os.Remove(tmp)
-	if err := sess.store.FetchFile(ctx, s.Manifest, s.Name, tmp); err != nil {
+	if err := sess.background.FetchFile(ctx, s.Manifest, s.Name, tmp); err != nil {
 		return err
 	}
 	defer os.Remove(tmp) // after the exchange: the symlink

@@ -30,12 +30,15 @@ import (
 // connection back from the keeper (pidfd_getfd) and serves it again
 // (imagefs: a resumed connection, its catalog in the state dir).
 type session struct {
-	dev    *os.File
-	srv    *imagefs.Server
-	store  *imagestore.Store
-	cache  *imagestore.Cache
-	keeper int
-	done   chan struct{} // closed when Serve returns
+	dev   *os.File
+	srv   *imagefs.Server
+	store *imagestore.Store
+	// background reads for the prefetch, over the same cache, with fewer
+	// requests in flight: a guest's fault must not queue behind them.
+	background *imagestore.Store
+	cache      *imagestore.Cache
+	keeper     int
+	done       chan struct{} // closed when Serve returns
 }
 
 const keeperFD = 3
@@ -102,7 +105,8 @@ func (r *RAM) serve(dev *os.File, keeper int, resumed bool) (*session, error) {
 		cache.Close()
 		return nil, err
 	}
-	sess := &session{dev: dev, srv: srv, store: store, cache: cache, keeper: keeper, done: make(chan struct{})}
+	background := imagestore.New(r.o.Backend, imagestore.Options{Cache: cache, Parallel: prefetchParallel, Metrics: r.metrics.store, Logger: r.log})
+	sess := &session{dev: dev, srv: srv, store: store, background: background, cache: cache, keeper: keeper, done: make(chan struct{})}
 	go func() {
 		defer close(sess.done)
 		// Not r.life: the files must be served while VMs map them,
