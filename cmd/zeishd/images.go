@@ -69,12 +69,13 @@ func (l *local) collectors() []prometheus.Collector {
 }
 
 // openLazyRAM serves the RAM of images fetched for remote starts lazily
-// (ZEISH_LAZY_RAM, on by default), in <data>/lazyram; nil when off or
+// (ZEISH_LAZY_RAM=on; off by default: measured no faster than the whole
+// fetch at this cluster's sizes, docs/images.md), in <data>/lazyram; nil when off or
 // when this host cannot (no /dev/fuse, not root): the node then fetches
 // RAM whole, and says so.
 func openLazyRAM(log *slog.Logger, cfg *config.Config, remote *images.Remote, nodeID string) *lazyram.RAM {
 	if cfg.LazyRAM == "off" {
-		log.Info("lazy RAM off (ZEISH_LAZY_RAM=off): remote starts fetch the image's RAM whole first")
+		log.Info("lazy RAM off (ZEISH_LAZY_RAM): remote starts fetch the image's RAM whole first")
 		return nil
 	}
 	lazy, err := lazyram.Open(lazyram.Options{Dir: filepath.Join(cfg.DataDir, "lazyram"), Backend: remote.Store.Backend(),
