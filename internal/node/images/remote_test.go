@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/imagestore"
+	"github.com/zeish/zeish/internal/imagestore/blob"
 	"github.com/zeish/zeish/internal/imagestore/blob/folder"
 	"github.com/zeish/zeish/vmm"
 )
@@ -148,5 +151,83 @@ func waitFor(t *testing.T, ok func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatal("timed out")
 		}
+	}
+}
+
+// awayBackend is a folder store that can be switched off: while down,
+// every call fails as an unreachable S3 server's does.
+type awayBackend struct {
+	blob.Backend
+	down atomic.Bool
+}
+
+func (b *awayBackend) err() error {
+	if b.down.Load() {
+		return blob.Errorf(blob.ErrUnreachable, "%s: connection refused", b)
+	}
+	return nil
+}
+
+func (b *awayBackend) Put(ctx context.Context, key string, body []byte, sum [sha256.Size]byte) error {
+	if err := b.err(); err != nil {
+		return err
+	}
+	return b.Backend.Put(ctx, key, body, sum)
+}
+
+func (b *awayBackend) Get(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	if err := b.err(); err != nil {
+		return nil, err
+	}
+	return b.Backend.Get(ctx, key, off, n)
+}
+
+func (b *awayBackend) Stat(ctx context.Context, key string) (blob.Info, error) {
+	if err := b.err(); err != nil {
+		return blob.Info{}, err
+	}
+	return b.Backend.Stat(ctx, key)
+}
+
+func (b *awayBackend) List(ctx context.Context, prefix string, fn func(blob.Info) error) error {
+	if err := b.err(); err != nil {
+		return err
+	}
+	return b.Backend.List(ctx, prefix, fn)
+}
+
+// TestUploadCatchesUpWhenTheStoreIsBack: an image made while the store
+// is away is not durable; once the store is back, the node's retry
+// uploads it and marks it durable, with nothing asked of the caller. An
+// image deleted meanwhile is not retried.
+func TestUploadCatchesUpWhenTheStoreIsBack(t *testing.T) {
+	dir := t.TempDir()
+	f, err := folder.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &awayBackend{Backend: f}
+	shared := imagestore.New(b, imagestore.Options{})
+	r := sharedRig(t, shared)
+	base := filepath.Join(t.TempDir(), "base.img")
+	os.WriteFile(base, []byte("a template's disk"), 0o600)
+
+	b.down.Store(true)
+	kept := r.portableImage(base, bytes.Repeat([]byte{1}, 1<<20))
+	gone := r.portableImage(base, bytes.Repeat([]byte{2}, 1<<20))
+	r.s.Publish(kept)
+	r.s.Publish(gone)
+	time.Sleep(1500 * time.Millisecond) // the first tries fail
+	if r.s.Durable(kept.ID) {
+		t.Fatal("durable while the store was away")
+	}
+	os.RemoveAll(r.s.Dir(gone.ID)) // deleted while the store was away
+	b.down.Store(false)
+	waitFor(t, func() bool { return r.s.Durable(kept.ID) })
+	if ok, err := shared.Durable(context.Background(), kept.ID); !ok || err != nil {
+		t.Fatalf("the store after the retry: durable %v, %v", ok, err)
+	}
+	if ok, _ := shared.Durable(context.Background(), gone.ID); ok {
+		t.Fatal("an image deleted while the store was away was uploaded")
 	}
 }
