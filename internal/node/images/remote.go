@@ -57,7 +57,7 @@ type remote struct {
 	// attempts counts the failed uploads of an image since its last
 	// success, for the wait before the next (uploadFailed).
 	attempts map[string]int
-	fetches singleflight.Group
+	fetches  singleflight.Group
 	// layers caches the disk chain of images known only from the store
 	// (manifests never change), for gc's roots.
 	layers map[string][]string
