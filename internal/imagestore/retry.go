@@ -17,7 +17,7 @@ import (
 // the first to the last.
 const (
 	retryFirst = time.Second
-	retryMax   = 30 * time.Second
+	retryMax   = 15 * time.Second
 )
 
 // Transient reports whether a failed upload may succeed when retried as it

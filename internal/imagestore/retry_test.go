@@ -37,7 +37,7 @@ func TestTransient(t *testing.T) {
 // bound.
 func TestRetryAfter(t *testing.T) {
 	for attempt, want := range map[int]time.Duration{0: time.Second, 1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second,
-		5: 16 * time.Second, 6: 30 * time.Second, 100: 30 * time.Second} {
+		4: 8 * time.Second, 5: 15 * time.Second, 100: 15 * time.Second} {
 		if got := RetryAfter(attempt); got != want {
 			t.Errorf("RetryAfter(%d) = %v, want %v", attempt, got, want)
 		}

@@ -44,6 +44,8 @@ type S3 struct {
 	AccessKey string
 	SecretKey string
 	Root      string // <Root>/<bucket>/<key> is an object's file
+	addr      string // host:port
+	bin       string
 	cmd       *exec.Cmd
 	exited    chan struct{}
 	log       string
@@ -59,7 +61,7 @@ func StartS3(t testing.TB) *S3 {
 	}
 	dir := t.TempDir()
 	s := &S3{AccessKey: "zeishtest", SecretKey: "zeish-test-secret-" + fmt.Sprint(os.Getpid()),
-		Root: filepath.Join(dir, "root"), log: filepath.Join(dir, "log"), exited: make(chan struct{})}
+		Root: filepath.Join(dir, "root"), log: filepath.Join(dir, "log")}
 	if err := os.MkdirAll(s.Root, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -67,40 +69,59 @@ func StartS3(t testing.TB) *S3 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
+	s.addr = ln.Addr().String()
 	ln.Close()
-	s.Endpoint = "http://" + addr
-	logf, err := os.Create(s.log)
+	s.Endpoint = "http://" + s.addr
+	s.bin = bin
+	t.Cleanup(s.stop)
+	s.launch(t)
+	return s
+}
+
+// launch starts the server on s.addr and waits until it answers.
+func (s *S3) launch(t testing.TB) {
+	t.Helper()
+	logf, err := os.OpenFile(s.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	s.cmd = exec.Command(bin, "--port", addr, "--access", s.AccessKey, "--secret", s.SecretKey, "posix", s.Root)
+	s.cmd = exec.Command(s.bin, "--port", s.addr, "--access", s.AccessKey, "--secret", s.SecretKey, "posix", s.Root)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("start versitygw: %v", err)
 	}
-	go func() { s.cmd.Wait(); close(s.exited) }()
-	t.Cleanup(s.stop)
+	exited := make(chan struct{})
+	s.exited = exited
+	go func(cmd *exec.Cmd) { cmd.Wait(); close(exited) }(s.cmd)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get(s.Endpoint)
 		if err == nil {
 			resp.Body.Close()
-			break
+			return
 		}
 		select {
-		case <-s.exited:
+		case <-exited:
 			t.Fatalf("versitygw exited at start: %s", s.Log())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("versitygw not answering on %s after 30 s: %s", addr, s.Log())
+			t.Fatalf("versitygw not answering on %s after 30 s: %s", s.addr, s.Log())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return s
+}
+
+// Down kills the server, as a store that went away: connections to it are
+// refused until Up. Its objects stay.
+func (s *S3) Down() { s.stop() }
+
+// Up starts the server again after Down, on the same address and objects.
+func (s *S3) Up(t testing.TB) {
+	t.Helper()
+	s.launch(t)
 }
 
 // Log is what the server printed.
@@ -110,6 +131,9 @@ func (s *S3) Log() string {
 }
 
 func (s *S3) stop() {
+	if s.cmd == nil {
+		return
+	}
 	s.cmd.Process.Signal(syscall.SIGCONT) // a test may have paused it
 	s.cmd.Process.Kill()
 	<-s.exited
