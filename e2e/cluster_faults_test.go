@@ -34,8 +34,9 @@ import (
 //   - a full disk on the fetching node (its data dir on a small tmpfs the
 //     test mounts and fills): storage_full saying the disk is full, the
 //     partial fetch removed, the node still serving once room is made;
-//   - wrong credentials: a control plane and a node agent refuse to start,
-//     saying to check the store's credentials.
+//   - a control plane and a node (re)started while the store is down start,
+//     saying so; with wrong credentials they refuse to start, saying to
+//     check the store's credentials.
 //
 // (A node of an older protocol is internal/cluster's
 // TestPreviousMinorNodeRegisters and TestRouterAsksOnlyWhatTheNodesVersionHas.)
@@ -106,6 +107,22 @@ func TestClusterImageStoreFaults(t *testing.T) {
 		if _, err := l.client.StopSandbox(ctx, sbs[1].ID, zeish.Wait()); err != nil {
 			t.Fatalf("a stop with the store down: %v", err)
 		}
+		// Hosts (re)started while the store is away start, saying so: an
+		// outage of the store keeps no control plane or node down.
+		spare := l.spareControl(t, storeEnv...)
+		b := l.nodes["node-b"]
+		b.Stop()
+		for what, z := range map[string]*testenv.Zeishd{"a control plane": spare, "node-b": b} {
+			mark := len(z.Log.String())
+			if err := z.Start(ctx); err != nil {
+				t.Fatalf("%s started while the store is down: %v", what, err)
+			}
+			if !strings.Contains(z.Log.String()[mark:], "cannot be reached at start") {
+				t.Errorf("%s started while the store is down does not say so:\n%s", what, z.Log.String()[mark:])
+			}
+		}
+		spare.Stop()
+		l.waitNode("node-b", true)
 		// What needs a fetch fails, saying why; node-a holds the images
 		// but takes nothing new.
 		l.only("node-b")
@@ -206,19 +223,27 @@ func TestClusterImageStoreFaults(t *testing.T) {
 
 	t.Run("wrong credentials", func(t *testing.T) {
 		wrong := []string{"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey + "-wrong", "ZEISH_IMAGE_STORE=" + storeURL}
-		control := &testenv.Zeishd{Bin: filepath.Join(bin, "zeishd"), DataDir: tempDir(t, "zeish-e2e-control-bad-"),
-			Env: append([]string{"ZEISH_ROLE=control", "ZEISH_DATABASE_URL=" + l.db, "ZEISH_CLUSTER_ALLOW_HTTP=on"}, wrong...)}
+		control := l.spareControl(t, wrong...)
 		node := l.nodeAgent("node-bad", tempDir(t, "zeish-e2e-node-bad-"), 512, wrong...)
+		defer os.RemoveAll(node.DataDir)
 		for what, z := range map[string]*testenv.Zeishd{"control plane": control, "node agent": node} {
 			err := z.Start(ctx)
 			z.Stop()
-			os.RemoveAll(z.DataDir)
 			if err == nil || !strings.Contains(err.Error(), "ZEISH_IMAGE_STORE") || !strings.Contains(err.Error(), "check the store's credentials") {
 				t.Errorf("a %s with wrong store credentials: %v, want it to refuse to start saying to check the credentials", what, err)
 			}
 		}
 	})
 	t.Logf("TestClusterImageStoreFaults: %v", time.Since(began).Round(time.Second))
+}
+
+// spareControl is one more control-plane replica of the lab's database,
+// not started, with settings env; its data dir goes at cleanup.
+func (l *lab) spareControl(t *testing.T, env ...string) *testenv.Zeishd {
+	z := &testenv.Zeishd{Bin: filepath.Join(bin, "zeishd"), DataDir: tempDir(t, "zeish-e2e-control-spare-"),
+		Env: append([]string{"ZEISH_ROLE=control", "ZEISH_DATABASE_URL=" + l.db, "ZEISH_CLUSTER_ALLOW_HTTP=on"}, env...)}
+	t.Cleanup(func() { z.Stop(); os.RemoveAll(z.DataDir) })
+	return z
 }
 
 // waitDurable waits until durable (what the API shows) is true.
