@@ -229,6 +229,15 @@ func (s *Store) uploadSpec(m *Meta) (imagestore.UploadSpec, error) {
 	var parent *Meta
 	if spec.Parent != "" {
 		parent, _ = s.Read(spec.Parent)
+		// A merge (internal/node/merge) put a layer without memory below
+		// the disk; the VM's RAM still came from the image the merge
+		// started at, which is the delta's parent: else a capture after a
+		// merge would upload all of its RAM again.
+		if parent != nil && parent.VM == nil && parent.MergedFrom != "" {
+			if from, err := s.Read(parent.MergedFrom); err == nil && from.VM != nil {
+				spec.Parent, parent = from.ID, from
+			}
+		}
 	}
 	local := func(path func(*Meta) string) string {
 		if parent == nil || parent.VM == nil {

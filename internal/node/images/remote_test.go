@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -229,5 +230,65 @@ func TestUploadCatchesUpWhenTheStoreIsBack(t *testing.T) {
 	}
 	if ok, _ := shared.Durable(context.Background(), gone.ID); ok {
 		t.Fatal("an image deleted while the store was away was uploaded")
+	}
+}
+
+// countingBackend counts the chunk bytes put into a folder store.
+type countingBackend struct {
+	blob.Backend
+	chunkBytes atomic.Int64
+}
+
+func (b *countingBackend) Put(ctx context.Context, key string, body []byte, sum [sha256.Size]byte) error {
+	if strings.HasPrefix(key, "chunks/") {
+		b.chunkBytes.Add(int64(len(body)))
+	}
+	return b.Backend.Put(ctx, key, body, sum)
+}
+
+// TestUploadAfterAMergeIsADelta: a VM whose disk chain was merged
+// (internal/node/merge: a layer without memory below its disk, merged
+// from the image its RAM came from) is captured: its image is uploaded as
+// a delta of that image, its private pages only, not all of its RAM.
+func TestUploadAfterAMergeIsADelta(t *testing.T) {
+	ctx := context.Background()
+	f, err := folder.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &countingBackend{Backend: f}
+	r := sharedRig(t, imagestore.New(b, imagestore.Options{}))
+	base := filepath.Join(t.TempDir(), "base.img")
+	os.WriteFile(base, []byte("a template's disk"), 0o600)
+	mem := make([]byte, 4<<20)
+	rand.Read(mem)
+	origin := r.portableImage(base, mem)
+	r.s.Publish(origin)
+	if err := r.s.WaitUploaded(ctx, origin.ID); err != nil {
+		t.Fatal(err)
+	}
+	// The merge of the chain that origin topped: a disk only.
+	id, _, lease, err := r.s.Create()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release()
+	merged := &Meta{ID: id, SandboxID: "sb_x", Disk: r.s.LayerPath(id), MergedFrom: origin.ID, CreatedAt: time.Now().UTC()}
+	if err := os.WriteFile(merged.Disk, []byte("merged over "+base+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.s.Write(merged); err != nil {
+		t.Fatal(err)
+	}
+	childMem := bytes.Clone(mem)
+	copy(childMem[8192:], bytes.Repeat([]byte{7}, 4096)) // one private page
+	child := r.portableImage(r.s.LayerPath(merged.ID), childMem, merged.ID)
+	before := b.chunkBytes.Load()
+	r.s.Publish(child)
+	if err := r.s.WaitUploaded(ctx, child.ID); err != nil {
+		t.Fatal(err)
+	}
+	if up := b.chunkBytes.Load() - before; up > 64<<10 {
+		t.Errorf("the capture after a merge put %d KiB of chunks, want its private page and its small files (its RAM is %d KiB)", up>>10, len(mem)>>10)
 	}
 }
