@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -113,6 +114,19 @@ func runImages(ctx context.Context, e *benchEnv) (*report, error) {
 	row("a template's files onto a new node: the fetch from the store vs cp of the same files", creates.fetch, creates.copy, "ms", "reported")
 	row("create → first exec on that node: first (fetch + cold boot) vs cached", creates.first, creates.cached, "ms", "reported")
 	r.Tables = append(r.Tables, t)
+	parts := &table{Title: "where the parents' pauses went (captures by private pages, from each zeishd's log, warm-up included): medians (max), ms",
+		Header: append([]string{"zeishd", "captures"}, pauseParts...)}
+	for _, side := range []struct {
+		name  string
+		parts map[string][]float64
+	}{{"with a store", pauses.partsWith}, {"without", pauses.partsWithout}} {
+		line := []string{side.name, strconv.Itoa(len(side.parts["pause_ms"]))}
+		for _, k := range pauseParts {
+			line = append(line, spreadMax(side.parts[k]))
+		}
+		parts.Rows = append(parts.Rows, line)
+	}
+	r.Tables = append(r.Tables, parts)
 	for _, s := range []series{
 		newSeries("remote_child_fork_to_first_exec", "ms", remote.remote), newSeries("local_child_fork_to_first_exec", "ms", remote.local),
 		newSeries("local_sibling_fork_to_first_exec", "ms", remote.siblings),
@@ -150,10 +164,36 @@ func spread(s []float64, unit string) string {
 	return fmt.Sprintf("%s %s (%s–%s), %d", fmtNum(median(s)), unit, fmtNum(lo), fmtNum(hi), len(s))
 }
 
+// spreadMax is a median with its maximum.
+func spreadMax(s []float64) string {
+	if len(s) == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%s (%s)", fmtNum(median(s)), fmtNum(slices.Max(s)))
+}
+
 // pauseRuns is what storePauses measured.
 type pauseRuns struct {
 	with, without     []float64 // ms
 	uploaded, private []float64 // MiB, per re-fork
+	// partsWith and partsWithout are the parts of those pauses (deltaParts),
+	// from the captures' log lines of the parents.
+	partsWith, partsWithout map[string][]float64
+}
+
+// pauseParts are the parts of a capture by private pages' pause that
+// the images section shows, with a store and without.
+var pauseParts = []string{"pause_ms", "pages_ms", "swap_ms", "save_ms", "cont_ms"}
+
+// linesOf keeps the lines of log that name sandbox id.
+func linesOf(log, id string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, " sandbox="+id+" ") {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
 }
 
 // storePauses forks one running parent on the bench's zeishd (no store)
@@ -231,6 +271,8 @@ func (e *benchEnv) storePauses(ctx context.Context, stored *zeish.Client, side *
 			return out, err
 		}
 	}
+	out.partsWith = captureParts(linesOf(side.Log.String(), parent), deltaCaptureRE, deltaParts)
+	out.partsWithout = captureParts(linesOf(e.zeishd.Log.String(), plain), deltaCaptureRE, deltaParts)
 	for _, img := range reforks {
 		if _, err := waitLogMatch(ctx, side, 0, durableRE, img); err != nil {
 			return out, err

@@ -47,3 +47,10 @@ func TestImagesLogFigures(t *testing.T) {
 		t.Errorf("spread: %q", got)
 	}
 }
+
+func TestLinesOf(t *testing.T) {
+	log := "a sandbox=sbx_1 x=1\nb sandbox=sbx_12 x=2\nc sandbox=sbx_1 x=3\n"
+	if got := linesOf(log, "sbx_1"); got != "a sandbox=sbx_1 x=1\nc sandbox=sbx_1 x=3\n" {
+		t.Errorf("linesOf: %q", got)
+	}
+}
