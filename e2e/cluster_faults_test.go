@@ -250,10 +250,16 @@ func (l *lab) spareControl(t *testing.T, env ...string) *testenv.Zeishd {
 func waitDurable(ctx context.Context, t *testing.T, l *lab, durable func() *bool, what string) {
 	t.Helper()
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(250 * time.Millisecond) {
-		if d := durable(); d != nil && *d {
+		d := durable()
+		if d != nil && *d {
 			return
-		} else if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("%s not durable after 2 minutes (durable %v)", what, d)
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			shown := "absent"
+			if d != nil {
+				shown = fmt.Sprint(*d)
+			}
+			t.Fatalf("%s not durable after 2 minutes (durable %s)", what, shown)
 		}
 	}
 }
