@@ -6,7 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -90,7 +94,39 @@ func TestClusterImages(t *testing.T) {
 		t.Logf("create from a template built on node-a, on node-c: refused %v while it uploaded; first create %v (its fetch: %.1f MiB in %v); cached %v",
 			first.Sub(built).Round(10*time.Millisecond), firstTook.Round(10*time.Millisecond), fetched/(1<<20),
 			fetchTook.Round(10*time.Millisecond), time.Since(cached).Round(10*time.Millisecond))
-		for _, s := range []zeish.Sandbox{sb, again} {
+
+		// A snapshot of it, cloned with node-c drained: the child runs on
+		// node-b, on node-b's own copy of the template (the image was
+		// made on node-c's), with the snapshot's disk and processes, and
+		// shows the image's fetch while it starts.
+		conn := l.connect(ctx, sb)
+		pid := shell(t, conn, tplStateScript)
+		snap, err := l.client.CreateSnapshot(ctx, sb.ID, zeish.CreateSnapshotRequest{Name: "tpl"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		shell(t, conn, "echo after > /home/app/state")
+		only("node-b")
+		// The nodes share this host's disk: node-b must not stand the
+		// child on node-c's copy of the template, which on hosts of
+		// their own it could not read.
+		back := outOfReach(t, filepath.Join(l.nodes["node-c"].DataDir, "template-cache", tpl.ID))
+		cloned := time.Now()
+		res, err := l.client.CloneSnapshot(ctx, sb.ID, snap.ID, zeish.CloneRequest{Count: 1})
+		if err != nil || len(res.Sandboxes) != 1 {
+			t.Fatalf("clone of a snapshot of a template built in the cluster: %+v %v", res, err)
+		}
+		child, reasons := l.startReasons(ctx, t, res.Sandboxes[0].ID)
+		back()
+		if child.State != sandbox.StateRunning || child.Host != "node-b" {
+			t.Fatalf("the snapshot's clone, wanted running on node-b: %+v", child)
+		}
+		t.Logf("clone on node-b of a snapshot taken on node-c of node-a's template: %v; its state_reasons: %q", time.Since(cloned).Round(10*time.Millisecond), reasons)
+		requireTplState(t, l.connect(ctx, child), pid)
+		if !fetchShown(reasons) {
+			t.Errorf("the clone started from a fetched image and showed no fetch progress: %q", reasons)
+		}
+		for _, s := range []zeish.Sandbox{sb, again, child} {
 			if _, err := l.client.DeleteSandbox(ctx, s.ID, zeish.Wait()); err != nil {
 				t.Fatal(err)
 			}
@@ -128,13 +164,31 @@ func TestClusterImages(t *testing.T) {
 			t.Fatalf("placement nowhere: %v", err)
 		}
 		forked := time.Now()
-		res, err := l.client.CloneSandbox(ctx, parent.ID, zeish.CloneRequest{Count: 6, Placement: zeish.PlacementAny}, zeish.Wait())
+		res, err := l.client.CloneSandbox(ctx, parent.ID, zeish.CloneRequest{Count: 6, Placement: zeish.PlacementAny})
 		if err != nil {
 			t.Fatalf("fork of 6 with placement any: %v", err)
 		}
+		// Every child followed while it starts, all at once: those on
+		// other nodes than the parent's show the fork image's fetch.
+		type followed struct {
+			reasons []string
+			err     error
+		}
+		starts := make([]followed, len(res.Sandboxes))
+		var wg sync.WaitGroup
+		for i, c := range res.Sandboxes {
+			wg.Go(func() { res.Sandboxes[i], starts[i].reasons, starts[i].err = l.follow(ctx, c.ID) })
+		}
+		wg.Wait()
 		t.Logf("fork of 6, placement any: %v to all running (parent paused %d ms)", time.Since(forked).Round(100*time.Millisecond), res.PauseMS)
 		hosts := map[string]int{}
-		for _, c := range res.Sandboxes {
+		for i, c := range res.Sandboxes {
+			if err := starts[i].err; err != nil {
+				t.Fatal(err)
+			}
+			if c.Host != "node-a" && !fetchShown(starts[i].reasons) {
+				t.Errorf("child %s on %s started from the fetched fork image and showed no fetch progress: %q", c.ID, c.Host, starts[i].reasons)
+			}
 			if c.State != sandbox.StateRunning {
 				t.Fatalf("child %s on %s: %s %s", c.ID, c.Host, c.State, c.StateReason)
 			}
@@ -168,10 +222,21 @@ func TestClusterImages(t *testing.T) {
 			sbs[i], conns[i] = sb, l.connect(ctx, sb)
 			shell(t, conns[i], counterScript+" echo "+name+" > /root/file")
 		}
+		// And one of the template node-a built, whose files are at
+		// node-a's build folder there.
+		tplSb, err := l.client.CreateSandbox(ctx, zeish.CreateSandboxRequest{Name: "tpl-snapped", Template: "img", MemoryMiB: imagesMemMiB}, zeish.Wait())
+		if err != nil || tplSb.Host != "node-a" {
+			t.Fatalf("tpl-snapped: %+v %v", tplSb, err)
+		}
+		tplPid := shell(t, l.connect(ctx, tplSb), tplStateScript)
 		all()
 		time.Sleep(time.Second)
 		at := counter(t, conns[0])
 		snap, err := l.client.CreateSnapshot(ctx, sbs[0].ID, zeish.CreateSnapshotRequest{Name: "before"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tplSnap, err := l.client.CreateSnapshot(ctx, tplSb.ID, zeish.CreateSnapshotRequest{Name: "before"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,10 +255,14 @@ func TestClusterImages(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s.Durable == nil || sb.ImageDurable == nil {
+			ts, err := l.client.GetSnapshot(ctx, tplSnap.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Durable == nil || sb.ImageDurable == nil || ts.Durable == nil {
 				t.Fatalf("durable not shown with an image store: snapshot %v, stopped sandbox %v", s.Durable, sb.ImageDurable)
 			}
-			if *s.Durable && *sb.ImageDurable {
+			if *s.Durable && *sb.ImageDurable && *ts.Durable {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -204,6 +273,10 @@ func TestClusterImages(t *testing.T) {
 
 		l.nodes["node-a"].Kill()
 		l.waitNode("node-a", false)
+		// Its disk is lost with it: the template node-a built (whose
+		// files the nodes could read here, on one host) too, until it
+		// comes back.
+		back := outOfReach(t, filepath.Join(l.nodes["node-a"].DataDir, "template-builds"))
 		if sb, err := l.client.WaitSandbox(ctx, sbs[0].ID, zeish.WaitRequest{State: sandbox.StateError, TimeoutSeconds: 60}); err != nil || sb.ErrorCode != sandbox.ErrNodeLost {
 			t.Fatalf("the snapshotted sandbox after its node was killed: %+v %v", sb, err)
 		}
@@ -241,18 +314,120 @@ func TestClusterImages(t *testing.T) {
 		if !fetched {
 			t.Fatal("no fetch in the nodes' /metrics")
 		}
+
+		// The template's sandbox comes back on another node from its
+		// snapshot, on that node's copy of the template, and shows the
+		// image's fetch while it restores; the fetch counts in the
+		// node's /metrics.
+		before := map[string][2]float64{}
+		for _, id := range []string{"node-b", "node-c"} {
+			m := scrape(t, l.nodes[id].Addr)
+			before[id] = [2]float64{metricSum(m, "zeish_image_fetch_bytes_total"), metricSum(m, `zeish_image_fetch_duration_seconds_count{what="file"}`)}
+		}
+		restored = time.Now()
+		tres, err := l.client.RestoreSnapshot(ctx, tplSnap.ID)
+		if err != nil {
+			t.Fatalf("restore of a lost node's snapshot of its own template's sandbox: %v", err)
+		}
+		tsb, reasons := l.startReasons(ctx, t, tres.Sandbox.ID)
+		if tsb.State != sandbox.StateRunning || tsb.Host == "node-a" {
+			t.Fatalf("restored %s: %+v", tplSb.ID, tsb)
+		}
+		t.Logf("restore on %s of a lost node's snapshot of its template's sandbox: %v; its state_reasons: %q", tsb.Host,
+			time.Since(restored).Round(100*time.Millisecond), reasons)
+		requireTplState(t, l.connect(ctx, tsb), tplPid)
+		if !fetchShown(reasons) {
+			t.Errorf("the restore fetched its image and showed no fetch progress: %q", reasons)
+		}
+		m := scrape(t, l.nodes[tsb.Host].Addr)
+		after := [2]float64{metricSum(m, "zeish_image_fetch_bytes_total"), metricSum(m, `zeish_image_fetch_duration_seconds_count{what="file"}`)}
+		if was := before[tsb.Host]; after[0] <= was[0] || after[1] <= was[1] {
+			t.Errorf("%s's fetch metrics did not count the restore's fetch: bytes %v → %v, files %v → %v", tsb.Host, was[0], after[0], was[1], after[1])
+		}
 		// node-a comes back: what moved is not its any more; its stale VMs go.
+		back()
 		if err := l.nodes["node-a"].Start(ctx); err != nil {
 			t.Fatal(err)
 		}
 		l.waitNode("node-a", true)
-		for _, id := range []string{sbs[0].ID, sbs[1].ID} {
+		for _, id := range []string{sbs[0].ID, sbs[1].ID, tplSb.ID} {
 			if sb, err := l.client.GetSandbox(ctx, id); err != nil || sb.Host == "node-a" || sb.State != sandbox.StateRunning {
 				t.Fatalf("%s after its old node came back: %+v %v", id, sb, err)
 			}
 		}
 	})
 	t.Logf("TestClusterImages: %v", time.Since(began).Round(time.Second))
+}
+
+// tplStateScript leaves, in a sandbox of the "img" template (user app),
+// state a restore or clone must bring back: a file, and a process running
+// (it prints its pid).
+const tplStateScript = "echo snapped > /home/app/state; sleep 100000 </dev/null >/dev/null 2>&1 & echo $!"
+
+// requireTplState checks a sandbox restored or cloned from a snapshot taken
+// after tplStateScript: the template's own file, the snapshot's file, and
+// the process pid still running.
+func requireTplState(t *testing.T, conn *zeish.SandboxConn, pid string) {
+	t.Helper()
+	if out := shell(t, conn, "cat /data/old/keep.txt /home/app/state; kill -0 "+pid+" && echo running"); out != "kept\nsnapped\nrunning" {
+		t.Fatalf("in %s: %q, want the template's file, the snapshot's and its process", conn.ID(), out)
+	}
+}
+
+// outOfReach hides path (a node's files the others must not use) until
+// back is called, or the test ends.
+func outOfReach(t *testing.T, path string) (back func()) {
+	t.Helper()
+	away := path + ".out-of-reach"
+	if err := os.Rename(path, away); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	back = func() {
+		once.Do(func() {
+			if err := os.Rename(away, path); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(back)
+	return back
+}
+
+// startReasons follows sandbox id's events while it is starting: the
+// sandbox once it is not, and every state_reason the events showed.
+func (l *lab) startReasons(ctx context.Context, t *testing.T, id string) (zeish.Sandbox, []string) {
+	t.Helper()
+	sb, reasons, err := l.follow(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb, reasons
+}
+
+// follow is startReasons without a test to fail.
+func (l *lab) follow(ctx context.Context, id string) (zeish.Sandbox, []string, error) {
+	stream, err := l.client.Events(ctx, id)
+	if err != nil {
+		return zeish.Sandbox{}, nil, err
+	}
+	defer stream.Close()
+	var reasons []string
+	for stream.Next() {
+		sb := stream.Event().Sandbox
+		if sb.StateReason != "" && !slices.Contains(reasons, sb.StateReason) {
+			reasons = append(reasons, sb.StateReason)
+		}
+		if sb.State != sandbox.StateStarting {
+			return sb, reasons, nil
+		}
+	}
+	return zeish.Sandbox{}, reasons, fmt.Errorf("the events of %s ended while it started: %v (state_reasons %q)", id, stream.Err(), reasons)
+}
+
+// fetchShown reports whether a state_reason showed an image's fetch.
+func fetchShown(reasons []string) bool {
+	return slices.ContainsFunc(reasons, func(r string) bool { return strings.HasPrefix(r, "fetching image ") })
 }
 
 // connect opens the data plane of sb on its node.

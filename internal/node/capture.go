@@ -194,7 +194,7 @@ func (n *Node) captureParent(ctx context.Context, r *store.SandboxRecord, h *vmm
 	return rollback.Run(ctx,
 		n.newImage(&c.meta.ID, &c.dir, &c.lease),
 		rollback.Step{Name: "link disk into image", Do: func(context.Context, *rollback.Stack) error {
-			c.meta.SandboxID, c.meta.CreatedAt = r.ID, time.Now().UTC()
+			c.meta.SandboxID, c.meta.Template, c.meta.CreatedAt = r.ID, r.Template, time.Now().UTC()
 			c.meta.Disk, c.meta.Layers = n.images.LayerPath(c.meta.ID), append([]string(nil), r.Layers...)
 			return os.Link(r.Disk, c.meta.Disk)
 		}},

@@ -113,7 +113,7 @@ func (n *Node) recordSwap(ctx context.Context, r *store.SandboxRecord, h *vmm.Ha
 		os.Remove(n.journalPath(r.ID))
 		return nil, nil
 	}
-	meta := &images.Meta{ID: j.Image, SandboxID: r.ID, CreatedAt: time.Now().UTC(), VM: img, Disk: j.Swap.Frozen,
+	meta := &images.Meta{ID: j.Image, SandboxID: r.ID, Template: r.Template, CreatedAt: time.Now().UTC(), VM: img, Disk: j.Swap.Frozen,
 		Layers: append([]string(nil), r.Layers...)}
 	if i := slices.Index(r.Layers, j.Image); i >= 0 {
 		meta.Layers = append([]string(nil), r.Layers[:i]...) // recorded before the crash

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
@@ -41,7 +42,8 @@ func (n *Node) Clone(ctx context.Context, parentID string, children []*store.San
 		return 0, nil, err
 	}
 	parent, _ = n.opts.Store.GetSandbox(ctx, parentID)
-	if err := n.startChildren(ctx, parent, cap.image, cap.lease, children); err != nil {
+	here := func(context.Context) (*images.Meta, error) { return cap.image, nil }
+	if err := n.startChildren(ctx, parent, cap.image.Chain(), here, cap.lease, children); err != nil {
 		return cap.pause, nil, err
 	}
 	return cap.pause, children, nil
@@ -67,7 +69,9 @@ func (n *Node) CloneSnapshot(ctx context.Context, snapID string, children []*sto
 }
 
 // cloneFromImage starts children of parent from image (what names it in
-// errors), fetched from the image store when this node lacks it.
+// errors), fetched from the image store when this node lacks it: the
+// children are recorded first (once the store says what the image stands
+// on), and each shows the one fetch's progress while it starts.
 func (n *Node) cloneFromImage(ctx context.Context, parent *store.SandboxRecord, image, what string, children []*store.SandboxRecord) ([]*store.SandboxRecord, error) {
 	release, err := n.admitChildren(ctx, parent, children)
 	if err != nil {
@@ -76,19 +80,40 @@ func (n *Node) cloneFromImage(ctx context.Context, parent *store.SandboxRecord, 
 	defer release() // the children's records count from here on
 	var (
 		lease *images.Lease
-		meta  *images.Meta
+		chain []string
 	)
 	err = rollback.Run(ctx,
 		rollback.Step{Name: "image", AsIs: true, Do: func(_ context.Context, undo *rollback.Stack) (err error) {
 			lease = n.images.Lease(image)
 			undo.Add(func(context.Context) error { lease.Release(); return nil })
-			if meta, err = n.image(ctx, image, ""); err != nil {
+			if chain, err = n.images.Chain(ctx, image); err != nil {
 				return fmt.Errorf("%s: %w", what, err)
+			}
+			if !n.ours(parent) {
+				// The children get the parent's kernel: this node's copy.
+				p := *parent
+				if err := n.localKernel(ctx, &p, ""); err != nil {
+					return fmt.Errorf("%s: %w", what, err)
+				}
+				parent = &p
 			}
 			return nil
 		}},
 		rollback.Step{Name: "children", AsIs: true, Do: func(ctx context.Context, _ *rollback.Stack) error {
-			return n.startChildren(ctx, parent, meta, lease, children)
+			// One fetch for all children, under the node's lifetime: a
+			// child deleted meanwhile does not cut it short for the others.
+			load := sync.OnceValues(func() (*images.Meta, error) {
+				ids := make([]string, len(children))
+				for i, c := range children {
+					ids[i] = c.ID
+				}
+				m, err := n.image(n.life, image, ids...)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", what, err)
+				}
+				return m, nil
+			})
+			return n.startChildren(ctx, parent, chain, func(context.Context) (*images.Meta, error) { return load() }, lease, children)
 		}},
 	)
 	if err != nil {
@@ -120,10 +145,12 @@ func (n *Node) admitChildren(ctx context.Context, parent *store.SandboxRecord, c
 	return release, nil
 }
 
-// startChildren records children of parent and boots each from image in
-// the background; lease is released once every child is past its boot (or at
+// startChildren records children of parent, standing on an image of disk
+// chain chain, and boots each in the background from the image load
+// brings; lease is released once every child is past its boot (or at
 // once on failure, when no record was written).
-func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, image *images.Meta, lease *images.Lease, children []*store.SandboxRecord) error {
+func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, chain []string, load func(context.Context) (*images.Meta, error),
+	lease *images.Lease, children []*store.SandboxRecord) error {
 	picked := make([]bool, len(children))
 	// Its refusals are the client's (a child's network, a name): as they are.
 	err := rollback.Run(ctx,
@@ -150,7 +177,7 @@ func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, i
 				}
 				c.Kernel, c.Initrd, c.KernelArgs = parent.Kernel, parent.Initrd, parent.KernelArgs
 				c.Host = n.opts.ID // the parent's, or this one when it is another's (CloneImage)
-				c.Layers = image.Chain()
+				c.Layers = append([]string(nil), chain...)
 				c.State, c.CreatedAt, c.UpdatedAt = sandbox.StateStarting, now, now
 				if c.Metadata == nil {
 					c.Metadata = map[string]string{}
@@ -176,7 +203,7 @@ func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, i
 			if switched {
 				checkout = func(ctx context.Context) error { return n.gitSwitch(ctx, c, sw) }
 			}
-			n.bootFromImage(ctx, c, image, checkout)
+			n.bootFromImage(ctx, c, load, checkout)
 			n.mu.Lock()
 			remaining--
 			last := remaining == 0
@@ -190,9 +217,13 @@ func (n *Node) startChildren(ctx context.Context, parent *store.SandboxRecord, i
 }
 
 // bootFromImage starts a fork child from the image its parent was captured
-// into; checkout (nil: none) is its git checkout.
-func (n *Node) bootFromImage(ctx context.Context, r *store.SandboxRecord, meta *images.Meta, checkout func(context.Context) error) {
-	n.bootNew(ctx, r, "fork", checkout, func(_ context.Context, spec *vmm.Spec) error {
+// into, which load brings; checkout (nil: none) is its git checkout.
+func (n *Node) bootFromImage(ctx context.Context, r *store.SandboxRecord, load func(context.Context) (*images.Meta, error), checkout func(context.Context) error) {
+	n.bootNew(ctx, r, "fork", checkout, func(ctx context.Context, spec *vmm.Spec) error {
+		meta, err := load(ctx)
+		if err != nil {
+			return err
+		}
 		spec.BaseDisk, spec.From = meta.Disk, meta.VM
 		return nil
 	})

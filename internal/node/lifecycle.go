@@ -141,7 +141,7 @@ func (n *Node) suspend(ctx context.Context, id string) error {
 	}
 	n.agents.Drop(id)
 	var (
-		meta  = &images.Meta{SandboxID: id}
+		meta  = &images.Meta{SandboxID: id, Template: r.Template}
 		dir   string
 		lease *images.Lease
 	)
@@ -252,7 +252,12 @@ func (n *Node) resumeStopped(ctx context.Context, id, from string) error {
 		return err
 	}
 	if from != "" {
-		// Stopped on another node (lost, or full): from the image store.
+		// Stopped on another node (lost, or full): from the image store,
+		// after its template if this node has yet to fetch it (the
+		// sandbox shows both fetches).
+		if err := n.localKernel(ctx, r, id); err != nil {
+			return fmt.Errorf("sandbox %s stopped on node %s: %w", id, from, err)
+		}
 		m, err := n.image(ctx, r.ResumeImage, id)
 		if err != nil {
 			return fmt.Errorf("sandbox %s stopped on node %s: %w", id, from, err)

@@ -166,7 +166,8 @@ func New(opts Options) *Node {
 		ops:   map[string]*op{},
 	}
 	n.images = images.New(images.Options{Dir: filepath.Join(opts.DataDir, "images"), Driver: opts.Driver,
-		Referrers: imageRefs{n}, Host: opts.ID, ColdAfter: opts.ColdAfter, Remote: opts.ImageStore, Logger: n.log})
+		Referrers: imageRefs{n}, Host: opts.ID, ColdAfter: opts.ColdAfter, Remote: opts.ImageStore, Templates: imageTemplates{n},
+		Logger: n.log})
 	n.agents = agents.New(opts.Driver, opts.BootTimeout)
 	n.links = sandboxnet.New(opts.Network, n.log)
 	n.budget = budget.New(budget.Options{Host: opts.ID, ShmDir: opts.ShmDir, LimitMiB: opts.MemoryBudgetMiB,

@@ -21,9 +21,9 @@ import (
 // still uploading when its node was lost is not in the store.
 
 // image is image id whole (memory, state and disk) on this node, fetched
-// from the image store when the node lacks it; sandbox sb (""
-// none) shows the fetch's progress in its state_reason.
-func (n *Node) image(ctx context.Context, id, sb string) (*images.Meta, error) {
+// from the image store when the node lacks it; sandboxes sbs (each being
+// started from it) show the fetch's progress in their state_reason.
+func (n *Node) image(ctx context.Context, id string, sbs ...string) (*images.Meta, error) {
 	if m, err := n.images.ReadMachine(id); err == nil {
 		return m, nil
 	}
@@ -31,14 +31,14 @@ func (n *Node) image(ctx context.Context, id, sb string) (*images.Meta, error) {
 		return nil, fmt.Errorf("image %s is not on host %s and no image store is set (ZEISH_IMAGE_STORE): %w", id, n.opts.ID, errdefs.ErrNotFound)
 	}
 	began := time.Now()
-	m, err := n.images.Fetch(ctx, id, false, n.fetchProgress(ctx, sb, id))
+	m, err := n.images.Fetch(ctx, id, false, n.fetchProgressAll(ctx, id, sbs))
 	if err != nil {
 		return nil, err
 	}
 	if m.VM == nil || m.Disk == "" {
 		return nil, fmt.Errorf("image %s in the image store holds no saved machine or no disk: %w", id, errdefs.ErrInternal)
 	}
-	n.log.Info("image fetched for a start here", logSandbox, sb, "image", id, "ms", time.Since(began).Milliseconds())
+	n.log.Info("image fetched for a start here", "sandboxes", sbs, "image", id, "ms", time.Since(began).Milliseconds())
 	return m, nil
 }
 
@@ -64,12 +64,34 @@ func (n *Node) fetchProgress(ctx context.Context, sb, image string) func(done, t
 	}
 }
 
+// fetchProgressAll shows a fetch's progress on each of sandboxes sbs.
+func (n *Node) fetchProgressAll(ctx context.Context, image string, sbs []string) func(done, total int64) {
+	var each []func(done, total int64)
+	for _, sb := range sbs {
+		if p := n.fetchProgress(ctx, sb, image); p != nil {
+			each = append(each, p)
+		}
+	}
+	if len(each) == 0 {
+		return nil
+	}
+	return func(done, total int64) {
+		for _, p := range each {
+			p(done, total)
+		}
+	}
+}
+
 // takeOver makes sandbox r, last run by another node, this node's: it
 // will start from image meta (already here) on a fresh overlay of its
 // layer, with an address of this node. The VM it had (on a node that is
 // lost) is forgotten: its memory went with that node.
 func (n *Node) takeOver(ctx context.Context, r *store.SandboxRecord, meta *images.Meta, resume bool) error {
 	from := r.Host
+	// Its kernel was at a path of its old node.
+	if err := n.localKernel(ctx, r, r.ID); err != nil {
+		return err
+	}
 	if n.links.Managed(r) {
 		r.Address = ""
 		if err := n.links.Assign(r, ""); err != nil {
@@ -88,6 +110,7 @@ func (n *Node) takeOver(ctx context.Context, r *store.SandboxRecord, meta *image
 			return fmt.Errorf("sandbox %s moved to %s meanwhile: %w", r.ID, cur.Host, errdefs.ErrInvalidState)
 		}
 		cur.Host, cur.Address, cur.Handle, cur.Pristine = r.Host, r.Address, nil, false
+		cur.Kernel, cur.Initrd = r.Kernel, r.Initrd
 		cur.Disk, cur.DiskBase, cur.Layers, cur.ResumeImage, cur.Gen = r.Disk, r.DiskBase, r.Layers, r.ResumeImage, r.Gen
 		return nil
 	})

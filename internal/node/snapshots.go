@@ -101,8 +101,9 @@ func (n *Node) Restore(ctx context.Context, snapID string) (*store.SnapshotRecor
 	if err != nil {
 		return nil, nil, err
 	}
-	meta, err := n.image(ctx, snap.Image, "")
-	if err != nil {
+	// Here, or in the image store (waiting for an upload in flight): it
+	// is fetched once the sandbox shows it is restoring.
+	if _, err := n.images.Chain(ctx, snap.Image); err != nil {
 		return nil, nil, fmt.Errorf("snapshot %s: %w", snapID, err)
 	}
 	var inPlace bool // a stopped sandbox stays stopped: only its next start changes
@@ -127,7 +128,13 @@ func (n *Node) Restore(ctx context.Context, snapID string) (*store.SnapshotRecor
 	}
 	n.watch.notify(r.ID)
 	if inPlace {
-		err := n.do(ctx, r.ID, func(ctx context.Context) error { return n.restoreStopped(ctx, r.ID, meta) })
+		err := n.do(ctx, r.ID, func(ctx context.Context) error {
+			meta, err := n.image(ctx, snap.Image)
+			if err != nil {
+				return fmt.Errorf("snapshot %s: %w", snapID, err)
+			}
+			return n.restoreStopped(ctx, r.ID, meta)
+		})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -135,7 +142,7 @@ func (n *Node) Restore(ctx context.Context, snapID string) (*store.SnapshotRecor
 		return snap, r, err
 	}
 	n.run(r.ID, func(ctx context.Context) {
-		if err := n.restoreRunning(ctx, r.ID, meta, moved); err != nil {
+		if err := n.restoreRunning(ctx, r.ID, snap.Image, moved); err != nil {
 			n.log.Error("restore failed", logSandbox, r.ID, "err", err)
 			if kept := (*errKeptOldVM)(nil); errors.As(err, &kept) {
 				n.transition(ctx, r.ID, sandbox.OpReady, "restore to "+snap.Name+" failed, running as before: "+err.Error(), nil)
@@ -173,10 +180,12 @@ func (n *Node) restoreStopped(ctx context.Context, id string, meta *images.Meta)
 }
 
 // restoreRunning replaces the sandbox's VM with one started from the
-// snapshot, and hands the guest its identity again (secrets included). The
-// old VM goes only once the new one answers: if the new one does not come
-// up, the sandbox keeps running on the old one (errKeptOldVM).
-func (n *Node) restoreRunning(ctx context.Context, id string, meta *images.Meta, moved bool) (err error) {
+// snapshot's image (fetched first when it is not here: the sandbox shows
+// the progress), and hands the guest its identity again (secrets
+// included). The old VM goes only once the new one answers: if the new
+// one does not come up, the sandbox keeps running on the old one
+// (errKeptOldVM).
+func (n *Node) restoreRunning(ctx context.Context, id, image string, moved bool) (err error) {
 	r, err := n.opts.Store.GetSandbox(ctx, id)
 	if err != nil {
 		return err
@@ -184,6 +193,20 @@ func (n *Node) restoreRunning(ctx context.Context, id string, meta *images.Meta,
 	h, err := r.VMHandle()
 	if err != nil {
 		return err
+	}
+	if moved {
+		// Its template first, if this node has yet to fetch it: the
+		// sandbox shows that fetch too.
+		if err := n.localKernel(ctx, r, id); err != nil {
+			return err
+		}
+	}
+	meta, err := n.image(ctx, image, id)
+	if err != nil {
+		if h == nil || moved {
+			return err
+		}
+		return &errKeptOldVM{err: err} // not touched
 	}
 	if moved {
 		// Its node is lost, with the VM: the snapshot brings it back here.

@@ -275,3 +275,54 @@ func dirBytes(dir string) int64 {
 	}
 	return total
 }
+
+// templateKey is what template t is filed under, as a sandbox's Template
+// names it: a built-in's name, an account template's id.
+func templateKey(t sandbox.Template) string {
+	if t.Builtin {
+		return t.Name
+	}
+	return t.ID
+}
+
+// imageTemplates find the template an image fetched from the image store
+// stands on, on this node (images.Templates): images name it, since its
+// files are at another path on every node.
+type imageTemplates struct{ n *Node }
+
+func (it imageTemplates) Hash(ctx context.Context, key string) (string, error) {
+	t, err := it.n.opts.Templates.Get(ctx, key)
+	return t.Hash, err
+}
+
+func (it imageTemplates) Disk(ctx context.Context, key string) (string, string, error) {
+	t, err := it.n.opts.Templates.Get(ctx, key)
+	if err != nil {
+		return "", "", err
+	}
+	if err := it.n.localTemplate(ctx, &t, ""); err != nil {
+		return "", "", err
+	}
+	return t.BaseDisk, t.Hash, nil
+}
+
+// localKernel points r's kernel and initrd at this node's copy of its
+// template's (fetched first if need be; sandbox sb shows the progress): a
+// sandbox, or a fork's children, that move here from another node carry
+// the paths of that node. A record whose template is gone keeps its
+// paths if this node has them.
+func (n *Node) localKernel(ctx context.Context, r *store.SandboxRecord, sb string) error {
+	t, err := n.opts.Templates.Get(ctx, r.Template)
+	if err == nil {
+		err = n.localTemplate(ctx, &t, sb)
+	}
+	if err != nil {
+		if _, serr := os.Stat(r.Kernel); serr == nil {
+			n.log.Warn("template of a sandbox that moved here: keeping its kernel's path", logSandbox, r.ID, "template", r.Template, "err", err)
+			return nil
+		}
+		return fmt.Errorf("template %s of sandbox %s: %w", r.Template, r.ID, err)
+	}
+	r.Kernel, r.Initrd = t.Kernel, t.Initrd
+	return nil
+}

@@ -25,14 +25,7 @@ import (
 // however old. A deleted template leaves the store.
 func TestTemplateFromAnotherNode(t *testing.T) {
 	ctx := context.Background()
-	b, err := folder.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	shared := imagestore.New(b, imagestore.Options{})
-	remote := func(o *Options) {
-		o.ImageStore = &images.Remote{Store: shared, ShmDir: o.ShmDir, WaitDurable: time.Second}
-	}
+	shared, remote := sharedImageStore(t)
 	builder := newHarness(t, remote)
 	other := newHarness(t, remote, func(o *Options) { o.ID, o.TemplateCacheMiB = "node-2", 1 })
 
@@ -127,6 +120,19 @@ func TestTemplateFromAnotherNode(t *testing.T) {
 	}
 	if ok, err := shared.Durable(ctx, templateImage(two)); err != nil || ok {
 		t.Fatalf("tpl_two after its builder unpublished it: durable %v %v", ok, err)
+	}
+}
+
+// sharedImageStore is an image store in a folder, and the option that
+// makes a node share it.
+func sharedImageStore(t *testing.T) (*imagestore.Store, func(*Options)) {
+	b, err := folder.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := imagestore.New(b, imagestore.Options{})
+	return shared, func(o *Options) {
+		o.ImageStore = &images.Remote{Store: shared, ShmDir: o.ShmDir, WaitDurable: 5 * time.Second}
 	}
 }
 

@@ -228,7 +228,7 @@ func (w *warmRun) capture(ctx context.Context, undo *rollback.Stack) error {
 		return err
 	}
 	undo.Add(func(context.Context) error { return n.opts.Driver.DiscardImage(imgDir, img) })
-	w.meta = &images.Meta{ID: imgID, SandboxID: w.tpl.ID, VM: img, Disk: n.images.LayerPath(imgID), CreatedAt: time.Now().UTC()}
+	w.meta = &images.Meta{ID: imgID, SandboxID: w.tpl.ID, Template: templateKey(w.tpl), VM: img, Disk: n.images.LayerPath(imgID), CreatedAt: time.Now().UTC()}
 	return nil
 }
 

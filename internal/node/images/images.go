@@ -55,8 +55,12 @@ type Meta struct {
 	// MergedFrom is set on a merge of a chain (internal/node/merge): the
 	// image whose layer topped it. Such an image has only a disk, backed
 	// by the template's.
-	MergedFrom string    `json:"merged_from,omitempty"`
-	CreatedAt  time.Time `json:"created_at"`
+	MergedFrom string `json:"merged_from,omitempty"`
+	// Template is the key the sandbox's template is filed under (a
+	// built-in's name, an account template's id): the bottom of the disk
+	// chain is its base disk, which each node keeps at a path of its own.
+	Template  string    `json:"template,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // Chain is the layers a disk standing on m's layer goes through: m's own
@@ -91,7 +95,23 @@ type Options struct {
 	// Remote is the image store the cluster's nodes share (remote.go); nil:
 	// images stay on this host.
 	Remote *Remote
-	Logger *slog.Logger
+	// Templates find, on this node, the template an image fetched from
+	// the image store stands on (nil: the path its node recorded).
+	Templates Templates
+	Logger    *slog.Logger
+}
+
+// Templates resolve the template a disk chain stands on. An image in the
+// image store names its template by key and hash, never by the path its
+// node kept the template's files at: a template built in the cluster is
+// at another path on every node (its builder's build folder, another
+// node's template cache).
+type Templates interface {
+	// Hash is the hash of the template filed under key.
+	Hash(ctx context.Context, key string) (string, error)
+	// Disk is this node's copy of the base disk of the template filed
+	// under key, fetched first if need be, and the template's hash.
+	Disk(ctx context.Context, key string) (path, hash string, err error)
 }
 
 // Store is a node's images.

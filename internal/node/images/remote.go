@@ -76,16 +76,22 @@ func (s *Store) Durable(id string) bool {
 // portable is an image's record as the store keeps it: no paths, since
 // each node keeps its files in its own data dir.
 type portable struct {
-	ID         string    `json:"id"`
-	SandboxID  string    `json:"sandbox_id"`
-	MemoryMiB  int       `json:"memory_mib,omitempty"`
-	HasVM      bool      `json:"vm,omitempty"`
-	HasMem     bool      `json:"mem,omitempty"`
-	HasDisk    bool      `json:"disk,omitempty"`
-	Layers     []string  `json:"layers,omitempty"`
-	MergedFrom string    `json:"merged_from,omitempty"`
-	Base       string    `json:"base,omitempty"` // the disk's bottom (a template's disk) as its node named it
-	CreatedAt  time.Time `json:"created_at"`
+	ID         string   `json:"id"`
+	SandboxID  string   `json:"sandbox_id"`
+	MemoryMiB  int      `json:"memory_mib,omitempty"`
+	HasVM      bool     `json:"vm,omitempty"`
+	HasMem     bool     `json:"mem,omitempty"`
+	HasDisk    bool     `json:"disk,omitempty"`
+	Layers     []string `json:"layers,omitempty"`
+	MergedFrom string   `json:"merged_from,omitempty"`
+	Base       string   `json:"base,omitempty"` // the disk's bottom (a template's disk) as its node named it
+	// Template and TemplateHash name the template whose base disk Base
+	// is: a fetching node finds its own copy through them (older images
+	// carry only Base, which holds on nodes that share the path: a
+	// built-in's).
+	Template     string    `json:"template,omitempty"`
+	TemplateHash string    `json:"template_hash,omitempty"`
+	CreatedAt    time.Time `json:"created_at"`
 }
 
 // Publish uploads image m to the shared store in the background, as a
@@ -99,14 +105,18 @@ func (s *Store) Publish(m *Meta) {
 	if r == nil || m == nil || m.Disk == "" || s.Durable(m.ID) {
 		return
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.uploads[m.ID] != nil {
+	if s.inFlight(m.ID) != nil {
 		return
 	}
+	// Before the lock: it may ask for the template's hash.
 	spec, err := s.uploadSpec(m)
 	if err != nil {
 		s.log.Warn("image store: not uploading", "image", m.ID, "err", err)
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.uploads[m.ID] != nil {
 		return
 	}
 	// The upload reads the image's files: gc must not take them meanwhile.
@@ -215,7 +225,7 @@ func (s *Store) ResumeUploads() {
 
 func (s *Store) uploadSpec(m *Meta) (imagestore.UploadSpec, error) {
 	p := portable{ID: m.ID, SandboxID: m.SandboxID, HasDisk: m.Disk != "", Layers: m.Layers,
-		MergedFrom: m.MergedFrom, CreatedAt: m.CreatedAt}
+		MergedFrom: m.MergedFrom, Template: m.Template, CreatedAt: m.CreatedAt}
 	spec := imagestore.UploadSpec{ID: m.ID}
 	if len(m.Layers) > 0 {
 		spec.Parent = m.Layers[len(m.Layers)-1]
@@ -225,6 +235,15 @@ func (s *Store) uploadSpec(m *Meta) (imagestore.UploadSpec, error) {
 			return spec, err
 		}
 		p.Base = base
+		if m.Template != "" && s.opts.Templates != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			p.TemplateHash, err = s.opts.Templates.Hash(ctx, m.Template)
+			cancel()
+			if err != nil {
+				// Uploaded all the same: a node finds the template by its key.
+				s.log.Warn("image store: the hash of the template an image stands on is unknown", "image", m.ID, "template", m.Template, "err", err)
+			}
+		}
 	}
 	var parent *Meta
 	if spec.Parent != "" {
@@ -292,13 +311,9 @@ func (s *Store) Fetch(ctx context.Context, id string, layerOnly bool, progress f
 
 func (s *Store) fetch(ctx context.Context, id string, layerOnly bool, progress func(done, total int64)) (*Meta, error) {
 	r := s.remote
-	man, err := s.manifest(ctx, id)
+	man, p, err := s.stored(ctx, id)
 	if err != nil {
 		return nil, err
-	}
-	var p portable
-	if err := json.Unmarshal(man.Meta, &p); err != nil || p.ID != id {
-		return nil, fmt.Errorf("image %s: its record in the store is unreadable (%v): %w", id, err, errdefs.ErrInternal)
 	}
 	// The layers below first: this one's disk is made to name them.
 	for _, l := range p.Layers {
@@ -306,11 +321,9 @@ func (s *Store) fetch(ctx context.Context, id string, layerOnly bool, progress f
 			return nil, fmt.Errorf("image %s: layer %s: %w", id, l, err)
 		}
 	}
-	backing := p.Base
-	if len(p.Layers) > 0 {
-		backing = s.LayerPath(p.Layers[len(p.Layers)-1])
-	} else if _, err := os.Stat(backing); err != nil {
-		return nil, fmt.Errorf("image %s stands on disk %s, which host %s does not have: %w", id, backing, s.opts.Host, errdefs.ErrUnavailable)
+	backing, err := s.backing(ctx, p)
+	if err != nil {
+		return nil, err
 	}
 	// A lease: gc must not take the folder while it is made.
 	lease := s.Lease(id)
@@ -318,7 +331,7 @@ func (s *Store) fetch(ctx context.Context, id string, layerOnly bool, progress f
 	m, err := s.Read(id) // a layer fetched before, now wanted whole
 	fresh := err != nil
 	if fresh {
-		m = &Meta{ID: id, SandboxID: p.SandboxID, Layers: p.Layers, MergedFrom: p.MergedFrom, CreatedAt: p.CreatedAt}
+		m = &Meta{ID: id, SandboxID: p.SandboxID, Layers: p.Layers, MergedFrom: p.MergedFrom, Template: p.Template, CreatedAt: p.CreatedAt}
 	}
 	want := []string{}
 	if fresh && p.HasDisk {
@@ -396,6 +409,32 @@ func (s *Store) fetch(ctx context.Context, id string, layerOnly bool, progress f
 	}
 	s.log.Info("image fetched", "image", id, "files", want, "bytes", done, "seconds", time.Since(began).Seconds())
 	return m, nil
+}
+
+// backing is this node's file that image p's disk layer stands on: the
+// layer below it in its chain (fetched already), or, at the bottom, this
+// node's copy of the template it names; an older image, which names no
+// template, stands on the path its node recorded.
+func (s *Store) backing(ctx context.Context, p *portable) (string, error) {
+	if len(p.Layers) > 0 {
+		return s.LayerPath(p.Layers[len(p.Layers)-1]), nil
+	}
+	if p.Template != "" && s.opts.Templates != nil {
+		disk, hash, err := s.opts.Templates.Disk(ctx, p.Template)
+		if err != nil {
+			return "", fmt.Errorf("image %s stands on template %s: %w", p.ID, p.Template, err)
+		}
+		if p.TemplateHash != "" && hash != p.TemplateHash {
+			// A layer read over another base disk reads garbage.
+			return "", fmt.Errorf("image %s stands on template %s of hash %s, and host %s has it at hash %s: %w",
+				p.ID, p.Template, p.TemplateHash, s.opts.Host, hash, errdefs.ErrUnavailable)
+		}
+		return disk, nil
+	}
+	if _, err := os.Stat(p.Base); err != nil {
+		return "", fmt.Errorf("image %s stands on disk %s, which host %s does not have: %w", p.ID, p.Base, s.opts.Host, errdefs.ErrUnavailable)
+	}
+	return p.Base, nil
 }
 
 // manifest reads image id's manifest, waiting up to WaitDurable for an
@@ -485,3 +524,35 @@ func fetchErr(err error) error {
 }
 
 func isFull(err error) bool { return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) }
+
+// Chain is the disk chain a disk standing on image id's layer goes
+// through: from this node's record of it or, when the node lacks it, from
+// the image store's (waiting, as a fetch does, for an upload in flight
+// elsewhere), before the image is fetched.
+func (s *Store) Chain(ctx context.Context, id string) ([]string, error) {
+	if m, err := s.Read(id); err == nil {
+		return m.Chain(), nil
+	}
+	if s.remote == nil {
+		return nil, fmt.Errorf("image %s is not on host %s, and no image store is set (ZEISH_IMAGE_STORE) to fetch it from: %w",
+			id, s.opts.Host, errdefs.ErrNotFound)
+	}
+	_, p, err := s.stored(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return append(append([]string(nil), p.Layers...), id), nil
+}
+
+// stored reads image id's manifest and its record in the store.
+func (s *Store) stored(ctx context.Context, id string) (*imagestore.Manifest, *portable, error) {
+	man, err := s.manifest(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	p := new(portable)
+	if err := json.Unmarshal(man.Meta, p); err != nil || p.ID != id {
+		return nil, nil, fmt.Errorf("image %s: its record in the store is unreadable (%v): %w", id, err, errdefs.ErrInternal)
+	}
+	return man, p, nil
+}

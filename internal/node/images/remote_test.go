@@ -27,6 +27,15 @@ func sharedRig(t *testing.T, shared *imagestore.Store) *rig {
 	return r
 }
 
+// folderStore is an image store in a temp folder.
+func folderStore(t *testing.T) *imagestore.Store {
+	b, err := folder.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return imagestore.New(b, imagestore.Options{})
+}
+
 // portableImage makes a complete image whose disk is backed by backing.
 func (r *rig) portableImage(backing string, mem []byte, layers ...string) *Meta {
 	r.t.Helper()
@@ -55,11 +64,7 @@ func (r *rig) portableImage(backing string, mem []byte, layers ...string) *Meta 
 // deletes them from the store only once no record needs them.
 func TestImagesTravelThroughTheStore(t *testing.T) {
 	ctx := context.Background()
-	b, err := folder.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	shared := imagestore.New(b, imagestore.Options{})
+	shared := folderStore(t)
 	a, c := sharedRig(t, shared), sharedRig(t, shared)
 	base := filepath.Join(t.TempDir(), "base.img")
 	os.WriteFile(base, []byte("a template's disk"), 0o600)
@@ -290,5 +295,92 @@ func TestUploadAfterAMergeIsADelta(t *testing.T) {
 	}
 	if up := b.chunkBytes.Load() - before; up > 64<<10 {
 		t.Errorf("the capture after a merge put %d KiB of chunks, want its private page and its small files (its RAM is %d KiB)", up>>10, len(mem)>>10)
+	}
+}
+
+// fakeTemplates keep each template's base disk at a path of their node's.
+type fakeTemplates map[string][2]string // key → {disk, hash}
+
+func (f fakeTemplates) Hash(_ context.Context, key string) (string, error) {
+	if t, ok := f[key]; ok {
+		return t[1], nil
+	}
+	return "", errdefs.ErrNotFound
+}
+
+func (f fakeTemplates) Disk(_ context.Context, key string) (string, string, error) {
+	if t, ok := f[key]; ok {
+		return t[0], t[1], nil
+	}
+	return "", "", errdefs.ErrNotFound
+}
+
+// TestAnImageStandsOnTheFetchingNodesTemplate: an image at the bottom of
+// a chain (its disk on a template's base disk) names its template, and
+// the node that fetches it makes its layer stand on that node's own copy
+// of the template, at another path than its maker's; a copy of another
+// hash is refused, with nothing left behind; an older image, which names
+// no template, stands on the path its maker recorded.
+func TestAnImageStandsOnTheFetchingNodesTemplate(t *testing.T) {
+	ctx := context.Background()
+	shared := folderStore(t)
+	disk := func(name string) string {
+		p := filepath.Join(t.TempDir(), name)
+		os.WriteFile(p, []byte("a template's disk"), 0o600)
+		return p
+	}
+	onA, onC := disk("built-on-a.img"), disk("cached-on-c.img")
+	a := sharedRig(t, shared)
+	a.opts.Templates = fakeTemplates{"tpl_1": {onA, "h1"}}
+	a.s = New(a.opts)
+	publish := func(template string) *Meta {
+		m := a.portableImage(onA, []byte("memory"))
+		m.Template = template
+		if err := a.s.Write(m); err != nil {
+			t.Fatal(err)
+		}
+		a.s.Publish(m)
+		if err := a.s.WaitUploaded(ctx, m.ID); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	named, older := publish("tpl_1"), publish("")
+
+	for _, tc := range []struct {
+		name      string
+		templates fakeTemplates
+		image     *Meta
+		want      string // the fetched layer's backing; "": refused
+	}{
+		{"this node's copy of the template", fakeTemplates{"tpl_1": {onC, "h1"}}, named, onC},
+		{"a copy of another hash", fakeTemplates{"tpl_1": {onC, "h2"}}, named, ""},
+		{"a template this node cannot find", fakeTemplates{}, named, ""},
+		{"an older image: its maker's path", fakeTemplates{"tpl_1": {onC, "h1"}}, older, onA},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := sharedRig(t, shared)
+			c.opts.Templates = tc.templates
+			c.s = New(c.opts)
+			got, err := c.s.Fetch(ctx, tc.image.ID, false, nil)
+			if tc.want == "" {
+				if err == nil {
+					t.Fatalf("fetched %+v, want a refusal", got)
+				}
+				if exists(c.s.Dir(tc.image.ID)) {
+					t.Error("a refused fetch left the image's folder")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b, _ := (fakeDriver{}).DiskBacking(got.Disk); b != tc.want {
+				t.Errorf("the fetched layer stands on %q, want %q", b, tc.want)
+			}
+			if got.Template != tc.image.Template {
+				t.Errorf("the fetched image names template %q, want %q", got.Template, tc.image.Template)
+			}
+		})
 	}
 }

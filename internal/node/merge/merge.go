@@ -222,7 +222,8 @@ func (m *Merger) mergeOf(ctx context.Context, sandboxID, top, bottom string) (me
 			}
 			lease = l
 			undo.Add(func(context.Context) error { l.Release(); return os.RemoveAll(dir) })
-			meta = &images.Meta{ID: id, SandboxID: sandboxID, Disk: imgs.LayerPath(id), MergedFrom: top, CreatedAt: began.UTC()}
+			meta = &images.Meta{ID: id, SandboxID: sandboxID, Disk: imgs.LayerPath(id), MergedFrom: top, Template: bottomMeta.Template,
+				CreatedAt: began.UTC()}
 			return nil
 		}},
 		rollback.Step{Name: "merge", Do: func(ctx context.Context, _ *rollback.Stack) error {
