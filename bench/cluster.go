@@ -90,10 +90,11 @@ func (e *benchEnv) startControl(ctx context.Context, db, dir string, env ...stri
 	return cp, cp.Start(ctx)
 }
 
-// startNodeAgent starts node agent id of control plane cp on database db,
-// joined with a join token made for it, on data dir e.tmp/data-<id>, and
-// waits until cp lists it live; env are more settings. Every node agent
-// of the bench is started here.
+// startNodeAgent starts node agent id of control plane cp, joined with a
+// join token made for it on database db (the node itself opens no
+// database), on data dir e.tmp/data-<id>, and waits until cp lists it
+// live; env are more settings. Every node agent of the bench is started
+// here.
 func (e *benchEnv) startNodeAgent(ctx context.Context, cp *testenv.Zeishd, db, id string, env ...string) (*testenv.Zeishd, error) {
 	join, err := testenv.JoinToken(ctx, e.zeishdBin, db, id)
 	if err != nil {
@@ -101,7 +102,7 @@ func (e *benchEnv) startNodeAgent(ctx context.Context, cp *testenv.Zeishd, db, i
 	}
 	node := &testenv.Zeishd{Bin: e.zeishdBin, DataDir: filepath.Join(e.tmp, "data-"+id), OwnProcessGroup: true,
 		Env: append([]string{"ZEISH_ROLE=node", "ZEISH_NODE_ID=" + id, "ZEISH_CONTROL_URL=http://" + cp.Addr, "ZEISH_JOIN_TOKEN=" + join,
-			"ZEISH_CLUSTER_ALLOW_HTTP=on", "ZEISH_DATABASE_URL=" + db, "ZEISH_SANDBOXD=" + e.sandboxd, "ZEISH_TEMPLATE_CACHE=" + e.cacheDir,
+			"ZEISH_CLUSTER_ALLOW_HTTP=on", "ZEISH_SANDBOXD=" + e.sandboxd, "ZEISH_TEMPLATE_CACHE=" + e.cacheDir,
 			"ZEISH_LOG_LEVEL=warn"}, env...)}
 	if err := node.Start(ctx); err != nil {
 		return nil, err

@@ -177,8 +177,13 @@ func checkPod(t *testing.T, what string, selector map[string]string, tpl corev1.
 	}
 	checkHostSecurity(t, what, role, vars)
 	for _, v := range tpl.Spec.Volumes {
-		if role == "node" && v.Secret != nil && v.Secret.SecretName == "zeish-keys" {
-			t.Errorf("%s: mounts the control plane's keys (secrets.key, token.key): a node must hold no key that opens other accounts' secrets", what)
+		if role == "node" && v.Secret != nil && (v.Secret.SecretName == "zeish-keys" || v.Secret.SecretName == "zeish") {
+			t.Errorf("%s: mounts the control plane's secret %s (keys, database): a node must hold no key that opens other accounts' secrets, nor the database", what, v.Secret.SecretName)
+		}
+	}
+	for _, e := range c.Env {
+		if role == "node" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == "zeish" {
+			t.Errorf("%s: %s reads the control plane's secret zeish (the database URL): a node agent opens no database", what, e.Name)
 		}
 	}
 	for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
@@ -210,6 +215,9 @@ func checkHostSecurity(t *testing.T, what, role string, vars map[string]string) 
 				t.Errorf("%s: %s=%s is not https://", what, name, u)
 			}
 		}
+	}
+	if _, ok := vars["ZEISH_DATABASE_URL"]; ok && role == "node" {
+		t.Errorf("%s: ZEISH_DATABASE_URL: a node agent opens no database (node protocol 2.3; docs/cluster.md): its host must not hold the credentials", what)
 	}
 	if role == "node" && vars["ZEISH_JOIN_TOKEN"] == "" && vars["ZEISH_JOIN_TOKEN_FILE"] == "" {
 		t.Errorf("%s: neither ZEISH_JOIN_TOKEN nor ZEISH_JOIN_TOKEN_FILE: the node could not join", what)

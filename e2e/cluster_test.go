@@ -16,6 +16,8 @@ import (
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/procscan"
+	"github.com/zeish/zeish/internal/store"
+	"github.com/zeish/zeish/internal/store/postgres"
 	"github.com/zeish/zeish/internal/testenv"
 	"github.com/zeish/zeish/sandbox"
 	zeish "github.com/zeish/zeish/sdk/go"
@@ -124,7 +126,7 @@ func (l *lab) nodeAgent(id, dataDir string, budgetMiB int, env ...string) *teste
 	}
 	z := &testenv.Zeishd{Bin: filepath.Join(bin, "zeishd"), DataDir: dataDir,
 		Env: []string{"ZEISH_ROLE=node", "ZEISH_NODE_ID=" + id, "ZEISH_CONTROL_URL=" + l.controlURLs(),
-			"ZEISH_JOIN_TOKEN=" + join, "ZEISH_CLUSTER_ALLOW_HTTP=on", "ZEISH_DATABASE_URL=" + l.db, "ZEISH_REGION=lab", "ZEISH_PUBLIC_DOMAIN=" + clusterDomain,
+			"ZEISH_JOIN_TOKEN=" + join, "ZEISH_CLUSTER_ALLOW_HTTP=on", "ZEISH_REGION=lab", "ZEISH_PUBLIC_DOMAIN=" + clusterDomain,
 			"ZEISH_NODE_LABELS=disk=ssd,rack=" + id, fmt.Sprintf("ZEISH_MEMORY_BUDGET_MIB=%d", budgetMiB),
 			"ZEISH_SANDBOXD=" + testenv.SandboxdBinary(t), "ZEISH_TEMPLATE_CACHE=" + filepath.Dir(tpl.Dir), "ZEISH_LOG_LEVEL=debug"}}
 	z.Env = append(z.Env, env...)
@@ -274,6 +276,9 @@ func TestCluster(t *testing.T) {
 	l := startCluster(t, 4*time.Second, 2)
 	l.addNode("node-a", 1280)
 	l.addNode("node-b", 1152)
+	for id := range l.nodes {
+		l.nodeHoldsNoDatabase(id)
+	}
 	var health api.Health
 	if st := (&server{t: t, addr: l.control.Addr}).do(t, "GET", "/healthz", "", nil, &health); st != http.StatusOK || health.Accel != "none" {
 		t.Fatalf("control plane health: %d %+v", st, health)
@@ -504,6 +509,18 @@ func TestCluster(t *testing.T) {
 		}
 	}
 	t.Logf("restart of %s → its sandboxes running again: %v", lostNode, time.Since(restarted).Round(100*time.Millisecond))
+	// It found them again from its data dir (their VMs' private state is
+	// there, not in the database) and the rows the control plane gave it.
+	l.nodeHoldsNoDatabase(lostNode)
+	for _, id := range []string{two.ID, kid.ID} {
+		if _, err := os.Stat(filepath.Join(l.nodes[lostNode].DataDir, "vmstate", "sandboxes", id+".json")); err != nil {
+			t.Fatalf("%s's private state on its node: %v", id, err)
+		}
+		if r := l.sharedRow(ctx, id); r.Handle != nil || r.Disk != "" || r.Kernel != "" || r.Gen != 0 {
+			t.Fatalf("%s's row in the database holds its VM's private state: handle %s, disk %q, kernel %q, gen %d",
+				id, r.Handle, r.Disk, r.Kernel, r.Gen)
+		}
+	}
 	if out := l.execOn(ctx, two.ID, lostNode, "cat /root/f"); out != "two" {
 		t.Fatalf("after rejoin: %q", out)
 	}
@@ -562,6 +579,46 @@ func TestCluster(t *testing.T) {
 
 	// A template built through the control plane runs on the node holding it.
 	l.templateOnCluster(ctx)
+}
+
+// nodeHoldsNoDatabase checks node id's process was given no database URL
+// and its data dir holds no secrets key (node protocol 2.3: the control
+// plane is the only writer of the shared tables; docs/cluster.md).
+func (l *lab) nodeHoldsNoDatabase(id string) {
+	t := l.t
+	t.Helper()
+	z := l.nodes[id]
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", z.PID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range strings.Split(string(env), "\x00") {
+		if strings.HasPrefix(v, "ZEISH_DATABASE_URL=") || strings.Contains(v, "postgres://") || strings.Contains(v, "postgresql://") {
+			t.Fatalf("node %s's environment holds a database URL: %q", id, v)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(z.DataDir, "secrets.key")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("node %s's data dir holds secrets.key: %v", id, err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(z.DataDir, "*.db")); len(m) > 0 {
+		t.Fatalf("node %s keeps a database of its own: %v", id, m)
+	}
+}
+
+// sharedRow reads sandbox id's row in the cluster's database, as the
+// control plane keeps it (its secrets left sealed).
+func (l *lab) sharedRow(ctx context.Context, id string) *store.SandboxRecord {
+	l.t.Helper()
+	st, err := postgres.Open(ctx, l.db)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	defer st.Close()
+	r, err := st.GetSandbox(ctx, id)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return r
 }
 
 // burst fires 20 creates at once for a new account, alternating between the

@@ -53,7 +53,7 @@ func TestClusterJoinTLS(t *testing.T) {
 	}
 	tpl := testenv.BaseTemplate(t)
 	nodeEnv := append(tlsEnv("node"), "ZEISH_ROLE=node", "ZEISH_NODE_ID=tls-node", "ZEISH_CONTROL_URL="+control.URL(),
-		"ZEISH_DATABASE_URL="+db, "ZEISH_JOIN_TOKEN="+token, "ZEISH_MEMORY_BUDGET_MIB=1024",
+		"ZEISH_JOIN_TOKEN="+token, "ZEISH_MEMORY_BUDGET_MIB=1024",
 		"ZEISH_SANDBOXD="+testenv.SandboxdBinary(t), "ZEISH_TEMPLATE_CACHE="+filepath.Dir(tpl.Dir), "ZEISH_LOG_LEVEL=debug")
 	node := &testenv.Zeishd{Bin: zeishd, DataDir: tempDir(t, "zeish-e2e-tls-node-"), TLS: ca.ClientTLS(), Env: nodeEnv}
 	if err := node.Start(ctx); err != nil {

@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -24,8 +26,10 @@ import (
 	"github.com/zeish/zeish/internal/e2b"
 	"github.com/zeish/zeish/internal/metrics"
 	"github.com/zeish/zeish/internal/node"
+	nodeimages "github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/nodeapi"
 	"github.com/zeish/zeish/internal/nodeapi/nodev2"
+	"github.com/zeish/zeish/internal/nodestore"
 	"github.com/zeish/zeish/internal/secrets"
 	"github.com/zeish/zeish/internal/server"
 	"github.com/zeish/zeish/internal/store"
@@ -35,10 +39,11 @@ import (
 
 // clusterStore is the PostgreSQL database of a cluster
 // (ZEISH_DATABASE_URL). box opens sandbox secrets: the control plane's;
-// nil on a node agent, which holds no secrets key.
+// nil on a node agent whose control plane speaks 2.2 (nodeStore), which
+// holds no secrets key.
 func clusterStore(ctx context.Context, cfg *config.Config, box *secrets.Box) (store.Store, store.NodeStore, error) {
 	if cfg.DatabaseURL == "" {
-		return nil, nil, errors.New("ZEISH_DATABASE_URL: a control plane and its node agents share one PostgreSQL database (postgres://…)")
+		return nil, nil, errors.New("ZEISH_DATABASE_URL: a control plane's replicas (and node agents of protocol 2.2) share one PostgreSQL database (postgres://…)")
 	}
 	st, err := openStore(ctx, cfg, box)
 	if err != nil {
@@ -132,19 +137,33 @@ func runControl(ctx context.Context, cfg *config.Config) error {
 	// Templates are resolved here and built on the nodes (the built-in ones).
 	cat := catalog.New(st, template.BaseOptions{Logger: log})
 	mtr := metrics.New(metrics.Options{Store: st, Nodes: nodeStates(nodes, lost), Logger: log})
-	// The image store, if the nodes share one: the API shows what is durable in it.
+	// The image store, if the nodes share one: the API shows what is durable
+	// in it, and the nodes' gc asks what of it the cluster still needs.
 	var images control.ImageDurability
+	var imageLayers func(context.Context, string) ([]string, error)
 	if remote, err := openImageStore(ctx, log, cfg, ""); err != nil {
 		return err
 	} else if remote != nil {
 		images = remote.Store
+		// A manifest never changes: each snapshot's chain is read once.
+		var chains sync.Map // image id → []string
+		imageLayers = func(ctx context.Context, id string) ([]string, error) {
+			if c, ok := chains.Load(id); ok {
+				return c.([]string), nil
+			}
+			c, err := nodeimages.StoredLayers(ctx, remote.Store, id)
+			if err == nil && c != nil {
+				chains.Store(id, c)
+			}
+			return c, err
+		}
 	}
 	ctl := control.New(control.Options{Store: st, Node: router, Cluster: router, Catalog: cat, Plan: planOf(cfg), Prices: pricesOf(cfg),
 		TokenKey: tokenKey, TokenKeyFor: func(host string) []byte { return cluster.DataPlaneKey(tokenKey, host) },
 		Calls: callsOf(cfg), Images: images, Metrics: mtr, Logger: log})
 	srv := server.New(server.Options{Control: ctl, Proxy: router, Version: version.Version, PublicURL: cfg.PublicURL,
 		PublicDomain: cfg.PublicDomain, GuestDomains: guestDomains(cfg), DataPlane: dataPlaneOf(cfg), Logger: log, Metrics: mtr})
-	reg := &cluster.Registry{Nodes: nodes, Key: tokenKey, AllowHTTP: hosts.allowHTTP, Every: lost / 3, Logger: log}
+	reg := &cluster.Registry{Nodes: nodes, Store: st, Secrets: store.Codec{Secrets: box}, ImageLayers: imageLayers, Key: tokenKey, AllowHTTP: hosts.allowHTTP, Every: lost / 3, Logger: log}
 	mux := http.NewServeMux()
 	mux.Handle(reg.Handler())
 	apiHandler := srv.Handler()
@@ -224,7 +243,7 @@ func runNode(ctx context.Context, cfg *config.Config) error {
 	callKey.Set(keys.CallKey)
 	// No secrets key: the control plane sends the secrets of the sandbox
 	// an operation configures, with the operation (nodeapi.Delivered).
-	shared, _, err := clusterStore(ctx, cfg, nil)
+	shared, err := nodeStore(ctx, log, cfg, ctl, keys.Version.GetMinor(), dataDir)
 	if err != nil {
 		return err
 	}
@@ -268,6 +287,25 @@ func runNode(ctx context.Context, cfg *config.Config) error {
 		"protocol", nodeapi.Format(keys.Version.GetMajor(), keys.Version.GetMinor()),
 		"accel", caps.Accel, "memory_budget_mib", cfg.MemoryBudgetMiB, "data_dir", dataDir, "version", version.Version)
 	return serve(ctx, log, cfg, ln, mux, hosts, e2bEnvd, srv.IsHostPort)
+}
+
+// nodeStore is what a node agent reads and writes the shared tables with:
+// with a control plane of protocol 2.3, its store calls (the node opens no
+// database, ZEISH_DATABASE_URL is unused); with one of 2.2, which has no
+// store calls, the PostgreSQL database as before (ZEISH_DATABASE_URL
+// required). The node's VMs' private state is kept in its data dir
+// (vmstate/) in the first case, in the rows in the second.
+func nodeStore(ctx context.Context, log *slog.Logger, cfg *config.Config, ctl *controls, minor uint32, dataDir string) (store.Store, error) {
+	if minor < nodeapi.MinorStore {
+		log.Warn("the control plane speaks node protocol "+nodeapi.Format(nodeapi.ProtocolMajor, minor)+", without store calls: this node opens the database (ZEISH_DATABASE_URL) as nodes of that version do",
+			"protocol", nodeapi.Format(nodeapi.ProtocolMajor, minor))
+		st, _, err := clusterStore(ctx, cfg, nil)
+		return st, err
+	}
+	if cfg.DatabaseURL != "" {
+		log.Warn("ZEISH_DATABASE_URL is set on this node agent but unused: a node of protocol 2.3 opens no database (remove it from the node's environment)")
+	}
+	return nodestore.New(ctl, filepath.Join(dataDir, "vmstate"), log)
 }
 
 // joinAndRegister announces the node with its credential (joining first

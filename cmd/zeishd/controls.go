@@ -91,3 +91,90 @@ func (c *controls) Heartbeat(ctx context.Context, req *connect.Request[nodev2.He
 		return cl.Heartbeat(ctx, connect.NewRequest(req.Msg))
 	})
 }
+
+// The store calls of a node of protocol 2.3 (internal/nodestore), each to
+// the replica that answers.
+
+func (c *controls) GetSandbox(ctx context.Context, req *connect.Request[nodev2.StoreSandboxRef]) (*connect.Response[nodev2.StoredSandbox], error) {
+	return call(c, func(cl nodev2connect.ControlClient) (*connect.Response[nodev2.StoredSandbox], error) {
+		return cl.GetSandbox(ctx, connect.NewRequest(req.Msg))
+	})
+}
+
+func (c *controls) ListSandboxes(ctx context.Context, req *connect.Request[nodev2.StoreListSandboxesRequest]) (*connect.Response[nodev2.StoreListSandboxesReply], error) {
+	return call(c, func(cl nodev2connect.ControlClient) (*connect.Response[nodev2.StoreListSandboxesReply], error) {
+		return cl.ListSandboxes(ctx, connect.NewRequest(req.Msg))
+	})
+}
+
+func (c *controls) CreateSandboxes(ctx context.Context, req *connect.Request[nodev2.StoreCreateSandboxesRequest]) (*connect.Response[nodev2.StoreCreateSandboxesReply], error) {
+	return call(c, func(cl nodev2connect.ControlClient) (*connect.Response[nodev2.StoreCreateSandboxesReply], error) {
+		return cl.CreateSandboxes(ctx, connect.NewRequest(req.Msg))
+	})
+}
+
+func (c *controls) UpdateSandbox(ctx context.Context, req *connect.Request[nodev2.StoreUpdateSandboxRequest]) (*connect.Response[nodev2.StoredSandbox], error) {
+	return call(c, func(cl nodev2connect.ControlClient) (*connect.Response[nodev2.StoredSandbox], error) {
+		return cl.UpdateSandbox(ctx, connect.NewRequest(req.Msg))
+	})
+}
+
+func (c *controls) GetSnapshot(ctx context.Context, req *connect.Request[nodev2.StoreSnapshotRef]) (*connect.Response[nodev2.StoredSnapshot], error) {
+	return call(c, func(cl nodev2connect.ControlClient) (*connect.Response[nodev2.StoredSnapshot], error) {
+		return cl.GetSnapshot(ctx, connect.NewRequest(req.Msg))
+	})
+}
+
+func (c *controls) ListSnapshots(ctx context.Context, req *connect.Request[nodev2.StoreSandboxRef]) (*connect.Response[nodev2.StoreListSnapshotsReply], error) {
+	return call(c, func(cl nodev2connect.ControlClient) (*connect.Response[nodev2.StoreListSnapshotsReply], error) {
+		return cl.ListSnapshots(ctx, connect.NewRequest(req.Msg))
+	})
+}
+
+func (c *controls) CreateSnapshotRecord(ctx context.Context, req *connect.Request[nodev2.StoreCreateSnapshotRequest]) (*connect.Response[nodev2.StoredSnapshot], error) {
+	return call(c, func(cl nodev2connect.ControlClient) (*connect.Response[nodev2.StoredSnapshot], error) {
+		return cl.CreateSnapshotRecord(ctx, connect.NewRequest(req.Msg))
+	})
+}
+
+func (c *controls) DeleteSnapshotRecord(ctx context.Context, req *connect.Request[nodev2.StoreSnapshotRef]) (*connect.Response[nodev2.StoreDeleteReply], error) {
+	return call(c, func(cl nodev2connect.ControlClient) (*connect.Response[nodev2.StoreDeleteReply], error) {
+		return cl.DeleteSnapshotRecord(ctx, connect.NewRequest(req.Msg))
+	})
+}
+
+func (c *controls) GetTemplate(ctx context.Context, req *connect.Request[nodev2.StoreTemplateRef]) (*connect.Response[nodev2.TemplateReply], error) {
+	return call(c, func(cl nodev2connect.ControlClient) (*connect.Response[nodev2.TemplateReply], error) {
+		return cl.GetTemplate(ctx, connect.NewRequest(req.Msg))
+	})
+}
+
+func (c *controls) ListTemplates(ctx context.Context, req *connect.Request[nodev2.StoreListTemplatesRequest]) (*connect.Response[nodev2.StoreListTemplatesReply], error) {
+	return call(c, func(cl nodev2connect.ControlClient) (*connect.Response[nodev2.StoreListTemplatesReply], error) {
+		return cl.ListTemplates(ctx, connect.NewRequest(req.Msg))
+	})
+}
+
+func (c *controls) PutTemplate(ctx context.Context, req *connect.Request[nodev2.TemplateReply]) (*connect.Response[nodev2.StoreDeleteReply], error) {
+	return call(c, func(cl nodev2connect.ControlClient) (*connect.Response[nodev2.StoreDeleteReply], error) {
+		return cl.PutTemplate(ctx, connect.NewRequest(req.Msg))
+	})
+}
+
+func (c *controls) DeleteTemplateRecord(ctx context.Context, req *connect.Request[nodev2.StoreTemplateRef]) (*connect.Response[nodev2.StoreDeleteReply], error) {
+	return call(c, func(cl nodev2connect.ControlClient) (*connect.Response[nodev2.StoreDeleteReply], error) {
+		return cl.DeleteTemplateRecord(ctx, connect.NewRequest(req.Msg))
+	})
+}
+
+func (c *controls) ListAPIKeys(ctx context.Context, req *connect.Request[nodev2.StoreAccountRef]) (*connect.Response[nodev2.StoreListAPIKeysReply], error) {
+	return call(c, func(cl nodev2connect.ControlClient) (*connect.Response[nodev2.StoreListAPIKeysReply], error) {
+		return cl.ListAPIKeys(ctx, connect.NewRequest(req.Msg))
+	})
+}
+
+func (c *controls) ImageInUse(ctx context.Context, req *connect.Request[nodev2.StoreImageRef]) (*connect.Response[nodev2.StoreImageInUseReply], error) {
+	return call(c, func(cl nodev2connect.ControlClient) (*connect.Response[nodev2.StoreImageInUseReply], error) {
+		return cl.ImageInUse(ctx, connect.NewRequest(req.Msg))
+	})
+}

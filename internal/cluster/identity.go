@@ -8,10 +8,12 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/nodeapi/nodev2"
 	"github.com/zeish/zeish/internal/store"
 )
 
@@ -47,6 +49,7 @@ const (
 const (
 	purposeDataPlane = "zeish node data-plane token key v1"
 	purposeCall      = "zeish node call key v1"
+	purposeGrant     = "zeish node sandbox grant v1"
 )
 
 func derive(master []byte, purpose, nodeID string) []byte {
@@ -169,4 +172,29 @@ func spend(t *store.JoinToken, n *store.NodeRecord, secret string, now time.Time
 func CredentialOf(cred, nodeID string) bool {
 	id, _, err := parseCredential(cred)
 	return err == nil && id == nodeID
+}
+
+// GrantFor is the grant that lets node nodeID read and write sandbox id's
+// row (and create it) through its store calls until ttl has passed
+// (docs/cluster.md, "Who writes what"): sent with the operation that
+// needs it, checked by any replica (they share the key).
+func GrantFor(master []byte, nodeID, id string, ttl time.Duration) *nodev2.Grant {
+	exp := time.Now().Add(ttl).Unix()
+	return &nodev2.Grant{SandboxId: id, ExpiresUnix: exp, Mac: grantMAC(master, nodeID, id, exp)}
+}
+
+func grantMAC(master []byte, nodeID, id string, exp int64) []byte {
+	m := hmac.New(sha256.New, derive(master, purposeGrant, nodeID))
+	m.Write([]byte(id))
+	m.Write([]byte{0})
+	m.Write([]byte(strconv.FormatInt(exp, 10)))
+	return m.Sum(nil)
+}
+
+// granted reports whether g is a live grant of sandbox id to node nodeID.
+func granted(master []byte, nodeID, id string, g *nodev2.Grant, now time.Time) bool {
+	if g == nil || g.SandboxId != id || id == "" || now.Unix() > g.ExpiresUnix {
+		return false
+	}
+	return hmac.Equal(g.Mac, grantMAC(master, nodeID, id, g.ExpiresUnix))
 }

@@ -24,7 +24,7 @@ import (
 
 // registry is a control plane's Control service on a fresh store.
 type registry struct {
-	t     *testing.T
+	t     testing.TB
 	st    *sqlite.Store
 	reg   *Registry
 	url   string
@@ -32,7 +32,7 @@ type registry struct {
 	clock time.Time
 }
 
-func newRegistry(t *testing.T, allowHTTP bool) *registry {
+func newRegistry(t testing.TB, allowHTTP bool) *registry {
 	st := testenv.SQLite(t)
 	reg := &Registry{Nodes: st, Key: master, AllowHTTP: allowHTTP, Every: time.Second}
 	mux := http.NewServeMux()

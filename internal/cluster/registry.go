@@ -24,6 +24,14 @@ import (
 // its own id only, and get the keys of that node alone.
 type Registry struct {
 	Nodes store.NodeStore
+	// Store is the shared store the store calls of 2.3 nodes run against
+	// (nodestore.go); Secrets opens the sealed secrets of the rows they
+	// create (sealed here, for their ids).
+	Store   store.Store
+	Secrets store.Codec
+	// ImageLayers reads the disk chain of an image in the image store (nil:
+	// no image store), for ImageInUse.
+	ImageLayers func(ctx context.Context, id string) ([]string, error)
 	// Key is the control plane's key (token.key, shared by replicas) the
 	// keys of each node are derived from (DataPlaneKey, CallKey).
 	Key []byte

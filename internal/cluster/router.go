@@ -14,6 +14,7 @@ import (
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
 	"github.com/zeish/zeish/internal/nodeapi"
+	"github.com/zeish/zeish/internal/nodeapi/nodev2"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/sandbox"
 	"github.com/zeish/zeish/vmm"
@@ -77,6 +78,16 @@ func (r *Router) client(n store.NodeRecord) *nodeapi.RemoteNode {
 	c := r.clients[key]
 	if c == nil {
 		c = nodeapi.NewRemoteNode(n.ID, n.URL, CallKey(r.o.Key, n.ID), nodeapi.ParseMinor(n.Protocol), r.o.HTTP)
+		// A node of 2.3 reaches rows through the control plane: the
+		// operations that need another node's row, or a new one, lend it.
+		id := n.ID
+		c.SetGrants(func(ids ...string) []*nodev2.Grant {
+			out := make([]*nodev2.Grant, len(ids))
+			for i, sb := range ids {
+				out[i] = GrantFor(r.o.Key, id, sb, GrantTTL)
+			}
+			return out
+		})
 		r.clients[key] = c
 	}
 	return c

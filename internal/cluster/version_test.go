@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -22,9 +23,10 @@ import (
 	"github.com/zeish/zeish/sandbox"
 )
 
-// oldRegister is a RegisterRequest as a node of protocol 2.1 encodes it:
-// the fields 2.1 has, by number (2.2 added no field to it).
-func oldRegister(nodeID, url string) []byte {
+// oldRegister is a RegisterRequest as a node of protocol 2.minor encodes
+// it (minor 1 or 2): the fields 2.1 has, by number (2.2 and 2.3 added no
+// field to it).
+func oldRegister(nodeID, url string, minor uint64) []byte {
 	msg := func(b []byte, num protowire.Number, body []byte) []byte {
 		return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), body)
 	}
@@ -32,7 +34,7 @@ func oldRegister(nodeID, url string) []byte {
 	varint := func(b []byte, num protowire.Number, v uint64) []byte {
 		return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), v)
 	}
-	version := varint(varint(nil, 1, 2), 2, 1)                                    // major 2, minor 1
+	version := varint(varint(nil, 1, 2), 2, minor)                                // major 2, minor
 	capacity := varint(str(varint(varint(nil, 1, 2048), 4, 2), 6, "tcg"), 8, 512) // image_disk_mib: 2.1
 	var b []byte
 	b = msg(b, 1, version)
@@ -41,40 +43,48 @@ func oldRegister(nodeID, url string) []byte {
 	b = str(b, 5, url)
 	b = msg(b, 6, capacity)
 	b = varint(b, 7, 1)
-	return str(b, 8, "zeishd 2.1")
+	return str(b, 8, fmt.Sprintf("zeishd 2.%d", minor))
 }
 
 // A node of the previous minor version still works: its registration, in
-// the shape it sends, is accepted at the version it speaks (2.1), which
-// the registry keeps for the router.
+// the shape it sends, is accepted at the version it speaks (2.2: it opens
+// the database itself, having no store calls), which the registry keeps
+// for the router. One two minors behind (2.1) is told to upgrade.
 func TestPreviousMinorNodeRegisters(t *testing.T) {
 	g := newRegistry(t, true)
 	cred := g.joined("old")
-	req, err := http.NewRequest("POST", g.url+nodev2connect.ControlRegisterProcedure, bytes.NewReader(oldRegister("old", "http://old:7421")))
-	if err != nil {
-		t.Fatal(err)
+	register := func(minor uint64) (*http.Response, []byte) {
+		req, err := http.NewRequest("POST", g.url+nodev2connect.ControlRegisterProcedure, bytes.NewReader(oldRegister("old", "http://old:7421", minor)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/proto")
+		req.Header.Set("Authorization", "Bearer "+cred)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, body
 	}
-	req.Header.Set("Content-Type", "application/proto")
-	req.Header.Set("Authorization", "Bearer "+cred)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	if resp, body := register(1); resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "upgrade the node") {
+		t.Fatalf("a 2.1 registration with a 2.3 control plane: %s %s", resp.Status, body)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	resp, body := register(2)
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("a 2.1 registration: %s %s", resp.Status, body)
+		t.Fatalf("a 2.2 registration: %s %s", resp.Status, body)
 	}
 	var rep nodev2.RegisterReply
 	if err := proto.Unmarshal(body, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.Version.GetMajor() != 2 || rep.Version.GetMinor() != 1 || rep.CallKey != CallKey(master, "old") {
-		t.Fatalf("reply to a 2.1 node: %+v", &rep)
+	if rep.Version.GetMajor() != 2 || rep.Version.GetMinor() != 2 || rep.CallKey != CallKey(master, "old") {
+		t.Fatalf("reply to a 2.2 node: %+v", &rep)
 	}
 	n, err := g.st.GetNode(context.Background(), "old")
-	if err != nil || n.Protocol != "2.1" || n.Capacity.MemoryBudgetMiB != 2048 || n.Capacity.ImageDiskMiB != 512 || n.Version != "zeishd 2.1" {
-		t.Fatalf("the 2.1 node's row: %+v %v", n, err)
+	if err != nil || n.Protocol != "2.2" || n.Capacity.MemoryBudgetMiB != 2048 || n.Capacity.ImageDiskMiB != 512 || n.Version != "zeishd 2.2" {
+		t.Fatalf("the 2.2 node's row: %+v %v", n, err)
 	}
 }
 
@@ -89,11 +99,13 @@ func (o oldNode) Create(ctx context.Context, req *connect.Request[nodev2.CreateR
 	return o.now.Create(ctx, req)
 }
 
-// The router asks a 2.1 node only what 2.1 has: a create goes through; a
-// call of 2.2 (a fork's children from the image store) is refused before
-// it is sent, saying what to upgrade, and neither a create from a
-// template another node built nor a start of a sandbox another node
-// stopped is placed on it.
+// The router asks a node only what its agreed version has. A 2.2 node
+// (on the database, without store calls) takes a create: the grants sent
+// with it are a field it does not know. A node agreed at 2.1 (its row from
+// before the control plane's upgrade) is refused a call of 2.2 (a fork's
+// children from the image store) before it is sent, saying what to
+// upgrade, and neither a create from a template another node built nor a
+// start of a sandbox another node stopped is placed on it.
 func TestRouterAsksOnlyWhatTheNodesVersionHas(t *testing.T) {
 	g := newRegistry(t, true)
 	ctx := context.Background()
@@ -106,18 +118,18 @@ func TestRouterAsksOnlyWhatTheNodesVersionHas(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	cred := g.joined("old")
-	req, _ := http.NewRequest("POST", g.url+nodev2connect.ControlRegisterProcedure, bytes.NewReader(oldRegister("old", srv.URL)))
+	req, _ := http.NewRequest("POST", g.url+nodev2connect.ControlRegisterProcedure, bytes.NewReader(oldRegister("old", srv.URL, 2)))
 	req.Header.Set("Content-Type", "application/proto")
 	req.Header.Set("Authorization", "Bearer "+cred)
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("register the 2.1 node: %v %v", resp, err)
+		t.Fatalf("register the 2.2 node: %v %v", resp, err)
 	}
 	r := NewRouter(Options{Store: g.st, Nodes: g.st, Key: master})
 	made, err := r.Create(ctx, &store.SandboxRecord{Sandbox: sandbox.Sandbox{AccountID: "acc_a", MemoryMiB: 256}})
 	if err != nil || made.Host != "old" {
-		t.Fatalf("a create on the 2.1 node: %+v %v", made, err)
+		t.Fatalf("a create on the 2.2 node: %+v %v", made, err)
 	}
-	n, err := g.st.GetNode(ctx, "old")
+	n, err := g.st.UpdateNode(ctx, "old", func(n *store.NodeRecord) error { n.Protocol = "2.1"; return nil })
 	if err != nil {
 		t.Fatal(err)
 	}

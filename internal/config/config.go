@@ -53,7 +53,9 @@ type Config struct {
 	TLSKey string `env:"ZEISH_TLS_KEY" roles:"all,control,node"`
 
 	// `postgres://user@host/db` keeps all state in PostgreSQL (schema migrated at start, once even
-	// when replicas start together); required for `control` and `node`
+	// when replicas start together); required for `control`; a `node` opens no database (node
+	// protocol 2.3) and uses it only when its control plane speaks 2.2, warning that it is unused
+	// otherwise
 	//
 	// Default: unset: SQLite `<data dir>/zeish.db`.
 	DatabaseURL string `env:"ZEISH_DATABASE_URL" roles:"all,control,node"`

@@ -157,8 +157,8 @@ func TestBadValues(t *testing.T) {
 		{nil, []string{"ZEISH_DATABASE_URL=mysql://x"}, `ZEISH_DATABASE_URL: want postgres://`},
 		{nil, []string{"ZEISH_ROLE=edge"}, `ZEISH_ROLE="edge": want all, control, node`},
 		{[]string{"edge"}, nil, `role "edge" (the first argument): want all, control, node`},
-		{[]string{"control"}, nil, `ZEISH_DATABASE_URL: a control plane and its node agents share`},
-		{[]string{"node"}, []string{"ZEISH_DATABASE_URL=postgres://db/z"}, `ZEISH_CONTROL_URL: the control plane's address`},
+		{[]string{"control"}, nil, `ZEISH_DATABASE_URL: a control plane's replicas share`},
+		{[]string{"node"}, nil, `ZEISH_CONTROL_URL: the control plane's address`},
 		{nil, []string{"ZEISH_TLS_CERT=/etc/zeish/cert.pem"}, `ZEISH_TLS_CERT and ZEISH_TLS_KEY: set both`},
 		{nil, []string{"ZEISH_CLUSTER_ALLOW_HTTP=yes"}, `ZEISH_CLUSTER_ALLOW_HTTP="yes": want on or off`},
 	}

@@ -107,10 +107,8 @@ func (l *Config) check() []error {
 	if u := l.DatabaseURL; u != "" && !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
 		bad("ZEISH_DATABASE_URL", "want postgres://… (or unset for SQLite in the data dir)")
 	}
-	if l.Role == RoleControl || l.Role == RoleNode {
-		if l.DatabaseURL == "" {
-			bad("ZEISH_DATABASE_URL", "a control plane and its node agents share one PostgreSQL database (postgres://…)")
-		}
+	if l.Role == RoleControl && l.DatabaseURL == "" {
+		bad("ZEISH_DATABASE_URL", "a control plane's replicas share one PostgreSQL database (postgres://…)")
 	}
 	if (l.TLSCert == "") != (l.TLSKey == "") {
 		bad("ZEISH_TLS_CERT and ZEISH_TLS_KEY", "set both (PEM files: the certificate chain and its key) or neither")

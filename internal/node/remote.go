@@ -110,7 +110,7 @@ func (n *Node) takeOver(ctx context.Context, r *store.SandboxRecord, meta *image
 			return fmt.Errorf("sandbox %s moved to %s meanwhile: %w", r.ID, cur.Host, errdefs.ErrInvalidState)
 		}
 		cur.Host, cur.Address, cur.Handle, cur.Pristine = r.Host, r.Address, nil, false
-		cur.Kernel, cur.Initrd = r.Kernel, r.Initrd
+		cur.Kernel, cur.Initrd, cur.KernelArgs = r.Kernel, r.Initrd, r.KernelArgs
 		cur.Disk, cur.DiskBase, cur.Layers, cur.ResumeImage, cur.Gen = r.Disk, r.DiskBase, r.Layers, r.ResumeImage, r.Gen
 		return nil
 	})

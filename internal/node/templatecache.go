@@ -324,5 +324,8 @@ func (n *Node) localKernel(ctx context.Context, r *store.SandboxRecord, sb strin
 		return fmt.Errorf("template %s of sandbox %s: %w", r.Template, r.ID, err)
 	}
 	r.Kernel, r.Initrd = t.Kernel, t.Initrd
+	if r.KernelArgs == "" { // a node of 2.3 keeps it with the VM's private state: not its old node's
+		r.KernelArgs = t.KernelArgs
+	}
 	return nil
 }

@@ -21,6 +21,23 @@ type RemoteNode struct {
 	id    string
 	minor uint32
 	c     nodev2connect.NodeClient
+	// grants makes the grants that let the node at the rows of ids
+	// (nil: none; a node on the database needs none).
+	grants func(ids ...string) []*nodev2.Grant
+}
+
+// SetGrants sets how the grants sent with operations are made.
+func (n *RemoteNode) SetGrants(f func(ids ...string) []*nodev2.Grant) { n.grants = f }
+
+// grant is the grants of ids, and of children's ids.
+func (n *RemoteNode) grant(children []*store.SandboxRecord, ids ...string) []*nodev2.Grant {
+	if n.grants == nil {
+		return nil
+	}
+	for _, c := range children {
+		ids = append(ids, c.ID)
+	}
+	return n.grants(ids...)
 }
 
 // NewRemoteNode is the client of node id at url (its base URL), calling
@@ -77,20 +94,20 @@ func (n *RemoteNode) made(rep *connect.Response[nodev2.CloneReply], err error) (
 // caller, and its secrets go with their sealed form (SetSealedSecrets).
 func (n *RemoteNode) Create(ctx context.Context, r *store.SandboxRecord) (*store.SandboxRecord, error) {
 	return n.sandbox(n.c.Create(ctx, connect.NewRequest(&nodev2.CreateRequest{Sandbox: SandboxToWire(r),
-		SecretEnv: r.SecretEnv, SealedSecrets: r.SealedSecrets()})))
+		SecretEnv: r.SecretEnv, SealedSecrets: r.SealedSecrets(), Grants: n.grant(nil, r.ID)})))
 }
 
 // Clone forks parentID, whose secrets the children inherit.
 func (n *RemoteNode) Clone(ctx context.Context, parentID string, parentSecrets map[string]string, children []*store.SandboxRecord) (time.Duration, []*store.SandboxRecord, error) {
 	return n.made(n.c.Clone(ctx, connect.NewRequest(&nodev2.CloneRequest{ParentId: parentID, Children: toChildren(children),
-		ParentSecretEnv: parentSecrets})))
+		ParentSecretEnv: parentSecrets, Grants: n.grant(children)})))
 }
 
 // CloneSnapshot starts children of snapshot snapID of sandbox sandboxID,
 // with the secrets of that sandbox.
 func (n *RemoteNode) CloneSnapshot(ctx context.Context, snapID, sandboxID string, parentSecrets map[string]string, children []*store.SandboxRecord) ([]*store.SandboxRecord, error) {
 	_, made, err := n.made(n.c.CloneSnapshot(ctx, connect.NewRequest(&nodev2.CloneSnapshotRequest{SnapshotId: snapID, SandboxId: sandboxID,
-		Children: toChildren(children), ParentSecretEnv: parentSecrets})))
+		Children: toChildren(children), ParentSecretEnv: parentSecrets, Grants: n.grant(children, sandboxID)})))
 	return made, err
 }
 
@@ -101,7 +118,7 @@ func (n *RemoteNode) CloneImage(ctx context.Context, image, parentID string, par
 		return nil, err
 	}
 	_, made, err := n.made(n.c.CloneImage(ctx, connect.NewRequest(&nodev2.CloneImageRequest{ImageId: image, ParentId: parentID,
-		Children: toChildren(children), ParentSecretEnv: parentSecrets})))
+		Children: toChildren(children), ParentSecretEnv: parentSecrets, Grants: n.grant(children, parentID)})))
 	return made, err
 }
 
@@ -129,7 +146,8 @@ func (n *RemoteNode) DeleteSnapshot(ctx context.Context, id string) error {
 // Restore rolls sandbox sandboxID back to snapshot snapID; its secrets are
 // delivered again.
 func (n *RemoteNode) Restore(ctx context.Context, snapID, sandboxID string, secrets map[string]string) (*store.SnapshotRecord, *store.SandboxRecord, error) {
-	rep, err := n.c.Restore(ctx, connect.NewRequest(&nodev2.RestoreRequest{SnapshotId: snapID, SandboxId: sandboxID, SecretEnv: secrets}))
+	rep, err := n.c.Restore(ctx, connect.NewRequest(&nodev2.RestoreRequest{SnapshotId: snapID, SandboxId: sandboxID, SecretEnv: secrets,
+		Grants: n.grant(nil, sandboxID)}))
 	if err != nil {
 		return nil, nil, FromWire(n.id, err)
 	}
@@ -147,7 +165,8 @@ func (n *RemoteNode) lifecycle(ctx context.Context, id string, op nodev2.Op, rea
 
 // Start starts a stopped sandbox; its secrets are delivered again.
 func (n *RemoteNode) Start(ctx context.Context, id string, secrets map[string]string) (*store.SandboxRecord, error) {
-	return n.sandbox(n.c.Lifecycle(ctx, connect.NewRequest(&nodev2.LifecycleRequest{SandboxId: id, Op: nodev2.Op_OP_START, SecretEnv: secrets})))
+	return n.sandbox(n.c.Lifecycle(ctx, connect.NewRequest(&nodev2.LifecycleRequest{SandboxId: id, Op: nodev2.Op_OP_START, SecretEnv: secrets,
+		Grants: n.grant(nil, id)})))
 }
 func (n *RemoteNode) Stop(ctx context.Context, id string) (*store.SandboxRecord, error) {
 	return n.lifecycle(ctx, id, nodev2.Op_OP_STOP, "")

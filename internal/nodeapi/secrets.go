@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/nodeapi/nodev2"
 	"github.com/zeish/zeish/internal/store"
 )
 
@@ -50,6 +51,22 @@ func (d *Delivered) giveSealed(id string, env map[string]string, sealed string) 
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.sealed[id] = sealed
+}
+
+// Grantee is a node store that keeps the grants calls bring
+// (internal/nodestore).
+type Grantee interface{ Grant(*nodev2.Grant) }
+
+// grant hands gs to the store beneath, when it keeps them (a node of 2.3;
+// one on the database needs none).
+func (d *Delivered) grant(gs []*nodev2.Grant) {
+	g, ok := d.Store.(Grantee)
+	if !ok {
+		return
+	}
+	for _, x := range gs {
+		g.Grant(x)
+	}
 }
 
 // forget drops what the node holds of sandbox id's secrets.

@@ -44,6 +44,14 @@ func NewServer(local control.Node, st *Delivered, templates Templates) *Server {
 	return &Server{node: local, secrets: st, templates: templates}
 }
 
+// grant keeps the grants a call brought (2.3): the node's store calls
+// about those sandboxes carry them.
+func (s *Server) grant(gs []*nodev2.Grant) {
+	if s.secrets != nil {
+		s.secrets.grant(gs)
+	}
+}
+
 // deliver keeps the secrets a call brought for sandbox id.
 func (s *Server) deliver(id string, env map[string]string) {
 	if s.secrets != nil {
@@ -103,6 +111,7 @@ func cloneReply(pause time.Duration, made []*store.SandboxRecord, err error) (*c
 }
 
 func (s *Server) Create(ctx context.Context, req *connect.Request[nodev2.CreateRequest]) (*connect.Response[nodev2.SandboxReply], error) {
+	s.grant(req.Msg.Grants)
 	r, err := s.newRecord(req.Msg.Sandbox, req.Msg.SecretEnv, req.Msg.SealedSecrets)
 	if err != nil {
 		return nil, ToWire(err)
@@ -111,6 +120,7 @@ func (s *Server) Create(ctx context.Context, req *connect.Request[nodev2.CreateR
 }
 
 func (s *Server) Clone(ctx context.Context, req *connect.Request[nodev2.CloneRequest]) (*connect.Response[nodev2.CloneReply], error) {
+	s.grant(req.Msg.Grants)
 	s.deliver(req.Msg.ParentId, req.Msg.ParentSecretEnv)
 	kids, err := s.children(req.Msg.Children, req.Msg.ParentSecretEnv)
 	if err != nil {
@@ -120,6 +130,7 @@ func (s *Server) Clone(ctx context.Context, req *connect.Request[nodev2.CloneReq
 }
 
 func (s *Server) CloneSnapshot(ctx context.Context, req *connect.Request[nodev2.CloneSnapshotRequest]) (*connect.Response[nodev2.CloneReply], error) {
+	s.grant(req.Msg.Grants)
 	s.deliver(req.Msg.SandboxId, req.Msg.ParentSecretEnv)
 	kids, err := s.children(req.Msg.Children, req.Msg.ParentSecretEnv)
 	if err != nil {
@@ -130,6 +141,7 @@ func (s *Server) CloneSnapshot(ctx context.Context, req *connect.Request[nodev2.
 }
 
 func (s *Server) CloneImage(ctx context.Context, req *connect.Request[nodev2.CloneImageRequest]) (*connect.Response[nodev2.CloneReply], error) {
+	s.grant(req.Msg.Grants)
 	s.deliver(req.Msg.ParentId, req.Msg.ParentSecretEnv)
 	kids, err := s.children(req.Msg.Children, req.Msg.ParentSecretEnv)
 	if err != nil {
@@ -159,6 +171,7 @@ func (s *Server) DeleteSnapshot(ctx context.Context, req *connect.Request[nodev2
 }
 
 func (s *Server) Restore(ctx context.Context, req *connect.Request[nodev2.RestoreRequest]) (*connect.Response[nodev2.RestoreReply], error) {
+	s.grant(req.Msg.Grants)
 	s.deliver(req.Msg.SandboxId, req.Msg.SecretEnv)
 	snap, r, err := s.node.Restore(ctx, req.Msg.SnapshotId)
 	if err != nil {
@@ -171,6 +184,7 @@ func (s *Server) Lifecycle(ctx context.Context, req *connect.Request[nodev2.Life
 	id := req.Msg.SandboxId
 	switch req.Msg.Op {
 	case nodev2.Op_OP_START:
+		s.grant(req.Msg.Grants)
 		s.deliver(id, req.Msg.SecretEnv)
 		return sandboxReply(s.node.Start(ctx, id))
 	case nodev2.Op_OP_STOP:

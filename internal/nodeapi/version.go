@@ -16,7 +16,7 @@ import (
 // what the minor agreed at its registration has.
 const (
 	ProtocolMajor = 2
-	ProtocolMinor = 2
+	ProtocolMinor = 3
 )
 
 // What each minor version adds, for the calls that need it.
@@ -29,6 +29,10 @@ const (
 	// sandboxes and snapshots whose images another node made (it fetches
 	// them from the image store).
 	MinorImages = 2
+	// MinorStore: the Control service's store calls; a node of this minor
+	// opens no database (internal/nodestore), and the control plane sends
+	// a Grant with each operation that reaches a row not on the node.
+	MinorStore = 3
 )
 
 // Ours is this build's version, as a node sends it.

@@ -230,7 +230,8 @@ func TemplateToWire(t sandbox.Template) *nodev2.Template {
 		Host: t.Host, Hash: t.Hash, DiskMib: int32(t.DiskMiB),
 		Env: t.Env, WorkingDir: t.WorkingDir, User: t.User, StartCmd: t.StartCmd, ReadyCmd: t.ReadyCmd,
 		ReadyTimeoutSeconds: int32(t.ReadyTimeoutSeconds), Cold: t.Cold, Vcpus: int32(t.VCPUs), MemoryMib: int32(t.MemoryMiB),
-		LayerBytes: t.LayerBytes, Features: t.Features, CreatedAt: timeToWire(t.CreatedAt), UpdatedAt: timeToWire(t.UpdatedAt)}
+		LayerBytes: t.LayerBytes, Features: t.Features, CreatedAt: timeToWire(t.CreatedAt), UpdatedAt: timeToWire(t.UpdatedAt),
+		KernelArgs: t.KernelArgs}
 	if w := t.Warm; w != nil {
 		m.Warm = &nodev2.TemplateWarm{Image: w.Image, Vcpus: int32(w.VCPUs), MemoryMib: int32(w.MemoryMiB), DiskMib: int32(w.DiskMiB), BuildMs: w.BuildMS}
 	}
@@ -247,7 +248,8 @@ func TemplateFromWire(m *nodev2.Template) sandbox.Template {
 		Host: m.Host, Hash: m.Hash, DiskMiB: int(m.DiskMib),
 		Env: m.Env, WorkingDir: m.WorkingDir, User: m.User, StartCmd: m.StartCmd, ReadyCmd: m.ReadyCmd,
 		ReadyTimeoutSeconds: int(m.ReadyTimeoutSeconds), Cold: m.Cold, VCPUs: int(m.Vcpus), MemoryMiB: int(m.MemoryMib),
-		LayerBytes: m.LayerBytes, Features: m.Features, CreatedAt: timeFromWire(m.CreatedAt), UpdatedAt: timeFromWire(m.UpdatedAt)}
+		LayerBytes: m.LayerBytes, Features: m.Features, CreatedAt: timeFromWire(m.CreatedAt), UpdatedAt: timeFromWire(m.UpdatedAt),
+		KernelArgs: m.KernelArgs}
 	if w := m.Warm; w != nil {
 		t.Warm = &sandbox.TemplateWarm{Image: w.Image, VCPUs: int(w.Vcpus), MemoryMiB: int(w.MemoryMib), DiskMiB: int(w.DiskMib), BuildMS: w.BuildMs}
 	}
@@ -321,4 +323,85 @@ func DesktopToWire(s api.DesktopStatus) *nodev2.DesktopStatusReply {
 func DesktopFromWire(m *nodev2.DesktopStatusReply) api.DesktopStatus {
 	return api.DesktopStatus{Running: m.Running, Display: m.Display, Width: int(m.Width), Height: int(m.Height),
 		Depth: int(m.Depth), WindowManager: m.WindowManager, User: m.User}
+}
+
+// StoredToWire is r as a node's store call carries it (2.3): the sandbox
+// both sides know, the images it stands on, its guest's MAC and its state
+// before its node was lost. Its VM's private state stays on the node (internal/nodestore),
+// its secrets with the control plane (a new row carries them sealed).
+func StoredToWire(r *store.SandboxRecord) *nodev2.StoredSandbox {
+	if r == nil {
+		return nil
+	}
+	return &nodev2.StoredSandbox{Sandbox: SandboxToWire(r), LostFrom: stateToWire(r.LostFrom), Layers: r.Layers,
+		ResumeImage: r.ResumeImage, SealedSecrets: r.SealedSecrets(), Mac: r.MAC}
+}
+
+// StoredFromWire is m as a record, its VM's private fields empty.
+func StoredFromWire(m *nodev2.StoredSandbox) (*store.SandboxRecord, error) {
+	if m == nil {
+		return nil, fmt.Errorf("no sandbox in the message: %w", errdefs.ErrInvalidArgument)
+	}
+	r, err := SandboxFromWire(m.Sandbox)
+	if err != nil {
+		return nil, err
+	}
+	if r.LostFrom, err = stateFromWire(m.LostFrom); err != nil {
+		return nil, err
+	}
+	r.Layers, r.ResumeImage, r.MAC = m.Layers, m.ResumeImage, m.Mac
+	r.SetSealedSecrets(m.SealedSecrets)
+	return r, nil
+}
+
+// StoredSnapshotToWire is s with its image, as a node's store call carries it.
+func StoredSnapshotToWire(s *store.SnapshotRecord) *nodev2.StoredSnapshot {
+	if s == nil {
+		return nil
+	}
+	return &nodev2.StoredSnapshot{Snapshot: SnapshotToWire(s), Image: s.Image}
+}
+
+// StoredSnapshotFromWire is m as a record.
+func StoredSnapshotFromWire(m *nodev2.StoredSnapshot) (*store.SnapshotRecord, error) {
+	if m == nil {
+		return nil, fmt.Errorf("no snapshot in the message: %w", errdefs.ErrInvalidArgument)
+	}
+	s, err := SnapshotFromWire(m.Snapshot)
+	if err != nil {
+		return nil, err
+	}
+	s.Image = m.Image
+	return s, nil
+}
+
+// StatesToWire and StatesFromWire map a list filter's states.
+func StatesToWire(ss []sandbox.State) []nodev2.State {
+	out := make([]nodev2.State, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, stateToWire(s))
+	}
+	return out
+}
+
+func StatesFromWire(ws []nodev2.State) ([]sandbox.State, error) {
+	out := make([]sandbox.State, 0, len(ws))
+	for _, w := range ws {
+		s, err := stateFromWire(w)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// APIKeyToWire is what a node's data plane knows of k (never its hash).
+func APIKeyToWire(k store.APIKey) *nodev2.APIKey {
+	return &nodev2.APIKey{Id: k.ID, AccountId: k.AccountID, CreatedAt: timeToWire(k.CreatedAt), RevokedAt: optTimeToWire(k.RevokedAt)}
+}
+
+// APIKeyFromWire is m in process.
+func APIKeyFromWire(m *nodev2.APIKey) store.APIKey {
+	return store.APIKey{ID: m.Id, AccountID: m.AccountId, CreatedAt: timeFromWire(m.CreatedAt), RevokedAt: optTimeFromWire(m.RevokedAt)}
 }

@@ -1,6 +1,7 @@
 package nodeapi
 
 import (
+	"encoding/json"
 	"reflect"
 	"testing"
 	"time"
@@ -76,6 +77,8 @@ func fill(t *testing.T, v reflect.Value, skip map[string]string) {
 			f.Set(reflect.ValueOf([]api.GitFile{{Path: "a", Status: " M"}, {Path: "b", Status: "??"}}))
 		case sf.Type == reflect.TypeOf([]int{}):
 			f.Set(reflect.ValueOf([]int{80, 8000 + i}))
+		case sf.Type == reflect.TypeOf(json.RawMessage{}):
+			f.Set(reflect.ValueOf(json.RawMessage(`{"pid":42}`)))
 		default:
 			t.Fatalf("field %s (%s): teach fill its kind, then map it in wire.go or list it in notOnTheWire", sf.Name, sf.Type)
 		}
@@ -116,12 +119,49 @@ func TestWireCarriesEverySharedField(t *testing.T) {
 	}
 }
 
+// vmPrivate are the fields of a sandbox record a node of 2.3 keeps in its
+// data dir (internal/nodestore): they never cross, not even in its store
+// calls.
+var vmPrivate = map[string]string{
+	"Handle": "-", "Disk": "-", "DiskBase": "-", "Kernel": "-", "Initrd": "-", "KernelArgs": "-",
+	"Pristine": "-", "Gen": "-", "NetKept": "-",
+	"SecretEnv": "the control plane's; a new row's sealed form crosses once", "ImageDurable": "the control plane's",
+}
+
+// A node's store calls (2.3) carry every field of a record but the VM's
+// private state, which stays on the node.
+func TestStoreCallsCarryAllButVMPrivateState(t *testing.T) {
+	r := new(store.SandboxRecord)
+	fill(t, reflect.ValueOf(r).Elem(), vmPrivate)
+	r.LostFrom = sandbox.StateStopped
+	r.SetSealedSecrets("sealed")
+	back, err := StoredFromWire(StoredToWire(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, r) {
+		t.Fatalf("a stored sandbox changed on the wire:\n sent %+v\n  got %+v", r, back)
+	}
+	priv := new(store.SandboxRecord)
+	fill(t, reflect.ValueOf(priv).Elem(), map[string]string{"ImageDurable": "-"})
+	back, err = StoredFromWire(StoredToWire(priv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := reflect.ValueOf(back).Elem()
+	for name := range vmPrivate {
+		if f := got.FieldByName(name); !f.IsZero() {
+			t.Errorf("VM-private %s crossed: %v", name, f.Interface())
+		}
+	}
+}
+
 // The 2.1 messages carry every field of what they map, but the paths of a
 // template's files on its node and an upload's reader.
 func TestWireCarriesTemplatesAndGuestReads(t *testing.T) {
 	tpl := new(sandbox.Template)
 	fill(t, reflect.ValueOf(tpl).Elem(), map[string]string{"Kernel": "a path on the node", "Initrd": "a path on the node",
-		"BaseDisk": "a path on the node", "KernelArgs": "the node's", "Dir": "a path on the node"})
+		"BaseDisk": "a path on the node", "Dir": "a path on the node"})
 	if back := TemplateFromWire(TemplateToWire(*tpl)); !reflect.DeepEqual(back, *tpl) {
 		t.Fatalf("a template changed on the wire:\n sent %+v\n  got %+v", *tpl, back)
 	}
@@ -131,7 +171,7 @@ func TestWireCarriesTemplatesAndGuestReads(t *testing.T) {
 		t.Fatalf("a build spec changed on the wire:\n sent %+v\n  got %+v", *req, back)
 	}
 	ev := new(catalog.Event)
-	fill(t, reflect.ValueOf(ev).Elem(), map[string]string{"Kernel": "-", "Initrd": "-", "BaseDisk": "-", "KernelArgs": "-", "Dir": "-"})
+	fill(t, reflect.ValueOf(ev).Elem(), map[string]string{"Kernel": "-", "Initrd": "-", "BaseDisk": "-", "Dir": "-"})
 	if back := EventFromWire(EventToWire(*ev)); !reflect.DeepEqual(back, *ev) {
 		t.Fatalf("a build event changed on the wire:\n sent %+v\n  got %+v", *ev, back)
 	}

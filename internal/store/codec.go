@@ -79,6 +79,10 @@ func (c Codec) Decode(id, data string) (*SandboxRecord, error) {
 	return r, nil
 }
 
+// Open is what sealed, Seal's output for sandbox id, holds (an error
+// when it was sealed for another id or with another key).
+func (c Codec) Open(id, sealed string) (map[string]string, error) { return c.openSecrets(id, sealed) }
+
 func (c Codec) openSecrets(id, sealed string) (map[string]string, error) {
 	if c.Secrets == nil {
 		return nil, fmt.Errorf("sandbox %s has sealed secrets but the store has no secrets key: %w", id, errdefs.ErrInternal)

@@ -13,6 +13,14 @@ import (
 // key of its own, and closes it when t ends.
 func SQLite(t testing.TB) *sqlite.Store {
 	t.Helper()
+	st, _ := SQLiteSealed(t)
+	return st
+}
+
+// SQLiteSealed is SQLite with the key that seals its secrets, for a test
+// that seals or opens them as a control plane does.
+func SQLiteSealed(t testing.TB) (*sqlite.Store, *secrets.Box) {
+	t.Helper()
 	dir := t.TempDir()
 	box, err := secrets.LoadOrCreate(dir)
 	if err != nil {
@@ -23,5 +31,5 @@ func SQLite(t testing.TB) *sqlite.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	return st
+	return st, box
 }

@@ -29,6 +29,14 @@ type Referrers interface {
 	Mapped(ctx context.Context) (map[string]bool, error)
 }
 
+// ClusterReferrers is what a Referrers that sees only this node's records
+// (a node of protocol 2.3) adds: whether a record elsewhere in the cluster
+// still needs an image, asked before the image is deleted from the shared
+// image store. An image it needs is removed from this node only.
+type ClusterReferrers interface {
+	InUseElsewhere(ctx context.Context, id string) (bool, error)
+}
+
 // Collect removes what no record needs and no lease holds: an image's
 // memory and state when nothing will load them, the whole folder when no
 // disk chain goes through its layer either.
@@ -85,7 +93,7 @@ func (s *Store) collect(ctx context.Context, id string, keepLayer bool) {
 		// Nothing in the cluster needs it (the roots are every record's):
 		// out of the shared store first, so a failure leaves the folder
 		// for the next round to try again.
-		if err := s.dropRemote(ctx, id); err != nil {
+		if err := s.dropRemoteUnused(ctx, id); err != nil {
 			s.log.Warn("gc: image kept until the image store deletes it", "image", id, "err", err)
 			return
 		}

@@ -482,21 +482,14 @@ func (s *Store) RemoteLayers(ctx context.Context, id string) ([]string, error) {
 	if ok {
 		return l, nil
 	}
-	man, err := r.Store.Manifest(ctx, id)
-	if errdefs.Is(err, errdefs.ClassNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var p portable
-	if err := json.Unmarshal(man.Meta, &p); err != nil {
-		return nil, err
+	layers, err := StoredLayers(ctx, r.Store, id)
+	if err != nil || layers == nil { // not in the store (yet): not cached
+		return layers, err
 	}
 	r.mu.Lock()
-	r.layers[id] = p.Layers
+	r.layers[id] = layers
 	r.mu.Unlock()
-	return p.Layers, nil
+	return layers, nil
 }
 
 // dropRemote deletes image id from the shared store: gc found that no
@@ -510,6 +503,44 @@ func (s *Store) dropRemote(ctx context.Context, id string) error {
 		return fmt.Errorf("image %s is being uploaded", id)
 	}
 	return s.remote.Store.Delete(ctx, id)
+}
+
+// dropRemoteUnused deletes image id from the shared store unless a record
+// this node cannot see needs it (ClusterReferrers), in which case only the
+// local copy goes.
+func (s *Store) dropRemoteUnused(ctx context.Context, id string) error {
+	if s.remote == nil {
+		return nil
+	}
+	if cr, ok := s.opts.Referrers.(ClusterReferrers); ok {
+		used, err := cr.InUseElsewhere(ctx, id)
+		if err != nil {
+			return fmt.Errorf("ask the control plane whether image %s is needed elsewhere: %w", id, err)
+		}
+		if used {
+			s.log.Info("gc: image needed elsewhere in the cluster: kept in the image store", "image", id)
+			return nil
+		}
+	}
+	return s.dropRemote(ctx, id)
+}
+
+// StoredLayers is the disk chain image id stands on, as the image store
+// holds it (nil: not in the store): a control plane, which has no image
+// folders, reads a snapshot's chain with it.
+func StoredLayers(ctx context.Context, st *imagestore.Store, id string) ([]string, error) {
+	man, err := st.Manifest(ctx, id)
+	if errdefs.Is(err, errdefs.ClassNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var p portable
+	if err := json.Unmarshal(man.Meta, &p); err != nil {
+		return nil, err
+	}
+	return p.Layers, nil
 }
 
 // fetchErr classes a local failure of a fetch: a full disk is storage_full.
