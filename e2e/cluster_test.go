@@ -15,6 +15,7 @@ import (
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
+	"github.com/zeish/zeish/internal/node/lazyram"
 	"github.com/zeish/zeish/internal/procscan"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/internal/store/postgres"
@@ -229,6 +230,10 @@ func (l *lab) cleanup() {
 			for _, pid := range pids {
 				syscall.Kill(pid, syscall.SIGKILL)
 			}
+		}
+		if mnt := filepath.Join(z.DataDir, "lazyram", "mnt"); lazyram.Mounted(mnt) {
+			t.Errorf("cleanup: lazy RAM mount left on %s: %s", id, mnt)
+			syscall.Unmount(mnt, syscall.MNT_DETACH)
 		}
 		for _, f := range testenv.ImageRAMFiles(z.DataDir) {
 			t.Errorf("cleanup: image RAM file left on %s: %s", id, f)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,6 +14,7 @@ import (
 	"github.com/zeish/zeish/internal/imagestore"
 	"github.com/zeish/zeish/internal/imagestore/blob"
 	"github.com/zeish/zeish/internal/node/images"
+	"github.com/zeish/zeish/internal/node/lazyram"
 )
 
 // openImageStore opens the image store the cluster's nodes share, named by
@@ -72,5 +74,28 @@ func (l *local) collectors() []prometheus.Collector {
 	if l.images == nil {
 		return nil
 	}
-	return l.images.Metrics().Collectors()
+	out := l.images.Metrics().Collectors()
+	if l.lazy != nil {
+		out = append(out, l.lazy.Metrics().Collectors()...)
+	}
+	return out
+}
+
+// openLazyRAM serves the RAM of images fetched for remote starts lazily
+// (ZEISH_LAZY_RAM=on; off by default: measured no faster than the whole
+// fetch at this cluster's sizes, docs/images.md), in <data>/lazyram; nil when off or
+// when this host cannot (no /dev/fuse, not root): the node then fetches
+// RAM whole, and says so.
+func openLazyRAM(log *slog.Logger, cfg *config.Config, remote *images.Remote, nodeID string) *lazyram.RAM {
+	if cfg.LazyRAM == "off" {
+		log.Info("lazy RAM off (ZEISH_LAZY_RAM): remote starts fetch the image's RAM whole first")
+		return nil
+	}
+	lazy, err := lazyram.Open(lazyram.Options{Dir: filepath.Join(cfg.DataDir, "lazyram"), Backend: remote.Store.Backend(),
+		Holder: nodeID, Logger: log})
+	if err != nil {
+		log.Warn("lazy RAM unavailable: remote starts fetch the image's RAM whole first", "err", err)
+		return nil
+	}
+	return lazy
 }

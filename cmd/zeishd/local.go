@@ -13,6 +13,7 @@ import (
 	"github.com/zeish/zeish/internal/imagestore"
 	"github.com/zeish/zeish/internal/network"
 	"github.com/zeish/zeish/internal/node"
+	"github.com/zeish/zeish/internal/node/lazyram"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/template"
 	"github.com/zeish/zeish/vmm"
@@ -24,6 +25,7 @@ import (
 type local struct {
 	// images is the image store the cluster's nodes share (nil: none).
 	images  *imagestore.Store
+	lazy    *lazyram.RAM // nil: RAM is fetched whole
 	node    *node.Node
 	cat     *catalog.Catalog
 	driver  vmm.Driver
@@ -68,6 +70,10 @@ func openLocal(ctx context.Context, log *slog.Logger, cfg *config.Config, st sto
 	}
 	if remote != nil {
 		l.images = remote.Store
+		if l.lazy = openLazyRAM(log, cfg, remote, nodeID); l.lazy != nil {
+			remote.Lazy = l.lazy
+			l.closers = append(l.closers, l.lazy.Close) // after the node's
+		}
 	}
 	if netw != nil {
 		l.closers = append(l.closers, func() { netw.Close() }) // after the node: guests' rules stay while their VMs run

@@ -165,6 +165,15 @@ type Config struct {
 	// `not_found`
 	ImageFetchWait time.Duration `env:"ZEISH_IMAGE_FETCH_WAIT" default:"5m" min:"0s" roles:"all,node"`
 
+	// with an image store: `on` (off by default: at the sizes measured it answers the first exec
+	// no sooner; it is for large RAM and a store across a network) starts a VM on an image another node made (a fork child with
+	// `placement: any`, a clone, a restore, a start) as soon as its disk layers and device state are
+	// here, its RAM served lazily from the store through a FUSE file (pages fetched when the guest
+	// touches them, the rest prefetched in the background, then kept in tmpfs); `off` fetches the
+	// whole RAM first. Needs root and `/dev/fuse`; without them the node fetches whole and logs why.
+	// See docs/images.md
+	LazyRAM string `env:"ZEISH_LAZY_RAM" default:"off" enum:"on,off" roles:"all,node"`
+
 	// with an image store: the disk a node gives the templates it fetched (built on other nodes), in
 	// `<data>/template-cache`; past it the least recently used that no sandbox of the node stands on
 	// go; `0`: no bound

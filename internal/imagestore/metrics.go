@@ -20,28 +20,33 @@ type Metrics struct {
 }
 
 // NewMetrics makes the instruments, unregistered.
-func NewMetrics() *Metrics {
+func NewMetrics() *Metrics { return NewMetricsNamed("zeish_image_", "") }
+
+// NewMetricsNamed makes the instruments with names that start with prefix
+// and help texts that end with about (a second store of one process, such
+// as the node's lazy RAM, counts apart).
+func NewMetricsNamed(prefix, about string) *Metrics {
 	return &Metrics{
 		FetchBytes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "zeish_image_fetch_bytes_total",
-			Help: "Image bytes read from the image store (chunk cache misses), after their digest was verified.",
+			Name: prefix + "fetch_bytes_total",
+			Help: "Image bytes read from the image store (chunk cache misses), after their digest was verified" + about + ".",
 		}),
 		FetchSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "zeish_image_fetch_duration_seconds",
-			Help:    "How long a fetch from the image store took: one chunk (what=chunk) or one whole file (what=file).",
+			Name:    prefix + "fetch_duration_seconds",
+			Help:    "How long a fetch from the image store took: one chunk (what=chunk) or one whole file (what=file)" + about + ".",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}, []string{"what"}),
 		UploadBytes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "zeish_image_upload_bytes_total",
-			Help: "Image bytes put into the image store (chunks it did not hold yet).",
+			Name: prefix + "upload_bytes_total",
+			Help: "Image bytes put into the image store (chunks it did not hold yet)" + about + ".",
 		}),
 		CacheHits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "zeish_image_cache_hits_total",
-			Help: "Chunk reads served by the node's local chunk cache.",
+			Name: prefix + "cache_hits_total",
+			Help: "Chunk reads served by the node's local chunk cache" + about + ".",
 		}),
 		CacheMisses: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "zeish_image_cache_misses_total",
-			Help: "Chunk reads the node's local chunk cache did not hold (fetched from the store).",
+			Name: prefix + "cache_misses_total",
+			Help: "Chunk reads the node's local chunk cache did not hold (fetched from the store)" + about + ".",
 		}),
 	}
 }

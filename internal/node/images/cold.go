@@ -216,8 +216,10 @@ func (s *Store) coldCandidates(ctx context.Context) ([]coldCandidate, map[string
 		if m.VM == nil || m.VM.MemFile == "" {
 			continue
 		}
-		if _, err := os.Lstat(m.VM.MemFile); err != nil {
+		if fi, err := os.Lstat(m.VM.MemFile); err != nil {
 			continue // on disk already, or gone
+		} else if fi.Mode()&os.ModeSymlink != 0 {
+			continue // served lazily (Remote.Lazy) until its prefetch makes it local
 		}
 		metas[m.ID] = m
 		cands = append(cands, coldCandidate{id: m.ID, mapped: mapped[m.ID] || inUse[m.VM.MemFile]})

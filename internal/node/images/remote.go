@@ -47,6 +47,15 @@ type Remote struct {
 	// still uploading (a fork's children placed elsewhere wait for the
 	// fork's image).
 	WaitDurable time.Duration
+	// Lazy (nil: none) serves a fetched image's RAM lazily instead of
+	// fetching it before the VM starts (internal/node/lazyram).
+	Lazy LazyRAM
+}
+
+// LazyRAM makes path local file name of image man, served lazily: what
+// internal/node/lazyram does with a symlink to a FUSE file.
+type LazyRAM interface {
+	Map(ctx context.Context, man *imagestore.Manifest, name, local string) error
 }
 
 // remote is the store's state of its remote tier.
@@ -375,6 +384,23 @@ func (s *Store) fetch(ctx context.Context, id string, layerOnly bool, progress f
 		case fileMem:
 			dst = filepath.Join(r.ShmDir, "zeish-img-"+id+".mem")
 			vm.MemFile = dst
+		}
+		if name == fileMem && r.Lazy != nil {
+			// The RAM last (want's order): the VM starts once the disk
+			// and the device state are here, its pages come on touch.
+			err := r.Lazy.Map(ctx, man, name, dst)
+			if err == nil {
+				made = append(made, dst)
+				if f, ok := man.File(name); ok {
+					done += f.Size
+				}
+				if progress != nil {
+					progress(done, total)
+				}
+				s.log.Info("image RAM served lazily", "image", id, "file", dst)
+				continue
+			}
+			s.log.Warn("image RAM cannot be served lazily; fetching it whole", "image", id, "err", err)
 		}
 		if err := r.Store.FetchFile(ctx, man, name, dst); err != nil {
 			undo()
