@@ -203,9 +203,13 @@ func TestClusterImageStoreFaults(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "the disk is full") {
 			t.Fatalf("a snapshot's clone on a node whose disk is full (layer %d KiB): %v, want it to fail saying the disk is full", layer>>10, err)
 		}
+		cloneErr := err.Error()
 		kid, err := l.client.GetSandbox(ctx, "clone-full")
 		if err != nil || kid.State != sandbox.StateError || kid.Host != "node-c" || !strings.Contains(kid.StateReason, "the disk is full") {
 			t.Fatalf("the child whose fetch found the disk full: %+v %v", kid, err)
+		}
+		if strings.Contains(kid.StateReason, cDir) || strings.Contains(cloneErr, cDir) {
+			t.Fatalf("the client sees the node's data dir %s: %q / %s", cDir, kid.StateReason, cloneErr)
 		}
 		t.Logf("the child: %s %s: %s", kid.State, kid.ErrorCode, kid.StateReason)
 		l.footprint(ctx).sameFiles(t, before, snapImages)
