@@ -246,6 +246,12 @@ func TestClusterImageStoreFaults(t *testing.T) {
 				t.Errorf("a %s with wrong store credentials: %v, want it to refuse to start saying to check the credentials", what, err)
 			}
 		}
+		// It refused before it registered: it is not listed, never healthy.
+		for _, n := range l.listNodes() {
+			if n.ID == "node-bad" {
+				t.Errorf("the node with wrong store credentials registered: %+v", n)
+			}
+		}
 	})
 	t.Logf("TestClusterImageStoreFaults: %v", time.Since(began).Round(time.Second))
 }

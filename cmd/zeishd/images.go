@@ -31,6 +31,21 @@ func openImageStore(ctx context.Context, log *slog.Logger, cfg *config.Config, s
 	if cfg.ImageStore == "" {
 		return nil, nil
 	}
+	b, err := checkImageStore(ctx, log, cfg)
+	if err != nil {
+		return nil, err
+	}
+	st := imagestore.New(b, imagestore.Options{Logger: log})
+	log.Info("image store", "store", st.String())
+	go collectStore(ctx, log, st)
+	return &images.Remote{Store: st, ShmDir: shmDir, WaitDurable: cfg.ImageFetchWait}, nil
+}
+
+// checkImageStore opens ZEISH_IMAGE_STORE's backend and checks it the way
+// openImageStore describes: bad keys or no bucket are an error, an
+// unreachable store a warning. A node agent checks before it registers, so
+// a node with the wrong keys is never listed.
+func checkImageStore(ctx context.Context, log *slog.Logger, cfg *config.Config) (blob.Backend, error) {
 	b, err := imagestore.NewBackend(cfg.ImageStore)
 	if err != nil {
 		return nil, fmt.Errorf("ZEISH_IMAGE_STORE: %w", err)
@@ -43,10 +58,7 @@ func openImageStore(ctx context.Context, log *slog.Logger, cfg *config.Config, s
 	} else if err != nil {
 		return nil, fmt.Errorf("ZEISH_IMAGE_STORE: %w", err)
 	}
-	st := imagestore.New(b, imagestore.Options{Logger: log})
-	log.Info("image store", "store", st.String())
-	go collectStore(ctx, log, st)
-	return &images.Remote{Store: st, ShmDir: shmDir, WaitDurable: cfg.ImageFetchWait}, nil
+	return b, nil
 }
 
 // collectStore runs the image store's chunk gc hourly: chunks no manifest
