@@ -29,29 +29,18 @@ func runCluster(ctx context.Context, e *benchEnv) (*report, error) {
 	}
 	defer pg.Stop()
 	db := pg.URL("postgres")
-	cp := &testenv.Zeishd{Bin: e.zeishdBin, DataDir: filepath.Join(e.tmp, "data-control"), OwnProcessGroup: true,
-		Env: []string{"ZEISH_ROLE=control", "ZEISH_DATABASE_URL=" + db, "ZEISH_CLUSTER_ALLOW_HTTP=on", "ZEISH_LOG_LEVEL=warn",
-			"ZEISH_PLAN_RUNNING_SLOTS=100", "ZEISH_PLAN_CREATES_PER_MINUTE=1000", "ZEISH_PLAN_DAILY_CREATES=100000"}}
-	if err := cp.Start(ctx); err != nil {
-		return nil, err
-	}
-	defer cp.Stop()
-	join, err := testenv.JoinToken(ctx, e.zeishdBin, db, "bench-node")
+	cp, err := e.startControl(ctx, db, "data-control")
 	if err != nil {
 		return nil, err
 	}
-	node := &testenv.Zeishd{Bin: e.zeishdBin, DataDir: filepath.Join(e.tmp, "data-node"), OwnProcessGroup: true,
-		Env: []string{"ZEISH_ROLE=node", "ZEISH_NODE_ID=bench-node", "ZEISH_CONTROL_URL=http://" + cp.Addr, "ZEISH_JOIN_TOKEN=" + join, "ZEISH_CLUSTER_ALLOW_HTTP=on",
-			"ZEISH_DATABASE_URL=" + db, "ZEISH_SANDBOXD=" + e.sandboxd, "ZEISH_TEMPLATE_CACHE=" + e.cacheDir, "ZEISH_LOG_LEVEL=warn"}}
-	if err := node.Start(ctx); err != nil {
+	defer cp.Stop()
+	node, err := e.startNodeAgent(ctx, cp, db, "bench-node")
+	if err != nil {
 		return nil, err
 	}
 	defer node.Stop()
 	key, err := cp.AdminKey()
 	if err != nil {
-		return nil, err
-	}
-	if err := waitNodeLive(ctx, cp.Addr, key, "bench-node"); err != nil {
 		return nil, err
 	}
 	clients := map[string]*zeish.Client{
@@ -89,6 +78,44 @@ func runCluster(ctx context.Context, e *benchEnv) (*report, error) {
 	}
 	r.Notes = append(r.Notes, "The boots themselves run on the same node code either way; only the calls' answers differ by the control plane's hop (placement, the node RPC, the shared database).")
 	return r, nil
+}
+
+// startControl starts a control plane (ZEISH_ROLE=control) on database
+// db and data dir e.tmp/dir, with plan limits the bench does not reach;
+// env are more settings.
+func (e *benchEnv) startControl(ctx context.Context, db, dir string, env ...string) (*testenv.Zeishd, error) {
+	cp := &testenv.Zeishd{Bin: e.zeishdBin, DataDir: filepath.Join(e.tmp, dir), OwnProcessGroup: true,
+		Env: append([]string{"ZEISH_ROLE=control", "ZEISH_DATABASE_URL=" + db, "ZEISH_CLUSTER_ALLOW_HTTP=on", "ZEISH_LOG_LEVEL=warn",
+			"ZEISH_PLAN_RUNNING_SLOTS=100", "ZEISH_PLAN_CREATES_PER_MINUTE=1000", "ZEISH_PLAN_DAILY_CREATES=100000"}, env...)}
+	return cp, cp.Start(ctx)
+}
+
+// startNodeAgent starts node agent id of control plane cp, joined with a
+// join token made for it on database db (the node itself opens no
+// database), on data dir e.tmp/data-<id>, and waits until cp lists it
+// live; env are more settings. Every node agent of the bench is started
+// here.
+func (e *benchEnv) startNodeAgent(ctx context.Context, cp *testenv.Zeishd, db, id string, env ...string) (*testenv.Zeishd, error) {
+	join, err := testenv.JoinToken(ctx, e.zeishdBin, db, id)
+	if err != nil {
+		return nil, err
+	}
+	node := &testenv.Zeishd{Bin: e.zeishdBin, DataDir: filepath.Join(e.tmp, "data-"+id), OwnProcessGroup: true,
+		Env: append([]string{"ZEISH_ROLE=node", "ZEISH_NODE_ID=" + id, "ZEISH_CONTROL_URL=http://" + cp.Addr, "ZEISH_JOIN_TOKEN=" + join,
+			"ZEISH_CLUSTER_ALLOW_HTTP=on", "ZEISH_SANDBOXD=" + e.sandboxd, "ZEISH_TEMPLATE_CACHE=" + e.cacheDir,
+			"ZEISH_LOG_LEVEL=warn"}, env...)}
+	if err := node.Start(ctx); err != nil {
+		return nil, err
+	}
+	key, err := cp.AdminKey()
+	if err == nil {
+		err = waitNodeLive(ctx, cp.Addr, key, id)
+	}
+	if err != nil {
+		node.Stop()
+		return nil, err
+	}
+	return node, nil
 }
 
 // createAndClone times a create's answer and, once it runs, a clone's

@@ -21,6 +21,13 @@
 //	net     what networking adds to create → first exec and fork → first
 //	        exec (network vs enabled: false on one zeishd in a NetLab),
 //	        iperf3 guest↔uplink vs plain QEMU on a TAP
+//	images  (only with -only images) images in a shared S3 store
+//	        (versitygw, PostgreSQL, a control plane and two node agents on
+//	        loopback): a remote fork child's fork → first exec next to a
+//	        local child's, a re-fork's upload ÷ its private pages, the pause
+//	        with a store ÷ without, creates from a cached template next to
+//	        the single binary, a template's first create on a new node
+//	        next to cp of its files
 //	attack  (only with -only attack) a third account's exec and create
 //	        latency, idle and while a silent guest behind a public port is
 //	        called by 1,100 clients and another guest floods DNS

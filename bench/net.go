@@ -495,15 +495,24 @@ func (e *benchEnv) labServer(ctx context.Context, lab *testenv.NetLab, env ...st
 		OwnProcessGroup: true,
 	}
 	z.Env = append(z.Env, env...)
+	c, stop, err := e.startSide(ctx, z, ".net")
+	return c, z, stop, err
+}
+
+// startSide starts z, a zeishd of a section's own beside the bench's, and
+// returns a client for it (through z.Addr) and stop, which deletes every
+// sandbox it has, stops it and keeps its log beside the main one's
+// (-zeishd-log, with suffix).
+func (e *benchEnv) startSide(ctx context.Context, z *testenv.Zeishd, suffix string) (*zeish.Client, func() error, error) {
 	if err := z.Start(ctx); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	key, err := z.AdminKey()
 	if err != nil {
 		z.Stop()
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	c := zeish.NewClient("http://"+relay+api.BasePath, key)
+	c := zeish.NewClient("http://"+z.Addr+api.BasePath, key)
 	stop := func() error {
 		var errs []error
 		dctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -517,12 +526,11 @@ func (e *benchEnv) labServer(ctx context.Context, lab *testenv.NetLab, env ...st
 		}
 		errs = append(errs, z.Stop())
 		if e.opts.zlog != "" {
-			// The section's own zeishd, beside the main one's log.
-			errs = append(errs, os.WriteFile(e.opts.zlog+".net", []byte(z.Log.String()), 0o644))
+			errs = append(errs, os.WriteFile(e.opts.zlog+suffix, []byte(z.Log.String()), 0o644))
 		}
 		return errors.Join(errs...)
 	}
-	return c, z, stop, nil
+	return c, stop, nil
 }
 
 // guestExec runs argv in a guest; a non-zero exit is an error.

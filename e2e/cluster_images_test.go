@@ -45,21 +45,9 @@ func TestClusterImages(t *testing.T) {
 	node("node-a", 3)
 	node("node-b", 3)
 	node("node-c", 3)
-	// Drained nodes take nothing new: the parent goes to node-a. only("")
-	// undrains them all.
-	only := func(id string) {
-		t.Helper()
-		for n := range l.nodes {
-			path := "/admin/nodes/" + n + "/drain"
-			if n == id || id == "" {
-				path = "/admin/nodes/" + n + "/undrain"
-			}
-			if st := l.do("POST", path, nil); st != http.StatusOK {
-				t.Fatalf("%s: %d", path, st)
-			}
-		}
-	}
-	all := func() { only("") }
+	// Drained nodes take nothing new: the parent goes to node-a.
+	only := l.only
+	all := func() { l.only("") }
 
 	t.Run("a template built on one node, created from on another", func(t *testing.T) {
 		only("node-a")

@@ -104,6 +104,20 @@ func (l *lab) addNode(id string, budgetMiB int) *testenv.Zeishd { return l.addNo
 
 // addNodeEnv is addNode with more settings.
 func (l *lab) addNodeEnv(id string, budgetMiB int, env ...string) *testenv.Zeishd {
+	l.t.Helper()
+	z := l.nodeAgent(id, tempDir(l.t, "zeish-e2e-"+id+"-"), budgetMiB, env...)
+	l.nodes[id] = z
+	if err := z.Start(context.Background()); err != nil {
+		l.t.Fatal(err)
+	}
+	l.waitNode(id, true)
+	return z
+}
+
+// nodeAgent is node id's zeishd on dataDir, joined with a join token made
+// for it, not started yet: every node agent of the cluster tests is made
+// here.
+func (l *lab) nodeAgent(id, dataDir string, budgetMiB int, env ...string) *testenv.Zeishd {
 	t := l.t
 	t.Helper()
 	tpl := testenv.BaseTemplate(t)
@@ -111,18 +125,28 @@ func (l *lab) addNodeEnv(id string, budgetMiB int, env ...string) *testenv.Zeish
 	if err != nil {
 		t.Fatal(err)
 	}
-	z := &testenv.Zeishd{Bin: filepath.Join(bin, "zeishd"), DataDir: tempDir(t, "zeish-e2e-"+id+"-"),
+	z := &testenv.Zeishd{Bin: filepath.Join(bin, "zeishd"), DataDir: dataDir,
 		Env: []string{"ZEISH_ROLE=node", "ZEISH_NODE_ID=" + id, "ZEISH_CONTROL_URL=" + l.controlURLs(),
 			"ZEISH_JOIN_TOKEN=" + join, "ZEISH_CLUSTER_ALLOW_HTTP=on", "ZEISH_REGION=lab", "ZEISH_PUBLIC_DOMAIN=" + clusterDomain,
 			"ZEISH_NODE_LABELS=disk=ssd,rack=" + id, fmt.Sprintf("ZEISH_MEMORY_BUDGET_MIB=%d", budgetMiB),
 			"ZEISH_SANDBOXD=" + testenv.SandboxdBinary(t), "ZEISH_TEMPLATE_CACHE=" + filepath.Dir(tpl.Dir), "ZEISH_LOG_LEVEL=debug"}}
 	z.Env = append(z.Env, env...)
-	l.nodes[id] = z
-	if err := z.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	l.waitNode(id, true)
 	return z
+}
+
+// only undrains node id and drains every other ("": undrains them all),
+// so that placement picks id.
+func (l *lab) only(id string) {
+	l.t.Helper()
+	for n := range l.nodes {
+		path := "/admin/nodes/" + n + "/drain"
+		if n == id || id == "" {
+			path = "/admin/nodes/" + n + "/undrain"
+		}
+		if st := l.do("POST", path, nil); st != http.StatusOK {
+			l.t.Fatalf("%s: %d", path, st)
+		}
+	}
 }
 
 // controlURLs lists every replica, for the node agents.

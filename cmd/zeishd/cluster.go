@@ -237,6 +237,13 @@ func runNode(ctx context.Context, cfg *config.Config) error {
 	if err := hosts.checkPeer("ZEISH_NODE_URL", self); err != nil {
 		return err
 	}
+	// Wrong image store keys stop the node before it registers (it would
+	// be listed and never healthy); openLocal opens the store itself.
+	if cfg.ImageStore != "" {
+		if _, err := checkImageStore(ctx, log, cfg); err != nil {
+			return err
+		}
+	}
 	// Not healthy until it serves and its first heartbeat tells its
 	// capacity: nothing is placed on it before.
 	reg := &nodev2.RegisterRequest{Version: nodeapi.Ours(), NodeId: id, Region: region, Labels: labels,

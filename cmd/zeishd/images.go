@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/zeish/zeish/internal/config"
 	"github.com/zeish/zeish/internal/imagestore"
+	"github.com/zeish/zeish/internal/imagestore/blob"
 	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/node/lazyram"
 )
@@ -18,17 +20,20 @@ import (
 // openImageStore opens the image store the cluster's nodes share, named by
 // ZEISH_IMAGE_STORE (s3://bucket/prefix?endpoint=…, or file:///path for a
 // folder every node mounts): nil when unset, the single-host default where
-// images stay on their host. A store that cannot be reached, or refuses
-// the credentials, stops zeishd at start with a message saying so.
+// images stay on their host. A store that refuses the credentials, or has
+// no such bucket, stops zeishd at start with a message saying so: the
+// setting is wrong and will not mend itself. One that cannot be reached
+// is logged and zeishd starts: a store's outage must not keep a control
+// plane or a node down (their sandboxes with it), and every use of the
+// store after start copes with its absence (docs/images.md, "When the
+// store is away").
 func openImageStore(ctx context.Context, log *slog.Logger, cfg *config.Config, shmDir string) (*images.Remote, error) {
 	if cfg.ImageStore == "" {
 		return nil, nil
 	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	b, err := imagestore.OpenBackend(cctx, cfg.ImageStore)
+	b, err := checkImageStore(ctx, log, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("ZEISH_IMAGE_STORE: %w", err)
+		return nil, err
 	}
 	// Needs and SweepGrace serve the control plane's sweep (a node's
 	// store never sweeps).
@@ -36,6 +41,26 @@ func openImageStore(ctx context.Context, log *slog.Logger, cfg *config.Config, s
 	log.Info("image store", "store", st.String())
 	go collectStore(ctx, log, st)
 	return &images.Remote{Store: st, ShmDir: shmDir, WaitDurable: cfg.ImageFetchWait}, nil
+}
+
+// checkImageStore opens ZEISH_IMAGE_STORE's backend and checks it the way
+// openImageStore describes: bad keys or no bucket are an error, an
+// unreachable store a warning. A node agent checks before it registers, so
+// a node with the wrong keys is never listed.
+func checkImageStore(ctx context.Context, log *slog.Logger, cfg *config.Config) (blob.Backend, error) {
+	b, err := imagestore.NewBackend(cfg.ImageStore)
+	if err != nil {
+		return nil, fmt.Errorf("ZEISH_IMAGE_STORE: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := imagestore.Check(cctx, b); errors.Is(err, blob.ErrUnreachable) {
+		log.Warn("image store: cannot be reached at start; starting without it until it answers (fetches fail as unavailable, uploads are retried)",
+			"store", b.String(), "err", err)
+	} else if err != nil {
+		return nil, fmt.Errorf("ZEISH_IMAGE_STORE: %w", err)
+	}
+	return b, nil
 }
 
 // collectStore runs the image store's chunk gc hourly: chunks no manifest

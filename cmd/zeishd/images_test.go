@@ -13,9 +13,10 @@ import (
 )
 
 // TestImageStoreSettings: ZEISH_IMAGE_STORE unset is the single-host
-// default (no store); a folder store opens with ZEISH_IMAGE_FETCH_WAIT; a
-// bad wait (config.Load), keys in the URL or an unknown scheme stop zeishd
-// at start.
+// default (no store); a folder store opens with ZEISH_IMAGE_FETCH_WAIT, and
+// so does an S3 store that cannot be reached yet; a bad wait
+// (config.Load), keys in the URL or an unknown scheme stop zeishd at
+// start (wrong keys: e2e's TestClusterImageStoreFaults).
 func TestImageStoreSettings(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -32,6 +33,9 @@ func TestImageStoreSettings(t *testing.T) {
 		{store: "file://" + dir, wait: "soon", wantErr: "ZEISH_IMAGE_FETCH_WAIT"},
 		{store: "file://" + dir, wait: "-1s", wantErr: "ZEISH_IMAGE_FETCH_WAIT"},
 		{store: "s3://key:secret@bucket/prefix?endpoint=http://127.0.0.1:1", wantErr: "ZEISH_IMAGE_STORE"},
+		// Nothing listens on port 1: a store away at start is logged, and
+		// zeishd starts without it until it answers.
+		{store: "s3://bucket/prefix?endpoint=http://127.0.0.1:1", want: 5 * time.Minute},
 		{store: "ftp://host/images", wantErr: "ZEISH_IMAGE_STORE"},
 	} {
 		env := map[string]string{"ZEISH_IMAGE_STORE": tc.store, "ZEISH_IMAGE_FETCH_WAIT": tc.wait}

@@ -104,8 +104,8 @@ func (o oldNode) Create(ctx context.Context, req *connect.Request[nodev2.CreateR
 // with it are a field it does not know. A node agreed at 2.1 (its row from
 // before the control plane's upgrade) is refused a call of 2.2 (a fork's
 // children from the image store) before it is sent, saying what to
-// upgrade, and a start of a sandbox another node stopped is never placed
-// on it.
+// upgrade, and neither a create from a template another node built nor a
+// start of a sandbox another node stopped is placed on it.
 func TestRouterAsksOnlyWhatTheNodesVersionHas(t *testing.T) {
 	g := newRegistry(t, true)
 	ctx := context.Background()
@@ -136,6 +136,15 @@ func TestRouterAsksOnlyWhatTheNodesVersionHas(t *testing.T) {
 	_, err = r.client(n).CloneImage(ctx, "img_x", made.ID, nil, []*store.SandboxRecord{{}})
 	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "node protocol 2.1") || !strings.Contains(err.Error(), "needs 2.2") {
 		t.Fatalf("children from the image store on a 2.1 node: %v", err)
+	}
+	// Nor a create from a template another node built: the 2.1 node
+	// cannot fetch it from the image store.
+	if err := g.st.PutTemplate(ctx, sandbox.Template{ID: "tpl_other", Name: "other", AccountID: "acc_a", Host: "gone",
+		State: sandbox.TemplateReady}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Create(ctx, &store.SandboxRecord{Sandbox: sandbox.Sandbox{AccountID: "acc_a", MemoryMiB: 256, Template: "tpl_other"}}); !errors.Is(err, errdefs.ErrNodeFull) || !strings.Contains(err.Error(), "protocol 2.2") {
+		t.Fatalf("a create from a template held by a node that is gone, with only a 2.1 node live: %v", err)
 	}
 	// A sandbox stopped on a lost node is never sent to the 2.1 one.
 	if _, err := g.st.UpdateSandbox(ctx, made.ID, func(rec *store.SandboxRecord) error {

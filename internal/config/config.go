@@ -153,8 +153,9 @@ type Config struct {
 	// file, `&credentials=FILE` or `&credentials=iam`; or `file:///path`. Nodes upload every complete
 	// image (snapshots, stopped sandboxes, fork images, templates they built) in the background and
 	// fetch what they lack, so starts, restores, snapshot clones, forks with `placement: any` and
-	// creates from any template run on any node; the API shows `durable` / `image_durable`. A store
-	// that cannot be reached or refuses the keys stops zeishd at start. See docs/images.md
+	// creates from any template run on any node; the API shows `durable` / `image_durable`. Keys the
+	// store refuses, or a missing bucket, stop zeishd at start; a store that cannot be reached is
+	// logged and waited for (fetches fail as unavailable, uploads are retried). See docs/images.md
 	//
 	// Default: unset: images stay on the node that made them.
 	ImageStore string `env:"ZEISH_IMAGE_STORE" roles:"all,control,node"`

@@ -294,8 +294,13 @@ func (s *Store) FetchFile(ctx context.Context, m *Manifest, name, dst string) (e
 }
 
 func fetchIOError(dst string, err error) error {
-	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
-		return blob.Errorf(blob.ErrFull, "fetch into %s: the disk is full (%v)", filepath.Dir(dst), err)
+	// The message reaches clients (a start's state_reason): it names the
+	// file, not the node's paths.
+	if errors.Is(err, syscall.ENOSPC) {
+		return blob.Errorf(blob.ErrFull, "fetch of %s: the disk is full on its node (%v)", filepath.Base(dst), syscall.ENOSPC)
+	}
+	if errors.Is(err, syscall.EDQUOT) {
+		return blob.Errorf(blob.ErrFull, "fetch of %s: the disk is full on its node (%v)", filepath.Base(dst), syscall.EDQUOT)
 	}
 	return fmt.Errorf("fetch into %s: %w", dst, err)
 }

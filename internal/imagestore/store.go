@@ -121,11 +121,23 @@ func (s *Store) Metrics() *Metrics { return s.opts.Metrics }
 
 func (s *Store) String() string { return s.b.String() }
 
-// OpenBackend makes the backend ZEISH_IMAGE_STORE names:
-// s3://bucket/prefix?endpoint=…&region=…, or file:///path (or an absolute
-// path) for a folder. It checks an S3 store is reachable with the
-// credentials given, so a misconfiguration fails at start, clearly.
+// OpenBackend makes the backend ZEISH_IMAGE_STORE names (NewBackend) and
+// checks it (Check), so a misconfiguration fails clearly.
 func OpenBackend(ctx context.Context, raw string) (blob.Backend, error) {
+	b, err := NewBackend(raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := Check(ctx, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// NewBackend makes the backend ZEISH_IMAGE_STORE names:
+// s3://bucket/prefix?endpoint=…&region=…, or file:///path (or an absolute
+// path) for a folder. An S3 backend is made without touching the network.
+func NewBackend(raw string) (blob.Backend, error) {
 	switch {
 	case strings.HasPrefix(raw, "s3://"):
 		cfg, err := s3.ParseURL(raw)
@@ -135,9 +147,6 @@ func OpenBackend(ctx context.Context, raw string) (blob.Backend, error) {
 		b, err := s3.New(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
-		}
-		if err := b.Check(ctx); err != nil {
-			return nil, err
 		}
 		return b, nil
 	case strings.HasPrefix(raw, "file://"):
@@ -150,6 +159,17 @@ func OpenBackend(ctx context.Context, raw string) (blob.Backend, error) {
 		return folder.New(raw)
 	}
 	return nil, fmt.Errorf("image store %q: want s3://bucket/prefix?endpoint=… or file:///path: %w", raw, errdefs.ErrInvalidArgument)
+}
+
+// Check makes one request of b that needs its bucket and its credentials
+// (an S3 backend; a folder has nothing to check): blob.ErrAccessDenied for
+// keys it refuses, blob.ErrNotFound for a missing bucket,
+// blob.ErrUnreachable for a store that does not answer.
+func Check(ctx context.Context, b blob.Backend) error {
+	if c, ok := b.(interface{ Check(context.Context) error }); ok {
+		return c.Check(ctx)
+	}
+	return nil
 }
 
 // Manifest reads image id's manifest: ErrNotFound (errdefs.ErrNotFound)

@@ -59,10 +59,28 @@ func (n *Node) PublishTemplate(t sandbox.Template) {
 	if t.Initrd != "" {
 		spec.Files = append(spec.Files, imagestore.SourceFile{Name: tplInitrd, Path: t.Initrd})
 	}
-	up := r.Store.StartUpload(n.life, spec)
+	n.uploadTemplate(t, spec, 1)
+}
+
+// uploadTemplate runs template t's upload, the attempt-th; one the store
+// was away for (imagestore.Transient) is tried again later, while the
+// template's files are still here and the node runs.
+func (n *Node) uploadTemplate(t sandbox.Template, spec imagestore.UploadSpec, attempt int) {
+	up := n.opts.ImageStore.Store.StartUpload(n.life, spec)
 	go func() {
 		if _, err := up.Wait(); err != nil {
-			n.log.Warn("image store: template not uploaded; it is usable on this node only", "template", t.ID, "err", err)
+			if !imagestore.Transient(err) || n.life.Err() != nil {
+				n.log.Warn("image store: template not uploaded; it is usable on this node only", "template", t.ID, "err", err)
+				return
+			}
+			wait := imagestore.RetryAfter(attempt)
+			n.log.Warn("image store: template not uploaded; it is usable on this node only until a retry succeeds",
+				"template", t.ID, "retry_in", wait, "err", err)
+			time.AfterFunc(wait, func() {
+				if _, err := os.Stat(t.BaseDisk); err == nil && n.life.Err() == nil {
+					n.uploadTemplate(t, spec, attempt+1)
+				}
+			})
 			return
 		}
 		p := up.Progress()

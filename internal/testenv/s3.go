@@ -44,6 +44,8 @@ type S3 struct {
 	AccessKey string
 	SecretKey string
 	Root      string // <Root>/<bucket>/<key> is an object's file
+	addr      string // host:port
+	bin       string
 	cmd       *exec.Cmd
 	exited    chan struct{}
 	log       string
@@ -53,54 +55,89 @@ type S3 struct {
 // CI) where versitygw is not installed.
 func StartS3(t testing.TB) *S3 {
 	t.Helper()
-	bin, err := versitygwBin()
-	if err != nil {
+	if _, err := versitygwBin(); err != nil {
 		testskip.Skip(t, "%v", err)
 	}
-	dir := t.TempDir()
-	s := &S3{AccessKey: "zeishtest", SecretKey: "zeish-test-secret-" + fmt.Sprint(os.Getpid()),
-		Root: filepath.Join(dir, "root"), log: filepath.Join(dir, "log"), exited: make(chan struct{})}
-	if err := os.MkdirAll(s.Root, 0o700); err != nil {
+	s, err := OpenS3(t.TempDir())
+	if s != nil {
+		t.Cleanup(s.stop)
+	}
+	if err != nil {
 		t.Fatal(err)
+	}
+	return s
+}
+
+// OpenS3 starts a server over a folder in dir, outside a test (the
+// bench); the caller Closes it, also after an error (then s may be nil).
+func OpenS3(dir string) (*S3, error) {
+	bin, err := versitygwBin()
+	if err != nil {
+		return nil, err
+	}
+	s := &S3{AccessKey: "zeishtest", SecretKey: "zeish-test-secret-" + fmt.Sprint(os.Getpid()),
+		Root: filepath.Join(dir, "root"), log: filepath.Join(dir, "log"), bin: bin}
+	if err := os.MkdirAll(s.Root, 0o700); err != nil {
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	addr := ln.Addr().String()
+	s.addr = ln.Addr().String()
 	ln.Close()
-	s.Endpoint = "http://" + addr
-	logf, err := os.Create(s.log)
+	s.Endpoint = "http://" + s.addr
+	return s, s.launch()
+}
+
+// Close stops the server.
+func (s *S3) Close() { s.stop() }
+
+// launch starts the server on s.addr and waits until it answers.
+func (s *S3) launch() error {
+	logf, err := os.OpenFile(s.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer logf.Close()
-	s.cmd = exec.Command(bin, "--port", addr, "--access", s.AccessKey, "--secret", s.SecretKey, "posix", s.Root)
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("start versitygw: %v", err)
+	cmd := exec.Command(s.bin, "--port", s.addr, "--access", s.AccessKey, "--secret", s.SecretKey, "posix", s.Root)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start versitygw: %w", err)
 	}
-	go func() { s.cmd.Wait(); close(s.exited) }()
-	t.Cleanup(s.stop)
+	exited := make(chan struct{})
+	s.cmd, s.exited = cmd, exited
+	go func() { cmd.Wait(); close(exited) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get(s.Endpoint)
 		if err == nil {
 			resp.Body.Close()
-			break
+			return nil
 		}
 		select {
-		case <-s.exited:
-			t.Fatalf("versitygw exited at start: %s", s.Log())
+		case <-exited:
+			return fmt.Errorf("versitygw exited at start: %s", s.Log())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("versitygw not answering on %s after 30 s: %s", addr, s.Log())
+			return fmt.Errorf("versitygw not answering on %s after 30 s: %s", s.addr, s.Log())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return s
+}
+
+// Down kills the server, as a store that went away: connections to it are
+// refused until Up. Its objects stay.
+func (s *S3) Down() { s.stop() }
+
+// Up starts the server again after Down, on the same address and objects.
+func (s *S3) Up(t testing.TB) {
+	t.Helper()
+	if err := s.launch(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Log is what the server printed.
@@ -110,6 +147,9 @@ func (s *S3) Log() string {
 }
 
 func (s *S3) stop() {
+	if s.cmd == nil {
+		return
+	}
 	s.cmd.Process.Signal(syscall.SIGCONT) // a test may have paused it
 	s.cmd.Process.Kill()
 	<-s.exited
@@ -125,24 +165,41 @@ func (s *S3) Resume() { syscall.Kill(s.cmd.Process.Pid, syscall.SIGCONT) }
 // code under test (making buckets).
 func (s *S3) Client(t testing.TB) *minio.Client {
 	t.Helper()
-	c, err := minio.New(strings.TrimPrefix(s.Endpoint, "http://"), &minio.Options{
-		Creds: credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""), Region: "us-east-1"})
+	c, err := s.client()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
+func (s *S3) client() (*minio.Client, error) {
+	return minio.New(strings.TrimPrefix(s.Endpoint, "http://"), &minio.Options{
+		Creds: credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""), Region: "us-east-1"})
+}
+
 // NewBucket makes a bucket for one test.
 func (s *S3) NewBucket(t testing.TB) string {
 	t.Helper()
-	name := fmt.Sprintf("zeish-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := s.Client(t).MakeBucket(ctx, name, minio.MakeBucketOptions{Region: "us-east-1"}); err != nil {
-		t.Fatalf("make bucket: %v\n%s", err, s.Log())
+	name, err := s.MakeBucket(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return name
+}
+
+// MakeBucket makes a bucket of a new name and returns the name.
+func (s *S3) MakeBucket(ctx context.Context) (string, error) {
+	c, err := s.client()
+	if err != nil {
+		return "", err
+	}
+	name := fmt.Sprintf("zeish-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	if err := c.MakeBucket(ctx, name, minio.MakeBucketOptions{Region: "us-east-1"}); err != nil {
+		return "", fmt.Errorf("make bucket: %w\n%s", err, s.Log())
+	}
+	return name, nil
 }
 
 // CredentialsFile writes an AWS shared-credentials file with the server's

@@ -418,7 +418,7 @@ func (d *Driver) captureDelta(ctx context.Context, h *vmm.Handle, dir string, sw
 	d.deltaCaptures.Add(1)
 	pause = resumed.Sub(stopped)
 	d.log.Info("vm captured by its private pages", logKeySandbox, h.Spec.ID, "image", dir, "pause_ms", pause.Milliseconds(),
-		"pages_ms", pagesAt.Sub(stopped).Milliseconds(), "private_mib", pages*pageSize>>20,
+		"pages_ms", pagesAt.Sub(stopped).Milliseconds(), "private_mib", pages*pageSize>>20, "private_bytes", pages*pageSize,
 		"swap_ms", swappedAt.Sub(pagesAt).Milliseconds(), "save_ms", savedAt.Sub(swappedAt).Milliseconds(),
 		"cont_ms", resumed.Sub(savedAt).Milliseconds(), "prepare_ms", prepared.Sub(began).Milliseconds(),
 		"copy_ms", time.Since(began).Milliseconds(), "image_mib", allocatedMiB(img.MemFile), "disk", h.Disk)

@@ -63,7 +63,10 @@ type remote struct {
 	Remote
 	mu      sync.Mutex
 	uploads map[string]*imagestore.Upload // by image id, in flight
-	fetches singleflight.Group
+	// attempts counts the failed uploads of an image since its last
+	// success, for the wait before the next (uploadFailed).
+	attempts map[string]int
+	fetches  singleflight.Group
 	// fetching counts the fetches in flight by image id: the node claims
 	// them (claim.go).
 	fetching map[string]int
@@ -140,9 +143,12 @@ func (s *Store) Publish(m *Meta) {
 		delete(r.uploads, m.ID)
 		r.mu.Unlock()
 		if err != nil {
-			s.log.Warn("image store: upload failed; the image is served from this node only", "image", m.ID, "err", err)
+			s.uploadFailed(m.ID, err)
 			return
 		}
+		r.mu.Lock()
+		delete(r.attempts, m.ID)
+		r.mu.Unlock()
 		if err := datadir.WriteFile(filepath.Join(s.Dir(m.ID), durableFile), []byte(time.Now().UTC().Format(time.RFC3339)+"\n")); err != nil {
 			s.log.Warn("image store: mark durable", "image", m.ID, "err", err)
 		}
@@ -150,6 +156,34 @@ func (s *Store) Publish(m *Meta) {
 		s.log.Info("image durable", "image", m.ID, "parent", spec.Parent, "uploaded_bytes", p.Uploaded+p.Manifest,
 			"shared_bytes", p.Shared, "stored_bytes", man.StoredBytes(), "seconds", time.Since(began).Seconds())
 	}()
+}
+
+// uploadFailed logs a failed upload of image id and, when the store was
+// only away (imagestore.Transient), publishes the image again later: a
+// capture made while the store was down becomes durable once it is back.
+// The retry reads the image anew, so one deleted meanwhile is not retried.
+func (s *Store) uploadFailed(id string, err error) {
+	r := s.remote
+	if !imagestore.Transient(err) {
+		s.log.Warn("image store: upload failed; the image is served from this node only", "image", id, "err", err)
+		return
+	}
+	r.mu.Lock()
+	r.attempts[id]++
+	wait := imagestore.RetryAfter(r.attempts[id])
+	r.mu.Unlock()
+	s.log.Warn("image store: upload failed; the image is served from this node only until a retry succeeds",
+		"image", id, "retry_in", wait, "err", err)
+	time.AfterFunc(wait, func() {
+		m, err := s.Read(id)
+		if err != nil {
+			r.mu.Lock()
+			delete(r.attempts, id)
+			r.mu.Unlock()
+			return
+		}
+		s.Publish(m)
+	})
 }
 
 // WaitUploaded waits for image id's upload in flight, if any (tests, and
@@ -226,6 +260,15 @@ func (s *Store) uploadSpec(m *Meta) (imagestore.UploadSpec, error) {
 	var parent *Meta
 	if spec.Parent != "" {
 		parent, _ = s.Read(spec.Parent)
+		// A merge (internal/node/merge) put a layer without memory below
+		// the disk; the VM's RAM still came from the image the merge
+		// started at, which is the delta's parent: else a capture after a
+		// merge would upload all of its RAM again.
+		if parent != nil && parent.VM == nil && parent.MergedFrom != "" {
+			if from, err := s.Read(parent.MergedFrom); err == nil && from.VM != nil {
+				spec.Parent, parent = from.ID, from
+			}
+		}
 	}
 	local := func(path func(*Meta) string) string {
 		if parent == nil || parent.VM == nil {

@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/internal/imagestore"
+	"github.com/zeish/zeish/internal/imagestore/blob"
 	"github.com/zeish/zeish/internal/imagestore/blob/folder"
 	"github.com/zeish/zeish/vmm"
 )
@@ -153,6 +157,144 @@ func waitFor(t *testing.T, ok func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatal("timed out")
 		}
+	}
+}
+
+// awayBackend is a folder store that can be switched off: while down,
+// every call fails as an unreachable S3 server's does.
+type awayBackend struct {
+	blob.Backend
+	down atomic.Bool
+}
+
+func (b *awayBackend) err() error {
+	if b.down.Load() {
+		return blob.Errorf(blob.ErrUnreachable, "%s: connection refused", b)
+	}
+	return nil
+}
+
+func (b *awayBackend) Put(ctx context.Context, key string, body []byte, sum [sha256.Size]byte) error {
+	if err := b.err(); err != nil {
+		return err
+	}
+	return b.Backend.Put(ctx, key, body, sum)
+}
+
+func (b *awayBackend) Get(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	if err := b.err(); err != nil {
+		return nil, err
+	}
+	return b.Backend.Get(ctx, key, off, n)
+}
+
+func (b *awayBackend) Stat(ctx context.Context, key string) (blob.Info, error) {
+	if err := b.err(); err != nil {
+		return blob.Info{}, err
+	}
+	return b.Backend.Stat(ctx, key)
+}
+
+func (b *awayBackend) List(ctx context.Context, prefix string, fn func(blob.Info) error) error {
+	if err := b.err(); err != nil {
+		return err
+	}
+	return b.Backend.List(ctx, prefix, fn)
+}
+
+// TestUploadCatchesUpWhenTheStoreIsBack: an image made while the store
+// is away is not durable; once the store is back, the node's retry
+// uploads it and marks it durable, with nothing asked of the caller. An
+// image deleted meanwhile is not retried.
+func TestUploadCatchesUpWhenTheStoreIsBack(t *testing.T) {
+	dir := t.TempDir()
+	f, err := folder.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &awayBackend{Backend: f}
+	shared := imagestore.New(b, imagestore.Options{})
+	r := sharedRig(t, shared)
+	base := filepath.Join(t.TempDir(), "base.img")
+	os.WriteFile(base, []byte("a template's disk"), 0o600)
+
+	b.down.Store(true)
+	kept := r.portableImage(base, bytes.Repeat([]byte{1}, 1<<20))
+	gone := r.portableImage(base, bytes.Repeat([]byte{2}, 1<<20))
+	r.s.Publish(kept)
+	r.s.Publish(gone)
+	time.Sleep(1500 * time.Millisecond) // the first tries fail
+	if r.s.Durable(kept.ID) {
+		t.Fatal("durable while the store was away")
+	}
+	os.RemoveAll(r.s.Dir(gone.ID)) // deleted while the store was away
+	b.down.Store(false)
+	waitFor(t, func() bool { return r.s.Durable(kept.ID) })
+	if ok, err := shared.Durable(context.Background(), kept.ID); !ok || err != nil {
+		t.Fatalf("the store after the retry: durable %v, %v", ok, err)
+	}
+	if ok, _ := shared.Durable(context.Background(), gone.ID); ok {
+		t.Fatal("an image deleted while the store was away was uploaded")
+	}
+}
+
+// countingBackend counts the chunk bytes put into a folder store.
+type countingBackend struct {
+	blob.Backend
+	chunkBytes atomic.Int64
+}
+
+func (b *countingBackend) Put(ctx context.Context, key string, body []byte, sum [sha256.Size]byte) error {
+	if strings.HasPrefix(key, "chunks/") {
+		b.chunkBytes.Add(int64(len(body)))
+	}
+	return b.Backend.Put(ctx, key, body, sum)
+}
+
+// TestUploadAfterAMergeIsADelta: a VM whose disk chain was merged
+// (internal/node/merge: a layer without memory below its disk, merged
+// from the image its RAM came from) is captured: its image is uploaded as
+// a delta of that image, its private pages only, not all of its RAM.
+func TestUploadAfterAMergeIsADelta(t *testing.T) {
+	ctx := context.Background()
+	f, err := folder.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &countingBackend{Backend: f}
+	r := sharedRig(t, imagestore.New(b, imagestore.Options{}))
+	base := filepath.Join(t.TempDir(), "base.img")
+	os.WriteFile(base, []byte("a template's disk"), 0o600)
+	mem := make([]byte, 4<<20)
+	rand.Read(mem)
+	origin := r.portableImage(base, mem)
+	r.s.Publish(origin)
+	if err := r.s.WaitUploaded(ctx, origin.ID); err != nil {
+		t.Fatal(err)
+	}
+	// The merge of the chain that origin topped: a disk only.
+	id, _, lease, err := r.s.Create()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release()
+	merged := &Meta{ID: id, SandboxID: "sb_x", Disk: r.s.LayerPath(id), MergedFrom: origin.ID, CreatedAt: time.Now().UTC()}
+	if err := os.WriteFile(merged.Disk, []byte("merged over "+base+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.s.Write(merged); err != nil {
+		t.Fatal(err)
+	}
+	childMem := bytes.Clone(mem)
+	copy(childMem[8192:], bytes.Repeat([]byte{7}, 4096)) // one private page
+	child := r.portableImage(r.s.LayerPath(merged.ID), childMem, merged.ID)
+	before := b.chunkBytes.Load()
+	r.s.Publish(child)
+	if err := r.s.WaitUploaded(ctx, child.ID); err != nil {
+		t.Fatal(err)
+	}
+	if up := b.chunkBytes.Load() - before; up > 64<<10 {
+		t.Errorf("the capture after a merge put %d KiB of chunks, want its private page and its small files (its RAM is %d KiB)", up>>10, len(mem)>>10)
 	}
 }
 
