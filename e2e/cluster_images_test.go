@@ -270,8 +270,17 @@ func TestClusterImages(t *testing.T) {
 			}
 		}
 		t.Logf("snapshot and stopped sandbox durable %v after", time.Since(durable).Round(100*time.Millisecond))
+		// One more snapshot while the store is paused: its upload cannot
+		// finish before node-a dies.
+		s3.Pause()
+		late, err := l.client.CreateSnapshot(ctx, sbs[0].ID, zeish.CreateSnapshotRequest{Name: "late"})
+		if err != nil {
+			s3.Resume()
+			t.Fatal(err)
+		}
 
 		l.nodes["node-a"].Kill()
+		s3.Resume()
 		l.waitNode("node-a", false)
 		// Its disk is lost with it: the template node-a built (whose
 		// files the nodes could read here, on one host) too, until it
@@ -279,6 +288,23 @@ func TestClusterImages(t *testing.T) {
 		back := outOfReach(t, filepath.Join(l.nodes["node-a"].DataDir, "template-builds"))
 		if sb, err := l.client.WaitSandbox(ctx, sbs[0].ID, zeish.WaitRequest{State: sandbox.StateError, TimeoutSeconds: 60}); err != nil || sb.ErrorCode != sandbox.ErrNodeLost {
 			t.Fatalf("the snapshotted sandbox after its node was killed: %+v %v", sb, err)
+		}
+		// Its restore is refused at once, saying why (not after
+		// ZEISH_IMAGE_FETCH_WAIT's 5 minutes).
+		refused := time.Now()
+		_, err = l.client.RestoreSnapshot(ctx, late.ID, zeish.Wait())
+		var apiErr *zeish.APIError
+		if !errors.As(err, &apiErr) || apiErr.Code != "not_found" || !strings.Contains(apiErr.Message, "not yet durable") {
+			t.Fatalf("restore of a lost node's snapshot that never became durable: %v; want not_found saying it was not yet durable", err)
+		}
+		t.Logf("restore of a lost node's snapshot that never became durable refused in %v: %s", time.Since(refused).Round(time.Millisecond), apiErr.Message)
+		// It can be deleted while its node is lost (in the records: the
+		// sweep then takes what nothing names).
+		if err := l.client.DeleteSnapshot(ctx, late.ID); err != nil {
+			t.Fatalf("delete of a lost node's snapshot: %v", err)
+		}
+		if _, err := l.client.GetSnapshot(ctx, late.ID); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Fatalf("the lost node's snapshot after its delete: %v", err)
 		}
 		restored := time.Now()
 		res, err := l.client.RestoreSnapshot(ctx, snap.ID, zeish.Wait())

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
@@ -132,19 +133,18 @@ func runControl(ctx context.Context, cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	router := cluster.NewRouter(cluster.Options{Store: st, Nodes: nodes, Key: tokenKey, Secrets: store.Codec{Secrets: box},
-		LostAfter: lost, Logger: log, HTTP: hosts.rpcClient(), Proxy: hosts.proxyTransport()})
-	// Templates are resolved here and built on the nodes (the built-in ones).
-	cat := catalog.New(st, template.BaseOptions{Logger: log})
-	mtr := metrics.New(metrics.Options{Store: st, Nodes: nodeStates(nodes, lost), Logger: log})
-	// The image store, if the nodes share one: the API shows what is durable
-	// in it, and the nodes' gc asks what of it the cluster still needs.
+	// The image store, if the nodes share one: the API shows what is
+	// durable in it, the router refuses at once to move a lost node's
+	// image that is not, the nodes' gc asks what of it the cluster still
+	// needs, and one replica at a time sweeps it.
 	var images control.ImageDurability
+	var sweeper control.ImageSweeper
+	var storeMetrics []prometheus.Collector
 	var imageLayers func(context.Context, string) ([]string, error)
 	if remote, err := openImageStore(ctx, log, cfg, ""); err != nil {
 		return err
 	} else if remote != nil {
-		images = remote.Store
+		images, sweeper, storeMetrics = remote.Store, remote.Store, remote.Store.Metrics().Collectors()
 		// A manifest never changes: each snapshot's chain is read once.
 		var chains sync.Map // image id → []string
 		imageLayers = func(ctx context.Context, id string) ([]string, error) {
@@ -158,9 +158,14 @@ func runControl(ctx context.Context, cfg *config.Config) error {
 			return c, err
 		}
 	}
+	router := cluster.NewRouter(cluster.Options{Store: st, Nodes: nodes, Key: tokenKey, Secrets: store.Codec{Secrets: box},
+		LostAfter: lost, Logger: log, HTTP: hosts.rpcClient(), Proxy: hosts.proxyTransport(), Images: images})
+	// Templates are resolved here and built on the nodes (the built-in ones).
+	cat := catalog.New(st, template.BaseOptions{Logger: log})
+	mtr := metrics.New(metrics.Options{Store: st, Nodes: nodeStates(nodes, lost), Logger: log, Extra: storeMetrics})
 	ctl := control.New(control.Options{Store: st, Node: router, Cluster: router, Catalog: cat, Plan: planOf(cfg), Prices: pricesOf(cfg),
 		TokenKey: tokenKey, TokenKeyFor: func(host string) []byte { return cluster.DataPlaneKey(tokenKey, host) },
-		Calls: callsOf(cfg), Images: images, Metrics: mtr, Logger: log})
+		Calls: callsOf(cfg), Images: images, Sweeper: sweeper, Metrics: mtr, Logger: log})
 	srv := server.New(server.Options{Control: ctl, Proxy: router, Version: version.Version, PublicURL: cfg.PublicURL,
 		PublicDomain: cfg.PublicDomain, GuestDomains: guestDomains(cfg), DataPlane: dataPlaneOf(cfg), Logger: log, Metrics: mtr})
 	reg := &cluster.Registry{Nodes: nodes, Store: st, Secrets: store.Codec{Secrets: box}, ImageLayers: imageLayers, Key: tokenKey, AllowHTTP: hosts.allowHTTP, Every: lost / 3, Logger: log}
@@ -176,6 +181,7 @@ func runControl(ctx context.Context, cfg *config.Config) error {
 	defer stopWork()
 	go ctl.Enforce(wctx, 2*time.Second)
 	go router.WatchNodes(wctx, max(time.Second, lost/5))
+	go ctl.SweepImages(wctx, cfg.ImageSweepEvery)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -35,7 +35,9 @@ func openImageStore(ctx context.Context, log *slog.Logger, cfg *config.Config, s
 	if err != nil {
 		return nil, err
 	}
-	st := imagestore.New(b, imagestore.Options{Logger: log})
+	// Needs and SweepGrace serve the control plane's sweep (a node's
+	// store never sweeps).
+	st := imagestore.New(b, imagestore.Options{Logger: log, Needs: images.Needs, SweepGrace: cfg.ImageSweepGrace})
 	log.Info("image store", "store", st.String())
 	go collectStore(ctx, log, st)
 	return &images.Remote{Store: st, ShmDir: shmDir, WaitDurable: cfg.ImageFetchWait}, nil
@@ -63,7 +65,8 @@ func checkImageStore(ctx context.Context, log *slog.Logger, cfg *config.Config) 
 
 // collectStore runs the image store's chunk gc hourly: chunks no manifest
 // or lease lists go (images themselves are deleted by the nodes' gc, when
-// no record needs them). Every node runs it; runs may overlap safely.
+// no record needs them, and by the control plane's sweep). Every node and
+// replica runs it; runs may overlap safely.
 func collectStore(ctx context.Context, log *slog.Logger, st *imagestore.Store) {
 	t := time.NewTicker(time.Hour)
 	defer t.Stop()

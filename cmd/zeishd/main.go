@@ -158,11 +158,12 @@ func run(ctx context.Context, cfg *config.Config) error {
 	plan := planOf(cfg)
 	mtr := metrics.New(metrics.Options{Store: st, NodeID: nodeID, Capacity: n.Capacity, Logger: log, Extra: loc.collectors()})
 	var images control.ImageDurability
+	var sweeper control.ImageSweeper
 	if loc.images != nil {
-		images = loc.images
+		images, sweeper = loc.images, loc.images
 	}
 	ctl := control.New(control.Options{Store: st, Node: n, Catalog: cat, Plan: plan, Prices: pricesOf(cfg), TokenKey: tokenKey,
-		Calls: callsOf(cfg), Images: images, Metrics: mtr, Logger: log})
+		Calls: callsOf(cfg), Images: images, Sweeper: sweeper, Metrics: mtr, Logger: log})
 	srv := server.New(server.Options{Control: ctl, Metrics: mtr, Version: version.Version, PublicURL: cfg.PublicURL,
 		PublicDomain: cfg.PublicDomain, GuestDomains: guestDomains(cfg), DataPlane: dataPlaneOf(cfg), Logger: log})
 	// Budget stops and timeouts go through the node: the enforcer ends
@@ -171,6 +172,7 @@ func run(ctx context.Context, cfg *config.Config) error {
 	budgetsDone := make(chan struct{})
 	go func() { defer close(budgetsDone); ctl.Enforce(bctx, 2*time.Second) }()
 	defer func() { stopBudgets(); <-budgetsDone }()
+	go ctl.SweepImages(bctx, cfg.ImageSweepEvery) // nothing without an image store
 	// A VM that exits on its own leaves its sandbox error (vm_exited).
 	wctx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan struct{})

@@ -56,6 +56,42 @@ func (r *Router) startOn(ctx context.Context, rec *store.SandboxRecord, home str
 	return out, nil
 }
 
+// movable refuses at once to start image (what it is: "the saved state
+// of sandbox X", "the image of snapshot Y") away from node home when home
+// is lost and the image store does not hold the image whole: its upload
+// had not finished, and no node could fetch it. Without the check, the
+// node asked would wait ZEISH_IMAGE_FETCH_WAIT for an upload nobody runs.
+// While home is live its upload may still finish, and home is asked
+// first anyway; when the store cannot say, the node asked decides (within
+// its bounded wait). The error is not_found, the code the node's wait
+// ended in before, with a message a client sees (a 5xx's is hidden): if
+// home comes back, its image is there again (and its upload resumes).
+func (r *Router) movable(ctx context.Context, home, image, what string) error {
+	if r.o.Images == nil || image == "" {
+		return nil
+	}
+	n, err := r.o.Nodes.GetNode(ctx, home)
+	if err == nil && Live(n, time.Now(), r.o.LostAfter) {
+		return nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	durable, derr := r.o.Images.Durable(dctx, image)
+	if derr != nil {
+		r.log.Warn("image store: cannot say whether an image of a lost node is durable; the node asked will wait for it", "image", image, "err", derr)
+		return nil
+	}
+	if durable {
+		return nil
+	}
+	since := "it is not registered"
+	if err == nil {
+		since = "its last heartbeat was at " + n.HeartbeatAt.UTC().Format(time.RFC3339)
+	}
+	return fmt.Errorf("%s was not yet durable in the image store when node %s was lost (%s): it can start again only if node %s comes back: %w",
+		what, home, since, home, errdefs.ErrNotFound)
+}
+
 // elsewhere reports whether a node's refusal lets the next node try.
 func elsewhere(err error) bool {
 	switch errdefs.Of(err) {
@@ -94,6 +130,9 @@ func (r *Router) Start(ctx context.Context, id string) (*store.SandboxRecord, er
 	if err != nil {
 		return nil, err
 	}
+	if err := r.movable(ctx, rec.Host, rec.ResumeImage, "the saved state of sandbox "+rec.ID); err != nil {
+		return nil, err
+	}
 	order, err := r.startOn(ctx, rec, rec.Host, rec.MemoryMiB)
 	if err != nil {
 		return nil, err
@@ -120,6 +159,9 @@ func (r *Router) Restore(ctx context.Context, snapID string) (*store.SnapshotRec
 		// Its node is live: the sandbox's VM (or files) are there.
 		return c.Restore(ctx, snapID, rec.ID, rec.SecretEnv)
 	}
+	if err := r.movable(ctx, rec.Host, snap.Image, "the image of snapshot "+snap.ID); err != nil {
+		return nil, nil, err
+	}
 	order, err := r.startOn(ctx, rec, rec.Host, rec.MemoryMiB)
 	if err != nil {
 		return nil, nil, err
@@ -141,8 +183,11 @@ func (r *Router) Restore(ctx context.Context, snapID string) (*store.SnapshotRec
 // CloneSnapshot starts children on the node that keeps the snapshot when
 // it has room for them all, else on another node that fetches the image.
 func (r *Router) CloneSnapshot(ctx context.Context, snapID string, children []*store.SandboxRecord) ([]*store.SandboxRecord, error) {
-	parent, _, _, err := r.ofSnapshotRecord(ctx, snapID)
+	parent, snap, _, err := r.ofSnapshotRecord(ctx, snapID)
 	if err != nil {
+		return nil, err
+	}
+	if err := r.movable(ctx, parent.Host, snap.Image, "the image of snapshot "+snap.ID); err != nil {
 		return nil, err
 	}
 	if err := r.sealChildren(children, parent.SecretEnv); err != nil {

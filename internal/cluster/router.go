@@ -13,6 +13,7 @@ import (
 	"github.com/zeish/zeish/api"
 	"github.com/zeish/zeish/errdefs"
 	"github.com/zeish/zeish/guest"
+	"github.com/zeish/zeish/internal/control"
 	"github.com/zeish/zeish/internal/nodeapi"
 	"github.com/zeish/zeish/internal/nodeapi/nodev2"
 	"github.com/zeish/zeish/internal/store"
@@ -36,8 +37,12 @@ type Options struct {
 	// HTTP carries the node protocol (nil: a client of its own); Proxy
 	// the data plane handed on to nodes, which needs HTTP/1.1 upgrades
 	// (nil: http.DefaultTransport).
-	HTTP   *http.Client
-	Proxy  http.RoundTripper
+	HTTP  *http.Client
+	Proxy http.RoundTripper
+	// Images is the image store the nodes share (nil: none): a start or
+	// restore of an image whose node is lost fails at once when the store
+	// does not hold the image (movable).
+	Images control.ImageDurability
 	Logger *slog.Logger
 }
 
@@ -275,9 +280,16 @@ func (r *Router) CreateSnapshot(ctx context.Context, id, name string) (*store.Sn
 	return c.CreateSnapshot(ctx, id, name)
 }
 
+// DeleteSnapshot deletes a snapshot on its sandbox's node; when that node
+// is lost, in the records only (its image there goes if it comes back,
+// and the image store's sweep takes its copy in the store).
 func (r *Router) DeleteSnapshot(ctx context.Context, id string) error {
-	_, _, c, err := r.ofSnapshot(ctx, id)
+	rec, _, c, err := r.ofSnapshot(ctx, id)
 	if err != nil {
+		if rec != nil && r.lost(ctx, rec.Host) {
+			r.log.Warn("snapshot deleted while its node is lost", "snapshot", id, "node", rec.Host)
+			return r.o.Store.DeleteSnapshot(ctx, id)
+		}
 		return err
 	}
 	return c.DeleteSnapshot(ctx, id)
@@ -303,8 +315,18 @@ func (r *Router) Pause(ctx context.Context, id string) (*store.SandboxRecord, er
 func (r *Router) Resume(ctx context.Context, id string) (*store.SandboxRecord, error) {
 	return r.call(ctx, id, func(c *nodeapi.RemoteNode) (*store.SandboxRecord, error) { return c.Resume(ctx, id) })
 }
+
+// Delete deletes a sandbox on its node; when that node is lost, in the
+// records only (forget).
 func (r *Router) Delete(ctx context.Context, id string) (*store.SandboxRecord, error) {
-	return r.call(ctx, id, func(c *nodeapi.RemoteNode) (*store.SandboxRecord, error) { return c.Delete(ctx, id) })
+	rec, _, c, err := r.sandboxOn(ctx, id)
+	if err != nil {
+		if rec != nil && r.lost(ctx, rec.Host) {
+			return r.forget(ctx, id, rec.Host)
+		}
+		return nil, err
+	}
+	return c.Delete(ctx, id)
 }
 func (r *Router) SetPortPublic(ctx context.Context, id string, port int, public bool) (*store.SandboxRecord, error) {
 	return r.call(ctx, id, func(c *nodeapi.RemoteNode) (*store.SandboxRecord, error) {

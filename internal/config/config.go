@@ -165,6 +165,18 @@ type Config struct {
 	// `not_found`
 	ImageFetchWait time.Duration `env:"ZEISH_IMAGE_FETCH_WAIT" default:"5m" min:"0s" roles:"all,node"`
 
+	// with an image store: how often the control plane sweeps it (one replica at a time): images no
+	// record (snapshot, stopped sandbox, template) and no live node's claim refers to, nor any image
+	// those stand on, are deleted once older than `ZEISH_IMAGE_SWEEP_GRACE`, then their chunks. It
+	// collects the images of nodes lost for good. See docs/images.md ("Garbage collection")
+	ImageSweepEvery time.Duration `env:"ZEISH_IMAGE_SWEEP_EVERY" default:"10m" min:"1s" roles:"all,control"`
+
+	// with an image store: how old an image nothing refers to must be before the sweep deletes it, and
+	// how long a node's claim on the images it holds counts without renewal (nodes renew every
+	// minute): a node silent that long no longer keeps its images. It covers an upload whose record is
+	// not written yet
+	ImageSweepGrace time.Duration `env:"ZEISH_IMAGE_SWEEP_GRACE" default:"1h" min:"5m" roles:"all,control"`
+
 	// with an image store: `on` (off by default: at the sizes measured it answers the first exec
 	// no sooner; it is for large RAM and a store across a network) starts a VM on an image another node made (a fork child with
 	// `placement: any`, a clone, a restore, a start) as soon as its disk layers and device state are

@@ -58,6 +58,8 @@ type Options struct {
 	// Images is the image store the nodes share (nil: none): views show
 	// which snapshots and stopped sandboxes are durable in it.
 	Images ImageDurability
+	// Sweeper, when set, is the image store SweepImages collects.
+	Sweeper ImageSweeper
 }
 
 // Control is the application: every call, every policy.
@@ -70,6 +72,7 @@ type Control struct {
 	tokens  tokenSigner
 	calls   *callLimiter // data-plane calls in flight per sandbox and per account
 	images  ImageDurability
+	sweeper ImageSweeper
 	cluster Cluster
 	metrics *metrics.Metrics
 	log     *slog.Logger
@@ -97,7 +100,7 @@ func New(o Options) *Control {
 	q := newQuotas(o.Plan, o.Store)
 	q.log = o.Logger
 	c := &Control{store: o.Store, node: o.Node, catalog: o.Catalog, quotas: q, prices: o.Prices,
-		tokens: tokenSigner{key: o.TokenKey, keyFor: o.TokenKeyFor}, calls: newCallLimiter(o.callLimits()), images: o.Images, cluster: o.Cluster,
+		tokens: tokenSigner{key: o.TokenKey, keyFor: o.TokenKeyFor}, calls: newCallLimiter(o.callLimits()), images: o.Images, sweeper: o.Sweeper, cluster: o.Cluster,
 		metrics: o.Metrics, log: o.Logger, replica: o.Replica}
 	c.cost = c.costAt
 	return c

@@ -2,10 +2,14 @@ package imagestore_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/zeish/zeish/internal/imagestore"
 	"github.com/zeish/zeish/internal/imagestore/imagestoretest"
@@ -133,6 +137,68 @@ func BenchmarkFetch(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(m.StoredBytes())/(1<<20)/b.Elapsed().Seconds()*float64(b.N), "stored-MiB/s")
+		})
+	}
+}
+
+// BenchmarkSweep measures one sweep of a store of 400 images in chains of
+// four, half of the chains named by the records (their heads) and half by
+// nothing: the sweep reads the records, the claims, the manifests' list
+// and the kept chains' manifests, and deletes 200. Run it with
+//
+//	go test -run '^$' -bench Sweep -benchtime 1x ./internal/imagestore/
+func BenchmarkSweep(b *testing.B) {
+	const images, chain = 400, 4
+	needs := func(m *imagestore.Manifest) ([]string, error) {
+		var meta struct{ Needs []string }
+		if len(m.Meta) == 0 {
+			return nil, nil
+		}
+		err := json.Unmarshal(m.Meta, &meta)
+		return meta.Needs, err
+	}
+	for name, fresh := range benchStores(b) {
+		b.Run(name, func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				s := benchStore(b, fresh(), imagestore.Options{SweepGrace: time.Nanosecond, Needs: needs})
+				dir := b.TempDir()
+				refs := map[string]bool{}
+				g := new(errgroup.Group)
+				g.SetLimit(8)
+				for i := range images {
+					id := fmt.Sprintf("img_%04d", i)
+					var meta []byte
+					if i%chain > 0 {
+						meta, _ = json.Marshal(map[string]any{"needs": []string{fmt.Sprintf("img_%04d", i-1)}})
+					}
+					if i%chain == chain-1 && (i/chain)%2 == 0 {
+						refs[id] = true // the head of every other chain
+					}
+					path := filepath.Join(dir, id)
+					if err := os.WriteFile(path, []byte("image "+id), 0o600); err != nil {
+						b.Fatal(err)
+					}
+					g.Go(func() error {
+						_, err := s.Upload(context.Background(), imagestore.UploadSpec{ID: id, Meta: meta, Files: []imagestore.SourceFile{{Name: "disk", Path: path}}})
+						return err
+					})
+				}
+				if err := g.Wait(); err != nil {
+					b.Fatal(err)
+				}
+				time.Sleep(3200 * time.Millisecond) // past the grace and the slack
+				b.StartTimer()
+				began := time.Now()
+				st, err := s.Sweep(context.Background(), func(context.Context) (map[string]bool, error) { return refs, nil })
+				took := time.Since(began)
+				b.StopTimer()
+				if err != nil || st.Swept != images/2 || st.Referenced != images/2 {
+					b.Fatalf("sweep: %+v, %v; want %d swept, %d kept", st, err, images/2, images/2)
+				}
+				b.ReportMetric(float64(took.Milliseconds()), "ms/sweep")
+				b.ReportMetric(float64(took.Microseconds())/images, "µs/image")
+			}
 		})
 	}
 }

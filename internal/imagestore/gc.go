@@ -110,20 +110,11 @@ type GCStats struct {
 func (s *Store) GC(ctx context.Context) (st GCStats, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.GCWindow)
 	defer cancel()
-	run := gcPrefix + "run-" + randomHex(8)
-	if err := s.b.Put(ctx, run, []byte("{}"), sumOf([]byte("{}"))); err != nil {
-		return st, fmt.Errorf("gc: announce: %w", err)
-	}
-	defer func() {
-		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer dcancel()
-		s.b.Delete(dctx, run)
-	}()
-	info, err := s.b.Stat(ctx, run)
+	run, now, end, err := s.announce(ctx, "run")
 	if err != nil {
 		return st, fmt.Errorf("gc: %w", err)
 	}
-	now := info.ModTime // the store's clock
+	defer end()
 	live := map[string]bool{}
 	mark := func(digests []string) {
 		for _, d := range digests {
@@ -210,10 +201,32 @@ func (s *Store) GC(ctx context.Context) (st GCStats, err error) {
 		}
 		st.Deleted++
 		st.DeletedBytes += o.Size
+		s.opts.Metrics.FreedBytes.Add(float64(o.Size))
 	}
 	s.log.Info("image store gc", "manifests", st.Manifests, "leases", st.Leases, "expired_leases", st.ExpiredLeases,
 		"chunks", st.Chunks, "deleted", st.Deleted, "deleted_bytes", st.DeletedBytes)
 	return st, nil
+}
+
+// announce says a gc run or a sweep (kind) is in progress until end, for
+// waitForGC; ctx bounds the run (GCWindow). It returns the announcement's
+// key and time, in the store's clock.
+func (s *Store) announce(ctx context.Context, kind string) (key string, at time.Time, end func(), err error) {
+	key = gcPrefix + kind + "-" + randomHex(8)
+	if err := s.b.Put(ctx, key, []byte("{}"), sumOf([]byte("{}"))); err != nil {
+		return "", time.Time{}, nil, fmt.Errorf("announce: %w", err)
+	}
+	end = func() {
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer dcancel()
+		s.b.Delete(dctx, key)
+	}
+	info, err := s.b.Stat(ctx, key)
+	if err != nil {
+		end()
+		return "", time.Time{}, nil, err
+	}
+	return key, info.ModTime, end, nil
 }
 
 func randomHex(n int) string {

@@ -139,10 +139,12 @@ const (
 	manifestPrefix = "manifests/"
 	leasePrefix    = "leases/"
 	gcPrefix       = "gc/"
+	claimPrefix    = "claims/"
 	manifestSuffix = ".json"
 )
 
 func chunkKey(digest string) string { return chunkPrefix + digest[:2] + "/" + digest }
 func manifestKey(id string) string  { return manifestPrefix + id + manifestSuffix }
 func leaseKey(name string) string   { return leasePrefix + name + manifestSuffix }
+func claimKey(holder string) string { return claimPrefix + holder + manifestSuffix }
 func digestOfKey(key string) string { return key[len(key)-64:] }

@@ -17,6 +17,9 @@ type Metrics struct {
 	// CacheHits and CacheMisses count chunk reads the local cache served
 	// or did not.
 	CacheHits, CacheMisses prometheus.Counter
+	// SweptImages counts images a sweep deleted (nothing referred to
+	// them); FreedBytes the chunk bytes gc deleted after.
+	SweptImages, FreedBytes prometheus.Counter
 }
 
 // NewMetrics makes the instruments, unregistered.
@@ -48,10 +51,18 @@ func NewMetricsNamed(prefix, about string) *Metrics {
 			Name: prefix + "cache_misses_total",
 			Help: "Chunk reads the node's local chunk cache did not hold (fetched from the store)" + about + ".",
 		}),
+		SweptImages: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "zeish_image_sweep_images_total",
+			Help: "Images deleted from the image store by the control plane's sweep: no record, no node's claim and no kept image referred to them.",
+		}),
+		FreedBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "zeish_image_gc_freed_bytes_total",
+			Help: "Chunk bytes the image store's gc deleted (no manifest and no lease listed them).",
+		}),
 	}
 }
 
 // Collectors are what to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.FetchBytes, m.FetchSeconds, m.UploadBytes, m.CacheHits, m.CacheMisses}
+	return []prometheus.Collector{m.FetchBytes, m.FetchSeconds, m.UploadBytes, m.CacheHits, m.CacheMisses, m.SweptImages, m.FreedBytes}
 }

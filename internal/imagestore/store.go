@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -54,16 +55,27 @@ type Options struct {
 	// passed since it announced itself (default 30 s), so an upload that
 	// waits that long knows no gc that missed its lease is still deleting.
 	GCWindow time.Duration
-	Metrics  *Metrics
-	Logger   *slog.Logger
+	// SweepGrace is how old an image's manifest must be before a sweep may
+	// delete it, and how long a node's claim counts without renewal
+	// (default 1 h; sweep.go says why it must exceed ClaimEvery by far).
+	SweepGrace time.Duration
+	// ClaimEvery is how often a node renews its claim (default 1 min).
+	ClaimEvery time.Duration
+	// Needs says which images image m's files stand on (a disk layer's
+	// backing chain), read from its Meta; a sweep keeps them with it.
+	Needs   func(m *Manifest) ([]string, error)
+	Metrics *Metrics
+	Logger  *slog.Logger
 }
 
 // Store is an image store on a blob backend.
 type Store struct {
 	b      blob.Backend
 	flight singleflight.Group // one fetch per chunk at a time
-	opts   Options
-	log    *slog.Logger
+	// needsOf caches Options.Needs by image id (manifests never change).
+	needsOf sync.Map
+	opts    Options
+	log     *slog.Logger
 }
 
 // New makes a Store on b.
@@ -83,6 +95,12 @@ func New(b blob.Backend, o Options) *Store {
 	if o.GCWindow <= 0 {
 		o.GCWindow = 30 * time.Second
 	}
+	if o.SweepGrace <= 0 {
+		o.SweepGrace = time.Hour
+	}
+	if o.ClaimEvery <= 0 {
+		o.ClaimEvery = time.Minute
+	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics()
 	}
@@ -91,6 +109,9 @@ func New(b blob.Backend, o Options) *Store {
 	}
 	return &Store{b: b, opts: o, log: o.Logger}
 }
+
+// ClaimEvery is how often a node renews its claim (Claim).
+func (s *Store) ClaimEvery() time.Duration { return s.opts.ClaimEvery }
 
 // Backend is the blob backend the store keeps its objects in.
 func (s *Store) Backend() blob.Backend { return s.b }

@@ -76,10 +76,14 @@ func (n *Node) Recover(ctx context.Context) error {
 		n.images.RunCold(n.life)
 	}()
 	if n.images.HasRemote() {
-		n.wg.Add(1)
+		n.wg.Add(2)
 		go func() {
 			defer n.wg.Done()
 			n.collectEvery(n.life, remoteCollectEvery)
+		}()
+		go func() {
+			defer n.wg.Done()
+			n.images.RunClaims(n.life) // what the node holds stays in the store (claim.go)
 		}()
 	}
 	n.wg.Add(1)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -293,5 +294,45 @@ func TestRecoverAdoptsACompletedStop(t *testing.T) {
 		if r.State != want || (want == sandbox.StateStopped && r.ResumeImage == "") {
 			t.Errorf("%s: %s (%s), resume image %q; want %s", id, r.State, r.StateReason, r.ResumeImage, want)
 		}
+	}
+}
+
+// A sandbox destroyed in the records while its node was away (the control
+// plane deletes a lost node's sandboxes so, cluster.Router.forget): the
+// node, back, removes its VM and folder (destroyed sandboxes are not
+// listed: the sweep of folders finds it).
+func TestRecoverRemovesTheVMOfADestroyedSandbox(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st := openStore(t, dir)
+	drv := &fakeDriver{alive: map[string]bool{"sbx_forgotten": true}}
+	n := New(Options{ID: "node-1", DataDir: dir, Store: st, Driver: drv, BootTimeout: 300 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer n.Close()
+	h := &vmm.Handle{Spec: vmm.Spec{ID: "sbx_forgotten", Dir: filepath.Join(n.sandboxDir("sbx_forgotten"), "vm-1")}, PID: 1}
+	if err := os.MkdirAll(h.Spec.Dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeHandleFile(h.Spec.Dir, h); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	r := &store.SandboxRecord{Sandbox: sandbox.Sandbox{ID: "sbx_forgotten", Name: "forgotten", AccountID: "acc",
+		State: sandbox.StateDestroyed, Host: "node-1", MemoryMiB: 256, CreatedAt: now, DestroyedAt: &now}}
+	r.SetHandle(h) // the node's own copy of the handle, as it left it
+	if err := st.CreateSandboxes(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	drv.mu.Lock()
+	destroyed := slices.Clone(drv.destroyed)
+	drv.mu.Unlock()
+	if !slices.Contains(destroyed, "sbx_forgotten") {
+		t.Errorf("destroyed %v; want the VM of the destroyed sandbox", destroyed)
+	}
+	if _, err := os.Stat(n.sandboxDir("sbx_forgotten")); !os.IsNotExist(err) {
+		t.Errorf("the destroyed sandbox's folder: %v; want it removed", err)
 	}
 }

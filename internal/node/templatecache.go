@@ -27,7 +27,7 @@ import (
 // elsewhere its sandboxes boot cold (warmImage finds no image there).
 
 // templateImage is the id a template's files have in the image store.
-func templateImage(t sandbox.Template) string { return "tpl-" + t.ID }
+func templateImage(t sandbox.Template) string { return imagestore.TemplateImage(t.ID) }
 
 const templateCacheDir = "template-cache"
 

@@ -36,6 +36,8 @@ func Main(m *testing.M) {
 		helperUpload()
 	case "fetch-full":
 		helperFetchFull()
+	case "sweep":
+		helperSweep()
 	default:
 		fmt.Fprintln(os.Stderr, "unknown helper", os.Getenv(helperEnv))
 		os.Exit(2)
@@ -147,27 +149,11 @@ func testKillMidUpload(t *testing.T, h Harness) {
 	ctx := ctxFor(t)
 	path := filepath.Join(t.TempDir(), "mem")
 	RAMFile(t, path, 32<<20, 13)
-	cmd := helper(t, h, "upload", "IMAGE=img_killed", "FILE="+path)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewScanner(out)
 	stored := 0
-	for lines.Scan() {
-		if _, err := fmt.Sscanf(lines.Text(), "chunks %d", &stored); err == nil && stored >= 5 {
-			break
-		}
-		if strings.HasPrefix(lines.Text(), "done") || strings.HasPrefix(lines.Text(), "error") {
-			t.Fatalf("helper: %s", lines.Text())
-		}
-	}
-	cmd.Process.Kill() // SIGKILL: no deferred cleanup runs
-	cmd.Wait()
+	killHelperWhen(t, helper(t, h, "upload", "IMAGE=img_killed", "FILE="+path), func(line string) bool {
+		_, err := fmt.Sscanf(line, "chunks %d", &stored)
+		return err == nil && stored >= 5
+	})
 	if stored < 5 {
 		t.Fatalf("helper stored %d chunks before it ended", stored)
 	}
@@ -188,6 +174,32 @@ func testKillMidUpload(t *testing.T, h Harness) {
 		t.Errorf("restarted upload put all %d bytes again", p.Bytes)
 	}
 	fetchesAs(t, s, m, path)
+}
+
+// killHelperWhen starts cmd, reads its output until enough says a line
+// is the one to stop at (a helper's "done" or "error" before it fails the
+// test), then kills it with SIGKILL: no deferred cleanup runs.
+func killHelperWhen(t *testing.T, cmd *exec.Cmd, enough func(line string) bool) {
+	t.Helper()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	lines := bufio.NewScanner(out)
+	for lines.Scan() {
+		if enough(lines.Text()) {
+			return
+		}
+		if strings.HasPrefix(lines.Text(), "done") || strings.HasPrefix(lines.Text(), "error") {
+			t.Fatalf("helper: %s", lines.Text())
+		}
+	}
 }
 
 func testFullDisk(t *testing.T, h Harness) {

@@ -137,7 +137,8 @@ func New(opts Options) *Store {
 	s.cold = &coldTier{s: s}
 	s.tiers = append([]Tier{s.cold}, opts.Tiers...)
 	if opts.Remote != nil {
-		s.remote = &remote{Remote: *opts.Remote, uploads: map[string]*imagestore.Upload{}, attempts: map[string]int{}, layers: map[string][]string{}}
+		s.remote = &remote{Remote: *opts.Remote, uploads: map[string]*imagestore.Upload{}, attempts: map[string]int{}, layers: map[string][]string{},
+			fetching: map[string]int{}}
 	}
 	return s
 }

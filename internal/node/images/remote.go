@@ -67,6 +67,9 @@ type remote struct {
 	// success, for the wait before the next (uploadFailed).
 	attempts map[string]int
 	fetches  singleflight.Group
+	// fetching counts the fetches in flight by image id: the node claims
+	// them (claim.go).
+	fetching map[string]int
 	// layers caches the disk chain of images known only from the store
 	// (manifests never change), for gc's roots.
 	layers map[string][]string
@@ -311,7 +314,16 @@ func (s *Store) Fetch(ctx context.Context, id string, layerOnly bool, progress f
 	if layerOnly {
 		key += " layer"
 	}
-	v, err, _ := r.fetches.Do(key, func() (any, error) { return s.fetch(ctx, id, layerOnly, progress) })
+	v, err, _ := r.fetches.Do(key, func() (any, error) {
+		// Claimed before its manifest is read, so no sweep deletes it
+		// from under the fetch and the images that will stand on it.
+		done, err := s.claimFetch(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("image %s: claim it in the image store %s: %w", id, r.Store, err)
+		}
+		defer done()
+		return s.fetch(ctx, id, layerOnly, progress)
+	})
 	if err != nil {
 		return nil, err
 	}
