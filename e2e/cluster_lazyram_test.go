@@ -54,11 +54,8 @@ func TestClusterLazyRAM(t *testing.T) {
 	}
 	drain("node-b", true)
 	drain("node-c", true)
-	// Every round forks a parent of its own: a re-fork of one parent (or
-	// of a child of the last fork) fails now and then on main, when
-	// node-a's gc deletes a layer of the previous fork image from the
-	// store (a merge of the chain drops it) while the new fork image,
-	// whose manifest still lists it, is fetched on another node.
+	// Every round forks a parent of its own, so each round's image shares
+	// no chunk with the last one's and its fetch is a cold one.
 	var parent zeish.Sandbox
 	token := fmt.Sprintf("mem-%d", time.Now().UnixNano())
 	const blob = "head -c 33554432 /dev/urandom > /dev/shm/blob; md5sum /dev/shm/blob | cut -c1-32"

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -27,7 +26,6 @@ import (
 	"github.com/zeish/zeish/internal/e2b"
 	"github.com/zeish/zeish/internal/metrics"
 	"github.com/zeish/zeish/internal/node"
-	nodeimages "github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/nodeapi"
 	"github.com/zeish/zeish/internal/nodeapi/nodev2"
 	"github.com/zeish/zeish/internal/nodestore"
@@ -135,28 +133,15 @@ func runControl(ctx context.Context, cfg *config.Config) error {
 	}
 	// The image store, if the nodes share one: the API shows what is
 	// durable in it, the router refuses at once to move a lost node's
-	// image that is not, the nodes' gc asks what of it the cluster still
-	// needs, and one replica at a time sweeps it.
+	// image that is not, and one replica at a time sweeps it (the only
+	// deleter of its images: nodes drop only their own copies).
 	var images control.ImageDurability
 	var sweeper control.ImageSweeper
 	var storeMetrics []prometheus.Collector
-	var imageLayers func(context.Context, string) ([]string, error)
 	if remote, err := openImageStore(ctx, log, cfg, ""); err != nil {
 		return err
 	} else if remote != nil {
 		images, sweeper, storeMetrics = remote.Store, remote.Store, remote.Store.Metrics().Collectors()
-		// A manifest never changes: each snapshot's chain is read once.
-		var chains sync.Map // image id → []string
-		imageLayers = func(ctx context.Context, id string) ([]string, error) {
-			if c, ok := chains.Load(id); ok {
-				return c.([]string), nil
-			}
-			c, err := nodeimages.StoredLayers(ctx, remote.Store, id)
-			if err == nil && c != nil {
-				chains.Store(id, c)
-			}
-			return c, err
-		}
 	}
 	router := cluster.NewRouter(cluster.Options{Store: st, Nodes: nodes, Key: tokenKey, Secrets: store.Codec{Secrets: box},
 		LostAfter: lost, Logger: log, HTTP: hosts.rpcClient(), Proxy: hosts.proxyTransport(), Images: images})
@@ -168,7 +153,7 @@ func runControl(ctx context.Context, cfg *config.Config) error {
 		Calls: callsOf(cfg), Images: images, Sweeper: sweeper, Metrics: mtr, Logger: log})
 	srv := server.New(server.Options{Control: ctl, Proxy: router, Version: version.Version, PublicURL: cfg.PublicURL,
 		PublicDomain: cfg.PublicDomain, GuestDomains: guestDomains(cfg), DataPlane: dataPlaneOf(cfg), Logger: log, Metrics: mtr})
-	reg := &cluster.Registry{Nodes: nodes, Store: st, Secrets: store.Codec{Secrets: box}, ImageLayers: imageLayers, Key: tokenKey, AllowHTTP: hosts.allowHTTP, Every: lost / 3, Logger: log}
+	reg := &cluster.Registry{Nodes: nodes, Store: st, Secrets: store.Codec{Secrets: box}, Key: tokenKey, AllowHTTP: hosts.allowHTTP, Every: lost / 3, Logger: log}
 	mux := http.NewServeMux()
 	mux.Handle(reg.Handler())
 	apiHandler := srv.Handler()

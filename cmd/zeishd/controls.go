@@ -173,8 +173,3 @@ func (c *controls) ListAPIKeys(ctx context.Context, req *connect.Request[nodev2.
 	})
 }
 
-func (c *controls) ImageInUse(ctx context.Context, req *connect.Request[nodev2.StoreImageRef]) (*connect.Response[nodev2.StoreImageInUseReply], error) {
-	return call(c, func(cl nodev2connect.ControlClient) (*connect.Response[nodev2.StoreImageInUseReply], error) {
-		return cl.ImageInUse(ctx, connect.NewRequest(req.Msg))
-	})
-}

@@ -373,40 +373,6 @@ func TestNodeStoreRefusesWhatIsTheControlPlanes(t *testing.T) {
 	}
 }
 
-// A node's gc sees its own records only: before it deletes an image from
-// the shared image store it asks whether any record of the cluster needs
-// it.
-func TestNodeStoreAsksWhetherTheClusterNeedsAnImage(t *testing.T) {
-	l := newStoreLab(t)
-	ctx := context.Background()
-	theirs := l.row("node-b")
-	if _, err := l.st.UpdateSandbox(ctx, theirs.ID, func(r *store.SandboxRecord) error {
-		r.Layers, r.ResumeImage = []string{"img_layer"}, "img_resume"
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.st.CreateSnapshot(ctx, &store.SnapshotRecord{Snapshot: sandbox.Snapshot{ID: "snp_1", SandboxID: theirs.ID, AccountID: "acc_1", Name: "s"},
-		Image: "img_snap"}, 20); err != nil {
-		t.Fatal(err)
-	}
-	l.reg.ImageLayers = func(_ context.Context, id string) ([]string, error) {
-		if id == "img_snap" {
-			return []string{"img_under_snap"}, nil
-		}
-		return nil, nil
-	}
-	for id, want := range map[string]bool{"img_layer": true, "img_resume": true, "img_snap": true, "img_under_snap": true, "img_free": false} {
-		if got, err := l.a.ImageInUse(ctx, id); err != nil || got != want {
-			t.Errorf("image %s in use: %v %v, want %v", id, got, err, want)
-		}
-	}
-	// node-a reads none of the records that answer it.
-	if list, _ := l.a.ListSandboxes(ctx, store.SandboxFilter{}); len(list) != 0 {
-		t.Fatalf("node-a lists %d sandboxes of node-b", len(list))
-	}
-}
-
 // The cost of a node's store going through the control plane: a read and
 // an update (read, closure, compare-and-swap) over loopback Connect,
 // against the same calls on the store directly.

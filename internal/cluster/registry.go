@@ -29,9 +29,6 @@ type Registry struct {
 	// create (sealed here, for their ids).
 	Store   store.Store
 	Secrets store.Codec
-	// ImageLayers reads the disk chain of an image in the image store (nil:
-	// no image store), for ImageInUse.
-	ImageLayers func(ctx context.Context, id string) ([]string, error)
 	// Key is the control plane's key (token.key, shared by replicas) the
 	// keys of each node are derived from (DataPlaneKey, CallKey).
 	Key []byte

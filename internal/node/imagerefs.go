@@ -76,18 +76,3 @@ func (r imageRefs) Mapped(ctx context.Context) (map[string]bool, error) {
 	}
 	return mapped, nil
 }
-
-// InUseElsewhere asks the control plane, when the node's store sees only
-// this node's records (internal/nodestore), whether a record of another
-// node needs image id; a store that sees every record answers no (its
-// Roots were the cluster's).
-func (r imageRefs) InUseElsewhere(ctx context.Context, id string) (bool, error) {
-	if c, ok := r.n.opts.Store.(interface {
-		ImageInUse(ctx context.Context, id string) (bool, error)
-	}); ok {
-		return c.ImageInUse(ctx, id)
-	}
-	return false, nil
-}
-
-var _ images.ClusterReferrers = imageRefs{}

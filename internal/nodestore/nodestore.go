@@ -307,17 +307,6 @@ func (s *Store) DeleteTemplate(ctx context.Context, key string) error {
 	return s.local.dropTemplate(key)
 }
 
-// ImageInUse reports whether a record anywhere in the cluster needs image
-// id: this node sees its own records only, so its gc asks before it
-// deletes an image from the shared image store.
-func (s *Store) ImageInUse(ctx context.Context, id string) (bool, error) {
-	rep, err := s.ctl.ImageInUse(ctx, connect.NewRequest(&nodev2.StoreImageRef{ImageId: id}))
-	if err != nil {
-		return false, fromControl(err)
-	}
-	return rep.Msg.InUse, nil
-}
-
 // What a node has no business doing: accounts, keys, quotas, leases and
 // account secrets are the control plane's alone.
 

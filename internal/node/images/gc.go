@@ -29,14 +29,6 @@ type Referrers interface {
 	Mapped(ctx context.Context) (map[string]bool, error)
 }
 
-// ClusterReferrers is what a Referrers that sees only this node's records
-// (a node of protocol 2.3) adds: whether a record elsewhere in the cluster
-// still needs an image, asked before the image is deleted from the shared
-// image store. An image it needs is removed from this node only.
-type ClusterReferrers interface {
-	InUseElsewhere(ctx context.Context, id string) (bool, error)
-}
-
 // Collect removes what no record needs and no lease holds: an image's
 // memory and state when nothing will load them, the whole folder when no
 // disk chain goes through its layer either.
@@ -90,11 +82,13 @@ func (s *Store) collect(ctx context.Context, id string, keepLayer bool) {
 		}
 	}
 	if !keepLayer {
-		// Nothing in the cluster needs it (the roots are every record's):
-		// out of the shared store first, so a failure leaves the folder
-		// for the next round to try again.
-		if err := s.dropRemoteUnused(ctx, id); err != nil {
-			s.log.Warn("gc: image kept until the image store deletes it", "image", id, "err", err)
+		// Only this node's copy goes: the shared store's is the control
+		// plane's sweep's to delete, once no record, no node's claim (a
+		// fetch in flight elsewhere) and no kept chain needs it
+		// (docs/images.md). An upload still reading the folder keeps it
+		// for the next round.
+		if s.uploading(id) {
+			s.log.Info("gc: image kept while it uploads", "image", id)
 			return
 		}
 		os.RemoveAll(dir)

@@ -530,37 +530,9 @@ func (s *Store) RemoteLayers(ctx context.Context, id string) ([]string, error) {
 	return layers, nil
 }
 
-// dropRemote deletes image id from the shared store: gc found that no
-// record of the cluster needs it. An error keeps the local folder, so the
-// next gc tries again (a crash between the two does the same).
-func (s *Store) dropRemote(ctx context.Context, id string) error {
-	if s.remote == nil {
-		return nil
-	}
-	if s.inFlight(id) != nil {
-		return fmt.Errorf("image %s is being uploaded", id)
-	}
-	return s.remote.Store.Delete(ctx, id)
-}
-
-// dropRemoteUnused deletes image id from the shared store unless a record
-// this node cannot see needs it (ClusterReferrers), in which case only the
-// local copy goes.
-func (s *Store) dropRemoteUnused(ctx context.Context, id string) error {
-	if s.remote == nil {
-		return nil
-	}
-	if cr, ok := s.opts.Referrers.(ClusterReferrers); ok {
-		used, err := cr.InUseElsewhere(ctx, id)
-		if err != nil {
-			return fmt.Errorf("ask the control plane whether image %s is needed elsewhere: %w", id, err)
-		}
-		if used {
-			s.log.Info("gc: image needed elsewhere in the cluster: kept in the image store", "image", id)
-			return nil
-		}
-	}
-	return s.dropRemote(ctx, id)
+// uploading reports whether image id's upload is reading its folder.
+func (s *Store) uploading(id string) bool {
+	return s.remote != nil && s.inFlight(id) != nil
 }
 
 // StoredLayers is the disk chain image id stands on, as the image store

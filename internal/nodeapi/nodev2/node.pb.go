@@ -1094,94 +1094,6 @@ func (x *APIKey) GetRevokedAt() *timestamppb.Timestamp {
 	return nil
 }
 
-type StoreImageRef struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ImageId       string                 `protobuf:"bytes,1,opt,name=image_id,json=imageId,proto3" json:"image_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *StoreImageRef) Reset() {
-	*x = StoreImageRef{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[17]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *StoreImageRef) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*StoreImageRef) ProtoMessage() {}
-
-func (x *StoreImageRef) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[17]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use StoreImageRef.ProtoReflect.Descriptor instead.
-func (*StoreImageRef) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{17}
-}
-
-func (x *StoreImageRef) GetImageId() string {
-	if x != nil {
-		return x.ImageId
-	}
-	return ""
-}
-
-type StoreImageInUseReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	InUse         bool                   `protobuf:"varint,1,opt,name=in_use,json=inUse,proto3" json:"in_use,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *StoreImageInUseReply) Reset() {
-	*x = StoreImageInUseReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[18]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *StoreImageInUseReply) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*StoreImageInUseReply) ProtoMessage() {}
-
-func (x *StoreImageInUseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[18]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use StoreImageInUseReply.ProtoReflect.Descriptor instead.
-func (*StoreImageInUseReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{18}
-}
-
-func (x *StoreImageInUseReply) GetInUse() bool {
-	if x != nil {
-		return x.InUse
-	}
-	return false
-}
-
 type StoreListAPIKeysReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Keys          []*APIKey              `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
@@ -1191,7 +1103,7 @@ type StoreListAPIKeysReply struct {
 
 func (x *StoreListAPIKeysReply) Reset() {
 	*x = StoreListAPIKeysReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[19]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1203,7 +1115,7 @@ func (x *StoreListAPIKeysReply) String() string {
 func (*StoreListAPIKeysReply) ProtoMessage() {}
 
 func (x *StoreListAPIKeysReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[19]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1216,7 +1128,7 @@ func (x *StoreListAPIKeysReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreListAPIKeysReply.ProtoReflect.Descriptor instead.
 func (*StoreListAPIKeysReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{19}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StoreListAPIKeysReply) GetKeys() []*APIKey {
@@ -1235,7 +1147,7 @@ type StoreListTemplatesReply struct {
 
 func (x *StoreListTemplatesReply) Reset() {
 	*x = StoreListTemplatesReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[20]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1159,7 @@ func (x *StoreListTemplatesReply) String() string {
 func (*StoreListTemplatesReply) ProtoMessage() {}
 
 func (x *StoreListTemplatesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[20]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1172,7 @@ func (x *StoreListTemplatesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreListTemplatesReply.ProtoReflect.Descriptor instead.
 func (*StoreListTemplatesReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{20}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StoreListTemplatesReply) GetTemplates() []*Template {
@@ -1280,7 +1192,7 @@ type Version struct {
 
 func (x *Version) Reset() {
 	*x = Version{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[21]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1292,7 +1204,7 @@ func (x *Version) String() string {
 func (*Version) ProtoMessage() {}
 
 func (x *Version) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[21]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1305,7 +1217,7 @@ func (x *Version) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Version.ProtoReflect.Descriptor instead.
 func (*Version) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{21}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Version) GetMajor() uint32 {
@@ -1337,7 +1249,7 @@ type Network struct {
 
 func (x *Network) Reset() {
 	*x = Network{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[22]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1349,7 +1261,7 @@ func (x *Network) String() string {
 func (*Network) ProtoMessage() {}
 
 func (x *Network) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[22]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1362,7 +1274,7 @@ func (x *Network) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Network.ProtoReflect.Descriptor instead.
 func (*Network) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{22}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Network) GetEnabled() bool {
@@ -1418,7 +1330,7 @@ type Interval struct {
 
 func (x *Interval) Reset() {
 	*x = Interval{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[23]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1430,7 +1342,7 @@ func (x *Interval) String() string {
 func (*Interval) ProtoMessage() {}
 
 func (x *Interval) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[23]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1443,7 +1355,7 @@ func (x *Interval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interval.ProtoReflect.Descriptor instead.
 func (*Interval) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{23}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Interval) GetStart() *timestamppb.Timestamp {
@@ -1509,7 +1421,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[24]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1521,7 +1433,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[24]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1534,7 +1446,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{24}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Sandbox) GetId() string {
@@ -1832,7 +1744,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[25]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +1756,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[25]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +1769,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{25}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Snapshot) GetId() string {
@@ -1918,7 +1830,7 @@ type SandboxRef struct {
 
 func (x *SandboxRef) Reset() {
 	*x = SandboxRef{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[26]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1930,7 +1842,7 @@ func (x *SandboxRef) String() string {
 func (*SandboxRef) ProtoMessage() {}
 
 func (x *SandboxRef) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[26]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1943,7 +1855,7 @@ func (x *SandboxRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxRef.ProtoReflect.Descriptor instead.
 func (*SandboxRef) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{26}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SandboxRef) GetSandboxId() string {
@@ -1965,7 +1877,7 @@ type CreateRequest struct {
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[27]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +1889,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[27]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +1902,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{27}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CreateRequest) GetSandbox() *Sandbox {
@@ -2033,7 +1945,7 @@ type Child struct {
 
 func (x *Child) Reset() {
 	*x = Child{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[28]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2045,7 +1957,7 @@ func (x *Child) String() string {
 func (*Child) ProtoMessage() {}
 
 func (x *Child) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[28]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2058,7 +1970,7 @@ func (x *Child) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Child.ProtoReflect.Descriptor instead.
 func (*Child) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{28}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Child) GetSandbox() *Sandbox {
@@ -2087,7 +1999,7 @@ type CloneRequest struct {
 
 func (x *CloneRequest) Reset() {
 	*x = CloneRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[29]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2099,7 +2011,7 @@ func (x *CloneRequest) String() string {
 func (*CloneRequest) ProtoMessage() {}
 
 func (x *CloneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[29]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2112,7 +2024,7 @@ func (x *CloneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloneRequest.ProtoReflect.Descriptor instead.
 func (*CloneRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{29}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CloneRequest) GetParentId() string {
@@ -2156,7 +2068,7 @@ type CloneSnapshotRequest struct {
 
 func (x *CloneSnapshotRequest) Reset() {
 	*x = CloneSnapshotRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[30]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2168,7 +2080,7 @@ func (x *CloneSnapshotRequest) String() string {
 func (*CloneSnapshotRequest) ProtoMessage() {}
 
 func (x *CloneSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[30]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2181,7 +2093,7 @@ func (x *CloneSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloneSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*CloneSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{30}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CloneSnapshotRequest) GetSnapshotId() string {
@@ -2232,7 +2144,7 @@ type CloneImageRequest struct {
 
 func (x *CloneImageRequest) Reset() {
 	*x = CloneImageRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[31]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2156,7 @@ func (x *CloneImageRequest) String() string {
 func (*CloneImageRequest) ProtoMessage() {}
 
 func (x *CloneImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[31]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2169,7 @@ func (x *CloneImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloneImageRequest.ProtoReflect.Descriptor instead.
 func (*CloneImageRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{31}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CloneImageRequest) GetImageId() string {
@@ -2305,7 +2217,7 @@ type CloneReply struct {
 
 func (x *CloneReply) Reset() {
 	*x = CloneReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[32]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2317,7 +2229,7 @@ func (x *CloneReply) String() string {
 func (*CloneReply) ProtoMessage() {}
 
 func (x *CloneReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[32]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2330,7 +2242,7 @@ func (x *CloneReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloneReply.ProtoReflect.Descriptor instead.
 func (*CloneReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{32}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CloneReply) GetPauseMicros() int64 {
@@ -2356,7 +2268,7 @@ type SandboxReply struct {
 
 func (x *SandboxReply) Reset() {
 	*x = SandboxReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[33]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2368,7 +2280,7 @@ func (x *SandboxReply) String() string {
 func (*SandboxReply) ProtoMessage() {}
 
 func (x *SandboxReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[33]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2381,7 +2293,7 @@ func (x *SandboxReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxReply.ProtoReflect.Descriptor instead.
 func (*SandboxReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{33}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SandboxReply) GetSandbox() *Sandbox {
@@ -2401,7 +2313,7 @@ type CreateSnapshotRequest struct {
 
 func (x *CreateSnapshotRequest) Reset() {
 	*x = CreateSnapshotRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[34]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2413,7 +2325,7 @@ func (x *CreateSnapshotRequest) String() string {
 func (*CreateSnapshotRequest) ProtoMessage() {}
 
 func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[34]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2426,7 +2338,7 @@ func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*CreateSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{34}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CreateSnapshotRequest) GetSandboxId() string {
@@ -2452,7 +2364,7 @@ type SnapshotReply struct {
 
 func (x *SnapshotReply) Reset() {
 	*x = SnapshotReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[35]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2464,7 +2376,7 @@ func (x *SnapshotReply) String() string {
 func (*SnapshotReply) ProtoMessage() {}
 
 func (x *SnapshotReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[35]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2477,7 +2389,7 @@ func (x *SnapshotReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotReply.ProtoReflect.Descriptor instead.
 func (*SnapshotReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{35}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SnapshotReply) GetSnapshot() *Snapshot {
@@ -2496,7 +2408,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[36]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2508,7 +2420,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[36]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2521,7 +2433,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{36}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DeleteSnapshotRequest) GetSnapshotId() string {
@@ -2539,7 +2451,7 @@ type DeleteSnapshotReply struct {
 
 func (x *DeleteSnapshotReply) Reset() {
 	*x = DeleteSnapshotReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[37]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2551,7 +2463,7 @@ func (x *DeleteSnapshotReply) String() string {
 func (*DeleteSnapshotReply) ProtoMessage() {}
 
 func (x *DeleteSnapshotReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[37]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2564,7 +2476,7 @@ func (x *DeleteSnapshotReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotReply.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{37}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{35}
 }
 
 type RestoreRequest struct {
@@ -2579,7 +2491,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[38]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2591,7 +2503,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[38]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2604,7 +2516,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{38}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RestoreRequest) GetSnapshotId() string {
@@ -2645,7 +2557,7 @@ type RestoreReply struct {
 
 func (x *RestoreReply) Reset() {
 	*x = RestoreReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[39]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2657,7 +2569,7 @@ func (x *RestoreReply) String() string {
 func (*RestoreReply) ProtoMessage() {}
 
 func (x *RestoreReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[39]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2670,7 +2582,7 @@ func (x *RestoreReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreReply.ProtoReflect.Descriptor instead.
 func (*RestoreReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{39}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RestoreReply) GetSnapshot() *Snapshot {
@@ -2700,7 +2612,7 @@ type LifecycleRequest struct {
 
 func (x *LifecycleRequest) Reset() {
 	*x = LifecycleRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[40]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2712,7 +2624,7 @@ func (x *LifecycleRequest) String() string {
 func (*LifecycleRequest) ProtoMessage() {}
 
 func (x *LifecycleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[40]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2725,7 +2637,7 @@ func (x *LifecycleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LifecycleRequest.ProtoReflect.Descriptor instead.
 func (*LifecycleRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{40}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *LifecycleRequest) GetSandboxId() string {
@@ -2773,7 +2685,7 @@ type WaitRequest struct {
 
 func (x *WaitRequest) Reset() {
 	*x = WaitRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[41]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2785,7 +2697,7 @@ func (x *WaitRequest) String() string {
 func (*WaitRequest) ProtoMessage() {}
 
 func (x *WaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[41]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2798,7 +2710,7 @@ func (x *WaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitRequest.ProtoReflect.Descriptor instead.
 func (*WaitRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{41}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WaitRequest) GetSandboxId() string {
@@ -2826,7 +2738,7 @@ type SetPortPublicRequest struct {
 
 func (x *SetPortPublicRequest) Reset() {
 	*x = SetPortPublicRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[42]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2838,7 +2750,7 @@ func (x *SetPortPublicRequest) String() string {
 func (*SetPortPublicRequest) ProtoMessage() {}
 
 func (x *SetPortPublicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[42]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2851,7 +2763,7 @@ func (x *SetPortPublicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPortPublicRequest.ProtoReflect.Descriptor instead.
 func (*SetPortPublicRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{42}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SetPortPublicRequest) GetSandboxId() string {
@@ -2885,7 +2797,7 @@ type SetNetworkRequest struct {
 
 func (x *SetNetworkRequest) Reset() {
 	*x = SetNetworkRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[43]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2897,7 +2809,7 @@ func (x *SetNetworkRequest) String() string {
 func (*SetNetworkRequest) ProtoMessage() {}
 
 func (x *SetNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[43]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2910,7 +2822,7 @@ func (x *SetNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNetworkRequest.ProtoReflect.Descriptor instead.
 func (*SetNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{43}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SetNetworkRequest) GetSandboxId() string {
@@ -2937,7 +2849,7 @@ type NetBytesReply struct {
 
 func (x *NetBytesReply) Reset() {
 	*x = NetBytesReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[44]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2949,7 +2861,7 @@ func (x *NetBytesReply) String() string {
 func (*NetBytesReply) ProtoMessage() {}
 
 func (x *NetBytesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[44]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2962,7 +2874,7 @@ func (x *NetBytesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetBytesReply.ProtoReflect.Descriptor instead.
 func (*NetBytesReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{44}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *NetBytesReply) GetIn() uint64 {
@@ -2989,7 +2901,7 @@ type ListeningPort struct {
 
 func (x *ListeningPort) Reset() {
 	*x = ListeningPort{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[45]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3001,7 +2913,7 @@ func (x *ListeningPort) String() string {
 func (*ListeningPort) ProtoMessage() {}
 
 func (x *ListeningPort) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[45]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3014,7 +2926,7 @@ func (x *ListeningPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListeningPort.ProtoReflect.Descriptor instead.
 func (*ListeningPort) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{45}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListeningPort) GetPort() int32 {
@@ -3040,7 +2952,7 @@ type ListeningPortsReply struct {
 
 func (x *ListeningPortsReply) Reset() {
 	*x = ListeningPortsReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[46]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3052,7 +2964,7 @@ func (x *ListeningPortsReply) String() string {
 func (*ListeningPortsReply) ProtoMessage() {}
 
 func (x *ListeningPortsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[46]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3065,7 +2977,7 @@ func (x *ListeningPortsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListeningPortsReply.ProtoReflect.Descriptor instead.
 func (*ListeningPortsReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{46}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListeningPortsReply) GetPorts() []*ListeningPort {
@@ -3085,7 +2997,7 @@ type GitFile struct {
 
 func (x *GitFile) Reset() {
 	*x = GitFile{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[47]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3097,7 +3009,7 @@ func (x *GitFile) String() string {
 func (*GitFile) ProtoMessage() {}
 
 func (x *GitFile) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[47]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3110,7 +3022,7 @@ func (x *GitFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitFile.ProtoReflect.Descriptor instead.
 func (*GitFile) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{47}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GitFile) GetPath() string {
@@ -3142,7 +3054,7 @@ type GitStatusReply struct {
 
 func (x *GitStatusReply) Reset() {
 	*x = GitStatusReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[48]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3154,7 +3066,7 @@ func (x *GitStatusReply) String() string {
 func (*GitStatusReply) ProtoMessage() {}
 
 func (x *GitStatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[48]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3167,7 +3079,7 @@ func (x *GitStatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitStatusReply.ProtoReflect.Descriptor instead.
 func (*GitStatusReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{48}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GitStatusReply) GetRepo() string {
@@ -3231,7 +3143,7 @@ type BrowserVersionReply struct {
 
 func (x *BrowserVersionReply) Reset() {
 	*x = BrowserVersionReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[49]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3243,7 +3155,7 @@ func (x *BrowserVersionReply) String() string {
 func (*BrowserVersionReply) ProtoMessage() {}
 
 func (x *BrowserVersionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[49]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3256,7 +3168,7 @@ func (x *BrowserVersionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrowserVersionReply.ProtoReflect.Descriptor instead.
 func (*BrowserVersionReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{49}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *BrowserVersionReply) GetBrowser() string {
@@ -3302,7 +3214,7 @@ type DesktopStatusReply struct {
 
 func (x *DesktopStatusReply) Reset() {
 	*x = DesktopStatusReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[50]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3314,7 +3226,7 @@ func (x *DesktopStatusReply) String() string {
 func (*DesktopStatusReply) ProtoMessage() {}
 
 func (x *DesktopStatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[50]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3327,7 +3239,7 @@ func (x *DesktopStatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopStatusReply.ProtoReflect.Descriptor instead.
 func (*DesktopStatusReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{50}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DesktopStatusReply) GetRunning() bool {
@@ -3405,7 +3317,7 @@ type BuildSpec struct {
 
 func (x *BuildSpec) Reset() {
 	*x = BuildSpec{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[51]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3417,7 +3329,7 @@ func (x *BuildSpec) String() string {
 func (*BuildSpec) ProtoMessage() {}
 
 func (x *BuildSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[51]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3430,7 +3342,7 @@ func (x *BuildSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildSpec.ProtoReflect.Descriptor instead.
 func (*BuildSpec) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{51}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *BuildSpec) GetAccountId() string {
@@ -3563,7 +3475,7 @@ type BuildTemplateRequest struct {
 
 func (x *BuildTemplateRequest) Reset() {
 	*x = BuildTemplateRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[52]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3575,7 +3487,7 @@ func (x *BuildTemplateRequest) String() string {
 func (*BuildTemplateRequest) ProtoMessage() {}
 
 func (x *BuildTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[52]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3588,7 +3500,7 @@ func (x *BuildTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildTemplateRequest.ProtoReflect.Descriptor instead.
 func (*BuildTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{52}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *BuildTemplateRequest) GetPart() isBuildTemplateRequest_Part {
@@ -3656,7 +3568,7 @@ type UploadEnd struct {
 
 func (x *UploadEnd) Reset() {
 	*x = UploadEnd{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[53]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3668,7 +3580,7 @@ func (x *UploadEnd) String() string {
 func (*UploadEnd) ProtoMessage() {}
 
 func (x *UploadEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[53]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3681,7 +3593,7 @@ func (x *UploadEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadEnd.ProtoReflect.Descriptor instead.
 func (*UploadEnd) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{53}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *UploadEnd) GetBytes() int64 {
@@ -3704,7 +3616,7 @@ type TemplateWarm struct {
 
 func (x *TemplateWarm) Reset() {
 	*x = TemplateWarm{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[54]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3716,7 +3628,7 @@ func (x *TemplateWarm) String() string {
 func (*TemplateWarm) ProtoMessage() {}
 
 func (x *TemplateWarm) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[54]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3729,7 +3641,7 @@ func (x *TemplateWarm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateWarm.ProtoReflect.Descriptor instead.
 func (*TemplateWarm) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{54}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *TemplateWarm) GetImage() string {
@@ -3804,7 +3716,7 @@ type Template struct {
 
 func (x *Template) Reset() {
 	*x = Template{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[55]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3816,7 +3728,7 @@ func (x *Template) String() string {
 func (*Template) ProtoMessage() {}
 
 func (x *Template) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[55]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3829,7 +3741,7 @@ func (x *Template) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Template.ProtoReflect.Descriptor instead.
 func (*Template) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{55}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Template) GetId() string {
@@ -4037,7 +3949,7 @@ type TemplateReply struct {
 
 func (x *TemplateReply) Reset() {
 	*x = TemplateReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[56]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4049,7 +3961,7 @@ func (x *TemplateReply) String() string {
 func (*TemplateReply) ProtoMessage() {}
 
 func (x *TemplateReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[56]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4062,7 +3974,7 @@ func (x *TemplateReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateReply.ProtoReflect.Descriptor instead.
 func (*TemplateReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{56}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TemplateReply) GetTemplate() *Template {
@@ -4082,7 +3994,7 @@ type DeleteTemplateRequest struct {
 
 func (x *DeleteTemplateRequest) Reset() {
 	*x = DeleteTemplateRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[57]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4094,7 +4006,7 @@ func (x *DeleteTemplateRequest) String() string {
 func (*DeleteTemplateRequest) ProtoMessage() {}
 
 func (x *DeleteTemplateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[57]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4107,7 +4019,7 @@ func (x *DeleteTemplateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTemplateRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTemplateRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{57}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *DeleteTemplateRequest) GetAccountId() string {
@@ -4134,7 +4046,7 @@ type TemplateEventsRequest struct {
 
 func (x *TemplateEventsRequest) Reset() {
 	*x = TemplateEventsRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[58]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4146,7 +4058,7 @@ func (x *TemplateEventsRequest) String() string {
 func (*TemplateEventsRequest) ProtoMessage() {}
 
 func (x *TemplateEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[58]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4159,7 +4071,7 @@ func (x *TemplateEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateEventsRequest.ProtoReflect.Descriptor instead.
 func (*TemplateEventsRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{58}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *TemplateEventsRequest) GetTemplateId() string {
@@ -4190,7 +4102,7 @@ type TemplateProgress struct {
 
 func (x *TemplateProgress) Reset() {
 	*x = TemplateProgress{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[59]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4202,7 +4114,7 @@ func (x *TemplateProgress) String() string {
 func (*TemplateProgress) ProtoMessage() {}
 
 func (x *TemplateProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[59]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4215,7 +4127,7 @@ func (x *TemplateProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateProgress.ProtoReflect.Descriptor instead.
 func (*TemplateProgress) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{59}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *TemplateProgress) GetStep() string {
@@ -4273,7 +4185,7 @@ type TemplateEvent struct {
 
 func (x *TemplateEvent) Reset() {
 	*x = TemplateEvent{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[60]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4285,7 +4197,7 @@ func (x *TemplateEvent) String() string {
 func (*TemplateEvent) ProtoMessage() {}
 
 func (x *TemplateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[60]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4298,7 +4210,7 @@ func (x *TemplateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TemplateEvent.ProtoReflect.Descriptor instead.
 func (*TemplateEvent) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{60}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TemplateEvent) GetTime() *timestamppb.Timestamp {
@@ -4353,7 +4265,7 @@ type Capacity struct {
 
 func (x *Capacity) Reset() {
 	*x = Capacity{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[61]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4365,7 +4277,7 @@ func (x *Capacity) String() string {
 func (*Capacity) ProtoMessage() {}
 
 func (x *Capacity) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[61]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4378,7 +4290,7 @@ func (x *Capacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capacity.ProtoReflect.Descriptor instead.
 func (*Capacity) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{61}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Capacity) GetMemoryBudgetMib() int64 {
@@ -4447,7 +4359,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[62]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4459,7 +4371,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[62]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4472,7 +4384,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{62}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *JoinRequest) GetJoinToken() string {
@@ -4498,7 +4410,7 @@ type JoinReply struct {
 
 func (x *JoinReply) Reset() {
 	*x = JoinReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[63]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4510,7 +4422,7 @@ func (x *JoinReply) String() string {
 func (*JoinReply) ProtoMessage() {}
 
 func (x *JoinReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[63]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4523,7 +4435,7 @@ func (x *JoinReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinReply.ProtoReflect.Descriptor instead.
 func (*JoinReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{63}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *JoinReply) GetCredential() string {
@@ -4549,7 +4461,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[64]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4561,7 +4473,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[64]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4574,7 +4486,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{64}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RegisterRequest) GetVersion() *Version {
@@ -4645,7 +4557,7 @@ type RegisterReply struct {
 
 func (x *RegisterReply) Reset() {
 	*x = RegisterReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[65]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4657,7 +4569,7 @@ func (x *RegisterReply) String() string {
 func (*RegisterReply) ProtoMessage() {}
 
 func (x *RegisterReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[65]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4670,7 +4582,7 @@ func (x *RegisterReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterReply.ProtoReflect.Descriptor instead.
 func (*RegisterReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{65}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RegisterReply) GetVersion() *Version {
@@ -4712,7 +4624,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[66]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4724,7 +4636,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[66]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4737,7 +4649,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{66}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *HeartbeatRequest) GetNodeId() string {
@@ -4770,7 +4682,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_zeish_node_v2_node_proto_msgTypes[67]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4782,7 +4694,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_zeish_node_v2_node_proto_msgTypes[67]
+	mi := &file_zeish_node_v2_node_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4795,7 +4707,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{67}
+	return file_zeish_node_v2_node_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *HeartbeatReply) GetDraining() bool {
@@ -4868,11 +4780,7 @@ const file_zeish_node_v2_node_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"revoked_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\trevokedAt\"*\n" +
-	"\rStoreImageRef\x12\x19\n" +
-	"\bimage_id\x18\x01 \x01(\tR\aimageId\"-\n" +
-	"\x14StoreImageInUseReply\x12\x15\n" +
-	"\x06in_use\x18\x01 \x01(\bR\x05inUse\"B\n" +
+	"revoked_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\trevokedAt\"B\n" +
 	"\x15StoreListAPIKeysReply\x12)\n" +
 	"\x04keys\x18\x01 \x03(\v2\x15.zeish.node.v2.APIKeyR\x04keys\"P\n" +
 	"\x17StoreListTemplatesReply\x125\n" +
@@ -5269,7 +5177,8 @@ const file_zeish_node_v2_node_proto_rawDesc = "" +
 	"\rDesktopStatus\x12\x19.zeish.node.v2.SandboxRef\x1a!.zeish.node.v2.DesktopStatusReply\x12T\n" +
 	"\rBuildTemplate\x12#.zeish.node.v2.BuildTemplateRequest\x1a\x1c.zeish.node.v2.TemplateReply(\x01\x12T\n" +
 	"\x0eDeleteTemplate\x12$.zeish.node.v2.DeleteTemplateRequest\x1a\x1c.zeish.node.v2.TemplateReply\x12V\n" +
-	"\x0eTemplateEvents\x12$.zeish.node.v2.TemplateEventsRequest\x1a\x1c.zeish.node.v2.TemplateEvent0\x012\xb2\v\n" +
+	"\x0eTemplateEvents\x12$.zeish.node.v2.TemplateEventsRequest\x1a\x1c.zeish.node.v2.TemplateEvent0\x012\xe1\n" +
+	"\n" +
 	"\aControl\x12<\n" +
 	"\x04Join\x12\x1a.zeish.node.v2.JoinRequest\x1a\x18.zeish.node.v2.JoinReply\x12H\n" +
 	"\bRegister\x12\x1e.zeish.node.v2.RegisterRequest\x1a\x1c.zeish.node.v2.RegisterReply\x12K\n" +
@@ -5287,9 +5196,7 @@ const file_zeish_node_v2_node_proto_rawDesc = "" +
 	"\rListTemplates\x12(.zeish.node.v2.StoreListTemplatesRequest\x1a&.zeish.node.v2.StoreListTemplatesReply\x12L\n" +
 	"\vPutTemplate\x12\x1c.zeish.node.v2.TemplateReply\x1a\x1f.zeish.node.v2.StoreDeleteReply\x12X\n" +
 	"\x14DeleteTemplateRecord\x12\x1f.zeish.node.v2.StoreTemplateRef\x1a\x1f.zeish.node.v2.StoreDeleteReply\x12S\n" +
-	"\vListAPIKeys\x12\x1e.zeish.node.v2.StoreAccountRef\x1a$.zeish.node.v2.StoreListAPIKeysReply\x12O\n" +
-	"\n" +
-	"ImageInUse\x12\x1c.zeish.node.v2.StoreImageRef\x1a#.zeish.node.v2.StoreImageInUseReplyB7Z5github.com/zeish/zeish/internal/nodeapi/nodev2;nodev2b\x06proto3"
+	"\vListAPIKeys\x12\x1e.zeish.node.v2.StoreAccountRef\x1a$.zeish.node.v2.StoreListAPIKeysReplyB7Z5github.com/zeish/zeish/internal/nodeapi/nodev2;nodev2b\x06proto3"
 
 var (
 	file_zeish_node_v2_node_proto_rawDescOnce sync.Once
@@ -5304,7 +5211,7 @@ func file_zeish_node_v2_node_proto_rawDescGZIP() []byte {
 }
 
 var file_zeish_node_v2_node_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_zeish_node_v2_node_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
+var file_zeish_node_v2_node_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_zeish_node_v2_node_proto_goTypes = []any{
 	(State)(0),                          // 0: zeish.node.v2.State
 	(Op)(0),                             // 1: zeish.node.v2.Op
@@ -5325,71 +5232,69 @@ var file_zeish_node_v2_node_proto_goTypes = []any{
 	(*StoreListTemplatesRequest)(nil),   // 16: zeish.node.v2.StoreListTemplatesRequest
 	(*StoreAccountRef)(nil),             // 17: zeish.node.v2.StoreAccountRef
 	(*APIKey)(nil),                      // 18: zeish.node.v2.APIKey
-	(*StoreImageRef)(nil),               // 19: zeish.node.v2.StoreImageRef
-	(*StoreImageInUseReply)(nil),        // 20: zeish.node.v2.StoreImageInUseReply
-	(*StoreListAPIKeysReply)(nil),       // 21: zeish.node.v2.StoreListAPIKeysReply
-	(*StoreListTemplatesReply)(nil),     // 22: zeish.node.v2.StoreListTemplatesReply
-	(*Version)(nil),                     // 23: zeish.node.v2.Version
-	(*Network)(nil),                     // 24: zeish.node.v2.Network
-	(*Interval)(nil),                    // 25: zeish.node.v2.Interval
-	(*Sandbox)(nil),                     // 26: zeish.node.v2.Sandbox
-	(*Snapshot)(nil),                    // 27: zeish.node.v2.Snapshot
-	(*SandboxRef)(nil),                  // 28: zeish.node.v2.SandboxRef
-	(*CreateRequest)(nil),               // 29: zeish.node.v2.CreateRequest
-	(*Child)(nil),                       // 30: zeish.node.v2.Child
-	(*CloneRequest)(nil),                // 31: zeish.node.v2.CloneRequest
-	(*CloneSnapshotRequest)(nil),        // 32: zeish.node.v2.CloneSnapshotRequest
-	(*CloneImageRequest)(nil),           // 33: zeish.node.v2.CloneImageRequest
-	(*CloneReply)(nil),                  // 34: zeish.node.v2.CloneReply
-	(*SandboxReply)(nil),                // 35: zeish.node.v2.SandboxReply
-	(*CreateSnapshotRequest)(nil),       // 36: zeish.node.v2.CreateSnapshotRequest
-	(*SnapshotReply)(nil),               // 37: zeish.node.v2.SnapshotReply
-	(*DeleteSnapshotRequest)(nil),       // 38: zeish.node.v2.DeleteSnapshotRequest
-	(*DeleteSnapshotReply)(nil),         // 39: zeish.node.v2.DeleteSnapshotReply
-	(*RestoreRequest)(nil),              // 40: zeish.node.v2.RestoreRequest
-	(*RestoreReply)(nil),                // 41: zeish.node.v2.RestoreReply
-	(*LifecycleRequest)(nil),            // 42: zeish.node.v2.LifecycleRequest
-	(*WaitRequest)(nil),                 // 43: zeish.node.v2.WaitRequest
-	(*SetPortPublicRequest)(nil),        // 44: zeish.node.v2.SetPortPublicRequest
-	(*SetNetworkRequest)(nil),           // 45: zeish.node.v2.SetNetworkRequest
-	(*NetBytesReply)(nil),               // 46: zeish.node.v2.NetBytesReply
-	(*ListeningPort)(nil),               // 47: zeish.node.v2.ListeningPort
-	(*ListeningPortsReply)(nil),         // 48: zeish.node.v2.ListeningPortsReply
-	(*GitFile)(nil),                     // 49: zeish.node.v2.GitFile
-	(*GitStatusReply)(nil),              // 50: zeish.node.v2.GitStatusReply
-	(*BrowserVersionReply)(nil),         // 51: zeish.node.v2.BrowserVersionReply
-	(*DesktopStatusReply)(nil),          // 52: zeish.node.v2.DesktopStatusReply
-	(*BuildSpec)(nil),                   // 53: zeish.node.v2.BuildSpec
-	(*BuildTemplateRequest)(nil),        // 54: zeish.node.v2.BuildTemplateRequest
-	(*UploadEnd)(nil),                   // 55: zeish.node.v2.UploadEnd
-	(*TemplateWarm)(nil),                // 56: zeish.node.v2.TemplateWarm
-	(*Template)(nil),                    // 57: zeish.node.v2.Template
-	(*TemplateReply)(nil),               // 58: zeish.node.v2.TemplateReply
-	(*DeleteTemplateRequest)(nil),       // 59: zeish.node.v2.DeleteTemplateRequest
-	(*TemplateEventsRequest)(nil),       // 60: zeish.node.v2.TemplateEventsRequest
-	(*TemplateProgress)(nil),            // 61: zeish.node.v2.TemplateProgress
-	(*TemplateEvent)(nil),               // 62: zeish.node.v2.TemplateEvent
-	(*Capacity)(nil),                    // 63: zeish.node.v2.Capacity
-	(*JoinRequest)(nil),                 // 64: zeish.node.v2.JoinRequest
-	(*JoinReply)(nil),                   // 65: zeish.node.v2.JoinReply
-	(*RegisterRequest)(nil),             // 66: zeish.node.v2.RegisterRequest
-	(*RegisterReply)(nil),               // 67: zeish.node.v2.RegisterReply
-	(*HeartbeatRequest)(nil),            // 68: zeish.node.v2.HeartbeatRequest
-	(*HeartbeatReply)(nil),              // 69: zeish.node.v2.HeartbeatReply
-	nil,                                 // 70: zeish.node.v2.Sandbox.NodeLabelsEntry
-	nil,                                 // 71: zeish.node.v2.Sandbox.EnvEntry
-	nil,                                 // 72: zeish.node.v2.Sandbox.MetadataEntry
-	nil,                                 // 73: zeish.node.v2.CreateRequest.SecretEnvEntry
-	nil,                                 // 74: zeish.node.v2.CloneRequest.ParentSecretEnvEntry
-	nil,                                 // 75: zeish.node.v2.CloneSnapshotRequest.ParentSecretEnvEntry
-	nil,                                 // 76: zeish.node.v2.CloneImageRequest.ParentSecretEnvEntry
-	nil,                                 // 77: zeish.node.v2.RestoreRequest.SecretEnvEntry
-	nil,                                 // 78: zeish.node.v2.LifecycleRequest.SecretEnvEntry
-	nil,                                 // 79: zeish.node.v2.RegisterRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 80: google.protobuf.Timestamp
+	(*StoreListAPIKeysReply)(nil),       // 19: zeish.node.v2.StoreListAPIKeysReply
+	(*StoreListTemplatesReply)(nil),     // 20: zeish.node.v2.StoreListTemplatesReply
+	(*Version)(nil),                     // 21: zeish.node.v2.Version
+	(*Network)(nil),                     // 22: zeish.node.v2.Network
+	(*Interval)(nil),                    // 23: zeish.node.v2.Interval
+	(*Sandbox)(nil),                     // 24: zeish.node.v2.Sandbox
+	(*Snapshot)(nil),                    // 25: zeish.node.v2.Snapshot
+	(*SandboxRef)(nil),                  // 26: zeish.node.v2.SandboxRef
+	(*CreateRequest)(nil),               // 27: zeish.node.v2.CreateRequest
+	(*Child)(nil),                       // 28: zeish.node.v2.Child
+	(*CloneRequest)(nil),                // 29: zeish.node.v2.CloneRequest
+	(*CloneSnapshotRequest)(nil),        // 30: zeish.node.v2.CloneSnapshotRequest
+	(*CloneImageRequest)(nil),           // 31: zeish.node.v2.CloneImageRequest
+	(*CloneReply)(nil),                  // 32: zeish.node.v2.CloneReply
+	(*SandboxReply)(nil),                // 33: zeish.node.v2.SandboxReply
+	(*CreateSnapshotRequest)(nil),       // 34: zeish.node.v2.CreateSnapshotRequest
+	(*SnapshotReply)(nil),               // 35: zeish.node.v2.SnapshotReply
+	(*DeleteSnapshotRequest)(nil),       // 36: zeish.node.v2.DeleteSnapshotRequest
+	(*DeleteSnapshotReply)(nil),         // 37: zeish.node.v2.DeleteSnapshotReply
+	(*RestoreRequest)(nil),              // 38: zeish.node.v2.RestoreRequest
+	(*RestoreReply)(nil),                // 39: zeish.node.v2.RestoreReply
+	(*LifecycleRequest)(nil),            // 40: zeish.node.v2.LifecycleRequest
+	(*WaitRequest)(nil),                 // 41: zeish.node.v2.WaitRequest
+	(*SetPortPublicRequest)(nil),        // 42: zeish.node.v2.SetPortPublicRequest
+	(*SetNetworkRequest)(nil),           // 43: zeish.node.v2.SetNetworkRequest
+	(*NetBytesReply)(nil),               // 44: zeish.node.v2.NetBytesReply
+	(*ListeningPort)(nil),               // 45: zeish.node.v2.ListeningPort
+	(*ListeningPortsReply)(nil),         // 46: zeish.node.v2.ListeningPortsReply
+	(*GitFile)(nil),                     // 47: zeish.node.v2.GitFile
+	(*GitStatusReply)(nil),              // 48: zeish.node.v2.GitStatusReply
+	(*BrowserVersionReply)(nil),         // 49: zeish.node.v2.BrowserVersionReply
+	(*DesktopStatusReply)(nil),          // 50: zeish.node.v2.DesktopStatusReply
+	(*BuildSpec)(nil),                   // 51: zeish.node.v2.BuildSpec
+	(*BuildTemplateRequest)(nil),        // 52: zeish.node.v2.BuildTemplateRequest
+	(*UploadEnd)(nil),                   // 53: zeish.node.v2.UploadEnd
+	(*TemplateWarm)(nil),                // 54: zeish.node.v2.TemplateWarm
+	(*Template)(nil),                    // 55: zeish.node.v2.Template
+	(*TemplateReply)(nil),               // 56: zeish.node.v2.TemplateReply
+	(*DeleteTemplateRequest)(nil),       // 57: zeish.node.v2.DeleteTemplateRequest
+	(*TemplateEventsRequest)(nil),       // 58: zeish.node.v2.TemplateEventsRequest
+	(*TemplateProgress)(nil),            // 59: zeish.node.v2.TemplateProgress
+	(*TemplateEvent)(nil),               // 60: zeish.node.v2.TemplateEvent
+	(*Capacity)(nil),                    // 61: zeish.node.v2.Capacity
+	(*JoinRequest)(nil),                 // 62: zeish.node.v2.JoinRequest
+	(*JoinReply)(nil),                   // 63: zeish.node.v2.JoinReply
+	(*RegisterRequest)(nil),             // 64: zeish.node.v2.RegisterRequest
+	(*RegisterReply)(nil),               // 65: zeish.node.v2.RegisterReply
+	(*HeartbeatRequest)(nil),            // 66: zeish.node.v2.HeartbeatRequest
+	(*HeartbeatReply)(nil),              // 67: zeish.node.v2.HeartbeatReply
+	nil,                                 // 68: zeish.node.v2.Sandbox.NodeLabelsEntry
+	nil,                                 // 69: zeish.node.v2.Sandbox.EnvEntry
+	nil,                                 // 70: zeish.node.v2.Sandbox.MetadataEntry
+	nil,                                 // 71: zeish.node.v2.CreateRequest.SecretEnvEntry
+	nil,                                 // 72: zeish.node.v2.CloneRequest.ParentSecretEnvEntry
+	nil,                                 // 73: zeish.node.v2.CloneSnapshotRequest.ParentSecretEnvEntry
+	nil,                                 // 74: zeish.node.v2.CloneImageRequest.ParentSecretEnvEntry
+	nil,                                 // 75: zeish.node.v2.RestoreRequest.SecretEnvEntry
+	nil,                                 // 76: zeish.node.v2.LifecycleRequest.SecretEnvEntry
+	nil,                                 // 77: zeish.node.v2.RegisterRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 78: google.protobuf.Timestamp
 }
 var file_zeish_node_v2_node_proto_depIdxs = []int32{
-	26,  // 0: zeish.node.v2.StoredSandbox.sandbox:type_name -> zeish.node.v2.Sandbox
+	24,  // 0: zeish.node.v2.StoredSandbox.sandbox:type_name -> zeish.node.v2.Sandbox
 	0,   // 1: zeish.node.v2.StoredSandbox.lost_from:type_name -> zeish.node.v2.State
 	2,   // 2: zeish.node.v2.StoreSandboxRef.grant:type_name -> zeish.node.v2.Grant
 	0,   // 3: zeish.node.v2.StoreListSandboxesRequest.states:type_name -> zeish.node.v2.State
@@ -5399,91 +5304,91 @@ var file_zeish_node_v2_node_proto_depIdxs = []int32{
 	3,   // 7: zeish.node.v2.StoreUpdateSandboxRequest.read:type_name -> zeish.node.v2.StoredSandbox
 	3,   // 8: zeish.node.v2.StoreUpdateSandboxRequest.write:type_name -> zeish.node.v2.StoredSandbox
 	2,   // 9: zeish.node.v2.StoreUpdateSandboxRequest.grant:type_name -> zeish.node.v2.Grant
-	27,  // 10: zeish.node.v2.StoredSnapshot.snapshot:type_name -> zeish.node.v2.Snapshot
+	25,  // 10: zeish.node.v2.StoredSnapshot.snapshot:type_name -> zeish.node.v2.Snapshot
 	2,   // 11: zeish.node.v2.StoreSnapshotRef.grants:type_name -> zeish.node.v2.Grant
 	10,  // 12: zeish.node.v2.StoreListSnapshotsReply.snapshots:type_name -> zeish.node.v2.StoredSnapshot
 	10,  // 13: zeish.node.v2.StoreCreateSnapshotRequest.snapshot:type_name -> zeish.node.v2.StoredSnapshot
 	2,   // 14: zeish.node.v2.StoreCreateSnapshotRequest.grant:type_name -> zeish.node.v2.Grant
-	80,  // 15: zeish.node.v2.APIKey.created_at:type_name -> google.protobuf.Timestamp
-	80,  // 16: zeish.node.v2.APIKey.revoked_at:type_name -> google.protobuf.Timestamp
+	78,  // 15: zeish.node.v2.APIKey.created_at:type_name -> google.protobuf.Timestamp
+	78,  // 16: zeish.node.v2.APIKey.revoked_at:type_name -> google.protobuf.Timestamp
 	18,  // 17: zeish.node.v2.StoreListAPIKeysReply.keys:type_name -> zeish.node.v2.APIKey
-	57,  // 18: zeish.node.v2.StoreListTemplatesReply.templates:type_name -> zeish.node.v2.Template
-	80,  // 19: zeish.node.v2.Interval.start:type_name -> google.protobuf.Timestamp
-	80,  // 20: zeish.node.v2.Interval.end:type_name -> google.protobuf.Timestamp
+	55,  // 18: zeish.node.v2.StoreListTemplatesReply.templates:type_name -> zeish.node.v2.Template
+	78,  // 19: zeish.node.v2.Interval.start:type_name -> google.protobuf.Timestamp
+	78,  // 20: zeish.node.v2.Interval.end:type_name -> google.protobuf.Timestamp
 	0,   // 21: zeish.node.v2.Sandbox.state:type_name -> zeish.node.v2.State
-	24,  // 22: zeish.node.v2.Sandbox.network:type_name -> zeish.node.v2.Network
-	70,  // 23: zeish.node.v2.Sandbox.node_labels:type_name -> zeish.node.v2.Sandbox.NodeLabelsEntry
-	71,  // 24: zeish.node.v2.Sandbox.env:type_name -> zeish.node.v2.Sandbox.EnvEntry
-	72,  // 25: zeish.node.v2.Sandbox.metadata:type_name -> zeish.node.v2.Sandbox.MetadataEntry
-	80,  // 26: zeish.node.v2.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	80,  // 27: zeish.node.v2.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
-	80,  // 28: zeish.node.v2.Sandbox.destroyed_at:type_name -> google.protobuf.Timestamp
-	80,  // 29: zeish.node.v2.Sandbox.timeout_at:type_name -> google.protobuf.Timestamp
-	25,  // 30: zeish.node.v2.Sandbox.running:type_name -> zeish.node.v2.Interval
-	80,  // 31: zeish.node.v2.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	26,  // 32: zeish.node.v2.CreateRequest.sandbox:type_name -> zeish.node.v2.Sandbox
-	73,  // 33: zeish.node.v2.CreateRequest.secret_env:type_name -> zeish.node.v2.CreateRequest.SecretEnvEntry
+	22,  // 22: zeish.node.v2.Sandbox.network:type_name -> zeish.node.v2.Network
+	68,  // 23: zeish.node.v2.Sandbox.node_labels:type_name -> zeish.node.v2.Sandbox.NodeLabelsEntry
+	69,  // 24: zeish.node.v2.Sandbox.env:type_name -> zeish.node.v2.Sandbox.EnvEntry
+	70,  // 25: zeish.node.v2.Sandbox.metadata:type_name -> zeish.node.v2.Sandbox.MetadataEntry
+	78,  // 26: zeish.node.v2.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	78,  // 27: zeish.node.v2.Sandbox.updated_at:type_name -> google.protobuf.Timestamp
+	78,  // 28: zeish.node.v2.Sandbox.destroyed_at:type_name -> google.protobuf.Timestamp
+	78,  // 29: zeish.node.v2.Sandbox.timeout_at:type_name -> google.protobuf.Timestamp
+	23,  // 30: zeish.node.v2.Sandbox.running:type_name -> zeish.node.v2.Interval
+	78,  // 31: zeish.node.v2.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	24,  // 32: zeish.node.v2.CreateRequest.sandbox:type_name -> zeish.node.v2.Sandbox
+	71,  // 33: zeish.node.v2.CreateRequest.secret_env:type_name -> zeish.node.v2.CreateRequest.SecretEnvEntry
 	2,   // 34: zeish.node.v2.CreateRequest.grants:type_name -> zeish.node.v2.Grant
-	26,  // 35: zeish.node.v2.Child.sandbox:type_name -> zeish.node.v2.Sandbox
-	30,  // 36: zeish.node.v2.CloneRequest.children:type_name -> zeish.node.v2.Child
-	74,  // 37: zeish.node.v2.CloneRequest.parent_secret_env:type_name -> zeish.node.v2.CloneRequest.ParentSecretEnvEntry
+	24,  // 35: zeish.node.v2.Child.sandbox:type_name -> zeish.node.v2.Sandbox
+	28,  // 36: zeish.node.v2.CloneRequest.children:type_name -> zeish.node.v2.Child
+	72,  // 37: zeish.node.v2.CloneRequest.parent_secret_env:type_name -> zeish.node.v2.CloneRequest.ParentSecretEnvEntry
 	2,   // 38: zeish.node.v2.CloneRequest.grants:type_name -> zeish.node.v2.Grant
-	30,  // 39: zeish.node.v2.CloneSnapshotRequest.children:type_name -> zeish.node.v2.Child
-	75,  // 40: zeish.node.v2.CloneSnapshotRequest.parent_secret_env:type_name -> zeish.node.v2.CloneSnapshotRequest.ParentSecretEnvEntry
+	28,  // 39: zeish.node.v2.CloneSnapshotRequest.children:type_name -> zeish.node.v2.Child
+	73,  // 40: zeish.node.v2.CloneSnapshotRequest.parent_secret_env:type_name -> zeish.node.v2.CloneSnapshotRequest.ParentSecretEnvEntry
 	2,   // 41: zeish.node.v2.CloneSnapshotRequest.grants:type_name -> zeish.node.v2.Grant
-	30,  // 42: zeish.node.v2.CloneImageRequest.children:type_name -> zeish.node.v2.Child
-	76,  // 43: zeish.node.v2.CloneImageRequest.parent_secret_env:type_name -> zeish.node.v2.CloneImageRequest.ParentSecretEnvEntry
+	28,  // 42: zeish.node.v2.CloneImageRequest.children:type_name -> zeish.node.v2.Child
+	74,  // 43: zeish.node.v2.CloneImageRequest.parent_secret_env:type_name -> zeish.node.v2.CloneImageRequest.ParentSecretEnvEntry
 	2,   // 44: zeish.node.v2.CloneImageRequest.grants:type_name -> zeish.node.v2.Grant
-	26,  // 45: zeish.node.v2.CloneReply.children:type_name -> zeish.node.v2.Sandbox
-	26,  // 46: zeish.node.v2.SandboxReply.sandbox:type_name -> zeish.node.v2.Sandbox
-	27,  // 47: zeish.node.v2.SnapshotReply.snapshot:type_name -> zeish.node.v2.Snapshot
-	77,  // 48: zeish.node.v2.RestoreRequest.secret_env:type_name -> zeish.node.v2.RestoreRequest.SecretEnvEntry
+	24,  // 45: zeish.node.v2.CloneReply.children:type_name -> zeish.node.v2.Sandbox
+	24,  // 46: zeish.node.v2.SandboxReply.sandbox:type_name -> zeish.node.v2.Sandbox
+	25,  // 47: zeish.node.v2.SnapshotReply.snapshot:type_name -> zeish.node.v2.Snapshot
+	75,  // 48: zeish.node.v2.RestoreRequest.secret_env:type_name -> zeish.node.v2.RestoreRequest.SecretEnvEntry
 	2,   // 49: zeish.node.v2.RestoreRequest.grants:type_name -> zeish.node.v2.Grant
-	27,  // 50: zeish.node.v2.RestoreReply.snapshot:type_name -> zeish.node.v2.Snapshot
-	26,  // 51: zeish.node.v2.RestoreReply.sandbox:type_name -> zeish.node.v2.Sandbox
+	25,  // 50: zeish.node.v2.RestoreReply.snapshot:type_name -> zeish.node.v2.Snapshot
+	24,  // 51: zeish.node.v2.RestoreReply.sandbox:type_name -> zeish.node.v2.Sandbox
 	1,   // 52: zeish.node.v2.LifecycleRequest.op:type_name -> zeish.node.v2.Op
-	78,  // 53: zeish.node.v2.LifecycleRequest.secret_env:type_name -> zeish.node.v2.LifecycleRequest.SecretEnvEntry
+	76,  // 53: zeish.node.v2.LifecycleRequest.secret_env:type_name -> zeish.node.v2.LifecycleRequest.SecretEnvEntry
 	2,   // 54: zeish.node.v2.LifecycleRequest.grants:type_name -> zeish.node.v2.Grant
 	0,   // 55: zeish.node.v2.WaitRequest.want:type_name -> zeish.node.v2.State
-	24,  // 56: zeish.node.v2.SetNetworkRequest.network:type_name -> zeish.node.v2.Network
-	47,  // 57: zeish.node.v2.ListeningPortsReply.ports:type_name -> zeish.node.v2.ListeningPort
-	49,  // 58: zeish.node.v2.GitStatusReply.dirty:type_name -> zeish.node.v2.GitFile
-	53,  // 59: zeish.node.v2.BuildTemplateRequest.spec:type_name -> zeish.node.v2.BuildSpec
-	55,  // 60: zeish.node.v2.BuildTemplateRequest.end:type_name -> zeish.node.v2.UploadEnd
-	56,  // 61: zeish.node.v2.Template.warm:type_name -> zeish.node.v2.TemplateWarm
-	80,  // 62: zeish.node.v2.Template.created_at:type_name -> google.protobuf.Timestamp
-	80,  // 63: zeish.node.v2.Template.updated_at:type_name -> google.protobuf.Timestamp
-	57,  // 64: zeish.node.v2.TemplateReply.template:type_name -> zeish.node.v2.Template
-	80,  // 65: zeish.node.v2.TemplateEvent.time:type_name -> google.protobuf.Timestamp
-	61,  // 66: zeish.node.v2.TemplateEvent.progress:type_name -> zeish.node.v2.TemplateProgress
-	57,  // 67: zeish.node.v2.TemplateEvent.template:type_name -> zeish.node.v2.Template
-	23,  // 68: zeish.node.v2.RegisterRequest.version:type_name -> zeish.node.v2.Version
-	79,  // 69: zeish.node.v2.RegisterRequest.labels:type_name -> zeish.node.v2.RegisterRequest.LabelsEntry
-	63,  // 70: zeish.node.v2.RegisterRequest.capacity:type_name -> zeish.node.v2.Capacity
-	23,  // 71: zeish.node.v2.RegisterReply.version:type_name -> zeish.node.v2.Version
-	63,  // 72: zeish.node.v2.HeartbeatRequest.capacity:type_name -> zeish.node.v2.Capacity
-	29,  // 73: zeish.node.v2.Node.Create:input_type -> zeish.node.v2.CreateRequest
-	31,  // 74: zeish.node.v2.Node.Clone:input_type -> zeish.node.v2.CloneRequest
-	32,  // 75: zeish.node.v2.Node.CloneSnapshot:input_type -> zeish.node.v2.CloneSnapshotRequest
-	33,  // 76: zeish.node.v2.Node.CloneImage:input_type -> zeish.node.v2.CloneImageRequest
-	36,  // 77: zeish.node.v2.Node.CreateSnapshot:input_type -> zeish.node.v2.CreateSnapshotRequest
-	38,  // 78: zeish.node.v2.Node.DeleteSnapshot:input_type -> zeish.node.v2.DeleteSnapshotRequest
-	40,  // 79: zeish.node.v2.Node.Restore:input_type -> zeish.node.v2.RestoreRequest
-	42,  // 80: zeish.node.v2.Node.Lifecycle:input_type -> zeish.node.v2.LifecycleRequest
-	43,  // 81: zeish.node.v2.Node.Wait:input_type -> zeish.node.v2.WaitRequest
-	44,  // 82: zeish.node.v2.Node.SetPortPublic:input_type -> zeish.node.v2.SetPortPublicRequest
-	45,  // 83: zeish.node.v2.Node.SetNetwork:input_type -> zeish.node.v2.SetNetworkRequest
-	28,  // 84: zeish.node.v2.Node.NetBytes:input_type -> zeish.node.v2.SandboxRef
-	28,  // 85: zeish.node.v2.Node.ListeningPorts:input_type -> zeish.node.v2.SandboxRef
-	28,  // 86: zeish.node.v2.Node.GitStatus:input_type -> zeish.node.v2.SandboxRef
-	28,  // 87: zeish.node.v2.Node.BrowserVersion:input_type -> zeish.node.v2.SandboxRef
-	28,  // 88: zeish.node.v2.Node.DesktopStatus:input_type -> zeish.node.v2.SandboxRef
-	54,  // 89: zeish.node.v2.Node.BuildTemplate:input_type -> zeish.node.v2.BuildTemplateRequest
-	59,  // 90: zeish.node.v2.Node.DeleteTemplate:input_type -> zeish.node.v2.DeleteTemplateRequest
-	60,  // 91: zeish.node.v2.Node.TemplateEvents:input_type -> zeish.node.v2.TemplateEventsRequest
-	64,  // 92: zeish.node.v2.Control.Join:input_type -> zeish.node.v2.JoinRequest
-	66,  // 93: zeish.node.v2.Control.Register:input_type -> zeish.node.v2.RegisterRequest
-	68,  // 94: zeish.node.v2.Control.Heartbeat:input_type -> zeish.node.v2.HeartbeatRequest
+	22,  // 56: zeish.node.v2.SetNetworkRequest.network:type_name -> zeish.node.v2.Network
+	45,  // 57: zeish.node.v2.ListeningPortsReply.ports:type_name -> zeish.node.v2.ListeningPort
+	47,  // 58: zeish.node.v2.GitStatusReply.dirty:type_name -> zeish.node.v2.GitFile
+	51,  // 59: zeish.node.v2.BuildTemplateRequest.spec:type_name -> zeish.node.v2.BuildSpec
+	53,  // 60: zeish.node.v2.BuildTemplateRequest.end:type_name -> zeish.node.v2.UploadEnd
+	54,  // 61: zeish.node.v2.Template.warm:type_name -> zeish.node.v2.TemplateWarm
+	78,  // 62: zeish.node.v2.Template.created_at:type_name -> google.protobuf.Timestamp
+	78,  // 63: zeish.node.v2.Template.updated_at:type_name -> google.protobuf.Timestamp
+	55,  // 64: zeish.node.v2.TemplateReply.template:type_name -> zeish.node.v2.Template
+	78,  // 65: zeish.node.v2.TemplateEvent.time:type_name -> google.protobuf.Timestamp
+	59,  // 66: zeish.node.v2.TemplateEvent.progress:type_name -> zeish.node.v2.TemplateProgress
+	55,  // 67: zeish.node.v2.TemplateEvent.template:type_name -> zeish.node.v2.Template
+	21,  // 68: zeish.node.v2.RegisterRequest.version:type_name -> zeish.node.v2.Version
+	77,  // 69: zeish.node.v2.RegisterRequest.labels:type_name -> zeish.node.v2.RegisterRequest.LabelsEntry
+	61,  // 70: zeish.node.v2.RegisterRequest.capacity:type_name -> zeish.node.v2.Capacity
+	21,  // 71: zeish.node.v2.RegisterReply.version:type_name -> zeish.node.v2.Version
+	61,  // 72: zeish.node.v2.HeartbeatRequest.capacity:type_name -> zeish.node.v2.Capacity
+	27,  // 73: zeish.node.v2.Node.Create:input_type -> zeish.node.v2.CreateRequest
+	29,  // 74: zeish.node.v2.Node.Clone:input_type -> zeish.node.v2.CloneRequest
+	30,  // 75: zeish.node.v2.Node.CloneSnapshot:input_type -> zeish.node.v2.CloneSnapshotRequest
+	31,  // 76: zeish.node.v2.Node.CloneImage:input_type -> zeish.node.v2.CloneImageRequest
+	34,  // 77: zeish.node.v2.Node.CreateSnapshot:input_type -> zeish.node.v2.CreateSnapshotRequest
+	36,  // 78: zeish.node.v2.Node.DeleteSnapshot:input_type -> zeish.node.v2.DeleteSnapshotRequest
+	38,  // 79: zeish.node.v2.Node.Restore:input_type -> zeish.node.v2.RestoreRequest
+	40,  // 80: zeish.node.v2.Node.Lifecycle:input_type -> zeish.node.v2.LifecycleRequest
+	41,  // 81: zeish.node.v2.Node.Wait:input_type -> zeish.node.v2.WaitRequest
+	42,  // 82: zeish.node.v2.Node.SetPortPublic:input_type -> zeish.node.v2.SetPortPublicRequest
+	43,  // 83: zeish.node.v2.Node.SetNetwork:input_type -> zeish.node.v2.SetNetworkRequest
+	26,  // 84: zeish.node.v2.Node.NetBytes:input_type -> zeish.node.v2.SandboxRef
+	26,  // 85: zeish.node.v2.Node.ListeningPorts:input_type -> zeish.node.v2.SandboxRef
+	26,  // 86: zeish.node.v2.Node.GitStatus:input_type -> zeish.node.v2.SandboxRef
+	26,  // 87: zeish.node.v2.Node.BrowserVersion:input_type -> zeish.node.v2.SandboxRef
+	26,  // 88: zeish.node.v2.Node.DesktopStatus:input_type -> zeish.node.v2.SandboxRef
+	52,  // 89: zeish.node.v2.Node.BuildTemplate:input_type -> zeish.node.v2.BuildTemplateRequest
+	57,  // 90: zeish.node.v2.Node.DeleteTemplate:input_type -> zeish.node.v2.DeleteTemplateRequest
+	58,  // 91: zeish.node.v2.Node.TemplateEvents:input_type -> zeish.node.v2.TemplateEventsRequest
+	62,  // 92: zeish.node.v2.Control.Join:input_type -> zeish.node.v2.JoinRequest
+	64,  // 93: zeish.node.v2.Control.Register:input_type -> zeish.node.v2.RegisterRequest
+	66,  // 94: zeish.node.v2.Control.Heartbeat:input_type -> zeish.node.v2.HeartbeatRequest
 	4,   // 95: zeish.node.v2.Control.GetSandbox:input_type -> zeish.node.v2.StoreSandboxRef
 	5,   // 96: zeish.node.v2.Control.ListSandboxes:input_type -> zeish.node.v2.StoreListSandboxesRequest
 	7,   // 97: zeish.node.v2.Control.CreateSandboxes:input_type -> zeish.node.v2.StoreCreateSandboxesRequest
@@ -5494,48 +5399,46 @@ var file_zeish_node_v2_node_proto_depIdxs = []int32{
 	11,  // 102: zeish.node.v2.Control.DeleteSnapshotRecord:input_type -> zeish.node.v2.StoreSnapshotRef
 	15,  // 103: zeish.node.v2.Control.GetTemplate:input_type -> zeish.node.v2.StoreTemplateRef
 	16,  // 104: zeish.node.v2.Control.ListTemplates:input_type -> zeish.node.v2.StoreListTemplatesRequest
-	58,  // 105: zeish.node.v2.Control.PutTemplate:input_type -> zeish.node.v2.TemplateReply
+	56,  // 105: zeish.node.v2.Control.PutTemplate:input_type -> zeish.node.v2.TemplateReply
 	15,  // 106: zeish.node.v2.Control.DeleteTemplateRecord:input_type -> zeish.node.v2.StoreTemplateRef
 	17,  // 107: zeish.node.v2.Control.ListAPIKeys:input_type -> zeish.node.v2.StoreAccountRef
-	19,  // 108: zeish.node.v2.Control.ImageInUse:input_type -> zeish.node.v2.StoreImageRef
-	35,  // 109: zeish.node.v2.Node.Create:output_type -> zeish.node.v2.SandboxReply
-	34,  // 110: zeish.node.v2.Node.Clone:output_type -> zeish.node.v2.CloneReply
-	34,  // 111: zeish.node.v2.Node.CloneSnapshot:output_type -> zeish.node.v2.CloneReply
-	34,  // 112: zeish.node.v2.Node.CloneImage:output_type -> zeish.node.v2.CloneReply
-	37,  // 113: zeish.node.v2.Node.CreateSnapshot:output_type -> zeish.node.v2.SnapshotReply
-	39,  // 114: zeish.node.v2.Node.DeleteSnapshot:output_type -> zeish.node.v2.DeleteSnapshotReply
-	41,  // 115: zeish.node.v2.Node.Restore:output_type -> zeish.node.v2.RestoreReply
-	35,  // 116: zeish.node.v2.Node.Lifecycle:output_type -> zeish.node.v2.SandboxReply
-	35,  // 117: zeish.node.v2.Node.Wait:output_type -> zeish.node.v2.SandboxReply
-	35,  // 118: zeish.node.v2.Node.SetPortPublic:output_type -> zeish.node.v2.SandboxReply
-	35,  // 119: zeish.node.v2.Node.SetNetwork:output_type -> zeish.node.v2.SandboxReply
-	46,  // 120: zeish.node.v2.Node.NetBytes:output_type -> zeish.node.v2.NetBytesReply
-	48,  // 121: zeish.node.v2.Node.ListeningPorts:output_type -> zeish.node.v2.ListeningPortsReply
-	50,  // 122: zeish.node.v2.Node.GitStatus:output_type -> zeish.node.v2.GitStatusReply
-	51,  // 123: zeish.node.v2.Node.BrowserVersion:output_type -> zeish.node.v2.BrowserVersionReply
-	52,  // 124: zeish.node.v2.Node.DesktopStatus:output_type -> zeish.node.v2.DesktopStatusReply
-	58,  // 125: zeish.node.v2.Node.BuildTemplate:output_type -> zeish.node.v2.TemplateReply
-	58,  // 126: zeish.node.v2.Node.DeleteTemplate:output_type -> zeish.node.v2.TemplateReply
-	62,  // 127: zeish.node.v2.Node.TemplateEvents:output_type -> zeish.node.v2.TemplateEvent
-	65,  // 128: zeish.node.v2.Control.Join:output_type -> zeish.node.v2.JoinReply
-	67,  // 129: zeish.node.v2.Control.Register:output_type -> zeish.node.v2.RegisterReply
-	69,  // 130: zeish.node.v2.Control.Heartbeat:output_type -> zeish.node.v2.HeartbeatReply
-	3,   // 131: zeish.node.v2.Control.GetSandbox:output_type -> zeish.node.v2.StoredSandbox
-	6,   // 132: zeish.node.v2.Control.ListSandboxes:output_type -> zeish.node.v2.StoreListSandboxesReply
-	8,   // 133: zeish.node.v2.Control.CreateSandboxes:output_type -> zeish.node.v2.StoreCreateSandboxesReply
-	3,   // 134: zeish.node.v2.Control.UpdateSandbox:output_type -> zeish.node.v2.StoredSandbox
-	10,  // 135: zeish.node.v2.Control.GetSnapshot:output_type -> zeish.node.v2.StoredSnapshot
-	12,  // 136: zeish.node.v2.Control.ListSnapshots:output_type -> zeish.node.v2.StoreListSnapshotsReply
-	10,  // 137: zeish.node.v2.Control.CreateSnapshotRecord:output_type -> zeish.node.v2.StoredSnapshot
-	14,  // 138: zeish.node.v2.Control.DeleteSnapshotRecord:output_type -> zeish.node.v2.StoreDeleteReply
-	58,  // 139: zeish.node.v2.Control.GetTemplate:output_type -> zeish.node.v2.TemplateReply
-	22,  // 140: zeish.node.v2.Control.ListTemplates:output_type -> zeish.node.v2.StoreListTemplatesReply
-	14,  // 141: zeish.node.v2.Control.PutTemplate:output_type -> zeish.node.v2.StoreDeleteReply
-	14,  // 142: zeish.node.v2.Control.DeleteTemplateRecord:output_type -> zeish.node.v2.StoreDeleteReply
-	21,  // 143: zeish.node.v2.Control.ListAPIKeys:output_type -> zeish.node.v2.StoreListAPIKeysReply
-	20,  // 144: zeish.node.v2.Control.ImageInUse:output_type -> zeish.node.v2.StoreImageInUseReply
-	109, // [109:145] is the sub-list for method output_type
-	73,  // [73:109] is the sub-list for method input_type
+	33,  // 108: zeish.node.v2.Node.Create:output_type -> zeish.node.v2.SandboxReply
+	32,  // 109: zeish.node.v2.Node.Clone:output_type -> zeish.node.v2.CloneReply
+	32,  // 110: zeish.node.v2.Node.CloneSnapshot:output_type -> zeish.node.v2.CloneReply
+	32,  // 111: zeish.node.v2.Node.CloneImage:output_type -> zeish.node.v2.CloneReply
+	35,  // 112: zeish.node.v2.Node.CreateSnapshot:output_type -> zeish.node.v2.SnapshotReply
+	37,  // 113: zeish.node.v2.Node.DeleteSnapshot:output_type -> zeish.node.v2.DeleteSnapshotReply
+	39,  // 114: zeish.node.v2.Node.Restore:output_type -> zeish.node.v2.RestoreReply
+	33,  // 115: zeish.node.v2.Node.Lifecycle:output_type -> zeish.node.v2.SandboxReply
+	33,  // 116: zeish.node.v2.Node.Wait:output_type -> zeish.node.v2.SandboxReply
+	33,  // 117: zeish.node.v2.Node.SetPortPublic:output_type -> zeish.node.v2.SandboxReply
+	33,  // 118: zeish.node.v2.Node.SetNetwork:output_type -> zeish.node.v2.SandboxReply
+	44,  // 119: zeish.node.v2.Node.NetBytes:output_type -> zeish.node.v2.NetBytesReply
+	46,  // 120: zeish.node.v2.Node.ListeningPorts:output_type -> zeish.node.v2.ListeningPortsReply
+	48,  // 121: zeish.node.v2.Node.GitStatus:output_type -> zeish.node.v2.GitStatusReply
+	49,  // 122: zeish.node.v2.Node.BrowserVersion:output_type -> zeish.node.v2.BrowserVersionReply
+	50,  // 123: zeish.node.v2.Node.DesktopStatus:output_type -> zeish.node.v2.DesktopStatusReply
+	56,  // 124: zeish.node.v2.Node.BuildTemplate:output_type -> zeish.node.v2.TemplateReply
+	56,  // 125: zeish.node.v2.Node.DeleteTemplate:output_type -> zeish.node.v2.TemplateReply
+	60,  // 126: zeish.node.v2.Node.TemplateEvents:output_type -> zeish.node.v2.TemplateEvent
+	63,  // 127: zeish.node.v2.Control.Join:output_type -> zeish.node.v2.JoinReply
+	65,  // 128: zeish.node.v2.Control.Register:output_type -> zeish.node.v2.RegisterReply
+	67,  // 129: zeish.node.v2.Control.Heartbeat:output_type -> zeish.node.v2.HeartbeatReply
+	3,   // 130: zeish.node.v2.Control.GetSandbox:output_type -> zeish.node.v2.StoredSandbox
+	6,   // 131: zeish.node.v2.Control.ListSandboxes:output_type -> zeish.node.v2.StoreListSandboxesReply
+	8,   // 132: zeish.node.v2.Control.CreateSandboxes:output_type -> zeish.node.v2.StoreCreateSandboxesReply
+	3,   // 133: zeish.node.v2.Control.UpdateSandbox:output_type -> zeish.node.v2.StoredSandbox
+	10,  // 134: zeish.node.v2.Control.GetSnapshot:output_type -> zeish.node.v2.StoredSnapshot
+	12,  // 135: zeish.node.v2.Control.ListSnapshots:output_type -> zeish.node.v2.StoreListSnapshotsReply
+	10,  // 136: zeish.node.v2.Control.CreateSnapshotRecord:output_type -> zeish.node.v2.StoredSnapshot
+	14,  // 137: zeish.node.v2.Control.DeleteSnapshotRecord:output_type -> zeish.node.v2.StoreDeleteReply
+	56,  // 138: zeish.node.v2.Control.GetTemplate:output_type -> zeish.node.v2.TemplateReply
+	20,  // 139: zeish.node.v2.Control.ListTemplates:output_type -> zeish.node.v2.StoreListTemplatesReply
+	14,  // 140: zeish.node.v2.Control.PutTemplate:output_type -> zeish.node.v2.StoreDeleteReply
+	14,  // 141: zeish.node.v2.Control.DeleteTemplateRecord:output_type -> zeish.node.v2.StoreDeleteReply
+	19,  // 142: zeish.node.v2.Control.ListAPIKeys:output_type -> zeish.node.v2.StoreListAPIKeysReply
+	108, // [108:143] is the sub-list for method output_type
+	73,  // [73:108] is the sub-list for method input_type
 	73,  // [73:73] is the sub-list for extension type_name
 	73,  // [73:73] is the sub-list for extension extendee
 	0,   // [0:73] is the sub-list for field type_name
@@ -5546,7 +5449,7 @@ func file_zeish_node_v2_node_proto_init() {
 	if File_zeish_node_v2_node_proto != nil {
 		return
 	}
-	file_zeish_node_v2_node_proto_msgTypes[52].OneofWrappers = []any{
+	file_zeish_node_v2_node_proto_msgTypes[50].OneofWrappers = []any{
 		(*BuildTemplateRequest_Spec)(nil),
 		(*BuildTemplateRequest_Chunk)(nil),
 		(*BuildTemplateRequest_End)(nil),
@@ -5557,7 +5460,7 @@ func file_zeish_node_v2_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_zeish_node_v2_node_proto_rawDesc), len(file_zeish_node_v2_node_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   78,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -158,8 +158,6 @@ const (
 	ControlDeleteTemplateRecordProcedure = "/zeish.node.v2.Control/DeleteTemplateRecord"
 	// ControlListAPIKeysProcedure is the fully-qualified name of the Control's ListAPIKeys RPC.
 	ControlListAPIKeysProcedure = "/zeish.node.v2.Control/ListAPIKeys"
-	// ControlImageInUseProcedure is the fully-qualified name of the Control's ImageInUse RPC.
-	ControlImageInUseProcedure = "/zeish.node.v2.Control/ImageInUse"
 )
 
 // NodeClient is a client for the zeish.node.v2.Node service.
@@ -765,10 +763,6 @@ type ControlClient interface {
 	// hashes) for the data plane's checks that a token's key is live, of an
 	// account with a sandbox on the calling node.
 	ListAPIKeys(context.Context, *connect.Request[nodev2.StoreAccountRef]) (*connect.Response[nodev2.StoreListAPIKeysReply], error)
-	// ImageInUse says whether any record of the cluster needs an image
-	// (its layers, saved state, a snapshot or its disk chain, a warm
-	// template), asked before a node deletes it from the image store.
-	ImageInUse(context.Context, *connect.Request[nodev2.StoreImageRef]) (*connect.Response[nodev2.StoreImageInUseReply], error)
 }
 
 // NewControlClient constructs a client for the zeish.node.v2.Control service. By default, it uses
@@ -878,12 +872,6 @@ func NewControlClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			connect.WithSchema(controlMethods.ByName("ListAPIKeys")),
 			connect.WithClientOptions(opts...),
 		),
-		imageInUse: connect.NewClient[nodev2.StoreImageRef, nodev2.StoreImageInUseReply](
-			httpClient,
-			baseURL+ControlImageInUseProcedure,
-			connect.WithSchema(controlMethods.ByName("ImageInUse")),
-			connect.WithClientOptions(opts...),
-		),
 	}
 }
 
@@ -905,7 +893,6 @@ type controlClient struct {
 	putTemplate          *connect.Client[nodev2.TemplateReply, nodev2.StoreDeleteReply]
 	deleteTemplateRecord *connect.Client[nodev2.StoreTemplateRef, nodev2.StoreDeleteReply]
 	listAPIKeys          *connect.Client[nodev2.StoreAccountRef, nodev2.StoreListAPIKeysReply]
-	imageInUse           *connect.Client[nodev2.StoreImageRef, nodev2.StoreImageInUseReply]
 }
 
 // Join calls zeish.node.v2.Control.Join.
@@ -988,11 +975,6 @@ func (c *controlClient) ListAPIKeys(ctx context.Context, req *connect.Request[no
 	return c.listAPIKeys.CallUnary(ctx, req)
 }
 
-// ImageInUse calls zeish.node.v2.Control.ImageInUse.
-func (c *controlClient) ImageInUse(ctx context.Context, req *connect.Request[nodev2.StoreImageRef]) (*connect.Response[nodev2.StoreImageInUseReply], error) {
-	return c.imageInUse.CallUnary(ctx, req)
-}
-
 // ControlHandler is an implementation of the zeish.node.v2.Control service.
 type ControlHandler interface {
 	// Join trades a join token (made by an operator, used once) for the
@@ -1026,10 +1008,6 @@ type ControlHandler interface {
 	// hashes) for the data plane's checks that a token's key is live, of an
 	// account with a sandbox on the calling node.
 	ListAPIKeys(context.Context, *connect.Request[nodev2.StoreAccountRef]) (*connect.Response[nodev2.StoreListAPIKeysReply], error)
-	// ImageInUse says whether any record of the cluster needs an image
-	// (its layers, saved state, a snapshot or its disk chain, a warm
-	// template), asked before a node deletes it from the image store.
-	ImageInUse(context.Context, *connect.Request[nodev2.StoreImageRef]) (*connect.Response[nodev2.StoreImageInUseReply], error)
 }
 
 // NewControlHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -1135,12 +1113,6 @@ func NewControlHandler(svc ControlHandler, opts ...connect.HandlerOption) (strin
 		connect.WithSchema(controlMethods.ByName("ListAPIKeys")),
 		connect.WithHandlerOptions(opts...),
 	)
-	controlImageInUseHandler := connect.NewUnaryHandler(
-		ControlImageInUseProcedure,
-		svc.ImageInUse,
-		connect.WithSchema(controlMethods.ByName("ImageInUse")),
-		connect.WithHandlerOptions(opts...),
-	)
 	return "/zeish.node.v2.Control/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ControlJoinProcedure:
@@ -1175,8 +1147,6 @@ func NewControlHandler(svc ControlHandler, opts ...connect.HandlerOption) (strin
 			controlDeleteTemplateRecordHandler.ServeHTTP(w, r)
 		case ControlListAPIKeysProcedure:
 			controlListAPIKeysHandler.ServeHTTP(w, r)
-		case ControlImageInUseProcedure:
-			controlImageInUseHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1248,8 +1218,4 @@ func (UnimplementedControlHandler) DeleteTemplateRecord(context.Context, *connec
 
 func (UnimplementedControlHandler) ListAPIKeys(context.Context, *connect.Request[nodev2.StoreAccountRef]) (*connect.Response[nodev2.StoreListAPIKeysReply], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("zeish.node.v2.Control.ListAPIKeys is not implemented"))
-}
-
-func (UnimplementedControlHandler) ImageInUse(context.Context, *connect.Request[nodev2.StoreImageRef]) (*connect.Response[nodev2.StoreImageInUseReply], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("zeish.node.v2.Control.ImageInUse is not implemented"))
 }
