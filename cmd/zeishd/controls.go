@@ -172,4 +172,3 @@ func (c *controls) ListAPIKeys(ctx context.Context, req *connect.Request[nodev2.
 		return cl.ListAPIKeys(ctx, connect.NewRequest(req.Msg))
 	})
 }
-
