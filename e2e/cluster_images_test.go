@@ -24,9 +24,9 @@ import (
 // budget is a count of them.
 const imagesMemMiB = 128
 
-// TestClusterImages runs a control plane and three node agents on
-// PostgreSQL with a real S3 server (versitygw) as their image store, and
-// real VMs: images leave the host. A fork into 6 with placement any,
+// TestClusterImages runs a control plane and three node agents, each in a
+// network namespace of its own, on PostgreSQL with a real S3 server
+// (versitygw) as their image store, and real VMs: images leave the host. A fork into 6 with placement any,
 // whose parent's node fits 2 more, runs on 3 hosts, every child showing
 // the parent's memory; a snapshot taken on a node killed with -9 is
 // restored on another with its file and its running counter; a sandbox
@@ -38,6 +38,9 @@ func TestClusterImages(t *testing.T) {
 	storeURL := fmt.Sprintf("s3://%s/images/?endpoint=%s", s3.NewBucket(t), s3.Endpoint)
 	creds := []string{"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey}
 	l := startCluster(t, 4*time.Second, 1, append(creds, "ZEISH_IMAGE_STORE="+storeURL, "ZEISH_PLAN_RUNNING_SLOTS=16")...)
+	// Each node agent in a network namespace of its own: it reaches the
+	// control plane and the store only through what the test forwards in.
+	l.isolate = true
 	node := func(id string, fits int) {
 		l.addNodeEnv(id, fits*imagesMemMiB+imagesMemMiB/2, append(creds, "ZEISH_IMAGE_STORE="+storeURL, "ZEISH_READY_VMS=0")...)
 	}

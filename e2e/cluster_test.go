@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -37,6 +38,12 @@ type lab struct {
 	nodes    map[string]*testenv.Zeishd
 	client   *zeish.Client
 	key      string
+	// isolate runs every node agent added after it is set in a network
+	// namespace of its own (testenv.NodeNetns): only lo, and the host's
+	// loopback services its settings name (the control plane, the image
+	// store) forwarded in; netns holds them by node id.
+	isolate bool
+	netns   map[string]*testenv.NodeNetns
 }
 
 func tempDir(t *testing.T, prefix string) string {
@@ -110,6 +117,12 @@ func (l *lab) addNodeEnv(id string, budgetMiB int, env ...string) *testenv.Zeish
 	if err := z.Start(context.Background()); err != nil {
 		l.t.Fatal(err)
 	}
+	if l.isolate {
+		own, _ := os.Readlink("/proc/self/ns/net")
+		if its, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", z.PID())); err != nil || its == own {
+			l.t.Fatalf("node %s runs in the test's network namespace (%s %v), not its own", id, its, err)
+		}
+	}
 	l.waitNode(id, true)
 	return z
 }
@@ -131,7 +144,46 @@ func (l *lab) nodeAgent(id, dataDir string, budgetMiB int, env ...string) *teste
 			"ZEISH_NODE_LABELS=disk=ssd,rack=" + id, fmt.Sprintf("ZEISH_MEMORY_BUDGET_MIB=%d", budgetMiB),
 			"ZEISH_SANDBOXD=" + testenv.SandboxdBinary(t), "ZEISH_TEMPLATE_CACHE=" + filepath.Dir(tpl.Dir), "ZEISH_LOG_LEVEL=debug"}}
 	z.Env = append(z.Env, env...)
+	if l.isolate {
+		l.isolateNode(id, z)
+	}
 	return z
+}
+
+// loopbackAddrs are the host:port addresses on the host's loopback that
+// settings name (the control plane's URLs, an image store's endpoint).
+var loopbackAddrs = regexp.MustCompile(`127\.0\.0\.1:[0-9]+`)
+
+// isolateNode moves node agent z into a network namespace of its own: its
+// settings' loopback services are forwarded in at the same addresses, its
+// own listener is relayed out (the address the control plane and the test
+// call), and it runs without sandbox networking, as in the host.
+func (l *lab) isolateNode(id string, z *testenv.Zeishd) {
+	t := l.t
+	t.Helper()
+	seen := map[string]bool{}
+	var addrs []string
+	for _, a := range loopbackAddrs.FindAllString(strings.Join(z.Env, " "), -1) {
+		if !seen[a] {
+			seen[a] = true
+			addrs = append(addrs, a)
+		}
+	}
+	ns := testenv.NewNodeNetns(t, addrs...)
+	if links, err := ns.Links(); err != nil || strings.Count(strings.TrimSpace(links), "\n") != 0 || !strings.Contains(links, ": lo:") {
+		t.Fatalf("node %s's namespace %s should have lo alone: %v\n%s", id, ns.Name, err, links)
+	}
+	const listen = "127.0.0.1:7421"
+	relay, err := ns.Relay(listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	z.Netns, z.Listen, z.Addr = ns.Name, listen, relay
+	z.Env = append(z.Env, "ZEISH_NET=off", "ZEISH_NODE_URL=http://"+relay)
+	if l.netns == nil {
+		l.netns = map[string]*testenv.NodeNetns{}
+	}
+	l.netns[id] = ns
 }
 
 // only undrains node id and drains every other ("": undrains them all),
