@@ -223,11 +223,10 @@ func runNode(ctx context.Context, cfg *config.Config) error {
 		return err
 	}
 	// Wrong image store keys stop the node before it registers (it would
-	// be listed and never healthy); openLocal opens the store itself.
-	if cfg.ImageStore != "" {
-		if _, err := checkImageStore(ctx, log, cfg); err != nil {
-			return err
-		}
+	// be listed and never healthy).
+	remote, err := openImageStore(ctx, log, cfg, "/dev/shm")
+	if err != nil {
+		return err
 	}
 	// Not healthy until it serves and its first heartbeat tells its
 	// capacity: nothing is placed on it before.
@@ -247,7 +246,7 @@ func runNode(ctx context.Context, cfg *config.Config) error {
 	}
 	defer shared.Close()
 	st := nodeapi.NewDelivered(shared)
-	loc, err := openLocal(ctx, log, cfg, st, id, true)
+	loc, err := openLocal(ctx, log, cfg, st, id, true, remote)
 	if err != nil {
 		return err
 	}

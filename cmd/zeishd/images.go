@@ -31,23 +31,6 @@ func openImageStore(ctx context.Context, log *slog.Logger, cfg *config.Config, s
 	if cfg.ImageStore == "" {
 		return nil, nil
 	}
-	b, err := checkImageStore(ctx, log, cfg)
-	if err != nil {
-		return nil, err
-	}
-	// Needs and SweepGrace serve the control plane's sweep (a node's
-	// store never sweeps).
-	st := imagestore.New(b, imagestore.Options{Logger: log, Needs: images.Needs, SweepGrace: cfg.ImageSweepGrace})
-	log.Info("image store", "store", st.String())
-	go collectStore(ctx, log, st)
-	return &images.Remote{Store: st, ShmDir: shmDir, WaitDurable: cfg.ImageFetchWait}, nil
-}
-
-// checkImageStore opens ZEISH_IMAGE_STORE's backend and checks it the way
-// openImageStore describes: bad keys or no bucket are an error, an
-// unreachable store a warning. A node agent checks before it registers, so
-// a node with the wrong keys is never listed.
-func checkImageStore(ctx context.Context, log *slog.Logger, cfg *config.Config) (blob.Backend, error) {
 	b, err := imagestore.NewBackend(cfg.ImageStore)
 	if err != nil {
 		return nil, fmt.Errorf("ZEISH_IMAGE_STORE: %w", err)
@@ -60,7 +43,12 @@ func checkImageStore(ctx context.Context, log *slog.Logger, cfg *config.Config) 
 	} else if err != nil {
 		return nil, fmt.Errorf("ZEISH_IMAGE_STORE: %w", err)
 	}
-	return b, nil
+	// Needs and SweepGrace serve the control plane's sweep (a node's
+	// store never sweeps).
+	st := imagestore.New(b, imagestore.Options{Logger: log, Needs: images.Needs, SweepGrace: cfg.ImageSweepGrace})
+	log.Info("image store", "store", st.String())
+	go collectStore(ctx, log, st)
+	return &images.Remote{Store: st, ShmDir: shmDir, WaitDurable: cfg.ImageFetchWait}, nil
 }
 
 // collectStore runs the image store's chunk gc hourly: chunks no manifest

@@ -13,6 +13,7 @@ import (
 	"github.com/zeish/zeish/internal/imagestore"
 	"github.com/zeish/zeish/internal/network"
 	"github.com/zeish/zeish/internal/node"
+	"github.com/zeish/zeish/internal/node/images"
 	"github.com/zeish/zeish/internal/node/lazyram"
 	"github.com/zeish/zeish/internal/store"
 	"github.com/zeish/zeish/template"
@@ -44,8 +45,9 @@ func (l *local) Close() {
 // recovers the node's sandboxes, and runs template builds from images.
 // shared says the database is a cluster's: templates built here are
 // recorded as held by nodeID (their files live on this host only), and
-// only those are resumed and swept here.
-func openLocal(ctx context.Context, log *slog.Logger, cfg *config.Config, st store.Store, nodeID string, shared bool) (*local, error) {
+// only those are resumed and swept here. remote is the image store the
+// caller opened (openImageStore; nil: none).
+func openLocal(ctx context.Context, log *slog.Logger, cfg *config.Config, st store.Store, nodeID string, shared bool, remote *images.Remote) (*local, error) {
 	kernel, err := guestKernel(cfg)
 	if err != nil {
 		return nil, err
@@ -64,10 +66,6 @@ func openLocal(ctx context.Context, log *slog.Logger, cfg *config.Config, st sto
 		return nil, err
 	}
 	l := &local{}
-	remote, err := openImageStore(ctx, log, cfg, "/dev/shm")
-	if err != nil {
-		return nil, err
-	}
 	if remote != nil {
 		l.images = remote.Store
 		if l.lazy = openLazyRAM(log, cfg, remote, nodeID); l.lazy != nil {

@@ -140,7 +140,11 @@ func run(ctx context.Context, cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	loc, err := openLocal(ctx, log, cfg, st, nodeID, false)
+	remote, err := openImageStore(ctx, log, cfg, "/dev/shm")
+	if err != nil {
+		return err
+	}
+	loc, err := openLocal(ctx, log, cfg, st, nodeID, false, remote)
 	if err != nil {
 		return err
 	}

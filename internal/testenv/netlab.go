@@ -288,15 +288,20 @@ func (l *NetLab) Relay(ns, addr string) (string, error) {
 					return
 				}
 				defer up.Close()
-				done := make(chan struct{}, 2)
-				go func() { io.Copy(up, c); up.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
-				go func() { io.Copy(c, up); c.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
-				<-done
-				<-done
+				join(c, up)
 			}()
 		}
 	}()
 	return ln.Addr().String(), nil
+}
+
+// join copies a to b and b to a until both sides have finished writing.
+func join(a, b net.Conn) {
+	done := make(chan struct{}, 2)
+	go func() { io.Copy(b, a); b.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+	go func() { io.Copy(a, b); a.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+	<-done
+	<-done
 }
 
 // Sealed checks that the lab leads nowhere but into itself: Node and Inet

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"sync"
@@ -84,13 +83,13 @@ func (n *NodeNetns) forward(addr string) error {
 			if err != nil {
 				return
 			}
-			go f.join(c, addr)
+			go f.relay(c, addr)
 		}
 	}()
 	return nil
 }
 
-func (f *forward) join(c net.Conn, addr string) {
+func (f *forward) relay(c net.Conn, addr string) {
 	defer c.Close()
 	f.mu.Lock()
 	if f.cut {
@@ -106,11 +105,7 @@ func (f *forward) join(c net.Conn, addr string) {
 	f.mu.Lock()
 	f.conns[c], f.conns[up] = true, true
 	f.mu.Unlock()
-	done := make(chan struct{}, 2)
-	go func() { io.Copy(up, c); up.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
-	go func() { io.Copy(c, up); c.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
-	<-done
-	<-done
+	join(c, up)
 	f.mu.Lock()
 	delete(f.conns, c)
 	delete(f.conns, up)
